@@ -1,0 +1,27 @@
+"""convtune: convolution auto-tuning engine and cached plan service.
+
+Three layers: a shape-only :class:`ConvProblem`, the :class:`Planner` that
+verifies and times candidates and returns a :class:`Decision`, and the
+immutable :class:`Plan` that executes. :func:`conv` and the layer objects
+dispatch through a plan lookup (see :mod:`convtune.runtime`).
+"""
+
+import logging
+
+from .errors import BackendError, CacheError, ConvtuneError, NetworkError, TuningError, UnsupportedProblem
+from .problem import ConvProblem
+from .plan import CandidateOutcome, Decision, Plan
+from .timing import CpuTimer, CudaEventTimer, TimingStats
+from .planner import Planner
+from .runtime import (MemoryPlanStore, Runtime, conv, conv_backward_data, conv_backward_filter, default_runtime,
+                      set_default_runtime, tune)
+from .layers import Conv1d, Conv2d
+
+__version__ = "0.1.0"
+
+logging.getLogger("convtune").addHandler(logging.NullHandler())
+
+__all__ = ["ConvProblem", "Planner", "Plan", "Decision", "CandidateOutcome", "TimingStats", "CpuTimer",
+           "CudaEventTimer", "Runtime", "MemoryPlanStore", "conv", "conv_backward_data", "conv_backward_filter",
+           "tune", "default_runtime", "set_default_runtime", "Conv1d", "Conv2d", "ConvtuneError", "UnsupportedProblem",
+           "TuningError", "BackendError", "CacheError", "NetworkError", "__version__"]

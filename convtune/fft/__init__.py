@@ -1,0 +1,1 @@
+"""FFT convolution: transform sizes, the work count, and the spectral executors."""

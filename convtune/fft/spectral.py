@@ -1,0 +1,164 @@
+"""Spectral convolution, all three passes, on any NumPy-compatible array module.
+
+With ``L`` per axis chosen as in :mod:`convtune.fft.sizes`, ``x0`` the unpadded
+input zero-extended to ``L``, ``wd`` the dilated kernel and ``p`` the padding:
+
+* forward:        ``y[q]  = irfft(X · conj(W))[(q*s - p) mod L]``
+* backward-data:  ``dx[i] = irfft(DYu · W)[i + p]``, ``DYu`` the transform of
+  ``dy`` upsampled by the stride (zeros between samples)
+* backward-filter: ``dw[k] = irfft(Σ_n X · conj(DYu))[(k*dil - p) mod L]``
+
+The channel reduction at every frequency is a batched complex matrix product
+(``gemm``) or, for few channels per group, a broadcast product (``pointwise``).
+Batches are processed in chunks of ``chunk`` samples to bound the workspace.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..direct.geometry import batch_chunks
+from ..problem import ConvProblem
+from .cost import spectrum_elems
+
+PRODUCTS = ("gemm", "pointwise")
+#: ``pointwise`` materialises per-channel-pair products: only for few channels per group.
+POINTWISE_MAX_PAIRS = 16
+
+
+def _dilate_kernel(xp, w, p: ConvProblem):
+    if all(d == 1 for d in p.dilation):
+        return w
+    wd = xp.zeros(w.shape[:2] + p.dilated_kernel, dtype=w.dtype)
+    wd[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in p.dilation)] = w
+    return wd
+
+
+def _upsample(xp, dy, p: ConvProblem):
+    """``dy`` with ``stride - 1`` zeros between samples (a view-free no-op at stride 1)."""
+    if all(s == 1 for s in p.stride):
+        return dy
+    shape = tuple((o - 1) * s + 1 for o, s in zip(p.output_size, p.stride))
+    up = xp.zeros(dy.shape[:2] + shape, dtype=dy.dtype)
+    up[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in p.stride)] = dy
+    return up
+
+
+def _contract(xp, a, b, product):
+    """``out[n, g, i, f] = Σ_j a[n, g, j, f] · b[g, i, j, f]``."""
+    if product == "gemm":
+        at = a.transpose(1, 3, 0, 2)                 # (G, F, n, J)
+        bt = b.transpose(0, 3, 2, 1)                 # (G, F, J, I)
+        return xp.ascontiguousarray(xp.matmul(at, bt).transpose(2, 0, 3, 1))
+    n, g, j, f = a.shape
+    i = b.shape[1]
+    out = xp.zeros((n, g, i, f), dtype=a.dtype)
+    for jj in range(j):
+        out += a[:, :, jj:jj + 1, :] * b[None, :, :, jj, :]
+    return out
+
+
+def _batch_correlate(xp, a, b, product):
+    """``out[g, i, j, f] = Σ_n a[n, g, i, f] · b[n, g, j, f]`` (the filter-gradient reduction)."""
+    if product == "gemm":
+        at = a.transpose(1, 3, 2, 0)                 # (G, F, I, n)
+        bt = b.transpose(1, 3, 0, 2)                 # (G, F, n, J)
+        return xp.matmul(at, bt).transpose(0, 2, 3, 1)
+    return (a[:, :, :, None, :] * b[:, :, None, :, :]).sum(axis=0)
+
+
+class SpectralConv:
+    """One problem's FFT executor at fixed transform sizes; built once, called many times."""
+
+    def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], product: str, chunk: int):
+        if product not in PRODUCTS:
+            raise ValueError(f"unknown product {product!r}; acceptable: {', '.join(PRODUCTS)}")
+        self.xp, self.p, self.sizes, self.product = xp, problem, tuple(sizes), product
+        self.chunk = max(1, min(chunk, problem.batch))
+        self.axes = tuple(range(2, 2 + problem.rank))
+        self.spec_shape = tuple(sizes[:-1]) + (sizes[-1] // 2 + 1,)
+        self.F = spectrum_elems(self.sizes)
+        p = problem
+        # forward output q reads circular index (q*s - pad) mod L; filter tap k reads (k*dil - pad) mod L
+        self._fwd_index = self._gather_index([(q * s - pad) for q in range(o)] for o, s, pad in
+                                             zip(p.output_size, p.stride, p.padding))
+        self._wgrad_index = self._gather_index([(k * d - pad) for k in range(ks)] for ks, d, pad in
+                                               zip(p.kernel_size, p.dilation, p.padding))
+        self._dgrad_slices = tuple(slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding))
+
+    def _gather_index(self, per_axis):
+        """Indices mod L per axis, as slices where they are contiguous (no gather), else arrays."""
+        index = []
+        for positions, L in zip(per_axis, self.sizes):
+            positions = [v % L for v in positions]
+            step = positions[1] - positions[0] if len(positions) > 1 else 1
+            if step > 0 and all(b - a == step for a, b in zip(positions, positions[1:])):
+                index.append(slice(positions[0], positions[-1] + 1, step))
+            else:
+                index.append(self.xp.asarray(positions, dtype=self.xp.intp))
+        if all(isinstance(i, slice) for i in index):
+            return (slice(None), slice(None)) + tuple(index)
+        arrays = [i if not isinstance(i, slice) else self.xp.arange(i.start, i.stop, i.step) for i in index]
+        return (slice(None), slice(None)) + tuple(self.xp.ix_(*arrays))
+
+    # -- transforms --------------------------------------------------------------
+    def _rfft(self, a):
+        """Spectrum of a batch operand (n, C, *spatial), grouped: (n, G, C // G, F)."""
+        n, c = a.shape[:2]
+        spec = self.xp.fft.rfftn(a, s=self.sizes, axes=self.axes)
+        return spec.reshape(n, self.p.groups, c // self.p.groups, self.F)
+
+    def _irfft(self, spec, channels):
+        spec = spec.reshape(spec.shape[0], channels, *self.spec_shape)
+        return self.xp.fft.irfftn(spec, s=self.sizes, axes=self.axes)
+
+    def _weight_spectrum(self, w):
+        """(G, Cog, Cig, F) spectrum of the dilated kernel."""
+        p = self.p
+        spec = self.xp.fft.rfftn(_dilate_kernel(self.xp, w, p), s=self.sizes, axes=self.axes)
+        return spec.reshape(p.groups, p.out_per_group, p.in_per_group, self.F)
+
+    # -- passes ------------------------------------------------------------------
+    def forward(self, x, w, out):
+        xp, p = self.xp, self.p
+        w_conj = xp.conj(self._weight_spectrum(w))
+        for n0, n1 in batch_chunks(p.batch, self.chunk):
+            y_spec = _contract(xp, self._rfft(x[n0:n1]), w_conj, self.product)
+            out[n0:n1] = self._irfft(y_spec, p.out_channels)[self._fwd_index]
+        return out
+
+    def backward_data(self, dy, w, out):
+        xp, p = self.xp, self.p
+        w_t = self._weight_spectrum(w).transpose(0, 2, 1, 3)        # (G, Cig, Cog, F)
+        crop = (slice(None), slice(None)) + self._dgrad_slices
+        for n0, n1 in batch_chunks(p.batch, self.chunk):
+            dx_spec = _contract(xp, self._rfft(_upsample(xp, dy[n0:n1], p)), w_t, self.product)
+            out[n0:n1] = self._irfft(dx_spec, p.in_channels)[crop]
+        return out
+
+    def backward_filter(self, x, dy, out):
+        xp, p = self.xp, self.p
+        acc = None
+        for n0, n1 in batch_chunks(p.batch, self.chunk):
+            dy_conj = xp.conj(self._rfft(_upsample(xp, dy[n0:n1], p)))
+            part = _batch_correlate(xp, dy_conj, self._rfft(x[n0:n1]), self.product)
+            if acc is None:
+                acc = part
+            else:
+                acc += part
+        dw_full = self._irfft(xp.ascontiguousarray(acc).reshape(p.out_channels, p.in_per_group, self.F),
+                              p.in_per_group)
+        out[...] = dw_full[self._wgrad_index]
+        return out
+
+    def __call__(self, a, b, out):
+        return {"fwd": self.forward, "dgrad": self.backward_data, "wgrad": self.backward_filter}[self.p.pass_](a, b, out)
+
+
+def workspace_bytes(p: ConvProblem, sizes: tuple[int, ...], chunk: int) -> int:
+    """Temporary bytes: spectra (complex64) with their transposed copies, and the real transform buffers."""
+    nb = max(1, min(chunk, p.batch))
+    F, total = spectrum_elems(sizes), math.prod(sizes)
+    spectra = 8 * F * (2 * nb * p.in_channels + 2 * p.out_channels * p.in_per_group + 2 * nb * p.out_channels)
+    real = 4 * total * max(nb * p.in_channels, nb * p.out_channels, p.out_channels * p.in_per_group)
+    return spectra + 2 * real

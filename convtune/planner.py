@@ -1,0 +1,272 @@
+"""The planner: for one problem, list, verify, time and choose.
+
+Shapes only come in; a :class:`~convtune.plan.Decision` goes out. Arrays never
+reach the planner's callers: it makes its own random operands on the backend.
+
+Steps, each recorded per candidate:
+
+1. every registered strategy says whether it supports the problem (else
+   ``unsupported`` with its reason) and lists configurations;
+2. a configuration whose workspace exceeds the budget is ``over_budget``;
+3. verification on a reduced batch against the float64 reference computed on
+   the same device, with the output poisoned with NaN first so an unwritten
+   element fails; past the math mode's tolerance it is ``rejected``, an
+   exception is ``failed`` (out-of-memory included) and tuning goes on;
+4. the survivors are timed on the full problem (a lone survivor is not timed);
+5. the fastest wins; with no survivor, :class:`~convtune.errors.TuningError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .backend import Backend, get_backend
+from .errors import TuningError
+from .plan import CandidateOutcome, Decision, Plan
+from .problem import ConvProblem
+from .strategies import all_strategies, get_strategy
+from .strategies.base import Config, Strategy
+from .timing import default_timer
+
+log = logging.getLogger("convtune")
+
+#: Default cap on any candidate's workspace.
+DEFAULT_WORKSPACE_LIMIT = 4 << 30
+
+
+@dataclass(frozen=True)
+class Candidate:
+    strategy: Strategy
+    config: Config
+
+    @property
+    def label(self) -> str:
+        return self.strategy.describe(self.config)
+
+
+def relative_error(xp, out, ref) -> float:
+    """``||out - ref|| / ||ref||`` in float64; NaN anywhere gives infinity."""
+    out64 = out.astype(xp.float64)
+    err = float(xp.linalg.norm((out64 - ref).ravel()))
+    norm = float(xp.linalg.norm(ref.ravel()))
+    if not math.isfinite(err):
+        return math.inf
+    return err / norm if norm > 0 else err
+
+
+def random_operands(backend: Backend, problem: ConvProblem, seed: int):
+    """Fresh standard-normal float32 operands for the problem's pass (never zeros)."""
+    xp = backend.xp
+    rng = xp.random.default_rng(seed)
+    return tuple(rng.standard_normal(shape, dtype=xp.float32) for shape in problem.operand_shapes)
+
+
+def _failure_reason(backend: Backend, exc: BaseException) -> str:
+    if backend.is_out_of_memory(exc):
+        return f"out of memory: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Planner:
+    """Explores candidates for a problem and returns a :class:`Decision`.
+
+    Parameters
+    ----------
+    backend : Backend or str
+        Where candidates run (``'numpy'`` or ``'cupy'``).
+    timer : callable, optional
+        ``timer(fn, backend, label) -> TimingStats``; defaults to the backend's real timer.
+    workspace_limit : int, optional
+        Candidates needing more temporary bytes are skipped (``over_budget``).
+    time_budget_s : float, optional
+        After this many seconds of timing one problem, remaining candidates are
+        ``skipped``; at least one candidate is always timed.
+    strategies : list of str, optional
+        Restrict the search to these strategies.
+    verify_batch : int
+        Batch size of the verification run.
+
+    Examples
+    --------
+    >>> from convtune import ConvProblem, Planner
+    >>> p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    >>> decision = Planner("numpy").tune(p)
+    >>> decision.winner.status
+    'winner'
+    """
+
+    def __init__(self, backend: Backend | str = "numpy", timer: Callable | None = None, *,
+                 workspace_limit: int | None = DEFAULT_WORKSPACE_LIMIT, time_budget_s: float | None = None,
+                 strategies: list[str] | None = None, verify_batch: int = 2, seed: int = 0,
+                 progress: Callable[[str], None] | None = None):
+        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+        self.timer = timer if timer is not None else default_timer(self.backend)
+        self.workspace_limit = workspace_limit
+        self.time_budget_s = time_budget_s
+        self.strategy_names = list(strategies) if strategies else None
+        if self.strategy_names:
+            for name in self.strategy_names:
+                get_strategy(name)  # unknown names raise, listing the valid ones
+        self.verify_batch = verify_batch
+        self.seed = seed
+        self.progress = progress
+
+    # -- public ------------------------------------------------------------------
+    def tune(self, problem: ConvProblem) -> Decision:
+        """Verify and time every candidate for ``problem``; return the decision."""
+        started = time.perf_counter()
+        outcomes: list[CandidateOutcome] = []
+        candidates = self._enumerate(problem, outcomes)
+        survivors = self._verify(problem, candidates, outcomes)
+        timed = self._time(problem, survivors, outcomes)
+        if not timed:
+            decision = Decision(problem, self.backend.device_info().key(), _NO_WINNER, tuple(outcomes),
+                                "measured", time.perf_counter() - started)
+            raise TuningError(f"no candidate survived for {problem.describe()}:\n" + _summary(outcomes), decision)
+        best = min(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
+        winner = _with(best, status="winner")
+        outcomes = [winner if o is best else o for o in outcomes]
+        log.info("tuned %s: %s (%s)", problem.key(), winner.label,
+                 f"{winner.timing.median_s * 1e3:.3f} ms" if winner.timing else "only candidate, not timed")
+        return Decision(problem, self.backend.device_info().key(), winner, tuple(outcomes), "measured",
+                        time.perf_counter() - started)
+
+    def plan(self, problem: ConvProblem) -> Plan:
+        """Tune and build the winner."""
+        return build_plan(self.tune(problem), self.backend)
+
+    # -- steps ----------------------------------------------------------------------
+    def _strategies(self) -> list[Strategy]:
+        if self.strategy_names:
+            return [get_strategy(n) for n in self.strategy_names if get_strategy(n).selectable]
+        return all_strategies(selectable_only=True)
+
+    def _enumerate(self, problem, outcomes) -> list[Candidate]:
+        kept = []
+        for strategy in self._strategies():
+            reason = strategy.supports(problem, self.backend)
+            if reason is not None:
+                outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "unsupported",
+                                                 reason=reason))
+                continue
+            for config in strategy.candidates(problem, self.backend):
+                cand = Candidate(strategy, config)
+                ws = strategy.workspace_bytes(problem, config)
+                if self.workspace_limit is not None and ws > self.workspace_limit:
+                    outcomes.append(CandidateOutcome(strategy.name, config.as_dict(), cand.label, "over_budget",
+                                                     workspace_bytes=ws,
+                                                     reason=f"workspace {ws} B over the limit {self.workspace_limit} B"))
+                    continue
+                kept.append(cand)
+        return kept
+
+    def _verify(self, problem, candidates, outcomes) -> list[tuple[Candidate, float]]:
+        if not candidates:
+            return []
+        xp = self.backend.xp
+        small = problem.replace(batch=min(problem.batch, self.verify_batch))
+        a, b = random_operands(self.backend, small, self.seed)
+        ref = get_strategy("reference").build(small, None, self.backend)(a.astype(xp.float64), b.astype(xp.float64))
+        survivors = []
+        for cand in candidates:
+            self._report(f"verify {cand.label}")
+            try:
+                out = xp.full(small.result_shape, xp.nan, dtype=xp.float32)
+                cand.strategy.build(small, cand.config, self.backend)(a, b, out)
+                err = relative_error(xp, out, ref)
+            except Exception as exc:  # a failing candidate is recorded; tuning goes on
+                outcomes.append(self._outcome(problem, cand, "failed", reason=_failure_reason(self.backend, exc)))
+                log.debug("candidate %s failed verification", cand.label, exc_info=True)
+                continue
+            if not err <= problem.tolerance:
+                outcomes.append(self._outcome(problem, cand, "rejected", error=err,
+                                              reason=f"error {err:.3g} over the {problem.math} tolerance "
+                                                     f"{problem.tolerance:g}"))
+                continue
+            survivors.append((cand, err))
+        return survivors
+
+    def _time(self, problem, survivors, outcomes) -> list[CandidateOutcome]:
+        if len(survivors) == 1:
+            cand, err = survivors[0]
+            outcome = self._outcome(problem, cand, "ok", error=err, reason="only candidate; not timed")
+            outcomes.append(outcome)
+            return [outcome]
+        if not survivors:
+            return []
+        a, b = random_operands(self.backend, problem, self.seed + 1)
+        xp = self.backend.xp
+        out = xp.empty(problem.result_shape, dtype=xp.float32)
+        timed = []
+        spent = 0.0
+        for cand, err in survivors:
+            if self.time_budget_s is not None and timed and spent > self.time_budget_s:
+                outcomes.append(self._outcome(problem, cand, "skipped", error=err,
+                                              reason=f"time budget of {self.time_budget_s:g} s spent"))
+                continue
+            self._report(f"time {cand.label}")
+            t0 = time.perf_counter()
+            try:
+                run = cand.strategy.build(problem, cand.config, self.backend)
+                stats = self.timer(lambda: run(a, b, out), self.backend, cand.label)
+            except Exception as exc:
+                outcomes.append(self._outcome(problem, cand, "failed", error=err,
+                                              reason=_failure_reason(self.backend, exc)))
+                log.debug("candidate %s failed timing", cand.label, exc_info=True)
+                continue
+            finally:
+                spent += time.perf_counter() - t0
+            outcome = self._outcome(problem, cand, "ok", error=err, timing=stats)
+            outcomes.append(outcome)
+            timed.append(outcome)
+        return timed
+
+    def _outcome(self, problem, cand, status, **fields) -> CandidateOutcome:
+        return CandidateOutcome(cand.strategy.name, cand.config.as_dict(), cand.label, status,
+                                workspace_bytes=cand.strategy.workspace_bytes(problem, cand.config), **fields)
+
+    def _report(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+
+def _with(outcome: CandidateOutcome, **changes) -> CandidateOutcome:
+    import dataclasses
+    return dataclasses.replace(outcome, **changes)
+
+
+_NO_WINNER = CandidateOutcome("", {}, "", "failed", reason="no candidate survived")
+
+
+def _summary(outcomes) -> str:
+    return "\n".join(f"  {o.label}: {o.status} ({o.reason})" for o in outcomes)
+
+
+def build_plan(decision: Decision, backend: Backend | str, source: str | None = None) -> Plan:
+    """Build the executor of a decision's winner."""
+    backend = get_backend(backend) if isinstance(backend, str) else backend
+    return build_from_config(decision.problem, decision.winner.strategy, decision.winner.config, backend,
+                             source or decision.source)
+
+
+def build_from_config(problem: ConvProblem, strategy_name: str, config: dict | Config, backend: Backend,
+                      source: str) -> Plan:
+    strategy = get_strategy(strategy_name)
+    strategy.check(problem, backend)
+    cfg = config if isinstance(config, Config) else strategy.config_type.from_dict(config)
+    return Plan(problem, strategy.name, cfg, backend.name, source, strategy.build(problem, cfg, backend))
+
+
+def heuristic_decision(problem: ConvProblem, backend: Backend) -> tuple[str, Config]:
+    """A fast default without timing: FFT for large kernels at stride 1, else im2col."""
+    kernel_volume = math.prod(problem.kernel_size)
+    names = ["fft", "im2col"] if kernel_volume >= 25 and all(s == 1 for s in problem.stride) else ["im2col", "fft"]
+    for name in names:
+        strategy = get_strategy(name)
+        if strategy.supports(problem, backend) is None:
+            return name, strategy.heuristic_config(problem, backend)
+    raise TuningError(f"no strategy supports {problem.describe()}")

@@ -1,0 +1,242 @@
+"""The shape-only convolution problem.
+
+A :class:`ConvProblem` holds everything that decides *what* is computed and
+nothing about *how*: no arrays, no device. The planner takes problems, plans
+execute them.
+
+Conventions (those of PyTorch and cuDNN, cross-correlation):
+
+* input ``x``: ``(batch, in_channels, *input_size)``
+* weight ``w``: ``(out_channels, in_channels // groups, *kernel_size)``
+* output ``y``: ``(batch, out_channels, *output_size)`` with
+  ``out = (in + 2*pad - dil*(k-1) - 1) // stride + 1`` per axis.
+
+The three passes each map two operands to one result:
+
+=========  ================  ==========
+pass       operands          result
+=========  ================  ==========
+``fwd``    ``x, w``          ``y``
+``dgrad``  ``dy, w``         ``dx``
+``wgrad``  ``x, dy``         ``dw``
+=========  ================  ==========
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+#: Version of the canonical key format; bump when :meth:`ConvProblem.key` changes.
+KEY_VERSION = 1
+
+PASSES = ("fwd", "dgrad", "wgrad")
+DTYPES = ("float32",)
+#: Math mode -> maximal relative error ``||out - ref|| / ||ref||`` against float64.
+MATH_TOLERANCE = {"fp32": 1e-5, "tf32": 1e-3}
+MAX_RANK = 3
+SUPPORTED_RANKS = (1, 2)
+
+
+def _tuple(value, rank: int, name: str) -> tuple[int, ...]:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int or a sequence of {rank} ints, got {value!r}")
+    if isinstance(value, int):
+        return (value,) * rank
+    try:
+        out = tuple(int(v) for v in value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int or a sequence of {rank} ints, got {value!r}") from None
+    if len(out) != rank:
+        raise ValueError(f"{name} has {len(out)} entries but the problem has {rank} spatial dimension(s)")
+    return out
+
+
+def _fmt(values: Iterable[int]) -> str:
+    return "x".join(str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """One convolution layer shape and one pass; immutable and hashable.
+
+    Examples
+    --------
+    >>> p = ConvProblem.make(batch=8, in_channels=3, out_channels=16,
+    ...                      input_size=(32, 32), kernel_size=3, padding=1)
+    >>> p.output_size
+    (32, 32)
+    >>> p.key()
+    'ck1:conv2d:fwd:float32:fp32:n8:c3:k16:in32x32:ker3x3:s1x1:p1x1:d1x1:g1'
+    """
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    input_size: tuple[int, ...]
+    kernel_size: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int = 1
+    dtype: str = "float32"
+    math: str = "fp32"
+    pass_: str = "fwd"
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def make(cls, *, batch, in_channels, out_channels, input_size, kernel_size,
+             stride=1, padding=0, dilation=1, groups=1, dtype="float32", math="fp32",
+             pass_="fwd") -> "ConvProblem":
+        """Build a problem, broadcasting int stride/padding/dilation/kernel to every axis."""
+        if isinstance(input_size, int):
+            raise ValueError("input_size must be a sequence with one entry per spatial dimension, "
+                             f"e.g. (32, 32) for 2-D or (512,) for 1-D; got {input_size!r}")
+        input_size = tuple(int(v) for v in input_size)
+        rank = len(input_size)
+        return cls(batch=int(batch), in_channels=int(in_channels), out_channels=int(out_channels),
+                   input_size=input_size, kernel_size=_tuple(kernel_size, rank, "kernel_size"),
+                   stride=_tuple(stride, rank, "stride"), padding=_tuple(padding, rank, "padding"),
+                   dilation=_tuple(dilation, rank, "dilation"), groups=int(groups), dtype=str(dtype),
+                   math=str(math), pass_=str(pass_))
+
+    def __post_init__(self):
+        rank = len(self.input_size)
+        if rank not in SUPPORTED_RANKS:
+            if 1 <= rank <= MAX_RANK:
+                raise ValueError(f"rank-{rank} convolutions are not supported yet; supported ranks: "
+                                 f"{', '.join(map(str, SUPPORTED_RANKS))}")
+            raise ValueError(f"input_size must have 1 to {MAX_RANK} spatial dimensions, got {self.input_size!r}")
+        for name in ("kernel_size", "stride", "padding", "dilation"):
+            value = getattr(self, name)
+            if len(value) != rank:
+                raise ValueError(f"{name} has {len(value)} entries but input_size has {rank}")
+        for name in ("batch", "in_channels", "out_channels", "groups"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("input_size", "kernel_size", "stride", "dilation"):
+            if any(v <= 0 for v in getattr(self, name)):
+                raise ValueError(f"every entry of {name} must be positive, got {getattr(self, name)!r}")
+        if any(v < 0 for v in self.padding):
+            raise ValueError(f"padding must be non-negative, got {self.padding!r}")
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(f"in_channels ({self.in_channels}) and out_channels ({self.out_channels}) "
+                             f"must both be divisible by groups ({self.groups})")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; acceptable dtypes: {', '.join(DTYPES)}")
+        if self.math not in MATH_TOLERANCE:
+            raise ValueError(f"unknown math mode {self.math!r}; acceptable modes: {', '.join(MATH_TOLERANCE)}")
+        if self.pass_ not in PASSES:
+            raise ValueError(f"unknown pass {self.pass_!r}; acceptable passes: {', '.join(PASSES)}")
+        for axis, (n, p, k, d) in enumerate(zip(self.input_size, self.padding, self.kernel_size, self.dilation)):
+            span = d * (k - 1) + 1
+            if span > n + 2 * p:
+                raise ValueError(f"axis {axis}: the dilated kernel spans {span} but the padded input is only "
+                                 f"{n + 2 * p} ({n} + 2*{p}); lower the kernel size or dilation, or pad more")
+
+    # -- derived shapes --------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return len(self.input_size)
+
+    @property
+    def output_size(self) -> tuple[int, ...]:
+        return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, k, d, s in
+                     zip(self.input_size, self.padding, self.kernel_size, self.dilation, self.stride))
+
+    @property
+    def dilated_kernel(self) -> tuple[int, ...]:
+        return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
+
+    @property
+    def in_per_group(self) -> int:
+        return self.in_channels // self.groups
+
+    @property
+    def out_per_group(self) -> int:
+        return self.out_channels // self.groups
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.in_channels
+
+    @property
+    def tolerance(self) -> float:
+        return MATH_TOLERANCE[self.math]
+
+    @property
+    def x_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.in_channels, *self.input_size)
+
+    @property
+    def w_shape(self) -> tuple[int, ...]:
+        return (self.out_channels, self.in_per_group, *self.kernel_size)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.out_channels, *self.output_size)
+
+    @property
+    def operand_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Shapes of the two operands of this problem's pass (see the module docstring)."""
+        return {"fwd": (self.x_shape, self.w_shape), "dgrad": (self.y_shape, self.w_shape),
+                "wgrad": (self.x_shape, self.y_shape)}[self.pass_]
+
+    @property
+    def result_shape(self) -> tuple[int, ...]:
+        return {"fwd": self.y_shape, "dgrad": self.x_shape, "wgrad": self.w_shape}[self.pass_]
+
+    # -- variants ------------------------------------------------------------------
+    def replace(self, **changes) -> "ConvProblem":
+        return dataclasses.replace(self, **changes)
+
+    def for_pass(self, pass_: str) -> "ConvProblem":
+        return self.replace(pass_=pass_)
+
+    # -- keys and reports ----------------------------------------------------------
+    def layer_key(self) -> str:
+        """Key of the layer shape alone, without pass, dtype and math mode."""
+        return (f"conv{self.rank}d:n{self.batch}:c{self.in_channels}:k{self.out_channels}:"
+                f"in{_fmt(self.input_size)}:ker{_fmt(self.kernel_size)}:s{_fmt(self.stride)}:"
+                f"p{_fmt(self.padding)}:d{_fmt(self.dilation)}:g{self.groups}")
+
+    def key(self) -> str:
+        """Canonical, human-readable key; ``ck<KEY_VERSION>`` leads so old keys never collide."""
+        head, rest = self.layer_key().split(":", 1)
+        return f"ck{KEY_VERSION}:{head}:{self.pass_}:{self.dtype}:{self.math}:{rest}"
+
+    @classmethod
+    def from_key(cls, key: str) -> "ConvProblem":
+        """Inverse of :meth:`key`."""
+        parts = key.split(":")
+        if len(parts) != 14 or parts[0] != f"ck{KEY_VERSION}":
+            raise ValueError(f"not a convtune problem key of format version {KEY_VERSION}: {key!r}")
+        _, _conv, pass_, dtype, math_, n, c, k, inp, ker, s, p, d, g = parts
+
+        def dims(text, prefix):
+            return tuple(int(v) for v in text[len(prefix):].split("x"))
+
+        return cls(batch=int(n[1:]), in_channels=int(c[1:]), out_channels=int(k[1:]),
+                   input_size=dims(inp, "in"), kernel_size=dims(ker, "ker"), stride=dims(s, "s"),
+                   padding=dims(p, "p"), dilation=dims(d, "d"), groups=int(g[1:]), dtype=dtype,
+                   math=math_, pass_=pass_)
+
+    def flops(self) -> int:
+        """Multiply-adds x 2 of the direct algorithm (the same for every pass)."""
+        macs = (self.batch * self.out_channels * math.prod(self.output_size)
+                * self.in_per_group * math.prod(self.kernel_size))
+        return 2 * macs
+
+    def min_bytes(self) -> int:
+        """Fewest bytes a pass must move: each operand read once, the result written once."""
+        item = 4  # float32
+        a, b = self.operand_shapes
+        return item * (math.prod(a) + math.prod(b) + math.prod(self.result_shape))
+
+    def describe(self) -> str:
+        return (f"conv{self.rank}d {self.pass_} N={self.batch} C={self.in_channels}->{self.out_channels} "
+                f"in={_fmt(self.input_size)} k={_fmt(self.kernel_size)} s={_fmt(self.stride)} "
+                f"p={_fmt(self.padding)} d={_fmt(self.dilation)} g={self.groups} {self.math}")

@@ -1,0 +1,259 @@
+"""Runtime dispatch: a convolution call finds its plan, then runs it.
+
+Lookup order, the one place it is written down:
+
+1. an **explicit plan** passed by the caller (``plan=``) is used as is;
+2. else the runtime's **memo** of built plans for this exact call signature
+   (one dict lookup: the warm path, no problem object is built);
+3. else the **plan store** (in memory, or the persistent cache) for the
+   problem's key on this device: a stored decision is built, never re-timed;
+4. else the **miss policy**: ``tune`` (run the planner once and store the
+   decision), ``heuristic`` (a fast default, not stored), or ``error``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+from .backend import Backend, backend_for
+from .errors import ConvtuneError, TuningError
+from .plan import Decision, Plan
+from .planner import Planner, build_from_config, build_plan, heuristic_decision
+from .problem import ConvProblem
+
+log = logging.getLogger("convtune")
+
+MISS_POLICIES = ("tune", "heuristic", "error")
+
+
+class PlanStore(Protocol):
+    """Where decisions live between calls: :class:`MemoryPlanStore` or the persistent cache."""
+
+    def get(self, problem: ConvProblem, device_key: str) -> Decision | None: ...
+
+    def put(self, decision: Decision) -> None: ...
+
+
+class MemoryPlanStore:
+    """Decisions in a dict keyed by ``(device key, problem key)``; lost at exit."""
+
+    def __init__(self):
+        self._decisions: dict[tuple[str, str], Decision] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, problem, device_key):
+        decision = self._decisions.get((device_key, problem.key()))
+        if decision is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return decision
+
+    def put(self, decision):
+        self._decisions[(decision.device_key, decision.problem.key())] = decision
+
+    def __len__(self):
+        return len(self._decisions)
+
+    def __repr__(self):
+        return f"<MemoryPlanStore {len(self)} decisions, hits={self.hits} misses={self.misses}>"
+
+
+class Runtime:
+    """Holds the plan store, the miss policy and the memo of built plans.
+
+    Parameters
+    ----------
+    store : PlanStore, optional
+        Defaults to a fresh :class:`MemoryPlanStore`.
+    miss_policy : {'tune', 'heuristic', 'error'}
+    planner_options : dict, optional
+        Keyword arguments for :class:`~convtune.planner.Planner` when tuning on a miss
+        (``timer``, ``workspace_limit``, ``time_budget_s``, ``strategies``).
+    """
+
+    def __init__(self, store: PlanStore | None = None, miss_policy: str = "tune", planner_options: dict | None = None):
+        if miss_policy not in MISS_POLICIES:
+            raise ValueError(f"unknown miss policy {miss_policy!r}; acceptable: {', '.join(MISS_POLICIES)}")
+        self.store = store if store is not None else MemoryPlanStore()
+        self.miss_policy = miss_policy
+        self.planner_options = dict(planner_options or {})
+        self._memo: dict[tuple, Plan] = {}
+        self._lock = threading.Lock()
+        self.tuned = 0  # problems this runtime tuned on a miss
+
+    def plan_for(self, problem: ConvProblem, backend: Backend) -> Plan:
+        """Steps 3 and 4 of the lookup order for one problem."""
+        device_key = backend.device_info().key()
+        decision = self.store.get(problem, device_key)
+        if decision is not None:
+            return build_plan(decision, backend, source="cache")
+        if self.miss_policy == "error":
+            raise ConvtuneError(f"no tuned plan for {problem.key()} on {device_key}; run `convtune tune` for this "
+                                "network first, or use miss_policy='tune' or 'heuristic'")
+        if self.miss_policy == "heuristic":
+            name, config = heuristic_decision(problem, backend)
+            return build_from_config(problem, name, config, backend, "heuristic")
+        decision = Planner(backend, **self.planner_options).tune(problem)
+        self.store.put(decision)
+        self.tuned += 1
+        return build_plan(decision, backend, source="measured")
+
+    def dispatch(self, signature: tuple, make_problem, a, b, plan: Plan | None, out):
+        """Run one pass: explicit plan, memo, store, miss policy (see the module docstring)."""
+        if plan is None:
+            plan = self._memo.get(signature)
+            if plan is None:
+                backend = backend_for(a, b)
+                problem = make_problem()
+                with self._lock:
+                    plan = self._memo.get(signature) or self.plan_for(problem, backend)
+                    self._memo[signature] = plan
+        return plan(a, b, out)
+
+    def clear_memo(self) -> None:
+        self._memo.clear()
+
+    def __repr__(self):
+        return f"<Runtime miss_policy={self.miss_policy} store={self.store!r} memo={len(self._memo)}>"
+
+
+_default_runtime = Runtime()
+
+
+def default_runtime() -> Runtime:
+    return _default_runtime
+
+
+def set_default_runtime(runtime: Runtime) -> Runtime:
+    """Make ``runtime`` the one that :func:`conv` and the layers use; returns the previous one."""
+    global _default_runtime
+    previous, _default_runtime = _default_runtime, runtime
+    return previous
+
+
+def tune(problem: ConvProblem, runtime: Runtime | None = None, backend: Backend | str = "numpy",
+         **planner_options) -> Decision:
+    """Tune ``problem`` now and store the decision, so later calls dispatch without timing.
+
+    Examples
+    --------
+    >>> import numpy as np, convtune
+    >>> p = convtune.ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    >>> convtune.tune(p).winner.status
+    'winner'
+    """
+    from .backend import get_backend
+    runtime = runtime or _default_runtime
+    backend = get_backend(backend) if isinstance(backend, str) else backend
+    decision = Planner(backend, **{**runtime.planner_options, **planner_options}).tune(problem)
+    runtime.store.put(decision)
+    return decision
+
+
+# -- the public convolution functions ----------------------------------------------------
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _check_dtype(*arrays):
+    for a in arrays:
+        if str(a.dtype) != "float32":
+            raise ValueError(f"convtune runs float32 arrays; got {a.dtype}. Convert with .astype('float32')")
+
+
+def _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pass_):
+    if len(x_shape) < 3 or len(w_shape) != len(x_shape):
+        raise ValueError(f"expected input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) of the same "
+                         f"rank; got shapes {tuple(x_shape)} and {tuple(w_shape)}")
+    if w_shape[1] * groups != x_shape[1]:
+        raise ValueError(f"weight shape {tuple(w_shape)} expects {w_shape[1] * groups} input channels with "
+                         f"groups={groups}, but the input has {x_shape[1]}")
+    return ConvProblem.make(batch=x_shape[0], in_channels=x_shape[1], out_channels=w_shape[0],
+                            input_size=tuple(x_shape[2:]), kernel_size=tuple(w_shape[2:]), stride=stride,
+                            padding=padding, dilation=dilation, groups=groups, math=math, pass_=pass_)
+
+
+def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: Plan | None = None, out=None,
+         runtime: Runtime | None = None):
+    """Forward convolution (cross-correlation, as in PyTorch) through a tuned plan.
+
+    Parameters
+    ----------
+    x : array (N, C_in, *spatial), float32, NumPy or CuPy
+    w : array (C_out, C_in // groups, *kernel)
+    stride, padding, dilation : int or sequence, per spatial axis
+    groups : int
+    math : {'fp32', 'tf32'}
+    plan : Plan, optional
+        Use this plan and skip the lookup.
+    out : array, optional
+        Written in place and returned.
+
+    Returns
+    -------
+    array (N, C_out, *out_spatial), of the same kind as ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np, convtune
+    >>> x = np.random.rand(2, 3, 8, 8).astype(np.float32)
+    >>> w = np.random.rand(4, 3, 3, 3).astype(np.float32)
+    >>> convtune.conv(x, w, padding=1).shape
+    (2, 4, 8, 8)
+    """
+    sig = ("fwd", x.shape, w.shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups, math,
+           type(x), x.dtype, w.dtype)
+    rt = runtime or _default_runtime
+
+    def make():
+        _check_dtype(x, w)
+        return _layer_fields(x.shape, w.shape, stride, padding, dilation, groups, math, "fwd")
+    return rt.dispatch(sig, make, x, w, plan, out)
+
+
+def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1, *, math="fp32",
+                       plan: Plan | None = None, out=None, runtime: Runtime | None = None):
+    """Gradient with respect to the input: ``dx`` of shape ``x_shape`` from ``dy`` and ``w``.
+
+    ``x_shape`` is needed because with a stride several input sizes give the same output size.
+    """
+    x_shape = tuple(x_shape)
+    sig = ("dgrad", dy.shape, w.shape, x_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
+           math, type(dy), dy.dtype, w.dtype)
+    rt = runtime or _default_runtime
+
+    def make():
+        _check_dtype(dy, w)
+        problem = _layer_fields(x_shape, w.shape, stride, padding, dilation, groups, math, "dgrad")
+        if tuple(dy.shape) != problem.y_shape:
+            raise ValueError(f"dy has shape {tuple(dy.shape)} but input {x_shape} and weight {tuple(w.shape)} "
+                             f"give outputs of shape {problem.y_shape}")
+        return problem
+    return rt.dispatch(sig, make, dy, w, plan, out)
+
+
+def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups=1, *, math="fp32",
+                         plan: Plan | None = None, out=None, runtime: Runtime | None = None):
+    """Gradient with respect to the weight: ``dw`` of shape ``w_shape`` from ``x`` and ``dy``."""
+    w_shape = tuple(w_shape)
+    sig = ("wgrad", x.shape, dy.shape, w_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
+           math, type(x), x.dtype, dy.dtype)
+    rt = runtime or _default_runtime
+
+    def make():
+        _check_dtype(x, dy)
+        problem = _layer_fields(x.shape, w_shape, stride, padding, dilation, groups, math, "wgrad")
+        if tuple(dy.shape) != problem.y_shape:
+            raise ValueError(f"dy has shape {tuple(dy.shape)}; input {tuple(x.shape)} and weight {w_shape} "
+                             f"give outputs of shape {problem.y_shape}")
+        return problem
+    return rt.dispatch(sig, make, x, dy, plan, out)
+
+
+__all__ = ["Runtime", "MemoryPlanStore", "PlanStore", "conv", "conv_backward_data", "conv_backward_filter", "tune",
+           "default_runtime", "set_default_runtime", "TuningError"]

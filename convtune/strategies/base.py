@@ -1,0 +1,119 @@
+"""The strategy protocol and the one registry of strategies.
+
+A strategy is a family of code paths for a convolution pass. It says whether it
+supports a problem (and why not), lists its candidate configurations, estimates
+their workspace, and builds an executor for one configuration. Strategies
+register themselves at import; names are unique.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, ClassVar
+
+from ..errors import UnsupportedProblem
+from ..problem import ConvProblem
+
+#: An executor: ``run(a, b, out) -> out`` for the problem's pass (see convtune.problem).
+Executor = Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Base of the per-strategy configurations: frozen, hashable, JSON-able."""
+
+    def as_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Config":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; acceptable: {sorted(names)}")
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+
+    def label(self) -> str:
+        def fmt(v):
+            return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        return ",".join(f"{k}={fmt(getattr(self, k))}" for k in (f.name for f in dataclasses.fields(self)))
+
+
+class Strategy:
+    """Base class of strategies; subclasses set ``name``, ``version`` and ``config_type``."""
+
+    name: ClassVar[str] = ""
+    #: Bump when a change alters results or timings, so cached plans are re-tuned.
+    version: ClassVar[int] = 1
+    #: Never chosen by the planner (the float64 reference).
+    selectable: ClassVar[bool] = True
+    config_type: ClassVar[type[Config]] = Config
+
+    def supports(self, problem: ConvProblem, backend) -> str | None:
+        """``None`` when the problem can run here, else the reason it cannot."""
+        raise NotImplementedError
+
+    def candidates(self, problem: ConvProblem, backend) -> list[Config]:
+        raise NotImplementedError
+
+    def workspace_bytes(self, problem: ConvProblem, config: Config) -> int:
+        """Bytes of temporary device memory beyond operands and result."""
+        raise NotImplementedError
+
+    def heuristic_config(self, problem: ConvProblem, backend) -> Config:
+        """A sensible configuration without timing (the first candidate by default)."""
+        return self.candidates(problem, backend)[0]
+
+    def build(self, problem: ConvProblem, config: Config, backend) -> Executor:
+        raise NotImplementedError
+
+    def check(self, problem: ConvProblem, backend) -> None:
+        """Raise :class:`UnsupportedProblem` unless the problem is supported."""
+        reason = self.supports(problem, backend)
+        if reason is not None:
+            raise UnsupportedProblem(self.name, reason)
+
+    def describe(self, config: Config) -> str:
+        return f"{self.name}[{config.label()}]"
+
+    def __repr__(self):
+        return f"<strategy {self.name} v{self.version}>"
+
+
+_REGISTRY: dict[str, Strategy] = {}
+
+
+def register(strategy_cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: instantiate and register a strategy; duplicate names raise."""
+    instance = strategy_cls()
+    if not instance.name:
+        raise ValueError(f"{strategy_cls.__name__} has no name")
+    if instance.name in _REGISTRY:
+        raise ValueError(f"a strategy named {instance.name!r} is already registered "
+                         f"({type(_REGISTRY[instance.name]).__name__})")
+    _REGISTRY[instance.name] = instance
+    return strategy_cls
+
+
+def unregister(name: str) -> None:
+    """Remove a strategy (for tests and plug-ins)."""
+    get_strategy(name)
+    del _REGISTRY[name]
+
+
+def get_strategy(name: str) -> Strategy:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown strategy {name!r}; registered strategies: "
+                         f"{', '.join(sorted(_REGISTRY))}") from None
+
+
+def all_strategies(selectable_only: bool = False) -> list[Strategy]:
+    return [s for s in _REGISTRY.values() if s.selectable or not selectable_only]
+
+
+def strategy_versions() -> str:
+    """Canonical string of every selectable strategy's version, for cache keys."""
+    return ",".join(f"{s.name}{s.version}" for s in sorted(all_strategies(True), key=lambda s: s.name))

@@ -1,0 +1,28 @@
+"""Problem shapes shared by the correctness tests: 1-D, 2-D, odd sizes, stride,
+padding, dilation, groups and depthwise; small enough for the CPU."""
+
+from convtune import ConvProblem
+
+CASES = {
+    "1d-basic": dict(batch=2, in_channels=3, out_channels=4, input_size=(17,), kernel_size=5),
+    "1d-stride-pad": dict(batch=3, in_channels=2, out_channels=5, input_size=(23,), kernel_size=4, stride=3, padding=2),
+    "1d-dilation": dict(batch=2, in_channels=3, out_channels=2, input_size=(19,), kernel_size=3, dilation=3, padding=1),
+    "1d-depthwise-long": dict(batch=2, in_channels=4, out_channels=4, input_size=(16,), kernel_size=16, padding=15,
+                              groups=4),
+    "2d-odd": dict(batch=2, in_channels=3, out_channels=5, input_size=(7, 9), kernel_size=(3, 2)),
+    "2d-stride-pad-dil": dict(batch=2, in_channels=4, out_channels=6, input_size=(11, 10), kernel_size=(3, 3),
+                              stride=(2, 1), padding=(1, 2), dilation=(1, 2)),
+    "2d-groups": dict(batch=2, in_channels=6, out_channels=4, input_size=(8, 8), kernel_size=3, padding=1, groups=2),
+    "2d-depthwise": dict(batch=2, in_channels=5, out_channels=5, input_size=(9, 9), kernel_size=3, padding=1, groups=5),
+    "2d-depthwise-mult": dict(batch=1, in_channels=3, out_channels=6, input_size=(6, 7), kernel_size=(2, 3), groups=3,
+                              stride=2),
+    "2d-1x1": dict(batch=3, in_channels=8, out_channels=4, input_size=(5, 5), kernel_size=1),
+    "2d-1x1-stride": dict(batch=2, in_channels=4, out_channels=3, input_size=(7, 6), kernel_size=1, stride=2),
+    "2d-kernel-fills": dict(batch=2, in_channels=2, out_channels=3, input_size=(5, 4), kernel_size=(7, 6), padding=1),
+    "2d-big-pad": dict(batch=2, in_channels=2, out_channels=2, input_size=(4, 5), kernel_size=2, padding=3, stride=2),
+    "2d-large-kernel": dict(batch=2, in_channels=3, out_channels=4, input_size=(16, 16), kernel_size=9, padding=4),
+}
+
+
+def problem(name, pass_="fwd", **changes):
+    return ConvProblem.make(**{**CASES[name], **changes}, pass_=pass_)

@@ -1,0 +1,200 @@
+"""Planner behaviour with a fake timer: choice, rejection, failure isolation, budgets."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from convtune import Planner, TuningError
+from convtune.strategies import register, unregister
+from convtune.strategies.base import Config, Strategy
+from cases import problem
+from conftest import FakeTimer
+
+
+@dataclass(frozen=True)
+class EmptyConfig(Config):
+    pass
+
+
+def make_strategy(name, behaviour, workspace=0, supported=True):
+    """A test strategy whose executor does ``behaviour(a, b, out, problem)``."""
+
+    class TestStrategy(Strategy):
+        config_type = EmptyConfig
+
+        def supports(self, p, backend):
+            return None if supported else "not for this test"
+
+        def candidates(self, p, backend):
+            return [EmptyConfig()]
+
+        def workspace_bytes(self, p, config):
+            return workspace
+
+        def build(self, p, config, backend):
+            from convtune.direct.reference import reference
+
+            def run(a, b, out=None):
+                return behaviour(a, b, out, p, reference)
+            return run
+    TestStrategy.name = name
+    return TestStrategy
+
+
+def correct(a, b, out, p, reference):
+    out[...] = reference(np, p, a, b)
+    return out
+
+
+def slightly_wrong(a, b, out, p, reference):
+    out[...] = reference(np, p, a, b) * (1 + 1e-4)
+    return out
+
+
+def raises_memory(a, b, out, p, reference):
+    raise MemoryError("simulated device out of memory")
+
+
+def leaves_holes(a, b, out, p, reference):
+    out[..., :1] = 0.0  # writes only part of the output: the NaN poison must catch it
+    return out
+
+
+@pytest.fixture
+def extra_strategies():
+    names = []
+
+    def add(name, behaviour, **kw):
+        register(make_strategy(name, behaviour, **kw))
+        names.append(name)
+        return name
+    yield add
+    for n in names:
+        unregister(n)
+
+
+def test_fastest_candidate_wins_and_every_outcome_is_recorded(extra_strategies):
+    extra_strategies("t-good", correct)
+    timer = FakeTimer({"t-good": 0.001, "im2col[chunk=2]": 0.5}, default=2.0)
+    d = Planner("numpy", timer).tune(problem("2d-odd"))
+    assert d.winner.strategy == "t-good" and d.winner.status == "winner"
+    assert d.winner.timing.median_s == 0.001
+    statuses = {o.label: o.status for o in d.outcomes}
+    assert statuses["im2col[chunk=2]"] == "ok"
+    assert all(o.error is not None and o.error <= 1e-5 for o in d.outcomes if o.status in ("ok", "winner"))
+    assert d.runner_up().label == "im2col[chunk=2]"
+    assert d.speedup_over_next() == pytest.approx(500)
+    assert len(timer.labels) == len([o for o in d.outcomes if o.timing is not None])
+
+
+def test_a_wrong_candidate_is_rejected_with_its_error(extra_strategies):
+    extra_strategies("t-wrong", slightly_wrong)
+    timer = FakeTimer({"t-wrong": 1e-9})
+    d = Planner("numpy", timer).tune(problem("2d-odd"))
+    rejected = [o for o in d.outcomes if o.strategy == "t-wrong"][0]
+    assert rejected.status == "rejected"
+    assert rejected.error == pytest.approx(1e-4, rel=1e-2)
+    assert "over the fp32 tolerance" in rejected.reason
+    assert d.winner.strategy != "t-wrong"
+    assert not any(label.startswith("t-wrong") for label in timer.labels)
+
+
+def test_tf32_mode_accepts_what_fp32_rejects(extra_strategies):
+    extra_strategies("t-wrong", slightly_wrong)
+    timer = FakeTimer({"t-wrong[": 1e-9})
+    d = Planner("numpy", timer).tune(problem("2d-odd", math="tf32"))
+    assert d.winner.strategy == "t-wrong"
+    assert d.winner.error == pytest.approx(1e-4, rel=1e-2)
+
+
+def test_output_left_unwritten_is_rejected(extra_strategies):
+    extra_strategies("t-holes", leaves_holes)
+    d = Planner("numpy", FakeTimer()).tune(problem("2d-odd"))
+    outcome = [o for o in d.outcomes if o.strategy == "t-holes"][0]
+    assert outcome.status == "rejected" and outcome.error == float("inf")
+
+
+def test_a_failing_candidate_is_recorded_and_tuning_goes_on(extra_strategies):
+    extra_strategies("t-oom", raises_memory)
+    d = Planner("numpy", FakeTimer()).tune(problem("2d-odd"))
+    failed = [o for o in d.outcomes if o.strategy == "t-oom"][0]
+    assert failed.status == "failed"
+    assert failed.reason.startswith("out of memory")
+    assert d.winner.strategy in ("im2col", "fft")
+
+
+def test_failure_during_timing_is_recorded(extra_strategies):
+    extra_strategies("t-good", correct)
+
+    class ExplodingTimer(FakeTimer):
+        def __call__(self, fn, backend=None, label=""):
+            if label.startswith("t-good"):
+                raise RuntimeError("launch failed")
+            return super().__call__(fn, backend, label)
+    d = Planner("numpy", ExplodingTimer()).tune(problem("2d-odd"))
+    failed = [o for o in d.outcomes if o.strategy == "t-good"][0]
+    assert failed.status == "failed" and "launch failed" in failed.reason
+    assert failed.error is not None
+
+
+def test_workspace_budget_drops_candidates(extra_strategies):
+    extra_strategies("t-huge", correct, workspace=10 ** 12)
+    d = Planner("numpy", FakeTimer(), workspace_limit=10 ** 9).tune(problem("2d-odd"))
+    huge = [o for o in d.outcomes if o.strategy == "t-huge"][0]
+    assert huge.status == "over_budget" and huge.workspace_bytes == 10 ** 12
+    assert "over the limit" in huge.reason
+
+
+def test_unsupported_strategies_say_why(extra_strategies):
+    extra_strategies("t-never", correct, supported=False)
+    d = Planner("numpy", FakeTimer()).tune(problem("2d-odd"))
+    never = [o for o in d.outcomes if o.strategy == "t-never"][0]
+    assert never.status == "unsupported" and never.reason == "not for this test"
+
+
+def test_no_survivor_raises_tuning_error_with_the_record(extra_strategies):
+    extra_strategies("t-wrong", slightly_wrong)
+    with pytest.raises(TuningError, match="no candidate survived") as info:
+        Planner("numpy", FakeTimer(), strategies=["t-wrong"]).tune(problem("2d-odd"))
+    assert [o.status for o in info.value.decision.outcomes] == ["rejected"]
+
+
+def test_a_lone_survivor_is_not_timed(extra_strategies):
+    extra_strategies("t-good", correct)
+    timer = FakeTimer()
+    d = Planner("numpy", timer, strategies=["t-good"]).tune(problem("2d-odd"))
+    assert timer.labels == []
+    assert d.winner.strategy == "t-good" and d.winner.timing is None
+    assert "not timed" in d.winner.reason
+
+
+def test_time_budget_skips_the_rest_but_times_at_least_one():
+    timer = FakeTimer()
+    d = Planner("numpy", timer, time_budget_s=0.0).tune(problem("2d-large-kernel"))
+    assert len(timer.labels) == 1
+    skipped = [o for o in d.outcomes if o.status == "skipped"]
+    assert skipped and all("time budget" in o.reason for o in skipped)
+
+
+def test_unknown_strategy_names_are_refused():
+    with pytest.raises(ValueError, match="registered strategies"):
+        Planner("numpy", strategies=["nope"])
+
+
+def test_verification_runs_on_a_reduced_batch(extra_strategies):
+    seen = []
+
+    def recording(a, b, out, p, reference):
+        seen.append(a.shape[0])
+        return correct(a, b, out, p, reference)
+    extra_strategies("t-rec", recording)
+    Planner("numpy", FakeTimer(), verify_batch=1).tune(problem("2d-odd", batch=6))
+    assert seen[0] == 1 and 6 in seen[1:]
+
+
+def test_real_cpu_timer_produces_statistics():
+    d = Planner("numpy", strategies=["im2col"]).tune(problem("2d-odd"))
+    for o in d.outcomes:
+        if o.timing is not None:
+            assert o.timing.median_s > 0 and o.timing.repeats >= 1 and o.timing.spread_s >= 0

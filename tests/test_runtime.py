@@ -1,0 +1,175 @@
+"""Runtime dispatch: lookup order, miss policies, the hit path, public functions and layers."""
+
+import numpy as np
+import pytest
+
+import convtune
+from convtune import ConvtuneError, Conv1d, Conv2d, MemoryPlanStore, Runtime
+from convtune.direct.reference import reference
+from convtune.planner import Planner, build_plan
+from convtune.problem import ConvProblem
+from conftest import FakeTimer, FailingTimer
+
+rng = np.random.default_rng(0)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture
+def runtime():
+    return Runtime(planner_options={"timer": FakeTimer()})
+
+
+def test_conv_tunes_once_then_hits(runtime):
+    x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
+    y = convtune.conv(x, w, padding=1, runtime=runtime)
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3, padding=1)
+    assert rel(y, reference(np, p, x, w)) < 1e-5
+    assert runtime.tuned == 1
+    runtime.planner_options["timer"] = FailingTimer()
+    convtune.conv(x, w, padding=1, runtime=runtime)
+    assert runtime.tuned == 1
+
+
+def test_store_hit_does_no_timing_in_a_new_runtime(runtime):
+    x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
+    convtune.conv(x, w, padding=1, runtime=runtime)
+    fresh = Runtime(store=runtime.store, planner_options={"timer": FailingTimer()})
+    y = convtune.conv(x, w, padding=1, runtime=fresh)
+    assert fresh.tuned == 0 and runtime.store.hits == 1
+    assert y.shape == (2, 4, 9, 9)
+    plan = fresh._memo[next(iter(fresh._memo))]
+    assert plan.source == "cache"
+
+
+def test_explicit_plan_comes_first(runtime, failing_timer):
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    decision = Planner("numpy", FakeTimer(), strategies=["fft"]).tune(p)
+    plan = build_plan(decision, "numpy")
+    rt = Runtime(miss_policy="error")
+    x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
+    y = convtune.conv(x, w, plan=plan, runtime=rt)
+    assert plan.strategy == "fft" and rel(y, reference(np, p, x, w)) < 1e-5
+
+
+def test_miss_policy_error_says_what_to_do():
+    rt = Runtime(miss_policy="error")
+    with pytest.raises(ConvtuneError, match="convtune tune"):
+        convtune.conv(randn(1, 2, 5, 5), randn(2, 2, 3, 3), runtime=rt)
+
+
+def test_miss_policy_heuristic_times_nothing_and_stores_nothing():
+    rt = Runtime(miss_policy="heuristic", planner_options={"timer": FailingTimer()})
+    x, w = randn(2, 2, 12, 12), randn(3, 2, 5, 5)
+    y = convtune.conv(x, w, runtime=rt)
+    p = ConvProblem.make(batch=2, in_channels=2, out_channels=3, input_size=(12, 12), kernel_size=5)
+    assert rel(y, reference(np, p, x, w)) < 1e-5
+    assert len(rt.store) == 0
+    assert next(iter(rt._memo.values())).source == "heuristic"
+
+
+def test_unknown_miss_policy_names_the_valid_ones():
+    with pytest.raises(ValueError, match="acceptable: tune, heuristic, error"):
+        Runtime(miss_policy="guess")
+
+
+def test_backward_functions_match_reference(runtime):
+    x, w = randn(2, 4, 11, 10), randn(6, 2, 3, 3)
+    kw = dict(stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
+    p = ConvProblem.make(batch=2, in_channels=4, out_channels=6, input_size=(11, 10), kernel_size=3, **kw)
+    dy = randn(*p.y_shape)
+    dx = convtune.conv_backward_data(dy, w, x.shape, **kw, runtime=runtime)
+    dw = convtune.conv_backward_filter(x, dy, w.shape, **kw, runtime=runtime)
+    assert rel(dx, reference(np, p.for_pass("dgrad"), dy, w)) < 1e-5
+    assert rel(dw, reference(np, p.for_pass("wgrad"), x, dy)) < 1e-5
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda rt: convtune.conv(randn(2, 3, 8, 8).astype(np.float64), randn(4, 3, 3, 3), runtime=rt), "float32"),
+    (lambda rt: convtune.conv(randn(2, 3, 8, 8), randn(4, 2, 3, 3), runtime=rt), "expects 2 input channels"),
+    (lambda rt: convtune.conv(randn(2, 3, 8), randn(4, 3, 3, 3), runtime=rt), "same rank"),
+    (lambda rt: convtune.conv(randn(2, 3, 2, 2), randn(4, 3, 3, 3), runtime=rt), "dilated kernel spans"),
+    (lambda rt: convtune.conv(randn(2, 3, 8, 8), randn(4, 3, 3, 3), stride=(1, 1, 1), runtime=rt), "stride has 3"),
+    (lambda rt: convtune.conv_backward_data(randn(2, 4, 5, 5), randn(4, 3, 3, 3), (2, 3, 8, 8), runtime=rt),
+     "dy has shape"),
+    (lambda rt: convtune.conv_backward_filter(randn(2, 3, 8, 8), randn(2, 4, 5, 5), (4, 3, 3, 3), runtime=rt),
+     "dy has shape"),
+    (lambda rt: convtune.conv(randn(2, 3, 8, 8), randn(4, 3, 3, 3), math="fp16", runtime=rt), "acceptable modes"),
+])
+def test_bad_input_gets_a_clear_error(runtime, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(runtime)
+
+
+def test_plan_refuses_operands_of_other_shapes(runtime):
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    plan = build_plan(Planner("numpy", FakeTimer()).tune(p), "numpy")
+    with pytest.raises(ValueError, match="this plan is for operands"):
+        plan(randn(3, 3, 9, 9), randn(4, 3, 3, 3))
+
+
+def test_mixed_array_kinds_are_refused():
+    from convtune.backend import backend_for
+
+    class FakeCupy:
+        __module__ = "cupy._core.core"
+    with pytest.raises(ValueError, match="all NumPy or all CuPy"):
+        backend_for(np.zeros(1), FakeCupy())
+
+
+def test_conv2d_layer_trains_a_step(runtime):
+    layer = Conv2d(3, 5, 3, stride=2, padding=1, seed=1, runtime=runtime)
+    x = randn(2, 3, 9, 8)
+    y = layer(x)
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=5, input_size=(9, 8), kernel_size=3, stride=2,
+                         padding=1)
+    assert rel(y, reference(np, p, x, layer.weight) + layer.bias.reshape(1, -1, 1, 1)) < 1e-5
+    dy = randn(*y.shape)
+    dx = layer.backward(dy)
+    assert rel(dx, reference(np, p.for_pass("dgrad"), dy, layer.weight)) < 1e-5
+    assert rel(layer.grad_weight, reference(np, p.for_pass("wgrad"), x, dy)) < 1e-5
+    np.testing.assert_allclose(layer.grad_bias, dy.sum(axis=(0, 2, 3)), rtol=1e-5)
+    before = layer.weight.copy()
+    for param, grad in layer.parameters():
+        param -= 0.1 * grad
+    assert not np.allclose(before, layer.weight)
+
+
+def test_conv1d_layer_depthwise(runtime):
+    layer = Conv1d(4, 4, 7, padding=3, groups=4, bias=False, seed=2, runtime=runtime)
+    x = randn(3, 4, 20)
+    y = layer(x)
+    p = ConvProblem.make(batch=3, in_channels=4, out_channels=4, input_size=(20,), kernel_size=7, padding=3, groups=4)
+    assert rel(y, reference(np, p, x, layer.weight)) < 1e-5
+    assert layer.backward(randn(*y.shape)).shape == x.shape
+    assert layer.grad_bias is None
+
+
+def test_layer_errors():
+    with pytest.raises(ValueError, match="divisible by groups"):
+        Conv2d(3, 4, 3, groups=2)
+    with pytest.raises(ValueError, match="kernel_size must be"):
+        Conv2d(3, 4, (3, 3, 3))
+    layer = Conv2d(3, 4, 3)
+    with pytest.raises(ValueError, match="expects input of rank 4"):
+        layer(randn(2, 3, 8))
+    with pytest.raises(RuntimeError, match="before forward"):
+        layer.backward(randn(1, 4, 1, 1))
+
+
+def test_public_tune_stores_the_decision():
+    rt = Runtime(planner_options={"timer": FakeTimer()})
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    decision = convtune.tune(p, runtime=rt)
+    assert rt.store.get(p, decision.device_key) is decision
+
+
+def test_memory_store_repr_counts():
+    store = MemoryPlanStore()
+    assert "0 decisions" in repr(store)

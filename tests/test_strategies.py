@@ -1,0 +1,75 @@
+"""Every candidate of every registered strategy, every pass, every shape, against float64."""
+
+import pytest
+
+from convtune.planner import random_operands, relative_error
+from convtune.problem import PASSES
+from convtune.strategies import all_strategies, get_strategy, register, unregister
+from convtune.strategies.base import Strategy
+from cases import CASES, problem
+
+SELECTABLE = [s.name for s in all_strategies(selectable_only=True)]
+
+
+@pytest.mark.parametrize("strategy_name", SELECTABLE)
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_candidate_matches_float64(backend, strategy_name, pass_, case):
+    p = problem(case, pass_)
+    strategy = get_strategy(strategy_name)
+    reason = strategy.supports(p, backend)
+    if reason is not None:
+        pytest.skip(f"{strategy_name} does not support {case}: {reason}")
+    xp = backend.xp
+    a, b = random_operands(backend, p, seed=hash((case, pass_)) % 1000)
+    ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    configs = strategy.candidates(p, backend)
+    assert configs, f"{strategy_name} supports {case} but lists no candidate"
+    for config in configs:
+        out = xp.full(p.result_shape, xp.nan, dtype=xp.float32)
+        result = strategy.build(p, config, backend)(a, b, out)
+        assert result is out
+        err = relative_error(xp, out, ref)
+        assert err <= 1e-5, f"{strategy.describe(config)} error {err:.3g} on {p.describe()}"
+        fresh = strategy.build(p, config, backend)(a, b)
+        assert type(fresh) is type(a) and fresh.shape == p.result_shape and fresh.dtype == xp.float32
+        assert relative_error(xp, fresh, ref) <= 1e-5
+
+
+def test_registry_rejects_duplicates_and_names_valid_strategies():
+    with pytest.raises(ValueError, match="already registered"):
+        @register
+        class Again(Strategy):
+            name = "fft"
+    with pytest.raises(ValueError, match="registered strategies: .*fft.*im2col"):
+        get_strategy("winograd")
+
+
+def test_unregister_removes_a_strategy():
+    @register
+    class Temporary(Strategy):
+        name = "temporary-test-strategy"
+    unregister("temporary-test-strategy")
+    assert "temporary-test-strategy" not in [s.name for s in all_strategies()]
+
+
+def test_reference_is_never_selectable():
+    assert "reference" not in SELECTABLE
+    assert {"fft", "im2col"} <= set(SELECTABLE)
+
+
+def test_config_round_trips_through_dict():
+    p = problem("2d-odd")
+    for name in SELECTABLE:
+        strategy = get_strategy(name)
+        for config in strategy.candidates(p, None):
+            assert strategy.config_type.from_dict(config.as_dict()) == config
+
+
+def test_fft_rejects_too_small_sizes(backend):
+    p = problem("2d-odd")
+    fft = get_strategy("fft")
+    config = fft.candidates(p, backend)[0]
+    small = type(config)(sizes=(2, 2), product="gemm", chunk=1)
+    with pytest.raises(ValueError, match="below the minimum"):
+        fft.build(p, small, backend)
