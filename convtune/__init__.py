@@ -14,7 +14,7 @@ from .plan import CandidateOutcome, Decision, Plan
 from .timing import CpuTimer, CudaEventTimer, TimingStats
 from .planner import Planner
 from .runtime import (MemoryPlanStore, Runtime, conv, conv_backward_data, conv_backward_filter, default_runtime,
-                      set_default_runtime, tune)
+                      set_default_runtime, tune, use_cache)
 from .layers import Conv1d, Conv2d
 
 __version__ = "0.1.0"
@@ -23,5 +23,5 @@ logging.getLogger("convtune").addHandler(logging.NullHandler())
 
 __all__ = ["ConvProblem", "Planner", "Plan", "Decision", "CandidateOutcome", "TimingStats", "CpuTimer",
            "CudaEventTimer", "Runtime", "MemoryPlanStore", "conv", "conv_backward_data", "conv_backward_filter",
-           "tune", "default_runtime", "set_default_runtime", "Conv1d", "Conv2d", "ConvtuneError", "UnsupportedProblem",
+           "tune", "use_cache", "default_runtime", "set_default_runtime", "Conv1d", "Conv2d", "ConvtuneError", "UnsupportedProblem",
            "TuningError", "BackendError", "CacheError", "NetworkError", "__version__"]

@@ -1,22 +1,358 @@
-"""The ``convtune`` command line."""
+"""The ``convtune`` command line: tune, show, explain, export, import, info.
+
+Every error a user can cause ends in a one-line message and a non-zero exit.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+import sys
+import time
+
 import click
 
+from .errors import ConvtuneError, TuningError
 
-@click.group()
+PASS_NAMES = ("fwd", "dgrad", "wgrad")
+_SIZE = re.compile(r"^\s*([0-9.eE+]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+          "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40, "KI": 2 ** 10, "MI": 2 ** 20,
+          "GI": 2 ** 30, "TI": 2 ** 40}
+
+
+class _Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `convtune show | head`: the reader left, nothing to report
+            sys.stderr.close()
+            sys.exit(0)
+        except (ConvtuneError, ValueError, OSError) as exc:
+            raise click.ClickException(" ".join(str(exc).split("\n")[0].split()) or type(exc).__name__) from None
+
+
+def parse_size(text: str) -> int | None:
+    """'4GiB', '512MB', '1e9' or 'none' to bytes."""
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    m = _SIZE.match(text)
+    if not m or m.group(2) and m.group(2).upper() not in _UNITS:
+        raise ValueError(f"cannot read the size {text!r}; write e.g. 4GiB, 512MB, 1e9 or none")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+
+
+def _passes(text: str) -> tuple[str, ...]:
+    passes = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in passes if p not in PASS_NAMES]
+    if bad or not passes:
+        raise ValueError(f"unknown pass(es) {', '.join(bad) or text!r}; acceptable: {', '.join(PASS_NAMES)}")
+    return passes
+
+
+def _backend(name: str):
+    from .backend import get_backend, gpu_available
+    if name == "auto":
+        name = "cupy" if gpu_available() else "numpy"
+    return get_backend(name)
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def _table(headers, rows) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(headers)]
+    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+db_option = click.option("--db", "db", metavar="URL", default=None,
+                         help="Plan cache: a SQLite path, sqlite:///PATH or postgresql://USER@HOST/DB "
+                              "(default: $CONVTUNE_DB, else ~/.cache/convtune/plans.db).")
+
+
+@click.group(cls=_Group)
 @click.version_option(package_name="convtune")
 def main():
-    """convtune: convolution auto-tuning engine and cached plan service."""
+    """convtune: convolution auto-tuning engine and cached plan service.
+
+    Tune a network once (`convtune tune resnet50`); training code then finds the
+    plans in the cache (`convtune.conv`, `convtune.Conv2d`).
+    """
 
 
 @main.command()
-def info():
-    """This machine's fingerprint, backends and strategies."""
-    from .backend import get_backend, gpu_available
+@click.argument("network")
+@db_option
+@click.option("--passes", default="fwd,dgrad,wgrad", show_default=True, help="Comma-separated passes to tune.")
+@click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True,
+              help="fp32: within 1e-5 of float64; tf32: within 1e-3.")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
+@click.option("--workspace-limit", default="4GiB", show_default=True, help="Skip candidates needing more (or 'none').")
+@click.option("--time-budget", type=click.FloatRange(min=0), default=None,
+              help="Seconds of timing per problem; later candidates are skipped once spent.")
+@click.option("--retune", is_flag=True, help="Tune again even where the cache has a plan.")
+@click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
+@click.option("--strategies", default=None, help="Comma-separated strategies to consider (default: all).")
+def tune(network, db, passes, math_mode, batch, workspace_limit, time_budget, retune, backend, strategies):
+    """Tune every layer of NETWORK (a YAML/JSON file or a built-in name) and store the plans.
+
+    Shapes repeated across layers are tuned once. A second run finds every plan in
+    the cache and times nothing (use --retune to measure again).
+    """
+    from .cache import PlanCache
+    from .network import load_network, unique_problems
+    from .planner import Planner
+
+    layers = load_network(network, batch=batch, math=math_mode)
+    problems = unique_problems(layers, _passes(passes))
+    cache = PlanCache(db)
+    be = _backend(backend)
+    device = be.device_info()
+    planner = Planner(be, workspace_limit=parse_size(workspace_limit), time_budget_s=time_budget,
+                      strategies=[s.strip() for s in strategies.split(",")] if strategies else None)
+    click.echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
+               f"cache {cache.display_url}", err=True)
+    sources, failures = {}, []
+    started = time.perf_counter()
+    current = [""]
+    try:
+        with click.progressbar(problems, label="tuning", file=sys.stderr,
+                               item_show_func=lambda item: item and f"{item[1][0]} {item[0].pass_}") as bar:
+            for problem, names in bar:
+                current[0] = names[0]
+                if not retune and cache.get(problem, device.key()) is not None:
+                    sources[problem.key()] = "cache"
+                    continue
+                try:
+                    cache.put(planner.tune(problem))  # saved at once: an interrupted run loses nothing
+                    sources[problem.key()] = "tuned"
+                except TuningError as exc:
+                    cache.put(exc.decision)
+                    sources[problem.key()] = "FAILED"
+                    failures.append((names[0], problem, exc))
+    except KeyboardInterrupt:
+        done = sum(1 for s in sources.values() if s == "tuned")
+        raise click.ClickException(f"interrupted at {current[0]}; the {done} problem(s) tuned so far are saved")
+    elapsed = time.perf_counter() - started
+
+    rows = []
+    for problem, names in problems:
+        plan = cache.plan_row(problem.key(), device.key())
+        layer = names[0] + (f" (+{len(names) - 1})" if len(names) > 1 else "")
+        if plan is None:
+            rows.append((layer, problem.pass_, "-", "-", "-", sources[problem.key()]))
+            continue
+        speedup = f"{plan['speedup_next']:.2f}x" if plan["speedup_next"] else "-"
+        rows.append((layer, problem.pass_, plan["label"], _ms(plan["time_median_s"]), speedup,
+                     sources[problem.key()]))
+    click.echo(_table(("layer", "pass", "winner", "time ms", "vs next", "source"), rows))
+    tuned = sum(1 for s in sources.values() if s == "tuned")
+    hits = sum(1 for s in sources.values() if s == "cache")
+    if hits == len(problems):
+        click.echo(f"all {hits} plans came from the cache; nothing was timed ({elapsed:.2f} s)")
+    else:
+        click.echo(f"{tuned} tuned, {hits} from the cache, {len(failures)} failed in {elapsed:.1f} s")
+    for name, problem, exc in failures:
+        click.echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `convtune explain {name}`", err=True)
+    if failures:
+        sys.exit(1)
+
+
+@main.command()
+@db_option
+@click.option("--device", default=None, help="Only devices whose fingerprint contains this text.")
+@click.option("--strategy", default=None, help="Only plans of this strategy.")
+@click.option("--pass", "pass_", type=click.Choice(PASS_NAMES), default=None)
+@click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default=None)
+@click.option("--problem", default=None, help="Only problem keys containing this text (e.g. ker7x7).")
+@click.option("--current", is_flag=True, help="Only plans usable by this convtune on this machine.")
+def show(db, device, strategy, pass_, math_mode, problem, current):
+    """List the plan table (plans of other devices and older strategy versions too, marked)."""
+    from .cache import PlanCache
+    cache = PlanCache(db, create=False)
+    here = {_backend("auto").device_info().key(), _backend("numpy").device_info().key()}
+    rows = []
+    for r in cache.plan_rows():
+        p_pass, p_math = r["problem_key"].split(":")[2], r["problem_key"].split(":")[4]
+        if device and device not in r["fingerprint"]:
+            continue
+        if strategy and r["strategy"] != strategy or pass_ and p_pass != pass_ or math_mode and p_math != math_mode:
+            continue
+        if problem and problem not in r["problem_key"]:
+            continue
+        status = "current" if r["fingerprint"] in here and r["current_versions"] else \
+            ("old strategy versions" if r["fingerprint"] in here else "other device")
+        if current and status != "current":
+            continue
+        speedup = f"{r['speedup_next']:.2f}x" if r["speedup_next"] else "-"
+        err = f"{r['error']:.1e}" if r["error"] is not None else "-"
+        rows.append((r["problem_key"].split(":", 1)[1], r["model"], r["label"], _ms(r["time_median_s"]), err,
+                     speedup, status))
+    if not rows:
+        click.echo(f"no plans match in {cache.display_url}")
+        return
+    click.echo(_table(("problem", "device", "winner", "time ms", "error", "vs next", "status"), rows))
+    click.echo(f"{len(rows)} plan(s) in {cache.display_url}")
+
+
+@main.command()
+@click.argument("layer")
+@click.option("--net", "network", default=None, help="Network holding LAYER (a file or a built-in name).")
+@db_option
+@click.option("--pass", "pass_", type=click.Choice(PASS_NAMES), default=None, help="One pass (default: all).")
+@click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
+@click.option("--batch", type=click.IntRange(min=1), default=None)
+@click.option("--device", default=None, help="Device fingerprint text (default: this machine's).")
+def explain(layer, network, db, pass_, math_mode, batch, device):
+    """Every candidate of LAYER's latest tuning run, and why the winner won.
+
+    LAYER is a layer name of --net, or a problem key as `convtune show` prints it.
+    """
+    from .cache import PlanCache
+    from .network import load_network
+    from .problem import ConvProblem
+    cache = PlanCache(db, create=False)
+    if network:
+        matches = [l for l in load_network(network, batch=batch, math=math_mode) if l.name == layer]
+        if not matches:
+            raise click.ClickException(f"no layer named {layer!r} in {network}")
+        base = matches[0].problem
+        problems = [base.for_pass(p) for p in ([pass_] if pass_ else PASS_NAMES)]
+    else:
+        key = layer if layer.startswith("ck") else "ck1:" + layer
+        try:
+            problems = [ConvProblem.from_key(key)]
+        except ValueError:
+            raise click.ClickException(f"{layer!r} is not a problem key; give the layer's network with --net") \
+                from None
+    fingerprint = None
+    if device is None:
+        fingerprint = _backend("auto").device_info().key()
+    for problem in problems:
+        fp = fingerprint
+        if device is not None:
+            fps = sorted({r["fingerprint"] for r in cache.device_rows() if device in r["fingerprint"]})
+            if len(fps) != 1:
+                raise click.ClickException(f"--device {device!r} matches {len(fps)} devices; be more specific")
+            fp = fps[0]
+        click.echo(f"== {problem.describe()}  [{problem.key()}]")
+        rows = cache.measurement_rows(problem.key(), fp)
+        if not rows:
+            others = sorted({r["fingerprint"] for r in cache.measurement_rows(problem.key())})
+            hint = f"; measured on: {', '.join(others)} (use --device)" if others else ""
+            click.echo(f"   no measurements on {fp}{hint}")
+            plan = cache.plan_row(problem.key(), fp)
+            if plan:
+                click.echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
+            continue
+        order = {"winner": 0, "ok": 1, "skipped": 2, "rejected": 3, "failed": 4, "over_budget": 5, "unsupported": 6}
+        rows.sort(key=lambda r: (order.get(r["status"], 9), r["time_median_s"] or math.inf))
+        table = [(r["label"], r["status"], _ms(r["time_median_s"]), _ms(r["time_spread_s"]),
+                  f"{r['error']:.1e}" if r["error"] is not None else "-", f"{r['workspace_bytes'] / 2 ** 20:.1f}",
+                  r["reason"]) for r in rows]
+        click.echo(_table(("candidate", "status", "median ms", "spread ms", "error", "ws MiB", "reason"), table))
+        click.echo("   " + _why(rows, problem))
+
+
+def _why(rows, problem) -> str:
+    winner = next((r for r in rows if r["status"] == "winner"), None)
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in
+              ("rejected", "failed", "unsupported", "over_budget", "skipped")}
+    tail = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
+    if winner is None:
+        return f"no candidate survived ({tail})"
+    timed = [r for r in rows if r["status"] == "ok" and r["time_median_s"] is not None]
+    if winner["time_median_s"] is None:
+        why = f"winner {winner['label']}: the only candidate left after verification, so nothing was timed"
+    elif timed:
+        nxt = min(timed, key=lambda r: r["time_median_s"])
+        why = (f"winner {winner['label']}: fastest of {len(timed) + 1} timed candidates, "
+               f"{nxt['time_median_s'] / winner['time_median_s']:.2f}x faster than {nxt['label']}, "
+               f"error {winner['error']:.1e} within the {problem.math} tolerance {problem.tolerance:g}")
+    else:
+        why = f"winner {winner['label']}: the only candidate timed"
+    return why + (f"; {tail}" if tail else "")
+
+
+@main.command(name="export")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="File to write (default: standard output).")
+def export_cmd(db, fmt, output):
+    """Write the plan table as JSON or CSV, to share with other machines."""
+    from .cache import PlanCache, write_export
+    cache = PlanCache(db, create=False)
+    records = cache.export_records()
+    text = write_export(records, fmt)
+    if output:
+        with open(output, "w") as fh:
+            fh.write(text)
+        click.echo(f"exported {len(records)} plan(s) to {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command(name="import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["auto", "json", "csv"]), default="auto", show_default=True)
+def import_cmd(file, db, fmt):
+    """Merge an exported plan table into the cache: new plans are added; where both have a plan,
+    the better-measured one is kept (timed beats untimed, then the faster median) and differing
+    choices are reported as conflicts."""
+    from .cache import PlanCache, read_export
+    try:
+        with open(file) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {file}: {exc.strerror or exc}") from None
+    records = read_export(text, None if fmt == "auto" else fmt)
+    cache = PlanCache(db)
+    report = cache.import_records(records)
+    click.echo(f"imported {len(records)} plan(s) into {cache.display_url}: {report['added']} added, "
+               f"{report['replaced']} replaced by better measurements, {report['kept']} kept, "
+               f"{report['identical']} identical")
+    for c in report["conflicts"]:
+        click.echo(f"conflict {c['problem_key']} on {c['fingerprint']}: ours {c['ours']}, theirs {c['theirs']}; "
+                   f"kept {c['kept']}")
+
+
+@main.command()
+@db_option
+def info(db):
+    """This machine's fingerprint, the backends and strategies available, and the cache."""
+    from .backend import BackendError, get_backend
+    from .cache import PlanCache, resolve_url
+    from .cache.store import ENV_VAR
     from .strategies import all_strategies
-    backends = ["numpy"] + (["cupy"] if gpu_available() else [])
-    for name in backends:
-        click.echo(f"{name}: {get_backend(name).device_info().key()}")
-    click.echo("strategies: " + ", ".join(s.name for s in all_strategies(True)))
+    import os
+    for name in ("numpy", "cupy"):
+        try:
+            dev = get_backend(name).device_info()
+        except BackendError as exc:
+            click.echo(f"{name}: unavailable ({' '.join(str(exc).split())[:160]})")
+            continue
+        click.echo(f"{name}: {dev.key()}")
+        for field, value in dev.as_dict().items():
+            if value not in ("", 0):
+                click.echo(f"    {field:20s} {value}")
+    try:
+        import cudnn  # noqa: F401
+        click.echo(f"cudnn frontend: {getattr(cudnn, '__version__', 'present')}")
+    except Exception as exc:  # optional; any import failure means unavailable
+        click.echo(f"cudnn frontend: unavailable ({type(exc).__name__})")
+    click.echo("strategies: " + ", ".join(f"{s.name} v{s.version}" for s in all_strategies(True)))
+    url = resolve_url(db)
+    click.echo(f"plan cache: {url}" + ("" if db else f" (set by --db or ${ENV_VAR})"))
+    if db or os.environ.get(ENV_VAR) or url.startswith("sqlite:///") and os.path.exists(url[len("sqlite:///"):]):
+        try:
+            counts = PlanCache(db, create=False).counts()
+            click.echo("    " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+        except ConvtuneError as exc:
+            click.echo(f"    {exc}")

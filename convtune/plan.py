@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backend import DeviceInfo
 from .problem import ConvProblem
 from .timing import TimingStats
 
@@ -56,11 +57,15 @@ class Decision:
     """The planner's verdict for one problem and pass."""
 
     problem: ConvProblem
-    device_key: str
+    device: DeviceInfo
     winner: CandidateOutcome
     outcomes: tuple[CandidateOutcome, ...] = ()
     source: str = "measured"
     tuning_s: float = 0.0
+
+    @property
+    def device_key(self) -> str:
+        return self.device.key()
 
     def runner_up(self) -> CandidateOutcome | None:
         """The fastest timed candidate that is not the winner."""

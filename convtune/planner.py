@@ -124,7 +124,7 @@ class Planner:
         survivors = self._verify(problem, candidates, outcomes)
         timed = self._time(problem, survivors, outcomes)
         if not timed:
-            decision = Decision(problem, self.backend.device_info().key(), _NO_WINNER, tuple(outcomes),
+            decision = Decision(problem, self.backend.device_info(), _NO_WINNER, tuple(outcomes),
                                 "measured", time.perf_counter() - started)
             raise TuningError(f"no candidate survived for {problem.describe()}:\n" + _summary(outcomes), decision)
         best = min(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
@@ -132,7 +132,7 @@ class Planner:
         outcomes = [winner if o is best else o for o in outcomes]
         log.info("tuned %s: %s (%s)", problem.key(), winner.label,
                  f"{winner.timing.median_s * 1e3:.3f} ms" if winner.timing else "only candidate, not timed")
-        return Decision(problem, self.backend.device_info().key(), winner, tuple(outcomes), "measured",
+        return Decision(problem, self.backend.device_info(), winner, tuple(outcomes), "measured",
                         time.perf_counter() - started)
 
     def plan(self, problem: ConvProblem) -> Plan:

@@ -121,15 +121,38 @@ class Runtime:
         return f"<Runtime miss_policy={self.miss_policy} store={self.store!r} memo={len(self._memo)}>"
 
 
-_default_runtime = Runtime()
+_default_runtime: Runtime | None = None
 
 
 def default_runtime() -> Runtime:
+    """The runtime :func:`conv` and the layers use: the persistent plan cache
+    (``$CONVTUNE_DB`` or ``~/.cache/convtune/plans.db``, opened on first use), tuning on a miss."""
+    global _default_runtime
+    if _default_runtime is None:
+        from .cache.store import LazyPlanCache
+        _default_runtime = Runtime(store=LazyPlanCache())
     return _default_runtime
 
 
-def set_default_runtime(runtime: Runtime) -> Runtime:
-    """Make ``runtime`` the one that :func:`conv` and the layers use; returns the previous one."""
+def use_cache(url: str | None = None, miss_policy: str = "tune", **planner_options) -> Runtime:
+    """Make the default runtime read and write the plan cache at ``url`` (see :func:`convtune.cache.resolve_url`).
+
+    Examples
+    --------
+    >>> import os, tempfile, convtune
+    >>> rt = convtune.use_cache(os.path.join(tempfile.mkdtemp(), "plans.db"), miss_policy="heuristic")
+    >>> rt.miss_policy
+    'heuristic'
+    """
+    from .cache.store import PlanCache
+    runtime = Runtime(store=PlanCache(url), miss_policy=miss_policy, planner_options=planner_options)
+    set_default_runtime(runtime)
+    return runtime
+
+
+def set_default_runtime(runtime: Runtime | None) -> Runtime | None:
+    """Make ``runtime`` the one that :func:`conv` and the layers use (``None``: back to the lazily made
+    default); returns the previous one."""
     global _default_runtime
     previous, _default_runtime = _default_runtime, runtime
     return previous
@@ -147,7 +170,7 @@ def tune(problem: ConvProblem, runtime: Runtime | None = None, backend: Backend 
     'winner'
     """
     from .backend import get_backend
-    runtime = runtime or _default_runtime
+    runtime = runtime or default_runtime()
     backend = get_backend(backend) if isinstance(backend, str) else backend
     decision = Planner(backend, **{**runtime.planner_options, **planner_options}).tune(problem)
     runtime.store.put(decision)
@@ -208,7 +231,7 @@ def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: 
     """
     sig = ("fwd", x.shape, w.shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups, math,
            type(x), x.dtype, w.dtype)
-    rt = runtime or _default_runtime
+    rt = runtime or default_runtime()
 
     def make():
         _check_dtype(x, w)
@@ -225,7 +248,7 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
     x_shape = tuple(x_shape)
     sig = ("dgrad", dy.shape, w.shape, x_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
            math, type(dy), dy.dtype, w.dtype)
-    rt = runtime or _default_runtime
+    rt = runtime or default_runtime()
 
     def make():
         _check_dtype(dy, w)
@@ -243,7 +266,7 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
     w_shape = tuple(w_shape)
     sig = ("wgrad", x.shape, dy.shape, w_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
            math, type(x), x.dtype, dy.dtype)
-    rt = runtime or _default_runtime
+    rt = runtime or default_runtime()
 
     def make():
         _check_dtype(x, dy)
@@ -256,4 +279,4 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
 
 
 __all__ = ["Runtime", "MemoryPlanStore", "PlanStore", "conv", "conv_backward_data", "conv_backward_filter", "tune",
-           "default_runtime", "set_default_runtime", "TuningError"]
+           "default_runtime", "set_default_runtime", "use_cache", "TuningError"]

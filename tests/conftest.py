@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from convtune.backend import get_backend, gpu_available
@@ -55,3 +57,41 @@ def fake_timer():
 @pytest.fixture
 def failing_timer():
     return FailingTimer()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_plan_cache(tmp_path_factory):
+    """No test may touch the user's plan cache: the default runtime writes to a temporary file."""
+    import os
+    import convtune
+    os.environ["CONVTUNE_DB"] = str(tmp_path_factory.mktemp("cache") / "default-plans.db")
+    convtune.set_default_runtime(None)
+    yield
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL server for the session. In CI (CI=true) a missing server is a failure, not a skip."""
+    import os
+    from pgserver import PgServer
+    try:
+        server = PgServer().start()
+    except (FileNotFoundError, OSError) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL tests must run in CI: {exc}")
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+_DB_COUNTER = [0]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def cache_url(request, tmp_path):
+    """A fresh, empty plan-cache database URL: a SQLite file, or a new database on the test server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'plans.db'}"
+    server = request.getfixturevalue("pg_server")
+    _DB_COUNTER[0] += 1
+    return server.create_database(f"convtune_test_{os.getpid()}_{_DB_COUNTER[0]}")

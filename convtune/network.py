@@ -1,0 +1,123 @@
+"""Network descriptions: a YAML/JSON layer list (the format of the public benchmark
+suite, ``shared/bench/layers.yaml``) or a built-in network name.
+
+Each layer has ``name, batch, in_channels, out_channels, input, kernel`` and
+optionally ``stride, padding, dilation, groups`` (an int or one per axis) and
+``source``. A top-level list of layers is accepted too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .errors import NetworkError
+from .problem import ConvProblem
+
+REQUIRED = ("name", "batch", "in_channels", "out_channels", "input", "kernel")
+OPTIONAL = ("stride", "padding", "dilation", "groups", "source")
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    problem: ConvProblem  # the forward problem; other passes via problem.for_pass
+    source: str = ""
+
+
+def builtin_networks() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("convtune.networks").iterdir() if p.name.endswith(".yaml"))
+
+
+def _parse_layer(index: int, entry, batch: int | None, math: str) -> Layer:
+    where = f"layer {index + 1}"
+    if not isinstance(entry, dict):
+        raise NetworkError(f"{where}: expected a mapping of fields, got {type(entry).__name__}")
+    if "name" in entry:
+        where = f"layer {index + 1} ({entry['name']})"
+    missing = [f for f in REQUIRED if f not in entry]
+    if missing:
+        raise NetworkError(f"{where}: missing field(s) {', '.join(missing)}; required: {', '.join(REQUIRED)}")
+    unknown = sorted(set(entry) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        raise NetworkError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: "
+                           f"{', '.join(REQUIRED + OPTIONAL)}")
+    size = entry["input"]
+    if isinstance(size, int):
+        size = [size]
+    if not isinstance(size, (list, tuple)):
+        raise NetworkError(f"{where}: input must be a list of spatial sizes, got {size!r}")
+    try:
+        problem = ConvProblem.make(
+            batch=batch if batch is not None else entry["batch"], in_channels=entry["in_channels"],
+            out_channels=entry["out_channels"], input_size=tuple(size), kernel_size=entry["kernel"],
+            stride=entry.get("stride", 1), padding=entry.get("padding", 0), dilation=entry.get("dilation", 1),
+            groups=entry.get("groups", 1), math=math)
+    except (ValueError, TypeError) as exc:
+        raise NetworkError(f"{where}: {exc}") from exc
+    return Layer(str(entry["name"]), problem, str(entry.get("source", "")))
+
+
+def parse_network(text: str, origin: str, batch: int | None = None, math: str = "fp32") -> list[Layer]:
+    try:
+        doc = yaml.safe_load(text)  # YAML is a superset of JSON
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise NetworkError(f"{origin}: malformed YAML/JSON{at}: {getattr(exc, 'problem', exc)}") from None
+    layers = doc.get("layers") if isinstance(doc, dict) else doc
+    if not isinstance(layers, list) or not layers:
+        raise NetworkError(f"{origin}: expected a non-empty list of layers (under a 'layers:' key or at the top)")
+    parsed = [_parse_layer(i, e, batch, math) for i, e in enumerate(layers)]
+    names = [layer.name for layer in parsed]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise NetworkError(f"{origin}: duplicate layer name(s) {', '.join(dupes)}")
+    return parsed
+
+
+def load_network(spec: str, batch: int | None = None, math: str = "fp32") -> list[Layer]:
+    """Layers of a network file (YAML or JSON) or of a built-in network.
+
+    Examples
+    --------
+    >>> [layer.name for layer in load_network("alexnet")][:2]
+    ['conv1', 'conv2']
+    """
+    if batch is not None and (not isinstance(batch, int) or batch <= 0):
+        raise NetworkError(f"batch must be a positive integer, got {batch!r}")
+    path = Path(spec)
+    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise NetworkError(f"cannot read network file {spec}: {exc.strerror or exc}") from None
+        return parse_network(text, str(spec), batch, math)
+    if spec in builtin_networks():
+        text = resources.files("convtune.networks").joinpath(f"{spec}.yaml").read_text()
+        return parse_network(text, f"built-in network {spec}", batch, math)
+    raise NetworkError(f"unknown network {spec!r}: not a file, and not a built-in network "
+                       f"({', '.join(builtin_networks())})")
+
+
+def unique_problems(layers: list[Layer], passes) -> list[tuple[ConvProblem, list[str]]]:
+    """Distinct problems over layers x passes, in order, each with the layer names that share it."""
+    seen: dict[str, tuple[ConvProblem, list[str]]] = {}
+    for layer in layers:
+        for pass_ in passes:
+            p = layer.problem.for_pass(pass_)
+            seen.setdefault(p.key(), (p, []))[1].append(layer.name)
+    return list(seen.values())
+
+
+def dumps_json(layers: list[Layer]) -> str:
+    """The layers as a JSON network description (for tests and tools)."""
+    rows = [dict(name=l.name, batch=l.problem.batch, in_channels=l.problem.in_channels,
+                 out_channels=l.problem.out_channels, input=list(l.problem.input_size),
+                 kernel=list(l.problem.kernel_size), stride=list(l.problem.stride), padding=list(l.problem.padding),
+                 dilation=list(l.problem.dilation), groups=l.problem.groups) for l in layers]
+    return json.dumps({"layers": rows}, indent=1)

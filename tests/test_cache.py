@@ -1,0 +1,254 @@
+"""The persistent plan cache on SQLite and on a real PostgreSQL server."""
+
+import multiprocessing
+import os
+
+import pytest
+from sqlalchemy import text
+
+import convtune
+from convtune import CandidateOutcome, ConvProblem, Decision, TimingStats
+from convtune.backend import DeviceInfo, get_backend
+from convtune.cache import PlanCache, read_export, resolve_url, write_export
+from convtune.errors import CacheError
+from conftest import FailingTimer, FakeTimer
+
+GPU_A = DeviceInfo("cupy", "NVIDIA H100 80GB HBM3", "9.0", 132, 85 << 30, "13000", "13000", "12000", "130000",
+                   "91900", "2.4.6", "14.2.0")
+GPU_B = DeviceInfo(**{**GPU_A.as_dict(), "driver": "13010"})  # a driver upgrade: another fingerprint
+
+
+def problem(i=0, pass_="fwd"):
+    return ConvProblem.make(batch=2 + i, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3,
+                            pass_=pass_)
+
+
+def decision(p, device=GPU_A, winner_ms=1.0, strategy="fft", config=None):
+    def outcome(label, status, ms, strat, cfg):
+        timing = TimingStats(ms / 1e3, ms / 1e5, ms / 1e3, 25) if ms is not None else None
+        return CandidateOutcome(strat, cfg, label, status, workspace_bytes=1 << 20, error=3e-7, timing=timing)
+    config = config or {"sizes": [16, 16], "product": "gemm", "chunk": p.batch}
+    win = outcome(f"{strategy}[{config}]", "winner", winner_ms, strategy, config)
+    other = outcome("im2col[chunk=2]", "ok", winner_ms * 2, "im2col", {"chunk": 2})
+    bad = CandidateOutcome("fft", {"sizes": [9, 9]}, "fft[sizes=9x9]", "rejected", error=float("inf"),
+                           reason="error inf over the fp32 tolerance")
+    unsup = CandidateOutcome("cudnn", {}, "cudnn[*]", "unsupported", reason="no GPU")
+    return Decision(p, device, win, (win, other, bad, unsup), "measured", 1.5)
+
+
+def test_round_trip(cache_url):
+    cache = PlanCache(cache_url)
+    d = decision(problem())
+    cache.put(d)
+    fresh = PlanCache(cache_url)
+    got = fresh.get(problem(), GPU_A.key())
+    assert got.source == "cache"
+    assert got.winner.strategy == "fft" and got.winner.config == d.winner.config
+    assert got.winner.timing.median_s == pytest.approx(1e-3) and got.winner.error == pytest.approx(3e-7)
+    assert got.device == GPU_A
+    assert fresh.get(problem(1), GPU_A.key()) is None
+    assert fresh.counts() == {"devices": 1, "problems": 1, "measurements": 4, "plans": 1}
+    rows = fresh.measurement_rows(problem().key(), GPU_A.key())
+    assert {r["status"] for r in rows} == {"winner", "ok", "rejected", "unsupported"}
+    assert [r for r in rows if r["status"] == "rejected"][0]["error"] is None  # inf is stored as NULL ...
+    assert "not finite" in [r for r in rows if r["status"] == "rejected"][0]["reason"]  # ... and said so
+
+
+def test_one_read_per_key_per_process(cache_url):
+    PlanCache(cache_url).put(decision(problem()))
+    cache = PlanCache(cache_url)
+    for _ in range(5):
+        assert cache.get(problem(), GPU_A.key()) is not None
+        assert cache.get(problem(1), GPU_A.key()) is None
+    assert cache.reads == 2
+
+
+def test_device_fingerprint_separates_plans(cache_url):
+    cache = PlanCache(cache_url)
+    cache.put(decision(problem(), GPU_A))
+    assert cache.get(problem(), GPU_B.key()) is None  # a driver upgrade does not reuse old plans
+    assert len(cache.plan_rows()) == 1  # ... which are still listed
+    cache.put(decision(problem(), GPU_B, winner_ms=0.5))
+    assert {r["fingerprint"] for r in cache.plan_rows()} == {GPU_A.key(), GPU_B.key()}
+    assert {r["driver"] for r in cache.device_rows()} == {"13000", "13010"}
+
+
+def test_retuning_replaces_the_plan_and_keeps_every_measurement(cache_url):
+    cache = PlanCache(cache_url)
+    cache.put(decision(problem(), winner_ms=2.0))
+    cache.put(decision(problem(), winner_ms=1.0, strategy="im2col", config={"chunk": 1}))
+    rows = cache.plan_rows()
+    assert len(rows) == 1 and rows[0]["strategy"] == "im2col"
+    assert cache.counts()["measurements"] == 8
+
+
+def test_strategy_version_change_is_a_miss(cache_url, monkeypatch):
+    cache = PlanCache(cache_url)
+    cache.put(decision(problem()))
+    monkeypatch.setattr("convtune.cache.store.strategy_versions", lambda: "fft2,im2col1")
+    assert PlanCache(cache_url).get(problem(), GPU_A.key()) is None
+    assert PlanCache(cache_url).plan_rows()[0]["current_versions"] is False
+
+
+def test_a_failed_tuning_is_recorded_without_a_plan(cache_url):
+    d = decision(problem())
+    failed = Decision(d.problem, d.device, CandidateOutcome("", {}, "", "failed"), d.outcomes[2:], "measured", 0.1)
+    cache = PlanCache(cache_url)
+    cache.put(failed)
+    assert cache.counts()["plans"] == 0 and cache.counts()["measurements"] == 2
+
+
+def _writer(url, worker, n):
+    cache = PlanCache(url)
+    for i in range(n):
+        cache.put(decision(problem(worker * n + i)))   # distinct problems
+        cache.put(decision(problem(1000), winner_ms=1.0 + worker))  # all fight over one plan
+
+
+def _run_writers(url, workers, n):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(url, w, n)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    return [p.exitcode for p in procs]
+
+
+def test_eight_concurrent_writers_lose_nothing(cache_url):
+    PlanCache(cache_url)  # create the schema once
+    n = 5
+    assert _run_writers(cache_url, 8, n) == [0] * 8
+    counts = PlanCache(cache_url).counts()
+    assert counts["plans"] == 8 * n + 1
+    assert counts["problems"] == 8 * n + 1
+    assert counts["measurements"] == 8 * n * 2 * 4
+    assert counts["devices"] == 1
+
+
+def test_concurrent_schema_creation(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    assert _run_writers(url, 8, 1) == [0] * 8
+    assert PlanCache(url).counts()["plans"] == 9
+
+
+def test_schema_version_mismatch_is_a_clear_error(cache_url):
+    cache = PlanCache(cache_url)
+    with cache.engine.begin() as conn:
+        conn.execute(text("UPDATE convtune_meta SET value = '99' WHERE key = 'schema_version'"))
+    with pytest.raises(CacheError, match="schema version 99, made by a newer convtune"):
+        PlanCache(cache_url)
+
+
+def test_tables_without_a_version_are_refused(cache_url):
+    cache = PlanCache(cache_url)
+    with cache.engine.begin() as conn:
+        conn.execute(text("DROP TABLE convtune_meta"))
+    with pytest.raises(CacheError, match="no schema version"):
+        PlanCache(cache_url)
+
+
+def test_garbage_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(CacheError, match="cannot open the plan cache"):
+        PlanCache(str(bad))
+
+
+def test_missing_database_without_create(tmp_path):
+    with pytest.raises(CacheError, match="no plan cache at"):
+        PlanCache(str(tmp_path / "absent.db"), create=False)
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_unreachable_server_is_a_clear_error():
+    with pytest.raises(CacheError, match="cannot open the plan cache"):
+        PlanCache("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_url_forms(tmp_path, monkeypatch):
+    assert resolve_url(str(tmp_path / "x.db")) == f"sqlite:///{tmp_path / 'x.db'}"
+    assert resolve_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert resolve_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    monkeypatch.setenv("CONVTUNE_DB", str(tmp_path / "env.db"))
+    assert resolve_url(None).endswith("env.db")
+    monkeypatch.delenv("CONVTUNE_DB")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert resolve_url(None) == f"sqlite:///{tmp_path / 'convtune' / 'plans.db'}"
+    with pytest.raises(CacheError, match="unsupported database 'mysql'"):
+        PlanCache("mysql://u@h/db")
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path):
+    cache = PlanCache(str(tmp_path / "wal.db"))
+    with cache.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() > 0
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_export_then_import_reproduces_the_plan_table(cache_url, tmp_path, fmt):
+    src = PlanCache(cache_url)
+    for i in range(3):
+        src.put(decision(problem(i)))
+    src.put(decision(problem(0, "wgrad"), GPU_B, winner_ms=0.25))
+    text_out = write_export(src.export_records(), fmt)
+    dst = PlanCache(str(tmp_path / f"dst-{fmt}.db"))
+    report = dst.import_records(read_export(text_out))
+    assert report["added"] == 4 and not report["conflicts"]
+    assert dst.export_records() == src.export_records()
+    again = dst.import_records(read_export(text_out))
+    assert again["identical"] == 4
+
+
+def test_import_keeps_the_better_measured_plan_and_reports_conflicts(tmp_path):
+    ours = PlanCache(str(tmp_path / "ours.db"))
+    theirs = PlanCache(str(tmp_path / "theirs.db"))
+    ours.put(decision(problem(0), winner_ms=2.0))
+    ours.put(decision(problem(1), winner_ms=1.0))
+    theirs.put(decision(problem(0), winner_ms=1.0, strategy="im2col", config={"chunk": 1}))  # faster: taken
+    theirs.put(decision(problem(1), winner_ms=3.0, strategy="im2col", config={"chunk": 1}))  # slower: kept ours
+    report = ours.import_records(read_export(write_export(theirs.export_records(), "json")))
+    assert report["replaced"] == 1 and report["kept"] == 1 and len(report["conflicts"]) == 2
+    by_key = {r["problem_key"]: r for r in ours.plan_rows()}
+    assert by_key[problem(0).key()]["strategy"] == "im2col"
+    assert by_key[problem(1).key()]["strategy"] == "fft"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{\"format\": \"other\"}", "not a convtune plan export"),
+    ("{\"format\": \"convtune-plans\", \"format_version\": 7, \"plans\": []}", "format version 7"),
+    ("{not json", "not valid JSON"),
+    ("a,b\n1,2\n", "CSV columns"),
+])
+def test_malformed_exports_are_refused(content, message):
+    with pytest.raises(CacheError, match=message):
+        read_export(content)
+
+
+def test_runtime_reads_the_cache_and_times_nothing_on_a_hit(tmp_path):
+    import numpy as np
+    url = str(tmp_path / "rt.db")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 9, 9), dtype=np.float32)
+    w = rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
+    first = convtune.Runtime(store=PlanCache(url), planner_options={"timer": FakeTimer()})
+    y1 = convtune.conv(x, w, runtime=first)
+    assert first.tuned == 1
+    # a new process: a new cache object and runtime; the hit must not time anything
+    second = convtune.Runtime(store=PlanCache(url), planner_options={"timer": FailingTimer()})
+    y2 = convtune.conv(x, w, runtime=second)
+    assert second.tuned == 0 and second.store.reads == 1
+    np.testing.assert_array_equal(y1, y2)
+
+
+def test_use_cache_sets_the_default_runtime(tmp_path):
+    previous = convtune.set_default_runtime(None)
+    try:
+        rt = convtune.use_cache(str(tmp_path / "default.db"), timer=FakeTimer())
+        assert convtune.default_runtime() is rt
+        p = problem()
+        convtune.tune(p)
+        assert PlanCache(str(tmp_path / "default.db")).get(p, get_backend("numpy").device_info().key()) is not None
+    finally:
+        convtune.set_default_runtime(previous)

@@ -1,0 +1,153 @@
+"""The CLI through click's CliRunner, with a fake timer so tuning is quick."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from convtune.cli import main, parse_size
+from conftest import FakeTimer
+
+TINY = """layers:
+  - {name: small3x3, batch: 2, in_channels: 3, out_channels: 4, input: [10, 10], kernel: [3, 3], padding: 1}
+  - {name: again3x3, batch: 2, in_channels: 3, out_channels: 4, input: [10, 10], kernel: [3, 3], padding: 1}
+  - {name: long1d, batch: 2, in_channels: 2, out_channels: 2, input: [40], kernel: [15], padding: 7, groups: 2}
+"""
+
+
+@pytest.fixture(autouse=True)
+def fast_timer(monkeypatch):
+    monkeypatch.setattr("convtune.planner.default_timer", lambda backend: FakeTimer())
+
+
+@pytest.fixture
+def net(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return str(path)
+
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "plans.db")
+
+
+def run(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def test_tune_then_second_run_is_all_cache_hits(net, db):
+    first = run("tune", net, "--db", db, "--backend", "numpy")
+    assert first.exit_code == 0, first.output
+    assert "6 tuned, 0 from the cache" in first.output  # 2 distinct shapes (again3x3 repeats small3x3) x 3 passes
+    second = run("tune", net, "--db", db, "--backend", "numpy")
+    assert second.exit_code == 0
+    assert "nothing was timed" in second.output and "tuned " not in second.output.split("layer")[1]
+
+
+def test_tune_table_lists_each_distinct_problem(net, db):
+    result = run("tune", net, "--db", db, "--passes", "fwd,wgrad", "--backend", "numpy")
+    assert result.exit_code == 0
+    lines = [l for l in result.stdout.splitlines() if l.startswith(("small3x3", "long1d"))]
+    assert len(lines) == 4  # 2 shapes x 2 passes; again3x3 shares small3x3's
+    assert "small3x3 (+1)" in result.stdout
+
+
+def test_retune_measures_again(net, db):
+    run("tune", net, "--db", db, "--passes", "fwd", "--backend", "numpy")
+    again = run("tune", net, "--db", db, "--passes", "fwd", "--retune", "--backend", "numpy")
+    assert "2 tuned, 0 from the cache" in again.output
+
+
+def test_builtin_network_with_batch_override_and_math(db):
+    result = run("tune", "wav2vec2", "--db", db, "--passes", "fwd", "--batch", "1", "--math", "tf32",
+                 "--strategies", "im2col", "--backend", "numpy")
+    assert result.exit_code == 0, result.output
+    assert "7 tuned" in result.output
+    show = run("show", "--db", db, "--math", "tf32")
+    assert show.output.count("im2col[") == 7 and "tf32" in show.output
+
+
+def test_show_filters_and_marks_status(net, db):
+    run("tune", net, "--db", db, "--backend", "numpy")
+    out = run("show", "--db", db).output
+    assert "current" in out and "6 plan(s)" in out
+    assert "1 plan(s)" in run("show", "--db", db, "--pass", "wgrad", "--problem", "ker15").output
+    assert "no plans match" in run("show", "--db", db, "--device", "no-such-gpu").output
+
+
+def test_explain_by_layer_and_by_key(net, db):
+    run("tune", net, "--db", db, "--backend", "numpy")
+    out = run("explain", "small3x3", "--net", net, "--db", db, "--pass", "fwd").output
+    assert "winner" in out and "im2col[" in out and "fft[" in out
+    assert "fastest of" in out or "only candidate" in out
+    key = [l for l in run("show", "--db", db).output.splitlines() if "ker15" in l and "dgrad" in l][0].split()[0]
+    out = run("explain", key, "--db", db).output
+    assert "dgrad" in out and "candidate" in out
+
+
+def test_explain_errors(net, db):
+    run("tune", net, "--db", db, "--passes", "fwd", "--backend", "numpy")
+    assert "no layer named" in run("explain", "nope", "--net", net, "--db", db).output
+    bad = run("explain", "nope", "--db", db)
+    assert bad.exit_code != 0 and "not a problem key" in bad.output
+
+
+def test_export_import_round_trip(net, db, tmp_path):
+    run("tune", net, "--db", db, "--backend", "numpy")
+    for fmt in ("json", "csv"):
+        out = tmp_path / f"plans.{fmt}"
+        assert run("export", "--db", db, "--format", fmt, "-o", out).exit_code == 0
+        other = str(tmp_path / f"other-{fmt}.db")
+        imported = run("import", out, "--db", other)
+        assert imported.exit_code == 0 and "6 added" in imported.output
+        assert run("export", "--db", other, "--format", fmt).output == run("export", "--db", db, "--format",
+                                                                            fmt).output
+    doc = json.loads(run("export", "--db", db).output)
+    assert doc["format"] == "convtune-plans" and len(doc["plans"]) == 6
+
+
+def test_info_lists_backends_strategies_and_cache(db):
+    out = run("info", "--db", db).output
+    assert "numpy: cpu:" in out and "strategies: " in out and "fft v1" in out and "plan cache:" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune", "resnet51"], "unknown network 'resnet51'"),
+    (["tune", "{bad}"], "unknown network"),
+    (["tune", "MALFORMED"], "malformed YAML"),
+    (["tune", "INVALID"], "dilated kernel spans"),
+    (["tune", "alexnet", "--db", "postgresql://nobody@127.0.0.1:1/none"], "cannot open the plan cache"),
+    (["tune", "alexnet", "--db", "mysql://x@y/z"], "unsupported database"),
+    (["tune", "alexnet", "--passes", "forward"], "unknown pass(es) 'forward'"),
+    (["tune", "alexnet", "--workspace-limit", "lots"], "cannot read the size"),
+    (["tune", "alexnet", "--batch", "0"], "Invalid value for '--batch'"),
+    (["tune", "alexnet", "--strategies", "winograd"], "unknown strategy 'winograd'"),
+    (["show", "--db", "MISSING"], "no plan cache at"),
+    (["import", "MISSING"], "cannot read"),
+    (["import", "GARBAGE"], "not a convtune plan export"),
+    (["export", "--db", "MISSING"], "no plan cache at"),
+])
+def test_bad_input_is_one_line_and_non_zero(tmp_path, db, args, message):
+    (tmp_path / "malformed.yaml").write_text("layers: [ {name: a, batch: 1\n")
+    (tmp_path / "invalid.yaml").write_text(
+        "layers: [{name: a, batch: 1, in_channels: 1, out_channels: 1, input: [4], kernel: [9]}]")
+    (tmp_path / "garbage.json").write_text('{"hello": 1}')
+    subst = {"MALFORMED": tmp_path / "malformed.yaml", "INVALID": tmp_path / "invalid.yaml",
+             "MISSING": tmp_path / "missing.db", "GARBAGE": tmp_path / "garbage.json"}
+    args = [str(subst.get(a, a)) for a in args]
+    if "--db" not in args and args[0] == "tune":
+        args += ["--db", db]
+    result = run(*args)
+    assert result.exit_code != 0
+    assert message in result.output, result.output
+    assert len([l for l in result.output.splitlines() if l.startswith("Error")]) == 1
+
+
+def test_parse_size():
+    assert parse_size("4GiB") == 4 << 30
+    assert parse_size("512MB") == 512 * 10 ** 6
+    assert parse_size("1e9") == 10 ** 9
+    assert parse_size("none") is None

@@ -1,0 +1,75 @@
+import pytest
+
+from convtune.errors import NetworkError
+from convtune.network import builtin_networks, load_network, parse_network, unique_problems
+
+
+def test_required_builtins_exist_and_load():
+    names = builtin_networks()
+    for required in ("alexnet", "vgg16", "resnet18", "resnet50", "convnext-tiny", "wav2vec2"):
+        assert required in names
+        assert load_network(required)
+
+
+def test_builtin_shapes_chain():
+    # each layer's input matches the architecture: spot checks against the published networks
+    resnet50 = {l.name: l.problem for l in load_network("resnet50")}
+    assert resnet50["layer2.0.conv2"].stride == (2, 2) and resnet50["layer2.0.conv2"].output_size == (28, 28)
+    assert resnet50["layer4.2.conv3"].y_shape == (64, 2048, 7, 7)
+    convnext = {l.name: l.problem for l in load_network("convnext-tiny")}
+    assert convnext["stage0.0.dwconv"].depthwise and convnext["stage0.0.dwconv"].kernel_size == (7, 7)
+    wav = load_network("wav2vec2")
+    for a, b in zip(wav, wav[1:]):
+        assert a.problem.output_size == b.problem.input_size
+    assert wav[0].problem.rank == 1
+
+
+def test_batch_override_and_dedup():
+    layers = load_network("resnet50", batch=32)
+    assert {l.problem.batch for l in layers} == {32}
+    problems = unique_problems(layers, ("fwd", "dgrad"))
+    assert len(problems) == 2 * len({l.problem.key() for l in layers})
+    shared = [names for _p, names in problems if len(names) > 1]
+    assert shared, "resnet50 repeats shapes; they must be tuned once"
+
+
+def test_the_benchmark_suite_format(tmp_path):
+    text = """
+layers:
+  - {name: a, batch: 4, in_channels: 8, out_channels: 8, input: [16, 16], kernel: [3, 3], padding: 1, source: x}
+  - {name: b, batch: 4, in_channels: 8, out_channels: 8, input: [64], kernel: [9], stride: [2], groups: 8}
+"""
+    layers = parse_network(text, "t")
+    assert [l.name for l in layers] == ["a", "b"] and layers[1].problem.groups == 8
+    path = tmp_path / "net.json"
+    path.write_text('[{"name": "c", "batch": 1, "in_channels": 2, "out_channels": 2, "input": [5], "kernel": [3]}]')
+    assert load_network(str(path))[0].problem.input_size == (5,)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("layers: [", "malformed YAML/JSON at line"),
+    ("layers: []", "non-empty list"),
+    ("layers: [3]", "layer 1: expected a mapping"),
+    ("layers: [{name: a, batch: 1}]", "layer 1 \\(a\\): missing field\\(s\\) in_channels"),
+    ("layers: [{name: a, batch: 1, in_channels: 2, out_channels: 2, input: [5], kernel: [3], colour: red}]",
+     "unknown field\\(s\\) colour"),
+    ("layers: [{name: a, batch: 1, in_channels: 2, out_channels: 2, input: [5], kernel: [9]}]",
+     "layer 1 \\(a\\): axis 0: the dilated kernel spans 9"),
+    ("layers: [{name: a, batch: 1, in_channels: 3, out_channels: 2, input: [5], kernel: [3], groups: 2}]",
+     "divisible by groups"),
+    ("layers:\n - {name: a, batch: 1, in_channels: 2, out_channels: 2, input: [5], kernel: [3]}\n"
+     " - {name: a, batch: 1, in_channels: 2, out_channels: 2, input: [5], kernel: [3]}", "duplicate layer name"),
+])
+def test_invalid_descriptions(text, message):
+    with pytest.raises(NetworkError, match=message):
+        parse_network(text, "t")
+
+
+def test_unknown_network_lists_builtins():
+    with pytest.raises(NetworkError, match="built-in network.*resnet50"):
+        load_network("resnet51")
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(NetworkError, match="cannot read network file"):
+        load_network(str(tmp_path / "missing.yaml"))
