@@ -1,0 +1,5 @@
+"""``python -m convtune``: the command line."""
+
+from .cli import main
+
+main()
