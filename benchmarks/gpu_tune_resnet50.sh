@@ -6,11 +6,11 @@ source scripts/gpu-env.sh
 db=/tmp/resnet50-b32.db
 rm -f "$db"*
 for run in first second; do
-  start=$(date +%s.%N)
+  start=$(date +%s%N)
   python3 -m convtune tune resnet50 --batch 32 --db "$db" > "$OUT/tune-$run.txt" 2> "$OUT/tune-$run.err"
   rc=$?
-  end=$(date +%s.%N)
-  echo "$run run: exit $rc, wall $(echo "$end - $start" | bc) s"
+  end=$(date +%s%N)
+  echo "$run run: exit $rc, wall $(( (end - start) / 1000000 )) ms (process start to exit)"
   tail -3 "$OUT/tune-$run.txt"
 done
 python3 - "$db" "$OUT/plans.db.example" <<'PY'

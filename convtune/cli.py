@@ -175,7 +175,7 @@ def show(db, device, strategy, pass_, math_mode, problem, current):
     """List the plan table (plans of other devices and older strategy versions too, marked)."""
     from .cache import PlanCache
     cache = PlanCache(db, create=False)
-    here = {_backend("auto").device_info().key(), _backend("numpy").device_info().key()}
+    here = set(_machine_fingerprints())
     rows = []
     for r in cache.plan_rows():
         p_pass, p_math = r["problem_key"].split(":")[2], r["problem_key"].split(":")[4]
@@ -230,33 +230,41 @@ def explain(layer, network, db, pass_, math_mode, batch, device):
         except ValueError:
             raise click.ClickException(f"{layer!r} is not a problem key; give the layer's network with --net") \
                 from None
-    fingerprint = None
-    if device is None:
-        fingerprint = _backend("auto").device_info().key()
+    if device is not None:
+        fps = sorted({r["fingerprint"] for r in cache.device_rows() if device in r["fingerprint"]})
+        if len(fps) != 1:
+            raise click.ClickException(f"--device {device!r} matches {len(fps)} devices; be more specific")
+    else:
+        fps = _machine_fingerprints()
     for problem in problems:
-        fp = fingerprint
-        if device is not None:
-            fps = sorted({r["fingerprint"] for r in cache.device_rows() if device in r["fingerprint"]})
-            if len(fps) != 1:
-                raise click.ClickException(f"--device {device!r} matches {len(fps)} devices; be more specific")
-            fp = fps[0]
         click.echo(f"== {problem.describe()}  [{problem.key()}]")
-        rows = cache.measurement_rows(problem.key(), fp)
-        if not rows:
+        found = [(fp, rows) for fp in fps if (rows := cache.measurement_rows(problem.key(), fp))]
+        if not found:
             others = sorted({r["fingerprint"] for r in cache.measurement_rows(problem.key())})
             hint = f"; measured on: {', '.join(others)} (use --device)" if others else ""
-            click.echo(f"   no measurements on {fp}{hint}")
-            plan = cache.plan_row(problem.key(), fp)
-            if plan:
-                click.echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
+            click.echo(f"   no measurements on {' or '.join(fps)}{hint}")
+            for fp in fps:
+                plan = cache.plan_row(problem.key(), fp)
+                if plan:
+                    click.echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
             continue
-        order = {"winner": 0, "ok": 1, "skipped": 2, "rejected": 3, "failed": 4, "over_budget": 5, "unsupported": 6}
-        rows.sort(key=lambda r: (order.get(r["status"], 9), r["time_median_s"] or math.inf))
-        table = [(r["label"], r["status"], _ms(r["time_median_s"]), _ms(r["time_spread_s"]),
-                  f"{r['error']:.1e}" if r["error"] is not None else "-", f"{r['workspace_bytes'] / 2 ** 20:.1f}",
-                  r["reason"]) for r in rows]
-        click.echo(_table(("candidate", "status", "median ms", "spread ms", "error", "ws MiB", "reason"), table))
-        click.echo("   " + _why(rows, problem))
+        for fp, rows in found:
+            if len(fps) > 1:
+                click.echo(f"   on {fp}")
+            order = {"winner": 0, "ok": 1, "skipped": 2, "rejected": 3, "failed": 4, "over_budget": 5,
+                     "unsupported": 6}
+            rows.sort(key=lambda r: (order.get(r["status"], 9), r["time_median_s"] or math.inf))
+            table = [(r["label"], r["status"], _ms(r["time_median_s"]), _ms(r["time_spread_s"]),
+                      f"{r['error']:.1e}" if r["error"] is not None else "-",
+                      f"{r['workspace_bytes'] / 2 ** 20:.1f}", r["reason"]) for r in rows]
+            click.echo(_table(("candidate", "status", "median ms", "spread ms", "error", "ws MiB", "reason"), table))
+            click.echo("   " + _why(rows, problem))
+
+
+def _machine_fingerprints() -> list[str]:
+    """This machine's device fingerprints: the GPU's (when CuPy sees one) and the CPU's."""
+    from .backend import get_backend, gpu_available
+    return [get_backend(n).device_info().key() for n in (["cupy"] if gpu_available() else []) + ["numpy"]]
 
 
 def _why(rows, problem) -> str:

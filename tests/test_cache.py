@@ -162,6 +162,7 @@ def test_missing_database_without_create(tmp_path):
 
 
 def test_unreachable_server_is_a_clear_error():
+    pytest.importorskip("psycopg")
     with pytest.raises(CacheError, match="cannot open the plan cache"):
         PlanCache("postgresql://nobody@127.0.0.1:1/none")
 
