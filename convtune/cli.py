@@ -332,6 +332,128 @@ def import_cmd(file, db, fmt):
 
 
 @main.command()
+@click.argument("network", required=False)
+@db_option
+@click.option("--sweep", is_flag=True, help="Also run the fbfft-style synthetic sweep (kernel x input size).")
+@click.option("--sweep-kernels", default="3,5,7,9,11,13", show_default=True, help="Sweep kernel sizes.")
+@click.option("--sweep-inputs", default="16,32,64,128", show_default=True, help="Sweep input sizes.")
+@click.option("--sweep-settings", default="32x64", show_default=True,
+              help="Sweep batch x channels settings, comma-separated (e.g. 32x64,128x16).")
+@click.option("--passes", default="fwd,dgrad,wgrad", show_default=True)
+@click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
+@click.option("--layers", "only", default=None, help="Comma-separated layer names to run (default: all).")
+@click.option("--repeats", type=click.IntRange(min=3), default=25, show_default=True, help="Timed runs per measurement.")
+@click.option("--time-budget", type=click.FloatRange(min=0), default=None,
+              help="Seconds of timing per problem when a plan must be tuned (see `tune`).")
+@click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True,
+              help="JSON results file.")
+def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, batch, only, repeats,
+          time_budget, backend, output):
+    """Time convtune's runtime dispatch against its peers on NETWORK's layers (and/or --sweep).
+
+    Peers, in the same process on the same arrays: PyTorch with cudnn.benchmark=True, TF32
+    off and on, and the best single cuDNN engine; a peer that cannot run here is reported
+    absent with the reason. Plans come from the cache (tuned on a miss, then stored).
+    """
+    import json
+    import shlex
+    from .bench.dispatch import measure_dispatch_overhead
+    from .bench.peers import available_peers
+    from .bench.runner import run_bench, speedup, sweep_layers
+    from .cache import PlanCache
+    from .network import load_network
+    from .runtime import Runtime
+    from .timing import CpuTimer, CudaEventTimer
+
+    if not network and not sweep:
+        raise click.ClickException("give a NETWORK, --sweep, or both")
+    layers = load_network(network, batch=batch, math=math_mode) if network else []
+    if only:
+        wanted = [n.strip() for n in only.split(",") if n.strip()]
+        missing = [n for n in wanted if n not in {l.name for l in layers}]
+        if missing:
+            raise click.ClickException(f"no layer(s) named {', '.join(missing)} in {network}")
+        layers = [l for l in layers if l.name in wanted]
+    pass_list = _passes(passes)
+    be = _backend(backend)
+    timer = CudaEventTimer(repeats=repeats) if be.name == "cupy" else CpuTimer(repeats=min(repeats, 7))
+    runtime = Runtime(store=PlanCache(db), miss_policy="tune", planner_options={"time_budget_s": time_budget})
+    peers = available_peers(be)
+    for p in peers:
+        if p.make is None:
+            click.echo(f"peer {p.name} absent: {p.absent_reason}", err=True)
+    sweep_list = None
+    if sweep:
+        settings = []
+        for item in sweep_settings.split(","):
+            b, _, c = item.strip().partition("x")
+            if not (b.isdigit() and c.isdigit() and int(b) > 0 and int(c) > 0):
+                raise click.ClickException(f"--sweep-settings item {item!r} is not BATCHxCHANNELS (e.g. 32x64)")
+            settings.append({"batch": int(b), "channels": int(c)})
+        sweep_list = sweep_layers(math_mode, _ints(sweep_kernels, "--sweep-kernels"),
+                                  _ints(sweep_inputs, "--sweep-inputs"), settings)
+    total = len(layers) + len(sweep_list or [])
+    click.echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
+    overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
+    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench"
+    results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
+                        sweep=sweep_list, dispatch_overhead=overhead,
+                        progress=lambda text: click.echo(f"  {text}", err=True))
+    with open(output, "w") as fh:
+        json.dump(results, fh, indent=1)
+    available = [p.name for p in peers if p.make is not None]
+    rows = []
+    for entry in results["layers"] + (results["sweep"] or []):
+        for pass_, rec in entry["passes"].items():
+            c = rec["convtune"]
+            row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")),
+                   f"{c['error']:.1e}" if c.get("error") is not None else "-"]
+            for name in available:
+                peer = rec["peers"][name]
+                ratio = (peer["median_ms"] / c["median_ms"]) if peer.get("median_ms") and c.get("median_ms") else None
+                row.append(f"{_ms_value(peer.get('median_ms'))} ({ratio:.2f}x)" if ratio else
+                           ("failed" if "failed" in peer else "-"))
+            rows.append(row)
+        if entry.get("round_trip"):
+            rt = entry["round_trip"]
+            row = [entry["name"], "round trip", "", _ms_value(rt.get("convtune")), ""]
+            for name in available:
+                sp = speedup(rt, name)
+                row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
+            rows.append(row)
+    click.echo(_table(["layer", "pass", "convtune plan", "convtune ms", "error"] +
+                      [f"{n} ms (ratio)" for n in available], rows))
+    click.echo(f"ratio = peer time / convtune time (above 1: convtune faster). Warm dispatch overhead: "
+               f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _ms_value(ms) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
+@main.command()
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="bench-report", show_default=True)
+def report(results, out_dir):
+    """Turn `convtune bench` RESULTS (JSON) into PNG figures and an HTML page in a directory."""
+    from .bench.report import make_report
+    for path in make_report(results, out_dir):
+        click.echo(str(path))
+
+
+@main.command()
 @db_option
 def info(db):
     """This machine's fingerprint, the backends and strategies available, and the cache."""

@@ -114,6 +114,13 @@ class Runtime:
                     self._memo[signature] = plan
         return plan(a, b, out)
 
+    def plan_in_memo(self, problem: ConvProblem) -> Plan:
+        """The built plan this runtime dispatched ``problem`` to (after a call)."""
+        for plan in self._memo.values():
+            if plan.problem == problem:
+                return plan
+        raise KeyError(f"no plan for {problem.key()} has been dispatched by this runtime")
+
     def clear_memo(self) -> None:
         self._memo.clear()
 

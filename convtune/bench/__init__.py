@@ -1,0 +1,1 @@
+"""Benchmarks: convtune's runtime against its peers in one process, and the reports."""

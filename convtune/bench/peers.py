@@ -1,0 +1,76 @@
+"""Peers that convtune is compared with, in the same process, on the same arrays.
+
+* ``torch-fp32``: PyTorch with ``cudnn.benchmark = True`` and TF32 off;
+* ``torch-tf32``: the same with TF32 allowed;
+* ``cudnn-best``: the fastest single engine of the cuDNN frontend (needs the
+  cuDNN strategy, which is not implemented yet: reported absent with that reason).
+
+A peer that cannot run here says why (:func:`available_peers`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+from ..problem import ConvProblem
+
+PEERS = ("torch-fp32", "torch-tf32", "cudnn-best")
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    #: ``make(problem, a, b) -> fn`` where ``fn()`` computes the pass into a fresh tensor/array
+    make: Callable | None
+    absent_reason: str = ""
+
+
+def _torch_peer(name: str, tf32: bool) -> Peer:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return Peer(name, None, "PyTorch is not installed")
+    if not torch.cuda.is_available():
+        return Peer(name, None, "PyTorch sees no CUDA device")
+
+    def make(problem: ConvProblem, a, b):
+        F = torch.nn.functional
+        grad = torch.nn.grad
+        conv, conv_input, conv_weight = {1: (F.conv1d, grad.conv1d_input, grad.conv1d_weight),
+                                         2: (F.conv2d, grad.conv2d_input, grad.conv2d_weight)}[problem.rank]
+        ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)  # zero-copy views of the CuPy arrays
+        kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation, groups=problem.groups)
+
+        def run():
+            torch.backends.cudnn.benchmark = True
+            torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            if problem.pass_ == "fwd":
+                return conv(ta, tb, **kw)
+            if problem.pass_ == "dgrad":
+                return conv_input(problem.x_shape, tb, ta, **kw)
+            return conv_weight(ta, problem.w_shape, tb, **kw)
+        return run
+    return Peer(name, make)
+
+
+def available_peers(backend) -> list[Peer]:
+    """Every peer, with ``make=None`` and a reason where it cannot run on this backend."""
+    if backend.name != "cupy":
+        reason = "no GPU: the peers are cuDNN-based and need CUDA"
+        return [Peer(n, None, reason) for n in PEERS]
+    peers = [_torch_peer("torch-fp32", False), _torch_peer("torch-tf32", True)]
+    try:
+        importlib.import_module("cudnn")
+        reason = "the cuDNN frontend is installed, but convtune's cuDNN strategy is not implemented yet"
+    except Exception:  # any import failure means the optional frontend is unusable here
+        reason = "the cuDNN frontend (nvidia-cudnn-frontend) is not installed"
+    peers.append(Peer("cudnn-best", None, reason))
+    return peers
+
+
+def as_cupy(result, xp):
+    """A peer's result (a torch tensor) as an array of the backend, for the error check."""
+    return xp.from_dlpack(result.detach()) if hasattr(result, "detach") else result

@@ -1,0 +1,189 @@
+"""``convtune report``: figures and a small HTML page from ``convtune bench`` results.
+
+* a speedup heat map over kernel size x input size for the synthetic sweep,
+  green where convtune is faster than the peer, red where it is slower;
+* a per-layer bar chart of round-trip (or single-pass) times, convtune vs peers.
+
+matplotlib is an optional extra (``pip install 'convtune[report]'``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from pathlib import Path
+
+from ..errors import ConvtuneError
+from .runner import FORMAT
+
+PEER_ORDER = ("torch-fp32", "torch-tf32", "cudnn-best")
+COLOURS = {"convtune": "#1b7837", "torch-fp32": "#2166ac", "torch-tf32": "#67a9cf", "cudnn-best": "#b2182b"}
+
+
+def load_results(path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConvtuneError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConvtuneError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConvtuneError(f"{path} is not a convtune bench results file (expected \"format\": \"{FORMAT}\")")
+    return doc
+
+
+def _pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        raise ConvtuneError("convtune report needs matplotlib: pip install 'convtune[report]'") from None
+
+
+def entry_times(entry: dict) -> tuple[dict, str]:
+    """Round-trip times per contestant, else the single pass's; and which it is."""
+    if entry.get("round_trip"):
+        return entry["round_trip"], "round trip"
+    (pass_, rec), = list(entry["passes"].items())[:1]
+    times = {"convtune": rec["convtune"].get("median_ms")}
+    times.update({n: r.get("median_ms") for n, r in rec["peers"].items()})
+    return times, pass_
+
+
+def best_peer(results: dict) -> str | None:
+    """The first available peer in preference order (the strict-fp32 one first)."""
+    for name in PEER_ORDER:
+        if results["peers"].get(name, {}).get("available"):
+            return name
+    return None
+
+
+def heatmap(results: dict, out: Path, plt) -> list[Path]:
+    cells = results.get("sweep") or []
+    if not cells:
+        return []
+    peer = best_peer(results)
+    groups: dict[str, dict] = {}
+    for c in cells:
+        m = re.match(r"sweep-k(\d+)-i(\d+)-(c\d+-b\d+)", c["name"])
+        if m:
+            groups.setdefault(m.group(3), {})[(int(m.group(1)), int(m.group(2)))] = c
+    files = []
+    from matplotlib.colors import TwoSlopeNorm
+    for setting, grid in groups.items():
+        kernels = sorted({k for k, _ in grid})
+        inputs = sorted({n for _, n in grid})
+        values = [[math.nan] * len(inputs) for _ in kernels]
+        what = ""
+        for (k, n), c in grid.items():
+            times, what = entry_times(c)
+            if peer:
+                ours, theirs = times.get("convtune"), times.get(peer)
+                v = math.log2(theirs / ours) if ours and theirs else math.nan
+            else:
+                v = times.get("convtune") or math.nan
+            values[kernels.index(k)][inputs.index(n)] = v
+        fig, ax = plt.subplots(figsize=(1.3 * len(inputs) + 2.5, 0.8 * len(kernels) + 2))
+        finite = [v for row in values for v in row if math.isfinite(v)]
+        if peer:
+            span = max(1.0, max((abs(v) for v in finite), default=1.0))
+            im = ax.imshow(values, cmap="RdYlGn", norm=TwoSlopeNorm(0.0, -span, span), origin="lower", aspect="auto")
+            bar = fig.colorbar(im, ax=ax)
+            ticks = [t for t in range(-int(span), int(span) + 1)]
+            bar.set_ticks(ticks)
+            bar.set_ticklabels([f"{2 ** t:g}x" for t in ticks])
+            bar.set_label(f"speedup over {peer} ({what}); green: convtune faster")
+            title = f"convtune vs {peer}, {what}, {results['math']}"
+        else:
+            im = ax.imshow(values, cmap="viridis", origin="lower", aspect="auto")
+            fig.colorbar(im, ax=ax).set_label(f"convtune time, ms ({what})")
+            title = f"convtune {what} time, {results['math']} (no peer on this machine)"
+        for i, row in enumerate(values):
+            for j, v in enumerate(row):
+                if math.isfinite(v):
+                    ax.text(j, i, f"{2 ** v:.2f}x" if peer else f"{v:.2g}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(inputs)), [str(n) for n in inputs])
+        ax.set_yticks(range(len(kernels)), [str(k) for k in kernels])
+        ax.set_xlabel("input size (square)")
+        ax.set_ylabel("kernel size (square)")
+        ax.set_title(f"{title}\n{results['device'].get('model', '')}, {setting}", fontsize=10)
+        fig.tight_layout()
+        path = out / f"heatmap-{setting}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+def layer_bars(results: dict, out: Path, plt) -> list[Path]:
+    layers = results.get("layers") or []
+    if not layers:
+        return []
+    names = ["convtune"] + [p for p in PEER_ORDER if results["peers"].get(p, {}).get("available")]
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(layers) + 2), 5))
+    what = ""
+    for i, name in enumerate(names):
+        xs, ys = [], []
+        for j, entry in enumerate(layers):
+            times, what = entry_times(entry)
+            if times.get(name):
+                xs.append(j + (i - (len(names) - 1) / 2) * width)
+                ys.append(times[name])
+        ax.bar(xs, ys, width, label=name, color=COLOURS.get(name))
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(layers)), [e["name"] for e in layers], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel(f"{what} time, ms (log scale; lower is better)")
+    absent = [p for p in PEER_ORDER if not results["peers"].get(p, {}).get("available")]
+    note = f"\nabsent peers: {', '.join(absent)} (see index.html)" if absent else ""
+    ax.set_title(f"{what} time per layer, {results['math']}, {results['device'].get('model', '')}{note}", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / "layers.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def write_html(results: dict, images: list[Path], out: Path) -> Path:
+    e = html.escape
+    peers = [p for p in PEER_ORDER if p in results["peers"]]
+    rows = []
+    for entry in results.get("layers") or []:
+        times, what = entry_times(entry)
+        cells = [f"<td>{e(entry['name'])}</td>", f"<td>{e(what)}</td>",
+                 f"<td>{times.get('convtune') or float('nan'):.3f}</td>"]
+        for p in peers:
+            t = times.get(p)
+            ratio = f" ({t / times['convtune']:.2f}x)" if t and times.get("convtune") else ""
+            cells.append(f"<td>{t:.3f}{ratio}</td>" if t else "<td>-</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    absent = "".join(f"<li>{e(p)}: {e(v['reason'])}</li>" for p, v in results["peers"].items() if not v["available"])
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>convtune benchmark</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
+padding:3px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>
+<h1>convtune benchmark</h1>
+<p>{e(results['device'].get('model', ''))} &middot; {e(results['date'])} &middot; math mode {e(results['math'])}<br>
+command: <code>{e(results['command'])}</code><br>device key: <code>{e(results['device_key'])}</code></p>
+{'<p>absent peers:</p><ul>' + absent + '</ul>' if absent else ''}
+{''.join(f'<p><img src="{e(p.name)}" alt="{e(p.stem)}"></p>' for p in images)}
+<table><tr><th>layer</th><th>what</th><th>convtune ms</th>{''.join(f'<th>{e(p)} ms (vs convtune)</th>' for p in peers)}</tr>
+{''.join(rows)}</table></body></html>
+"""
+    path = out / "index.html"
+    path.write_text(doc)
+    return path
+
+
+def make_report(results_path, out_dir) -> list[Path]:
+    results = load_results(results_path)
+    plt = _pyplot()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    images = heatmap(results, out, plt) + layer_bars(results, out, plt)
+    return images + [write_html(results, images, out)]

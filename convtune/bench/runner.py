@@ -1,0 +1,153 @@
+"""``convtune bench``: time convtune's runtime dispatch and the peers, per layer and pass.
+
+convtune is timed through the path training code takes: ``convtune.conv`` (and the
+backward functions) with a runtime backed by the plan cache, tuning on a miss
+before timing. Every result is checked against a float64 reference on the
+same device. One JSON document holds everything (:func:`run_bench`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+from datetime import datetime, timezone
+from typing import Callable
+
+from ..backend import Backend
+from ..direct.reference import reference
+from ..network import Layer
+from ..planner import random_operands, relative_error
+from ..problem import ConvProblem
+from ..runtime import Runtime, conv, conv_backward_data, conv_backward_filter
+from .peers import as_cupy
+
+log = logging.getLogger("convtune")
+
+FORMAT = "convtune-bench"
+FORMAT_VERSION = 1
+
+#: The synthetic sweep of fbfft's evaluation, kept small enough for one device session.
+SWEEP_KERNELS = (3, 5, 7, 9, 11, 13)
+SWEEP_INPUTS = (16, 32, 64, 128)
+SWEEP_SETTINGS = ({"batch": 32, "channels": 64},)
+
+
+def _dispatch_fn(problem: ConvProblem, a, b, out, runtime: Runtime) -> Callable:
+    kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation, groups=problem.groups,
+              math=problem.math, out=out, runtime=runtime)
+    if problem.pass_ == "fwd":
+        return lambda: conv(a, b, **kw)
+    if problem.pass_ == "dgrad":
+        return lambda: conv_backward_data(a, b, problem.x_shape, **kw)
+    return lambda: conv_backward_filter(a, b, problem.w_shape, **kw)
+
+
+def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, peers, seed: int = 0) -> dict:
+    """One layer, one pass: convtune and every peer, timings and errors vs float64."""
+    xp = backend.xp
+    a, b = random_operands(backend, problem, seed)
+    ref = reference(xp, problem, a.astype(xp.float64), b.astype(xp.float64))
+    out = xp.empty(problem.result_shape, dtype=xp.float32)
+    call = _dispatch_fn(problem, a, b, out, runtime)
+    record = {}
+    try:
+        call()  # tunes on a cache miss; the timed calls below are warm hits
+        err = relative_error(xp, out, ref)
+        plan = runtime.plan_in_memo(problem)
+        stats = timer(call, backend, "convtune")
+        record["convtune"] = {"plan": plan.label, "source": plan.source, "median_ms": stats.median_s * 1e3,
+                              "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats, "error": err}
+    except Exception as exc:  # a failure is a result to report, not a reason to stop the benchmark
+        log.warning("convtune failed on %s: %s", problem.key(), exc)
+        record["convtune"] = {"failed": f"{type(exc).__name__}: {exc}"}
+    record["peers"] = {}
+    for peer in peers:
+        if peer.make is None:
+            record["peers"][peer.name] = {"absent": peer.absent_reason}
+            continue
+        try:
+            fn = peer.make(problem, a, b)
+            err = relative_error(xp, as_cupy(fn(), xp).reshape(problem.result_shape), ref)
+            stats = timer(fn, backend, peer.name)
+            record["peers"][peer.name] = {"median_ms": stats.median_s * 1e3, "spread_ms": stats.spread_s * 1e3,
+                                          "repeats": stats.repeats, "error": err}
+        except Exception as exc:
+            record["peers"][peer.name] = {"failed": f"{type(exc).__name__}: {exc}"}
+    del ref, a, b, out
+    return record
+
+
+def round_trip(passes: dict) -> dict:
+    """Sum of the passes' medians per contestant; None where any pass is missing."""
+    names = {"convtune"} | {n for rec in passes.values() for n in rec["peers"]}
+    totals = {}
+    for name in sorted(names):
+        ms = [(rec["convtune"] if name == "convtune" else rec["peers"].get(name, {})).get("median_ms")
+              for rec in passes.values()]
+        totals[name] = sum(ms) if ms and all(m is not None for m in ms) else None
+    return totals
+
+
+def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=None) -> dict:
+    entry = {"name": layer.name, "problem": layer.problem.key(), "flops": layer.problem.flops(), "passes": {}}
+    for pass_ in passes:
+        if progress:
+            progress(f"{layer.name} {pass_}")
+        entry["passes"][pass_] = bench_pass(layer.problem.for_pass(pass_), backend, runtime, timer, peers)
+        if backend.name == "cupy":  # each layer's arrays go back, so large layers do not add up
+            backend.xp.get_default_memory_pool().free_all_blocks()
+    if set(passes) == {"fwd", "dgrad", "wgrad"}:
+        entry["round_trip"] = round_trip(entry["passes"])
+    return entry
+
+
+def sweep_layers(math_mode: str, kernels=SWEEP_KERNELS, inputs=SWEEP_INPUTS, settings=SWEEP_SETTINGS) -> list[Layer]:
+    """fbfft-style grid over kernel size x input size (valid convolution, stride 1)."""
+    layers = []
+    for s in settings:
+        for k in kernels:
+            for n in inputs:
+                if k > n:
+                    continue
+                p = ConvProblem.make(batch=s["batch"], in_channels=s["channels"], out_channels=s["channels"],
+                                     input_size=(n, n), kernel_size=k, math=math_mode)
+                layers.append(Layer(f"sweep-k{k}-i{n}-c{s['channels']}-b{s['batch']}", p, "synthetic sweep"))
+    return layers
+
+
+def environment(backend) -> dict:
+    env = {"python": platform.python_version(), "numpy": backend.device_info().numpy}
+    for name in ("torch", "cupy"):
+        try:
+            mod = __import__(name)
+            env[name] = mod.__version__
+        except ImportError:
+            pass
+    if "torch" in env:
+        import torch
+        env["torch_cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    return env
+
+
+def run_bench(layers: list[Layer], passes, backend, runtime, timer, peers, *, command: str, math_mode: str,
+              sweep: list[Layer] | None = None, dispatch_overhead: dict | None = None, progress=None) -> dict:
+    results = {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
+        "device": backend.device_info().as_dict(), "device_key": backend.device_info().key(),
+        "backend": backend.name, "environment": environment(backend), "math": math_mode, "timer": repr(timer),
+        "peers": {p.name: ({"available": True} if p.make else {"available": False, "reason": p.absent_reason})
+                  for p in peers},
+        "dispatch_overhead": dispatch_overhead,
+        "layers": [bench_layer(l, passes, backend, runtime, timer, peers, progress) for l in layers],
+        "sweep": [bench_layer(l, passes, backend, runtime, timer, peers, progress) for l in sweep] if sweep else None,
+    }
+    return results
+
+
+def speedup(entry_times: dict, peer: str) -> float | None:
+    ours, theirs = entry_times.get("convtune"), entry_times.get(peer)
+    if ours is None or theirs is None or ours <= 0 or not math.isfinite(theirs):
+        return None
+    return theirs / ours
