@@ -1,0 +1,241 @@
+"""cuDNN engines through the cuDNN frontend's Python graph API (``nvidia-cudnn-frontend``,
+module ``cudnn``; tested with 1.32.0 and cuDNN 9.19).
+
+Every execution plan the frontend's heuristics offer for a problem's pass is a
+candidate, identified by **engine id + knobs** (never by its index in a list).
+A cached winner is rebuilt directly from its engine id and knobs
+(``create_execution_plan``), without enumerating engines again. Graphs are kept
+per problem in process memory; one handle per device, bound to CuPy's current
+stream at every call. Rank 1 runs as a height-1 2-D problem. In ``fp32`` mode
+plans with tensor-core numerics (TF32) are excluded by the frontend's numeric
+notes; the planner's float64 check confirms the error.
+
+The frontend is optional: without it, or without a GPU, the strategy says why
+it does not support a problem.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from dataclasses import dataclass
+
+from ..problem import ConvProblem
+from .base import Config, Strategy, register
+
+log = logging.getLogger("convtune")
+
+#: Heuristic modes whose plans are enumerated; FALLBACK adds the engines the
+#: ranked list leaves out.
+HEURISTICS = ("A", "FALLBACK")
+#: Numeric notes that rule a plan out, per math mode.
+EXCLUDED_NOTES = {"fp32": ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"),
+                  "tf32": ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")}
+
+
+@dataclass(frozen=True)
+class CudnnConfig(Config):
+    engine: int
+    knobs: tuple[tuple[str, int], ...] = ()  # (knob_type name, value), sorted
+
+    def label(self) -> str:
+        knobs = ",".join(f"{k.lower()}={v}" for k, v in self.knobs)
+        return f"eng{self.engine}" + (f",{knobs}" if knobs else "")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CudnnConfig":
+        return cls(engine=int(data["engine"]), knobs=tuple((str(k), int(v)) for k, v in data.get("knobs", ())))
+
+
+def _load():
+    """The cudnn module, or the reason it cannot be used."""
+    try:
+        return importlib.import_module("cudnn"), None
+    except Exception as exc:  # ImportError, or a library that fails to load
+        return None, f"the cuDNN frontend is not importable ({type(exc).__name__}: {exc}); pip install " \
+                     "'convtune[cudnn]' (nvidia-cudnn-frontend)"
+
+
+def _as_2d(p: ConvProblem):
+    """Shapes and geometry as a 2-D problem (rank 1 gets a height-1 axis)."""
+    def lift(values, fill):
+        return [fill, *values] if p.rank == 1 else list(values)
+    x = [p.batch, p.in_channels, *lift(p.input_size, 1)]
+    w = [p.out_channels, p.in_per_group, *lift(p.kernel_size, 1)]
+    y = [p.batch, p.out_channels, *lift(p.output_size, 1)]
+    return x, w, y, lift(p.padding, 0), lift(p.stride, 1), lift(p.dilation, 1)
+
+
+def _strides(dims):
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return list(reversed(out))
+
+
+class _Graph:
+    """One problem's graph: built once; plans appended by engine id + knobs."""
+
+    def __init__(self, cudnn, handle, p: ConvProblem):
+        x, w, y, pad, stride, dil = _as_2d(p)
+        f32 = cudnn.data_type.FLOAT
+        g = cudnn.pygraph(io_data_type=f32, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
+        geometry = dict(padding=pad, stride=stride, dilation=dil, compute_data_type=f32)
+        if p.pass_ == "fwd":
+            a = g.tensor(name="X", dim=x, stride=_strides(x), data_type=f32)
+            b = g.tensor(name="W", dim=w, stride=_strides(w), data_type=f32)
+            out, dims = g.conv_fprop(image=a, weight=b, **geometry), y
+        elif p.pass_ == "dgrad":
+            a = g.tensor(name="DY", dim=y, stride=_strides(y), data_type=f32)
+            b = g.tensor(name="W", dim=w, stride=_strides(w), data_type=f32)
+            out, dims = g.conv_dgrad(loss=a, filter=b, **geometry), x
+        else:
+            a = g.tensor(name="X", dim=x, stride=_strides(x), data_type=f32)
+            b = g.tensor(name="DY", dim=y, stride=_strides(y), data_type=f32)
+            out, dims = g.conv_wgrad(image=a, loss=b, **geometry), w
+        # set the output layout explicitly: an inferred one need not be NCHW-packed
+        out.set_output(True).set_dim(dims).set_stride(_strides(dims)).set_data_type(f32)
+        g.validate()
+        g.build_operation_graph()
+        self.graph, self.tensors, self.cudnn = g, (a, b, out), cudnn
+        self.built: dict[CudnnConfig, tuple[int, int]] = {}  # config -> (plan index, workspace bytes)
+
+    def enumerate(self, math: str) -> list[tuple[CudnnConfig, int]]:
+        """Every plan the heuristics offer, that builds, with its workspace."""
+        cudnn, g = self.cudnn, self.graph
+        g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in HEURISTICS])
+        notes = [getattr(cudnn.numerical_note, n) for n in EXCLUDED_NOTES[math]
+                 if hasattr(cudnn.numerical_note, n)]
+        if notes:
+            g.deselect_numeric_notes(notes)
+        found, seen = [], set()
+        for index in range(g.get_execution_plan_count()):
+            try:
+                engine, knobs = g.get_engine_and_knobs_at_index(index)
+                config = CudnnConfig(int(engine), tuple(sorted((getattr(k, "name", str(k)), int(v))
+                                                              for k, v in knobs.items())))
+                if config in seen:
+                    continue
+                g.build_plan_at_index(index)
+                workspace = int(g.get_workspace_size_plan_at_index(index))
+            except Exception as exc:  # a plan that is barred or fails to build is skipped
+                log.debug("cuDNN plan %d skipped: %s", index, exc)
+                continue
+            seen.add(config)
+            self.built[config] = (index, workspace)
+            found.append((config, workspace))
+        return found
+
+    def plan(self, config: CudnnConfig) -> tuple[int, int]:
+        """Index and workspace of ``config``'s plan, appending and building it if needed."""
+        if config not in self.built:
+            knob_types = self.cudnn.knob_type
+            knobs = {getattr(knob_types, k): v for k, v in config.knobs}
+            self.graph.create_execution_plan(config.engine, knobs)
+            index = self.graph.get_execution_plan_count() - 1
+            self.graph.build_plan_at_index(index)
+            self.built[config] = (index, int(self.graph.get_workspace_size_plan_at_index(index)))
+        return self.built[config]
+
+
+class _Context:
+    """Per-process state: the module, one handle per device, graphs per problem."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.handles: dict[int, object] = {}
+        self.enumerated: dict[str, _Graph] = {}
+        self.executors: dict[tuple[str, CudnnConfig], _Graph] = {}
+        self.candidates: dict[str, list[tuple[CudnnConfig, int]]] = {}
+
+    def handle(self, cudnn, cp):
+        device = cp.cuda.Device().id
+        if device not in self.handles:
+            self.handles[device] = cudnn.create_handle()
+        return self.handles[device]
+
+
+_CTX = _Context()
+
+
+@register
+class CudnnStrategy(Strategy):
+    name = "cudnn"
+    version = 1
+    config_type = CudnnConfig
+
+    def supports(self, problem: ConvProblem, backend) -> str | None:
+        if backend is None or getattr(backend, "name", "") != "cupy":
+            return "cuDNN needs the CuPy (GPU) backend"
+        cudnn, reason = _load()
+        if cudnn is None:
+            return reason
+        if problem.rank not in (1, 2):
+            return f"rank {problem.rank} is not wired to cuDNN yet"
+        return None
+
+    def _enumerated(self, problem: ConvProblem, backend) -> list[tuple[CudnnConfig, int]]:
+        key = problem.key()
+        with _CTX.lock:
+            if key not in _CTX.candidates:
+                cudnn, _ = _load()
+                handle = _CTX.handle(cudnn, backend.xp)
+                try:
+                    graph = _Graph(cudnn, handle, problem)
+                    _CTX.candidates[key] = graph.enumerate(problem.math)
+                    _CTX.enumerated[key] = graph
+                except Exception as exc:  # the frontend declines the whole graph
+                    log.info("cuDNN offers no plan for %s: %s", key, exc)
+                    _CTX.candidates[key] = []
+            return _CTX.candidates[key]
+
+    def candidates(self, problem, backend):
+        return [config for config, _ws in self._enumerated(problem, backend)]
+
+    def workspace_bytes(self, problem, config) -> int:
+        for known, ws in _CTX.candidates.get(problem.key(), ()):
+            if known == config:
+                return ws
+        graph = _CTX.executors.get((problem.key(), config))
+        return graph.built[config][1] if graph else 0
+
+    def heuristic_config(self, problem, backend):
+        configs = self.candidates(problem, backend)
+        if not configs:
+            raise RuntimeError(f"cuDNN offers no plan for {problem.describe()}")
+        return configs[0]
+
+    def build(self, problem, config, backend):
+        cudnn, reason = _load()
+        if cudnn is None:
+            raise RuntimeError(reason)
+        cp = backend.xp
+        key = (problem.key(), config)
+        with _CTX.lock:
+            graph = _CTX.executors.get(key)
+            if graph is None:
+                # straight from engine id + knobs: no enumeration
+                graph = _Graph(cudnn, _CTX.handle(cudnn, cp), problem)
+                graph.plan(config)
+                _CTX.executors[key] = graph
+        index, ws_bytes = graph.built[config]
+        workspace = cp.empty(max(ws_bytes, 1), dtype=cp.uint8)
+        handle = _CTX.handle(cudnn, cp)
+        g = graph.graph
+        a_t, b_t, out_t = graph.tensors
+        shape = problem.result_shape
+
+        def run(a, b, out=None):
+            # cuDNN is handed raw pointers to packed NCHW data: views are packed first
+            a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+            target = out if out is not None and out.flags.c_contiguous else cp.empty(shape, dtype=cp.float32)
+            cudnn.set_stream(handle, cp.cuda.get_current_stream().ptr)
+            g.execute_plan_at_index({a_t: a.data.ptr, b_t: b.data.ptr, out_t: target.data.ptr},
+                                    workspace.data.ptr, index, handle)
+            if out is not None and target is not out:
+                out[...] = target
+                return out
+            return target
+        return run

@@ -1,0 +1,55 @@
+"""The cuDNN strategy: absent cleanly on the CPU; on the GPU, engine id + knobs, math modes, replay."""
+
+import pytest
+
+from convtune.backend import get_backend
+from convtune.planner import Planner, random_operands, relative_error
+from convtune.strategies import get_strategy
+from convtune.strategies.cudnn import CudnnConfig
+from cases import problem
+
+
+def test_cpu_backend_is_declined_with_a_reason():
+    reason = get_strategy("cudnn").supports(problem("2d-odd"), get_backend("numpy"))
+    assert reason == "cuDNN needs the CuPy (GPU) backend"
+
+
+def test_config_is_engine_and_knobs():
+    c = CudnnConfig(engine=7, knobs=(("SPLIT_K", 2), ("TILE_SIZE", 1)))
+    assert CudnnConfig.from_dict(c.as_dict()) == c
+    assert c.label() == "eng7,split_k=2,tile_size=1"
+    assert c.as_dict() == {"engine": 7, "knobs": [("SPLIT_K", 2), ("TILE_SIZE", 1)]}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_tf32_mode_offers_engines_within_1e3(pass_):
+    be = get_backend("cupy")
+    p = problem("2d-groups", pass_, batch=8, in_channels=64, out_channels=64, input_size=(28, 28), groups=1,
+                math="tf32")
+    cudnn = get_strategy("cudnn")
+    configs = cudnn.candidates(p, be)
+    assert configs
+    xp = be.xp
+    a, b = random_operands(be, p, 3)
+    ref = get_strategy("reference").build(p, None, be)(a.astype(xp.float64), b.astype(xp.float64))
+    for c in configs:
+        err = relative_error(xp, cudnn.build(p, c, be)(a, b), ref)
+        assert err <= 1e-3, (c.label(), err)
+
+
+@pytest.mark.gpu
+def test_winner_is_rebuilt_from_engine_and_knobs_without_enumeration(monkeypatch):
+    from convtune.strategies import cudnn as mod
+    be = get_backend("cupy")
+    p = problem("2d-stride-pad-dil", "dgrad", batch=4)
+    decision = Planner(be, strategies=["cudnn"], time_budget_s=2.0).tune(p)
+    config = CudnnConfig.from_dict(decision.winner.config)
+    # a fresh process has no graphs: forget them, and forbid enumerating
+    monkeypatch.setattr(mod, "_CTX", mod._Context())
+    monkeypatch.setattr(mod._Graph, "enumerate", lambda *a, **k: pytest.fail("enumerated engines on a rebuild"))
+    xp = be.xp
+    a, b = random_operands(be, p, 5)
+    ref = get_strategy("reference").build(p, None, be)(a.astype(xp.float64), b.astype(xp.float64))
+    out = get_strategy("cudnn").build(p, config, be)(a, b)
+    assert relative_error(xp, out, ref) <= 1e-5
