@@ -23,19 +23,26 @@ def test_config_is_engine_and_knobs():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
-def test_tf32_mode_offers_engines_within_1e3(pass_):
+def test_math_modes(pass_):
+    """fp32 offers no TF32 engine (every plan within 1e-5); tf32 offers tensor-core engines, and the
+    planner keeps only those within 1e-3 and records the rest as rejected."""
     be = get_backend("cupy")
-    p = problem("2d-groups", pass_, batch=8, in_channels=64, out_channels=64, input_size=(28, 28), groups=1,
-                math="tf32")
-    cudnn = get_strategy("cudnn")
-    configs = cudnn.candidates(p, be)
-    assert configs
+    shape = dict(batch=8, in_channels=64, out_channels=64, input_size=(28, 28), groups=1)
     xp = be.xp
-    a, b = random_operands(be, p, 3)
-    ref = get_strategy("reference").build(p, None, be)(a.astype(xp.float64), b.astype(xp.float64))
+    cudnn = get_strategy("cudnn")
+    p32 = problem("2d-groups", pass_, **shape)
+    a, b = random_operands(be, p32, 3)
+    ref = get_strategy("reference").build(p32, None, be)(a.astype(xp.float64), b.astype(xp.float64))
+    configs = cudnn.candidates(p32, be)
+    assert configs
     for c in configs:
-        err = relative_error(xp, cudnn.build(p, c, be)(a, b), ref)
-        assert err <= 1e-3, (c.label(), err)
+        assert relative_error(xp, cudnn.build(p32, c, be)(a, b), ref) <= 1e-5, c.label()
+    ptf = problem("2d-groups", pass_, **shape, math="tf32")
+    decision = Planner(be, strategies=["cudnn"], time_budget_s=3.0).tune(ptf)
+    kept = [o for o in decision.outcomes if o.status in ("winner", "ok")]
+    assert kept and all(o.error <= 1e-3 for o in kept)
+    assert all(o.error > 1e-3 for o in decision.outcomes if o.status == "rejected")
+    assert max(o.error for o in decision.outcomes if o.error is not None) > 1e-5  # TF32 engines were offered
 
 
 @pytest.mark.gpu

@@ -118,6 +118,11 @@ class _Graph:
                                                               for k, v in knobs.items())))
                 if config in seen:
                     continue
+                if any(name == "NOT_SET" for name, _v in config.knobs):
+                    # a knob the frontend cannot name cannot be replayed from engine id + knobs
+                    # (create_execution_plan fails with CUDNN_STATUS_INVALID_VALUE): skip the plan
+                    log.debug("cuDNN plan %s skipped: it has a knob of unknown type", config.label())
+                    continue
                 g.build_plan_at_index(index)
                 workspace = int(g.get_workspace_size_plan_at_index(index))
             except Exception as exc:  # a plan that is barred or fails to build is skipped

@@ -1,0 +1,47 @@
+"""Direct depthwise kernels (CUDA, CuPy RawKernel) for small kernels: all three passes,
+any stride, padding and dilation; channel multiplier 1. GPU only."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..direct.depthwise import MAX_TAPS, DepthwiseConv
+from ..problem import ConvProblem
+from .base import Config, Strategy, register
+
+
+@dataclass(frozen=True)
+class DepthwiseConfig(Config):
+    threads: int = 256
+
+
+@register
+class DepthwiseStrategy(Strategy):
+    name = "depthwise"
+    version = 1
+    config_type = DepthwiseConfig
+
+    def supports(self, problem: ConvProblem, backend) -> str | None:
+        if backend is None or getattr(backend, "name", "") != "cupy":
+            return "the direct depthwise kernels are CUDA kernels: they need the CuPy (GPU) backend"
+        if not (problem.groups == problem.in_channels == problem.out_channels):
+            return "not a depthwise convolution with channel multiplier 1 (groups == in == out channels)"
+        if math.prod(problem.kernel_size) > MAX_TAPS:
+            return f"kernel of {math.prod(problem.kernel_size)} taps is over {MAX_TAPS} (large kernels: use FFT)"
+        return None
+
+    def candidates(self, problem, backend):
+        return [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
+
+    def workspace_bytes(self, problem, config) -> int:
+        return 0
+
+    def build(self, problem, config, backend):
+        cp = backend.xp
+        executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count)
+        shape = problem.result_shape
+
+        def run(a, b, out=None):
+            return executor(a, b, cp.empty(shape, dtype=cp.float32) if out is None else out)
+        return run
