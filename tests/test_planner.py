@@ -198,3 +198,16 @@ def test_real_cpu_timer_produces_statistics():
     for o in d.outcomes:
         if o.timing is not None:
             assert o.timing.median_s > 0 and o.timing.repeats >= 1 and o.timing.spread_s >= 0
+
+
+def test_survivors_are_timed_fastest_first(extra_strategies):
+    import time as _time
+
+    def slow(a, b, out, p, reference):
+        _time.sleep(0.02)
+        return correct(a, b, out, p, reference)
+    extra_strategies("t-slow", slow)
+    extra_strategies("t-fast", correct)
+    timer = FakeTimer()
+    Planner("numpy", timer, strategies=["t-slow", "t-fast"]).tune(problem("2d-odd"))
+    assert [label.split("[")[0] for label in timer.labels] == ["t-fast", "t-slow"]

@@ -15,6 +15,7 @@ Batches are processed in chunks of ``chunk`` samples to bound the workspace.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from ..direct.geometry import batch_chunks
@@ -51,9 +52,8 @@ def _contract(xp, a, b, product):
         bt = b.transpose(0, 3, 2, 1)                 # (G, F, J, I)
         return xp.ascontiguousarray(xp.matmul(at, bt).transpose(2, 0, 3, 1))
     n, g, j, f = a.shape
-    i = b.shape[1]
-    out = xp.zeros((n, g, i, f), dtype=a.dtype)
-    for jj in range(j):
+    out = a[:, :, 0:1, :] * b[None, :, :, 0, :]  # one pass when there is one channel per group (depthwise)
+    for jj in range(1, j):
         out += a[:, :, jj:jj + 1, :] * b[None, :, :, jj, :]
     return out
 
@@ -87,19 +87,32 @@ class SpectralConv:
         self._dgrad_slices = tuple(slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding))
 
     def _gather_index(self, per_axis):
-        """Indices mod L per axis, as slices where they are contiguous (no gather), else arrays."""
-        index = []
+        """Copy blocks ``[(src, dst), ...]`` that gather positions (taken mod L) per axis.
+
+        Positions ``start + k*step`` wrap around L at most once, so each axis splits into at most two
+        strided runs, and the gather is a few slice copies instead of an index array.
+        """
+        runs_per_axis = []
         for positions, L in zip(per_axis, self.sizes):
             positions = [v % L for v in positions]
-            step = positions[1] - positions[0] if len(positions) > 1 else 1
-            if step > 0 and all(b - a == step for a, b in zip(positions, positions[1:])):
-                index.append(slice(positions[0], positions[-1] + 1, step))
-            else:
-                index.append(self.xp.asarray(positions, dtype=self.xp.intp))
-        if all(isinstance(i, slice) for i in index):
-            return (slice(None), slice(None)) + tuple(index)
-        arrays = [i if not isinstance(i, slice) else self.xp.arange(i.start, i.stop, i.step) for i in index]
-        return (slice(None), slice(None)) + tuple(self.xp.ix_(*arrays))
+            runs, start = [], 0
+            for k in range(1, len(positions) + 1):
+                if k == len(positions) or positions[k] < positions[k - 1]:
+                    step = positions[start + 1] - positions[start] if k - start > 1 else 1
+                    runs.append((slice(positions[start], positions[k - 1] + 1, step), slice(start, k)))
+                    start = k
+            runs_per_axis.append(runs)
+        blocks = []
+        for combo in itertools.product(*runs_per_axis):
+            src = (slice(None), slice(None)) + tuple(r[0] for r in combo)
+            dst = (slice(None), slice(None)) + tuple(r[1] for r in combo)
+            blocks.append((src, dst))
+        return blocks
+
+    @staticmethod
+    def _gather(out, full, blocks):
+        for src, dst in blocks:
+            out[dst] = full[src]
 
     # -- transforms --------------------------------------------------------------
     def _rfft(self, a):
@@ -124,7 +137,7 @@ class SpectralConv:
         w_conj = xp.conj(self._weight_spectrum(w))
         for n0, n1 in batch_chunks(p.batch, self.chunk):
             y_spec = _contract(xp, self._rfft(x[n0:n1]), w_conj, self.product)
-            out[n0:n1] = self._irfft(y_spec, p.out_channels)[self._fwd_index]
+            self._gather(out[n0:n1], self._irfft(y_spec, p.out_channels), self._fwd_index)
         return out
 
     def backward_data(self, dy, w, out):
@@ -148,7 +161,7 @@ class SpectralConv:
                 acc += part
         dw_full = self._irfft(xp.ascontiguousarray(acc).reshape(p.out_channels, p.in_per_group, self.F),
                               p.in_per_group)
-        out[...] = dw_full[self._wgrad_index]
+        self._gather(out, dw_full, self._wgrad_index)
         return out
 
     def __call__(self, a, b, out):
