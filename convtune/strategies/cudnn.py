@@ -26,9 +26,9 @@ from .base import Config, Strategy, register
 
 log = logging.getLogger("convtune")
 
-#: Heuristic modes whose plans are enumerated; FALLBACK adds the engines the
-#: ranked list leaves out.
-HEURISTICS = ("A", "FALLBACK")
+#: Heuristic modes whose plans are enumerated: A and B rank engines differently (B is the
+#: slower, more thorough model); FALLBACK adds engines the ranked lists leave out.
+HEURISTICS = ("A", "B", "FALLBACK")
 #: Numeric notes that rule a plan out, per math mode.
 EXCLUDED_NOTES = {"fp32": ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"),
                   "tf32": ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")}
@@ -114,23 +114,24 @@ class _Graph:
         for index in range(g.get_execution_plan_count()):
             try:
                 engine, knobs = g.get_engine_and_knobs_at_index(index)
-                config = CudnnConfig(int(engine), tuple(sorted((getattr(k, "name", str(k)), int(v))
-                                                              for k, v in knobs.items())))
+                named = [(getattr(k, "name", str(k)), int(v)) for k, v in knobs.items()]
+                # A knob the frontend cannot name (NOT_SET) cannot be replayed: create_execution_plan
+                # refuses it. The candidate is then the plan built from the nameable knobs alone, which
+                # is exactly what a cached winner is rebuilt from.
+                replayable = all(name != "NOT_SET" for name, _v in named)
+                config = CudnnConfig(int(engine), tuple(sorted(p for p in named if p[0] != "NOT_SET")))
                 if config in seen:
                     continue
-                if any(name == "NOT_SET" for name, _v in config.knobs):
-                    # a knob the frontend cannot name cannot be replayed from engine id + knobs
-                    # (create_execution_plan fails with CUDNN_STATUS_INVALID_VALUE): skip the plan
-                    log.debug("cuDNN plan %s skipped: it has a knob of unknown type", config.label())
-                    continue
-                g.build_plan_at_index(index)
-                workspace = int(g.get_workspace_size_plan_at_index(index))
+                seen.add(config)
+                if replayable:
+                    g.build_plan_at_index(index)
+                    self.built[config] = (index, int(g.get_workspace_size_plan_at_index(index)))
+                else:
+                    self.plan(config)
             except Exception as exc:  # a plan that is barred or fails to build is skipped
                 log.debug("cuDNN plan %d skipped: %s", index, exc)
                 continue
-            seen.add(config)
-            self.built[config] = (index, workspace)
-            found.append((config, workspace))
+            found.append((config, self.built[config][1]))
         return found
 
     def plan(self, config: CudnnConfig) -> tuple[int, int]:
