@@ -358,6 +358,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     absent with the reason. Plans come from the cache (tuned on a miss, then stored).
     """
     import json
+    import os
     import shlex
     from .bench.dispatch import measure_dispatch_overhead
     from .bench.peers import available_peers
@@ -398,11 +399,15 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     click.echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
     overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
     command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench"
+    def checkpoint(doc):
+        # written after every layer (through a temporary file): an interrupted run keeps what it measured
+        with open(output + ".tmp", "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(output + ".tmp", output)
+
     results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
                         sweep=sweep_list, dispatch_overhead=overhead,
-                        progress=lambda text: click.echo(f"  {text}", err=True))
-    with open(output, "w") as fh:
-        json.dump(results, fh, indent=1)
+                        progress=lambda text: click.echo(f"  {text}", err=True), checkpoint=checkpoint)
     available = [p.name for p in peers if p.make is not None]
     rows = []
     for entry in results["layers"] + (results["sweep"] or []):

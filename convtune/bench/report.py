@@ -167,7 +167,7 @@ def write_html(results: dict, images: list[Path], out: Path) -> Path:
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>convtune benchmark</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
 padding:3px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>
-<h1>convtune benchmark</h1>
+<h1>convtune benchmark{'' if results.get('complete', True) else ' (incomplete run: cut off before the end)'}</h1>
 <p>{e(results['device'].get('model', ''))} &middot; {e(results['date'])} &middot; math mode {e(results['math'])}<br>
 command: <code>{e(results['command'])}</code><br>device key: <code>{e(results['device_key'])}</code></p>
 {'<p>absent peers:</p><ul>' + absent + '</ul>' if absent else ''}

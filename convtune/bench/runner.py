@@ -131,7 +131,10 @@ def environment(backend) -> dict:
 
 
 def run_bench(layers: list[Layer], passes, backend, runtime, timer, peers, *, command: str, math_mode: str,
-              sweep: list[Layer] | None = None, dispatch_overhead: dict | None = None, progress=None) -> dict:
+              sweep: list[Layer] | None = None, dispatch_overhead: dict | None = None, progress=None,
+              checkpoint=None) -> dict:
+    """Benchmark every layer (then the sweep); ``checkpoint(results)`` is called after each one,
+    so a long run that is cut off keeps what it measured."""
     results = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
@@ -139,10 +142,16 @@ def run_bench(layers: list[Layer], passes, backend, runtime, timer, peers, *, co
         "backend": backend.name, "environment": environment(backend), "math": math_mode, "timer": repr(timer),
         "peers": {p.name: ({"available": True} if p.make else {"available": False, "reason": p.absent_reason})
                   for p in peers},
-        "dispatch_overhead": dispatch_overhead,
-        "layers": [bench_layer(l, passes, backend, runtime, timer, peers, progress) for l in layers],
-        "sweep": [bench_layer(l, passes, backend, runtime, timer, peers, progress) for l in sweep] if sweep else None,
+        "dispatch_overhead": dispatch_overhead, "layers": [], "sweep": [] if sweep else None, "complete": False,
     }
+    for key, items in (("layers", layers), ("sweep", sweep or [])):
+        for layer in items:
+            results[key].append(bench_layer(layer, passes, backend, runtime, timer, peers, progress))
+            if checkpoint:
+                checkpoint(results)
+    results["complete"] = True
+    if checkpoint:
+        checkpoint(results)
     return results
 
 

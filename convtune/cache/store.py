@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError, \
-    SQLAlchemyError
+    ProgrammingError, SQLAlchemyError
 
 from ..backend import DeviceInfo
 from ..errors import CacheError
@@ -197,13 +197,18 @@ class PlanCache:
                                  "made by convtune or is damaged; use another --db")
             if not create:
                 raise CacheError(f"{self.display_url} holds no plan cache")
-            try:
-                schema.metadata.create_all(self.engine)
-                self._transaction(lambda c: c.execute(
-                    self._insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
-                    .on_conflict_do_nothing(index_elements=["key"])))
-            except (OperationalError, IntegrityError):
-                pass  # another process created them first; the version check below decides
+            def create(conn):
+                # tables and version row in one transaction: no other process ever sees one without the other
+                schema.metadata.create_all(conn)
+                conn.execute(self._insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
+                             .on_conflict_do_nothing(index_elements=["key"]))
+            for attempt in range(5):
+                try:
+                    with self.engine.begin() as conn:
+                        create(conn)
+                    break
+                except (OperationalError, IntegrityError, ProgrammingError):
+                    time.sleep(0.1 * (attempt + 1))  # a concurrent creator won; the version check decides
         found = self.schema_version()
         if found != SCHEMA_VERSION:
             newer = "a newer" if found > SCHEMA_VERSION else "an older"

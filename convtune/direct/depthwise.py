@@ -60,6 +60,47 @@ extern "C" __global__ void dw_fwd(const float* __restrict__ x, const float* __re
 }}
 """
 
+_FWD_TILED = _COMMON + r"""
+// stride 1: a block computes a TILE_H x 32 output tile of one (n, c) plane from a shared-memory copy
+// of the input tile and its halo (zero outside the image); each thread computes TILE_H / 8 rows.
+#define TILE_W 32
+#define TILE_H 32
+extern "C" __global__ void dw_fwd_tiled(const float* __restrict__ x, const float* __restrict__ w,
+                                        float* __restrict__ y, GEO_PARAMS) {{
+  GEO_INIT;
+  extern __shared__ float tile[];
+  __shared__ float wsh[KH * KW];
+  const int in_w = TILE_W + (KW - 1) * g.dw, in_h = TILE_H + (KH - 1) * g.dh;
+  const int tiles_w = (g.OW + TILE_W - 1) / TILE_W;
+  const int ow0 = (blockIdx.x % tiles_w) * TILE_W, oh0 = (blockIdx.x / tiles_w) * TILE_H;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+  const long long planes = (long long)g.N * g.C;
+  for (long long nc = blockIdx.y; nc < planes; nc += gridDim.y) {{
+    const int c = nc % g.C;
+    const float* xp = x + nc * g.H * g.W;
+    for (int i = tid; i < KH * KW; i += nthreads) wsh[i] = w[c * KH * KW + i];
+    for (int i = tid; i < in_h * in_w; i += nthreads) {{
+      const int ih = oh0 - g.ph + i / in_w, iw = ow0 - g.pw + i % in_w;
+      tile[i] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? __ldg(xp + ih * g.W + iw) : 0.f;
+    }}
+    __syncthreads();
+    const int ow = ow0 + threadIdx.x;
+    for (int r = threadIdx.y; r < TILE_H; r += blockDim.y) {{
+      const int oh = oh0 + r;
+      float acc = 0.f;
+#pragma unroll
+      for (int kh = 0; kh < KH; ++kh) {{
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw)
+          acc += tile[(r + kh * g.dh) * in_w + threadIdx.x + kw * g.dw] * wsh[kh * KW + kw];
+      }}
+      if (oh < g.OH && ow < g.OW) y[nc * g.OH * g.OW + oh * g.OW + ow] = acc;
+    }}
+    __syncthreads();
+  }}
+}}
+"""
+
 _DGRAD = _COMMON + r"""
 extern "C" __global__ void dw_dgrad(const float* __restrict__ dy, const float* __restrict__ w,
                                     float* __restrict__ dx, GEO_PARAMS) {{
@@ -135,11 +176,38 @@ extern "C" __global__ void dw_wgrad(const float* __restrict__ x, const float* __
 """
 
 
+_SOURCES = {"fwd": (_FWD, "dw_fwd"), "dgrad": (_DGRAD, "dw_dgrad"), "wgrad": (_WGRAD, "dw_wgrad"),
+            "tiled": (_FWD_TILED, "dw_fwd_tiled")}
+TILE = 32
+#: Shared memory a block may take without opting in to more.
+SMEM_LIMIT = 48 * 1024
+
+
 @functools.cache
 def _kernel(cp, which: str, kh: int, kw: int):
-    source = {"fwd": _FWD, "dgrad": _DGRAD, "wgrad": _WGRAD}[which].format(kh=kh, kw=kw)
-    name = {"fwd": "dw_fwd", "dgrad": "dw_dgrad", "wgrad": "dw_wgrad"}[which]
-    return cp.RawKernel(source, name, options=("--std=c++14",))
+    source, name = _SOURCES[which]
+    return cp.RawKernel(source.format(kh=kh, kw=kw), name, options=("--std=c++14",))
+
+
+def tiled_smem_bytes(p: ConvProblem) -> int:
+    kh, kw = kernel_hw(p)
+    dh, dw = (1, p.dilation[0]) if p.rank == 1 else p.dilation
+    return 4 * (TILE + (kh - 1) * dh) * (TILE + (kw - 1) * dw)
+
+
+def tiled_reason(p: ConvProblem) -> str | None:
+    """Why the tiled kernel cannot run ``p`` (``None`` when it can)."""
+    if p.rank != 2:
+        return "the tiled kernel is for 2-D problems"
+    if p.pass_ == "wgrad":
+        return "the tiled kernel computes forward and backward-data"
+    if any(s != 1 for s in p.stride):
+        return "the tiled kernel needs stride 1"
+    if p.pass_ == "dgrad" and any(q > (k - 1) * d for q, k, d in zip(p.padding, p.kernel_size, p.dilation)):
+        return "backward-data as a flipped forward needs padding <= dilation*(kernel-1)"
+    if tiled_smem_bytes(p) > SMEM_LIMIT:
+        return "the input tile with its halo exceeds 48 KiB of shared memory"
+    return None
 
 
 def _geometry(cp, p: ConvProblem) -> tuple:
@@ -156,11 +224,31 @@ def kernel_hw(p: ConvProblem) -> tuple[int, int]:
 
 
 class DepthwiseConv:
-    """One problem's depthwise executor on CuPy; ``threads`` per block is the tuning axis."""
+    """One problem's depthwise executor on CuPy.
 
-    def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int):
-        self.cp, self.p, self.threads = cp, p, threads
+    ``variant`` ``simple``: one thread per output (``threads`` per block); ``tiled``: stride-1 2-D
+    problems through shared-memory tiles, backward-data as the forward of ``dy`` with the flipped
+    filter and padding ``dil*(k-1) - pad``.
+    """
+
+    def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple"):
+        self.cp, self.p, self.threads, self.variant = cp, p, threads, variant
         kh, kw = kernel_hw(p)
+        if variant == "tiled":
+            reason = tiled_reason(p)
+            if reason:
+                raise ValueError(f"tiled depthwise kernel: {reason}")
+            self.kernel = _kernel(cp, "tiled", kh, kw)
+            if p.pass_ == "dgrad":  # the flipped forward maps dy (output-sized) to dx (input-sized)
+                flip_pad = tuple((k - 1) * d - q for q, k, d in zip(p.padding, p.kernel_size, p.dilation))
+                fwd = p.replace(input_size=p.output_size, padding=flip_pad, pass_="fwd")
+            else:
+                fwd = p
+            self.geo = _geometry(cp, fwd)
+            oh, ow = fwd.output_size
+            self.grid = (math.ceil(ow / TILE) * math.ceil(oh / TILE), min(p.batch * p.in_channels, 65535))
+            self.smem = tiled_smem_bytes(fwd)
+            return
         self.kernel = _kernel(cp, p.pass_, kh, kw)
         self.geo = _geometry(cp, p)
         if p.pass_ == "wgrad":
@@ -176,7 +264,10 @@ class DepthwiseConv:
         cp = self.cp
         a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         target = out if out.flags.c_contiguous else cp.empty(out.shape, dtype=cp.float32)
-        if self.p.pass_ == "wgrad":
+        if self.variant == "tiled":
+            w = b[:, :, ::-1, ::-1].copy() if self.p.pass_ == "dgrad" else b
+            self.kernel(self.grid, (TILE, 8), (a, w, target, *self.geo), shared_mem=self.smem)
+        elif self.p.pass_ == "wgrad":
             target.fill(0)
             self.kernel(self.grid, (self.threads,), (a, b, target, *self.geo, cp.int32(self.n_per_block)))
         else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..direct.depthwise import MAX_TAPS, DepthwiseConv
+from ..direct.depthwise import MAX_TAPS, DepthwiseConv, tiled_reason
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -14,12 +14,13 @@ from .base import Config, Strategy, register
 @dataclass(frozen=True)
 class DepthwiseConfig(Config):
     threads: int = 256
+    variant: str = "simple"  # or "tiled" (stride-1 2-D forward/backward-data through shared memory)
 
 
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 1
+    version = 2
     config_type = DepthwiseConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
@@ -32,14 +33,17 @@ class DepthwiseStrategy(Strategy):
         return None
 
     def candidates(self, problem, backend):
-        return [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
+        configs = [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
+        if tiled_reason(problem) is None:
+            configs.insert(0, DepthwiseConfig(threads=256, variant="tiled"))
+        return configs
 
     def workspace_bytes(self, problem, config) -> int:
         return 0
 
     def build(self, problem, config, backend):
         cp = backend.xp
-        executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count)
+        executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count, config.variant)
         shape = problem.result_shape
 
         def run(a, b, out=None):
