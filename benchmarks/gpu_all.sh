@@ -13,7 +13,7 @@ mkdir -p $R
     python3 -m convtune bench .carry/layers.yaml --math $math --time-budget 2 --db /tmp/bench-plans.db \
       -o $R/bench-$math.json > $R/bench-$math.txt 2> $R/bench-$math.err; echo "bench $math exit $?"
   done
-  python3 -m convtune bench --sweep --math fp32 --time-budget 2 --db /tmp/bench-plans.db \
+  python3 -m convtune bench --sweep --sweep-inputs 16,32,64 --math fp32 --time-budget 2 --db /tmp/bench-plans.db \
     -o $R/sweep-fp32.json > $R/sweep-fp32.txt 2> $R/sweep-fp32.err; echo "sweep exit $?"
   for f in bench-fp32 bench-tf32 sweep-fp32; do
     python3 -m convtune report $R/$f.json -o $R/report-$f > /dev/null 2>&1 && echo "report $f ok"

@@ -11,7 +11,8 @@ Steps, each recorded per candidate:
 3. verification on a reduced batch against the float64 reference computed on
    the same device, with the output poisoned with NaN first so an unwritten
    element fails; past the math mode's tolerance it is ``rejected``, an
-   exception is ``failed`` (out-of-memory included) and tuning goes on;
+   exception is ``failed`` (out-of-memory included) and tuning goes on; one
+   whose run is ``SLOW_FACTOR`` times slower than the best so far is ``skipped``;
 4. the survivors are timed on the full problem, fastest first by a warm run on
    the reduced batch (so a time budget goes to the likely winners); a lone
    survivor is not timed;
@@ -38,6 +39,10 @@ log = logging.getLogger("convtune")
 
 #: Default cap on any candidate's workspace.
 DEFAULT_WORKSPACE_LIMIT = 4 << 30
+#: A verified candidate whose first run on the verification batch is this many times slower than
+#: the best first run so far (and slower than the floor) is skipped, not timed.
+SLOW_FACTOR = 50.0
+SLOW_FLOOR_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -174,19 +179,32 @@ class Planner:
         a, b = random_operands(self.backend, small, self.seed)
         ref = get_strategy("reference").build(small, None, self.backend)(a.astype(xp.float64), b.astype(xp.float64))
         survivors = []
+        best_warm = math.inf
         for cand in candidates:
             self._report(f"verify {cand.label}")
             try:
                 out = xp.full(small.result_shape, xp.nan, dtype=xp.float32)
                 run = cand.strategy.build(small, cand.config, self.backend)
+                t0 = time.perf_counter()
                 run(a, b, out)
+                self.backend.synchronize()
+                first_s = time.perf_counter() - t0
                 err = relative_error(xp, out, ref)
+                if err <= problem.tolerance and first_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
+                    # far slower than a candidate already seen, even counting first-call costs (which the
+                    # floor covers): it cannot win, and running and timing it could take minutes
+                    outcomes.append(self._outcome(problem, cand, "skipped", error=err,
+                                                  reason=f"{first_s / best_warm:.0f}x slower than the best "
+                                                         f"candidate on the verification batch; not timed"))
+                    continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
                 t0 = time.perf_counter()
                 run(a, b, out)
                 self.backend.synchronize()
                 warm_s = time.perf_counter() - t0
+                if err <= problem.tolerance:
+                    best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on
                 outcomes.append(self._outcome(problem, cand, "failed", reason=_failure_reason(self.backend, exc)))
                 log.debug("candidate %s failed verification", cand.label, exc_info=True)

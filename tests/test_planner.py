@@ -211,3 +211,19 @@ def test_survivors_are_timed_fastest_first(extra_strategies):
     timer = FakeTimer()
     Planner("numpy", timer, strategies=["t-slow", "t-fast"]).tune(problem("2d-odd"))
     assert [label.split("[")[0] for label in timer.labels] == ["t-fast", "t-slow"]
+
+
+def test_a_hopelessly_slow_candidate_is_skipped_not_timed(extra_strategies, monkeypatch):
+    import time as _time
+    monkeypatch.setattr("convtune.planner.SLOW_FLOOR_S", 0.0)
+
+    def crawl(a, b, out, p, reference):
+        _time.sleep(0.05)
+        return correct(a, b, out, p, reference)
+    extra_strategies("t-fast", correct)
+    extra_strategies("t-crawl", crawl)
+    timer = FakeTimer()
+    d = Planner("numpy", timer, strategies=["t-fast", "t-crawl"]).tune(problem("2d-odd"))
+    crawled = [o for o in d.outcomes if o.strategy == "t-crawl"][0]
+    assert crawled.status == "skipped" and "slower than the best" in crawled.reason
+    assert not any(label.startswith("t-crawl") for label in timer.labels)

@@ -186,7 +186,9 @@ SMEM_LIMIT = 48 * 1024
 @functools.cache
 def _kernel(cp, which: str, kh: int, kw: int):
     source, name = _SOURCES[which]
-    return cp.RawKernel(source.format(kh=kh, kw=kw), name, options=("--std=c++14",))
+    kernel = cp.RawKernel(source.format(kh=kh, kw=kw), name, options=("--std=c++14",))
+    kernel.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)
+    return kernel
 
 
 def tiled_smem_bytes(p: ConvProblem) -> int:
