@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import threading
+import time
 from dataclasses import dataclass
 
 from ..problem import ConvProblem
@@ -29,6 +31,13 @@ log = logging.getLogger("convtune")
 #: Heuristic modes whose plans are enumerated: A and B rank engines differently (B is the
 #: slower, more thorough model); FALLBACK adds engines the ranked lists leave out.
 HEURISTICS = ("A", "B", "FALLBACK")
+#: Building every offered plan stops after this many seconds (checked between plans).
+ENUMERATION_BUDGET_S = 30.0
+#: Kernels with more taps are declined: on an H100 (cuDNN 9.19, frontend 1.32) tuning the
+#: 4096-tap depthwise backward-data of hyena-long-dw with heuristics A+B+FALLBACK did not finish in
+#: 15 minutes, while the FFT path runs such kernels in under a millisecond.
+MAX_TAPS = 1024
+
 #: Numeric notes that rule a plan out, per math mode.
 EXCLUDED_NOTES = {"fp32": ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"),
                   "tf32": ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")}
@@ -111,7 +120,11 @@ class _Graph:
         if notes:
             g.deselect_numeric_notes(notes)
         found, seen = [], set()
+        started = time.perf_counter()
         for index in range(g.get_execution_plan_count()):
+            if time.perf_counter() - started > ENUMERATION_BUDGET_S:
+                log.info("cuDNN: stopped building plans after %.0f s (%d built)", ENUMERATION_BUDGET_S, len(found))
+                break
             try:
                 engine, knobs = g.get_engine_and_knobs_at_index(index)
                 named = [(getattr(k, "name", str(k)), int(v)) for k, v in knobs.items()]
@@ -180,6 +193,10 @@ class CudnnStrategy(Strategy):
             return reason
         if problem.rank not in (1, 2):
             return f"rank {problem.rank} is not wired to cuDNN yet"
+        taps = math.prod(problem.kernel_size)
+        if taps > MAX_TAPS:
+            return (f"a kernel of {taps} taps is over {MAX_TAPS}: cuDNN's engines for such kernels take minutes "
+                    "to tune (the FFT path is the one for them)")
         return None
 
     def _enumerated(self, problem: ConvProblem, backend) -> list[tuple[CudnnConfig, int]]:
