@@ -2,8 +2,10 @@
 
 * ``torch-fp32``: PyTorch with ``cudnn.benchmark = True`` and TF32 off;
 * ``torch-tf32``: the same with TF32 allowed;
-* ``cudnn-best``: the fastest single engine of the cuDNN frontend (needs the
-  cuDNN strategy, which is not implemented yet: reported absent with that reason).
+* ``cudnn-best``: the fastest single engine of the cuDNN frontend timed as a peer
+  (not implemented yet: reported absent with that reason; convtune's own cuDNN
+  strategy times every engine during tuning, so a cuDNN winner shows in the
+  convtune column).
 
 A peer that cannot run here says why (:func:`available_peers`).
 """
@@ -64,7 +66,8 @@ def available_peers(backend) -> list[Peer]:
     peers = [_torch_peer("torch-fp32", False), _torch_peer("torch-tf32", True)]
     try:
         importlib.import_module("cudnn")
-        reason = "the cuDNN frontend is installed, but convtune's cuDNN strategy is not implemented yet"
+        reason = ("the best-single-engine peer is not implemented yet (convtune's cudnn strategy tunes over every "
+                  "engine, so a cuDNN winner appears in the convtune column)")
     except Exception:  # any import failure means the optional frontend is unusable here
         reason = "the cuDNN frontend (nvidia-cudnn-frontend) is not installed"
     peers.append(Peer("cudnn-best", None, reason))
