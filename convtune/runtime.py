@@ -208,6 +208,15 @@ def _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pas
                             padding=padding, dilation=dilation, groups=groups, math=math, pass_=pass_)
 
 
+def _backward_problem(x_shape, w_shape, dy, stride, padding, dilation, groups, math, pass_):
+    """The problem of a backward pass, checking that ``dy`` has the forward output's shape."""
+    problem = _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pass_)
+    if tuple(dy.shape) != problem.y_shape:
+        raise ValueError(f"dy has shape {tuple(dy.shape)} but input {tuple(x_shape)} and weight {tuple(w_shape)} "
+                         f"give outputs of shape {problem.y_shape}")
+    return problem
+
+
 def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: Plan | None = None, out=None,
          runtime: Runtime | None = None):
     """Forward convolution (cross-correlation, as in PyTorch) through a tuned plan.
@@ -259,11 +268,7 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
 
     def make():
         _check_dtype(dy, w)
-        problem = _layer_fields(x_shape, w.shape, stride, padding, dilation, groups, math, "dgrad")
-        if tuple(dy.shape) != problem.y_shape:
-            raise ValueError(f"dy has shape {tuple(dy.shape)} but input {x_shape} and weight {tuple(w.shape)} "
-                             f"give outputs of shape {problem.y_shape}")
-        return problem
+        return _backward_problem(x_shape, w.shape, dy, stride, padding, dilation, groups, math, "dgrad")
     return rt.dispatch(sig, make, dy, w, plan, out)
 
 
@@ -277,11 +282,7 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
 
     def make():
         _check_dtype(x, dy)
-        problem = _layer_fields(x.shape, w_shape, stride, padding, dilation, groups, math, "wgrad")
-        if tuple(dy.shape) != problem.y_shape:
-            raise ValueError(f"dy has shape {tuple(dy.shape)}; input {tuple(x.shape)} and weight {w_shape} "
-                             f"give outputs of shape {problem.y_shape}")
-        return problem
+        return _backward_problem(x.shape, w_shape, dy, stride, padding, dilation, groups, math, "wgrad")
     return rt.dispatch(sig, make, x, dy, plan, out)
 
 
