@@ -192,9 +192,14 @@ class Planner:
                 self.backend.synchronize()
                 first_s = time.perf_counter() - t0
                 err = relative_error(xp, out, ref)
+                if not err <= problem.tolerance:
+                    outcomes.append(self._outcome(problem, cand, "rejected", error=err,
+                                                  reason=f"error {err:.3g} over the {problem.math} tolerance "
+                                                         f"{problem.tolerance:g}"))
+                    continue
                 # A first run also pays one-time costs (CUDA loads kernel modules lazily, FFT plans are made),
                 # so it only rules a candidate out past a hard floor; otherwise the warm run decides.
-                if err <= problem.tolerance and first_s > max(SLOW_FACTOR * best_warm, FIRST_RUN_FLOOR_S):
+                if first_s > max(SLOW_FACTOR * best_warm, FIRST_RUN_FLOOR_S):
                     outcomes.append(self._outcome(problem, cand, "skipped", error=err,
                                                   reason=f"first run on the verification batch took {first_s:.2f} s, "
                                                          f"{first_s / best_warm:.0f}x the best; not timed"))
@@ -205,21 +210,15 @@ class Planner:
                 run(a, b, out)
                 self.backend.synchronize()
                 warm_s = time.perf_counter() - t0
-                if err <= problem.tolerance and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
+                if warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
                     outcomes.append(self._outcome(problem, cand, "skipped", error=err,
                                                   reason=f"{warm_s / best_warm:.0f}x slower than the best candidate "
                                                          f"on the verification batch; not timed"))
                     continue
-                if err <= problem.tolerance:
-                    best_warm = min(best_warm, warm_s)
+                best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on
                 outcomes.append(self._outcome(problem, cand, "failed", reason=_failure_reason(self.backend, exc)))
                 log.debug("candidate %s failed verification", cand.label, exc_info=True)
-                continue
-            if not err <= problem.tolerance:
-                outcomes.append(self._outcome(problem, cand, "rejected", error=err,
-                                              reason=f"error {err:.3g} over the {problem.math} tolerance "
-                                                     f"{problem.tolerance:g}"))
                 continue
             survivors.append((cand, err, warm_s))
         survivors.sort(key=lambda item: item[2])

@@ -7,7 +7,6 @@ from click.testing import CliRunner
 
 from convtune.bench.runner import round_trip, speedup
 from convtune.cli import main
-from conftest import FakeTimer
 
 NET = """layers:
   - {name: small, batch: 2, in_channels: 4, out_channels: 4, input: [10, 10], kernel: [5, 5], padding: 2}
@@ -15,9 +14,7 @@ NET = """layers:
 """
 
 
-@pytest.fixture(autouse=True)
-def fast_tuning(monkeypatch):
-    monkeypatch.setattr("convtune.planner.default_timer", lambda backend: FakeTimer())
+pytestmark = pytest.mark.usefixtures("fake_default_timer")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import pytest
 from click.testing import CliRunner
 
 from convtune.cli import main, parse_size
-from conftest import FakeTimer
 
 TINY = """layers:
   - {name: small3x3, batch: 2, in_channels: 3, out_channels: 4, input: [10, 10], kernel: [3, 3], padding: 1}
@@ -15,9 +14,7 @@ TINY = """layers:
 """
 
 
-@pytest.fixture(autouse=True)
-def fast_timer(monkeypatch):
-    monkeypatch.setattr("convtune.planner.default_timer", lambda backend: FakeTimer())
+pytestmark = pytest.mark.usefixtures("fake_default_timer")
 
 
 @pytest.fixture
