@@ -16,7 +16,7 @@ import functools
 import importlib
 import logging
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import BackendError
 

@@ -58,7 +58,7 @@ def _backend(name: str):
 
 
 def _ms(seconds) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+    return _ms_value(None if seconds is None else seconds * 1e3)
 
 
 def _table(headers, rows) -> str:

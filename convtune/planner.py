@@ -39,8 +39,8 @@ log = logging.getLogger("convtune")
 
 #: Default cap on any candidate's workspace.
 DEFAULT_WORKSPACE_LIMIT = 4 << 30
-#: A verified candidate whose first run on the verification batch is this many times slower than
-#: the best first run so far (and slower than the floor) is skipped, not timed.
+#: A verified candidate whose warm run on the verification batch is this many times slower than
+#: the best warm run so far (and slower than the floor) is skipped, not timed.
 SLOW_FACTOR = 50.0
 SLOW_FLOOR_S = 0.01
 #: A first run (one-time costs included) rules a candidate out only past this.
@@ -187,10 +187,7 @@ class Planner:
             try:
                 out = xp.full(small.result_shape, xp.nan, dtype=xp.float32)
                 run = cand.strategy.build(small, cand.config, self.backend)
-                t0 = time.perf_counter()
-                run(a, b, out)
-                self.backend.synchronize()
-                first_s = time.perf_counter() - t0
+                first_s = self._synchronized_run(run, a, b, out)
                 err = relative_error(xp, out, ref)
                 if not err <= problem.tolerance:
                     outcomes.append(self._outcome(problem, cand, "rejected", error=err,
@@ -206,10 +203,7 @@ class Planner:
                     continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
-                t0 = time.perf_counter()
-                run(a, b, out)
-                self.backend.synchronize()
-                warm_s = time.perf_counter() - t0
+                warm_s = self._synchronized_run(run, a, b, out)
                 if warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
                     outcomes.append(self._outcome(problem, cand, "skipped", error=err,
                                                   reason=f"{warm_s / best_warm:.0f}x slower than the best candidate "
@@ -223,6 +217,13 @@ class Planner:
             survivors.append((cand, err, warm_s))
         survivors.sort(key=lambda item: item[2])
         return [(cand, err) for cand, err, _warm in survivors]
+
+    def _synchronized_run(self, run, a, b, out) -> float:
+        """Seconds one run takes, device work included (a rough clock for ranking, not a timing)."""
+        t0 = time.perf_counter()
+        run(a, b, out)
+        self.backend.synchronize()
+        return time.perf_counter() - t0
 
     def _time(self, problem, survivors, outcomes) -> list[CandidateOutcome]:
         if len(survivors) == 1:

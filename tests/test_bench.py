@@ -52,6 +52,7 @@ def test_bench_uses_the_cache_the_second_time(tmp_path, results):
     net = tmp_path / "net.yaml"
     res = CliRunner().invoke(main, ["bench", str(net), "--repeats", "3", "--backend", "numpy",
                                     "--db", str(tmp_path / "plans.db"), "-o", str(tmp_path / "again.json")])
+    assert res.exit_code == 0, res.output
     again = json.loads((tmp_path / "again.json").read_text())
     assert {rec["convtune"]["source"] for e in again["layers"] for rec in e["passes"].values()} == {"cache"}
 

@@ -1,7 +1,6 @@
 """The persistent plan cache on SQLite and on a real PostgreSQL server."""
 
 import multiprocessing
-import os
 
 import pytest
 from sqlalchemy import text
