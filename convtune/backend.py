@@ -12,6 +12,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
@@ -182,6 +183,43 @@ def backend_for(*arrays) -> Backend:
         raise ValueError("all arrays must be of one kind: all NumPy or all CuPy; "
                          "move them with cupy.asarray / cupy.asnumpy first")
     return get_backend(names.pop())
+
+
+#: cuBLAS math modes (``cublasMath_t``) and CuPy's compute types (``cupy._core._routines_linalg``).
+_CUBLAS_DEFAULT_MATH, _CUBLAS_TF32_TENSOR_OP_MATH = 0, 3
+_CUPY_COMPUTE_TYPE_DEFAULT, _CUPY_COMPUTE_TYPE_TF32 = 1, 7
+
+
+@contextlib.contextmanager
+def gemm_precision(xp, tf32: bool):
+    """Inside the block, float32 and complex64 matrix products use TF32 tensor cores only if ``tf32``.
+
+    Strict fp32 otherwise, even when the process set ``CUPY_TF32=1``: a plan's math mode, not the
+    environment, decides. On CuPy both CuPy's compute type for float32 (``matmul`` through
+    ``gemmEx``) and the cuBLAS handle's math mode (the ``sgemm``/``cgemm`` routines) are set, and
+    both are restored on exit. A no-op on NumPy.
+
+    >>> import numpy as np
+    >>> with gemm_precision(np, tf32=True):
+    ...     (np.ones((2, 2), np.float32) @ np.ones((2, 2), np.float32))[0, 0]
+    np.float32(2.0)
+    """
+    if getattr(xp, "__name__", "") != "cupy":
+        yield
+        return
+    import numpy
+    linalg = importlib.import_module("cupy._core._routines_linalg")
+    cublas = importlib.import_module("cupy_backends.cuda.libs.cublas")
+    handle = xp.cuda.device.get_cublas_handle()
+    previous_type = linalg.get_compute_type(numpy.float32)
+    previous_mode = cublas.getMathMode(handle)
+    linalg.set_compute_type(numpy.float32, _CUPY_COMPUTE_TYPE_TF32 if tf32 else _CUPY_COMPUTE_TYPE_DEFAULT)
+    cublas.setMathMode(handle, _CUBLAS_TF32_TENSOR_OP_MATH if tf32 else _CUBLAS_DEFAULT_MATH)
+    try:
+        yield
+    finally:
+        linalg.set_compute_type(numpy.float32, previous_type)
+        cublas.setMathMode(handle, previous_mode)
 
 
 def gpu_available() -> bool:

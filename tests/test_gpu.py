@@ -93,3 +93,73 @@ def test_layer_object_trains_on_cupy():
     dx = layer.backward(cp.ones_like(y))
     assert isinstance(dx, cp.ndarray) and dx.shape == x.shape
     assert isinstance(layer.grad_weight, cp.ndarray) and math.isfinite(float(layer.grad_weight.sum()))
+
+
+def _operands_and_reference(be, p, seed):
+    from convtune.direct.reference import reference
+    from convtune.planner import random_operands
+    xp = be.xp
+    a, b = random_operands(be, p, seed)
+    return a, b, reference(xp, p, a.astype(xp.float64), b.astype(xp.float64))
+
+
+@pytest.mark.parametrize("name", ["im2col", "fft"])
+def test_tf32_gemm_engages_in_tf32_mode_only(name):
+    """tf32 configs run their GEMMs on TF32 tensor cores (the error shows it); fp32 configs stay strict
+    even when CuPy's global compute type asks for TF32, and that setting is restored."""
+    import cupy as cp
+    from cupy._core import _routines_linalg as linalg
+    from convtune.planner import relative_error
+    from convtune.strategies import get_strategy
+    be = get_backend("cupy")
+    shape = dict(batch=4, in_channels=128, out_channels=128, input_size=(16, 16), kernel_size=3, padding=1)
+    p32, ptf = convtune.ConvProblem.make(**shape), convtune.ConvProblem.make(**shape, math="tf32")
+    a, b, ref = _operands_and_reference(be, p32, 1)
+    strategy = get_strategy(name)
+    tf = next(c for c in strategy.candidates(ptf, be) if c.tf32)
+    err_tf = relative_error(cp, strategy.build(ptf, tf, be)(a, b), ref)
+    assert 1e-6 < err_tf <= 1e-3, err_tf
+    previous = linalg.get_compute_type(np.float32)
+    linalg.set_compute_type(np.float32, 7)  # COMPUTE_TYPE_TF32, as CUPY_TF32=1 would
+    try:
+        strict = next(c for c in strategy.candidates(p32, be) if getattr(c, "product", "gemm") == "gemm")
+        err32 = relative_error(cp, strategy.build(p32, strict, be)(a, b), ref)
+        assert linalg.get_compute_type(np.float32) == 7
+    finally:
+        linalg.set_compute_type(np.float32, previous)
+    assert err32 <= 1e-5, err32
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_depthwise_tiled_kernels_on_a_convnext_shape(pass_):
+    """The register-blocked tiled kernels (4 and 8 rows per thread) against float64 on a ConvNeXt
+    depthwise 7x7 shape with partial tiles on both axes."""
+    import cupy as cp
+    from convtune.planner import relative_error
+    from convtune.strategies import get_strategy
+    be = get_backend("cupy")
+    p = convtune.ConvProblem.make(batch=3, in_channels=20, out_channels=20, input_size=(56, 45), kernel_size=7,
+                                  padding=3, groups=20, pass_=pass_)
+    a, b, ref = _operands_and_reference(be, p, 4)
+    strategy = get_strategy("depthwise")
+    tiled = [c for c in strategy.candidates(p, be) if c.variant == "tiled"]
+    assert sorted(c.rows for c in tiled) == [4, 8]
+    for c in tiled:
+        out = cp.full(p.result_shape, cp.nan, dtype=cp.float32)
+        assert relative_error(cp, strategy.build(p, c, be)(a, b, out), ref) <= 1e-5, c.label()
+
+
+def test_cudnn_best_peer_names_its_engine_and_is_exact():
+    import cupy as cp
+    pytest.importorskip("cudnn")
+    from convtune.bench.peers import available_peers
+    from convtune.planner import relative_error
+    be = get_backend("cupy")
+    peer = {p.name: p for p in available_peers(be)}["cudnn-best"]
+    assert peer.make is not None, peer.absent_reason
+    p = convtune.ConvProblem.make(batch=4, in_channels=32, out_channels=32, input_size=(20, 20), kernel_size=3,
+                                  padding=1, pass_="wgrad")
+    a, b, ref = _operands_and_reference(be, p, 2)
+    fn = peer.make(p, a, b)
+    assert fn.label.startswith("cudnn[eng")
+    assert relative_error(cp, fn(), ref) <= 1e-5

@@ -75,3 +75,26 @@ def test_fft_rejects_too_small_sizes(backend):
     small = type(config)(sizes=(2, 2), product="gemm", chunk=1)
     with pytest.raises(ValueError, match="below the minimum"):
         fft.build(p, small, backend)
+
+
+@pytest.mark.parametrize("name", ["im2col", "fft"])
+def test_tf32_configs_only_in_tf32_mode(backend, name):
+    strategy = get_strategy(name)
+    p32, ptf = problem("2d-groups"), problem("2d-groups", math="tf32")
+    assert not any(c.tf32 for c in strategy.candidates(p32, backend))
+    tf32_configs = [c for c in strategy.candidates(ptf, backend) if c.tf32]
+    assert tf32_configs
+    assert all(c.product == "gemm" for c in tf32_configs) if name == "fft" else True
+    with pytest.raises(ValueError, match="only for math mode 'tf32'"):
+        strategy.build(p32, tf32_configs[0], backend)
+    a, b = random_operands(backend, ptf, seed=5)
+    xp = backend.xp
+    ref = get_strategy("reference").build(ptf, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    assert relative_error(xp, strategy.build(ptf, tf32_configs[0], backend)(a, b), ref) <= 1e-3
+
+
+def test_boolean_fields_label_as_their_name_when_true():
+    from convtune.strategies.im2col import Im2colConfig
+    assert Im2colConfig(chunk=4).label() == "chunk=4"
+    assert Im2colConfig(chunk=4, tf32=True).label() == "chunk=4,tf32"
+    assert Im2colConfig.from_dict({"chunk": 4}) == Im2colConfig(chunk=4)  # records from before the field

@@ -2,10 +2,10 @@
 
 * ``torch-fp32``: PyTorch with ``cudnn.benchmark = True`` and TF32 off;
 * ``torch-tf32``: the same with TF32 allowed;
-* ``cudnn-best``: the fastest single engine of the cuDNN frontend timed as a peer
-  (not implemented yet: reported absent with that reason; convtune's own cuDNN
-  strategy times every engine during tuning, so a cuDNN winner shows in the
-  convtune column).
+* ``cudnn-best``: the fastest single cuDNN engine (engine id + knobs) for the
+  problem in its math mode: a search of its own over the cuDNN strategy's
+  candidates only (float64 check first, as for any candidate), then the winner
+  is timed like every other contestant. Its record names the engine.
 
 A peer that cannot run here says why (:func:`available_peers`).
 """
@@ -19,12 +19,15 @@ from typing import Callable
 from ..problem import ConvProblem
 
 PEERS = ("torch-fp32", "torch-tf32", "cudnn-best")
+#: Seconds the cudnn-best peer may spend timing one problem's engines (the search, not the bench).
+CUDNN_SEARCH_BUDGET_S = 5.0
 
 
 @dataclass(frozen=True)
 class Peer:
     name: str
-    #: ``make(problem, a, b) -> fn`` where ``fn()`` computes the pass into a fresh tensor/array
+    #: ``make(problem, a, b) -> fn`` where ``fn()`` computes the pass into a fresh tensor/array; ``fn``
+    #: may carry a ``label`` (what the peer chose, e.g. a cuDNN engine)
     make: Callable | None
     absent_reason: str = ""
 
@@ -58,20 +61,30 @@ def _torch_peer(name: str, tf32: bool) -> Peer:
     return Peer(name, make)
 
 
+def _cudnn_peer(backend) -> Peer:
+    try:
+        importlib.import_module("cudnn")
+    except Exception:  # any import failure means the optional frontend is unusable here
+        return Peer("cudnn-best", None, "the cuDNN frontend (nvidia-cudnn-frontend) is not installed")
+
+    def make(problem: ConvProblem, a, b):
+        from ..planner import Planner
+        planner = Planner(backend, strategies=["cudnn"], time_budget_s=CUDNN_SEARCH_BUDGET_S)
+        plan = planner.plan(problem)  # raises TuningError (reported as the peer's failure) if no engine runs
+
+        def run():
+            return plan(a, b)
+        run.label = plan.label
+        return run
+    return Peer("cudnn-best", make)
+
+
 def available_peers(backend) -> list[Peer]:
     """Every peer, with ``make=None`` and a reason where it cannot run on this backend."""
     if backend.name != "cupy":
         reason = "no GPU: the peers are cuDNN-based and need CUDA"
         return [Peer(n, None, reason) for n in PEERS]
-    peers = [_torch_peer("torch-fp32", False), _torch_peer("torch-tf32", True)]
-    try:
-        importlib.import_module("cudnn")
-        reason = ("the best-single-engine peer is not implemented yet (convtune's cudnn strategy tunes over every "
-                  "engine, so a cuDNN winner appears in the convtune column)")
-    except Exception:  # any import failure means the optional frontend is unusable here
-        reason = "the cuDNN frontend (nvidia-cudnn-frontend) is not installed"
-    peers.append(Peer("cudnn-best", None, reason))
-    return peers
+    return [_torch_peer("torch-fp32", False), _torch_peer("torch-tf32", True), _cudnn_peer(backend)]
 
 
 def as_cupy(result, xp):

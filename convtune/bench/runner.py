@@ -72,6 +72,8 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
             stats = timer(fn, backend, peer.name)
             record["peers"][peer.name] = {"median_ms": stats.median_s * 1e3, "spread_ms": stats.spread_s * 1e3,
                                           "repeats": stats.repeats, "error": err}
+            if getattr(fn, "label", None):
+                record["peers"][peer.name]["plan"] = fn.label
         except Exception as exc:
             record["peers"][peer.name] = {"failed": f"{type(exc).__name__}: {exc}"}
     del ref, a, b, out

@@ -5,11 +5,16 @@ with its own kernel. The data is read and written about once per pass, so these
 are memory-bound; the kernel size is a compile-time constant so the loops unroll
 and the filter gradient's per-tap accumulators stay in registers.
 
-* forward and backward-data: one thread per output element (grid-stride), the
-  taps read through the cache; backward-data gathers, so no atomics;
-* backward-filter: one block per (channel, batch slice); each thread sums its
-  positions into ``KH*KW`` registers, warps reduce by shuffles, one atomic add
-  per warp and tap.
+Two families:
+
+* ``simple`` (any stride, padding, dilation, rank 1 or 2): forward and backward-data
+  one thread per output element (grid-stride), the taps read through the cache;
+  backward-data gathers, so no atomics. Backward-filter: one block per (channel,
+  batch slice); each thread sums its positions into ``KH*KW`` registers, warps
+  reduce by shuffles, one atomic add per warp and tap.
+* ``tiled`` (stride 1, 2-D, any padding and dilation): register-blocked
+  shared-memory tiles for all three passes (see ``_TILED_COMMON``); backward-data
+  is the forward kernel run on ``dy`` with the filter reversed.
 """
 
 from __future__ import annotations
@@ -60,43 +65,144 @@ extern "C" __global__ void dw_fwd(const float* __restrict__ x, const float* __re
 }}
 """
 
-_FWD_TILED = _COMMON + r"""
-// stride 1: a block computes a TILE_H x 32 output tile of one (n, c) plane from a shared-memory copy
-// of the input tile and its halo (zero outside the image); each thread computes TILE_H / 8 rows.
-#define TILE_W 32
-#define TILE_H 32
-extern "C" __global__ void dw_fwd_tiled(const float* __restrict__ x, const float* __restrict__ w,
-                                        float* __restrict__ y, GEO_PARAMS) {{
-  GEO_INIT;
-  extern __shared__ float tile[];
-  __shared__ float wsh[KH * KW];
-  const int in_w = TILE_W + (KW - 1) * g.dw, in_h = TILE_H + (KH - 1) * g.dh;
-  const int tiles_w = (g.OW + TILE_W - 1) / TILE_W;
-  const int ow0 = (blockIdx.x % tiles_w) * TILE_W, oh0 = (blockIdx.x / tiles_w) * TILE_H;
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
-  const long long planes = (long long)g.N * g.C;
+_TILED_COMMON = r"""
+// Stride-1 tiles, register-blocked: a block of 32 x BY threads owns a 32-wide, R*BY-tall tile of
+// output positions of one (n, c) plane; its input tile with the halo sits in shared memory (zeros
+// outside the image). A thread owns R vertically adjacent outputs: it walks the R + (KH-1)*DH input
+// rows its outputs touch once, keeping KW inputs of a row in registers, and adds each row into every
+// output (forward) or tap (filter gradient) it belongs to. Shared-memory loads per output fall from
+// KH*KW to about (R + (KH-1)*DH)*KW / R, and every loop bound is a compile-time constant.
+#define KH {kh}
+#define KW {kw}
+#define DH {dh}
+#define DW {dw}
+#define R {rows}
+#define BY {by}
+#define TW 32
+#define TH (R * BY)
+#define IN_W (TW + (KW - 1) * DW)
+#define IN_H (TH + (KH - 1) * DH)
+#define KK (KH * KW)
+
+// input tile (rows oh0 - ph .., cols ow0 - pw ..) of plane xp into smem, zero outside the image
+__device__ __forceinline__ void load_tile(float* tile, const float* __restrict__ xp, int H, int W, int ih0,
+                                          int iw0, int tid) {{
+  for (int i = tid; i < IN_H * IN_W; i += TW * BY) {{
+    const int ih = ih0 + i / IN_W, iw = iw0 + i % IN_W;
+    tile[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? __ldg(xp + (long long)ih * W + iw) : 0.f;
+  }}
+}}
+"""
+
+_FWD_TILED = _TILED_COMMON + r"""
+// y = x * w (correlation); with flip != 0 the filter is read reversed in both axes, which makes
+// this kernel the backward-data pass (dy in, dx out, padding dil*(k-1) - pad).
+extern "C" __global__ void __launch_bounds__(TW * BY) dw_fwd_tiled(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+    int N, int C, int H, int W, int OH, int OW, int ph, int pw, int flip) {{
+  __shared__ float tile[IN_H * IN_W];
+  __shared__ float wsh[KK];
+  const int tiles_w = (OW + TW - 1) / TW;
+  const int ow0 = (blockIdx.x % tiles_w) * TW, oh0 = (blockIdx.x / tiles_w) * TH;
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * TW + tx;
+  const long long planes = (long long)N * C;
   for (long long nc = blockIdx.y; nc < planes; nc += gridDim.y) {{
-    const int c = nc % g.C;
-    const float* xp = x + nc * g.H * g.W;
-    for (int i = tid; i < KH * KW; i += nthreads) wsh[i] = w[c * KH * KW + i];
-    for (int i = tid; i < in_h * in_w; i += nthreads) {{
-      const int ih = oh0 - g.ph + i / in_w, iw = ow0 - g.pw + i % in_w;
-      tile[i] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? __ldg(xp + ih * g.W + iw) : 0.f;
-    }}
+    const int c = nc % C;
+    for (int i = tid; i < KK; i += TW * BY) wsh[i] = w[c * KK + (flip ? KK - 1 - i : i)];
+    load_tile(tile, x + nc * H * W, H, W, oh0 - ph, ow0 - pw, tid);
     __syncthreads();
-    const int ow = ow0 + threadIdx.x;
-    for (int r = threadIdx.y; r < TILE_H; r += blockDim.y) {{
-      const int oh = oh0 + r;
-      float acc = 0.f;
+    float wr[KK];
 #pragma unroll
-      for (int kh = 0; kh < KH; ++kh) {{
+    for (int i = 0; i < KK; ++i) wr[i] = wsh[i];
+    float acc[R];
 #pragma unroll
-        for (int kw = 0; kw < KW; ++kw)
-          acc += tile[(r + kh * g.dh) * in_w + threadIdx.x + kw * g.dw] * wsh[kh * KW + kw];
+    for (int o = 0; o < R; ++o) acc[o] = 0.f;
+    const float* base = tile + ty * R * IN_W + tx;
+#pragma unroll
+    for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
+      float xr[KW];
+#pragma unroll
+      for (int kw = 0; kw < KW; ++kw) xr[kw] = base[ir * IN_W + kw * DW];
+#pragma unroll
+      for (int o = 0; o < R; ++o) {{
+        const int d = ir - o;  // this input row is tap row d / DH of output o
+        if (d >= 0 && d % DH == 0 && d / DH < KH) {{
+#pragma unroll
+          for (int kw = 0; kw < KW; ++kw) acc[o] += xr[kw] * wr[(d / DH) * KW + kw];
+        }}
       }}
-      if (oh < g.OH && ow < g.OW) y[nc * g.OH * g.OW + oh * g.OW + ow] = acc;
+    }}
+    const int ow = ow0 + tx;
+    if (ow < OW) {{
+#pragma unroll
+      for (int o = 0; o < R; ++o) {{
+        const int oh = oh0 + ty * R + o;
+        if (oh < OH) y[nc * OH * OW + (long long)oh * OW + ow] = acc[o];
+      }}
     }}
     __syncthreads();
+  }}
+}}
+"""
+
+_WGRAD_TILED = _TILED_COMMON + r"""
+// dw[c] += sum over the block's images and tiles of dy (x) x; per-tap sums in registers, then a
+// warp-shuffle and shared-memory reduction, one atomic add per tap and block.
+extern "C" __global__ void __launch_bounds__(TW * BY) dw_wgrad_tiled(
+    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dwt,
+    int N, int C, int H, int W, int OH, int OW, int ph, int pw, int n_per_block) {{
+  __shared__ float tile[IN_H * IN_W];
+  __shared__ float gsh[TH * TW];
+  __shared__ float red[BY * KK];
+  const int c = blockIdx.x;
+  const int n0 = blockIdx.y * n_per_block, n1 = min(N, n0 + n_per_block);
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * TW + tx;
+  const int tiles_w = (OW + TW - 1) / TW, tiles = tiles_w * ((OH + TH - 1) / TH);
+  float acc[KK];
+#pragma unroll
+  for (int k = 0; k < KK; ++k) acc[k] = 0.f;
+  for (int n = n0; n < n1; ++n) {{
+    const long long nc = (long long)n * C + c;
+    for (int t = 0; t < tiles; ++t) {{
+      const int ow0 = (t % tiles_w) * TW, oh0 = (t / tiles_w) * TH;
+      load_tile(tile, x + nc * H * W, H, W, oh0 - ph, ow0 - pw, tid);
+      for (int i = tid; i < TH * TW; i += TW * BY) {{
+        const int oh = oh0 + i / TW, ow = ow0 + i % TW;
+        gsh[i] = (oh < OH && ow < OW) ? __ldg(dy + nc * OH * OW + (long long)oh * OW + ow) : 0.f;
+      }}
+      __syncthreads();
+      float g[R];
+#pragma unroll
+      for (int o = 0; o < R; ++o) g[o] = gsh[(ty * R + o) * TW + tx];
+      const float* base = tile + ty * R * IN_W + tx;
+#pragma unroll
+      for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
+        float xr[KW];
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) xr[kw] = base[ir * IN_W + kw * DW];
+#pragma unroll
+        for (int o = 0; o < R; ++o) {{
+          const int d = ir - o;
+          if (d >= 0 && d % DH == 0 && d / DH < KH) {{
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) acc[(d / DH) * KW + kw] += g[o] * xr[kw];
+          }}
+        }}
+      }}
+      __syncthreads();
+    }}
+  }}
+#pragma unroll
+  for (int k = 0; k < KK; ++k) {{
+    float v = acc[k];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (tx == 0) red[ty * KK + k] = v;
+  }}
+  __syncthreads();
+  for (int k = tid; k < KK; k += TW * BY) {{
+    float v = 0.f;
+    for (int j = 0; j < BY; ++j) v += red[j * KK + k];
+    atomicAdd(dwt + c * KK + k, v);
   }}
 }}
 """
@@ -177,43 +283,60 @@ extern "C" __global__ void dw_wgrad(const float* __restrict__ x, const float* __
 
 
 _SOURCES = {"fwd": (_FWD, "dw_fwd"), "dgrad": (_DGRAD, "dw_dgrad"), "wgrad": (_WGRAD, "dw_wgrad"),
-            "tiled": (_FWD_TILED, "dw_fwd_tiled")}
-TILE = 32
+            "tiled-fwd": (_FWD_TILED, "dw_fwd_tiled"), "tiled-wgrad": (_WGRAD_TILED, "dw_wgrad_tiled")}
+TILE_W = 32
+#: Output rows per thread of the tiled kernels (a search axis).
+TILED_ROWS = (4, 8)
+#: Most warps (rows of 32 threads) in a tiled block.
+TILED_MAX_WARPS = 8
 #: Shared memory a block may take without opting in to more.
 SMEM_LIMIT = 48 * 1024
 
 
 @functools.cache
-def _kernel(cp, which: str, kh: int, kw: int):
+def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: int = 1, by: int = 1):
     source, name = _SOURCES[which]
-    kernel = cp.RawKernel(source.format(kh=kh, kw=kw), name, options=("--std=c++14",))
+    code = source.format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by)
+    kernel = cp.RawKernel(code, name, options=("--std=c++14",))
     kernel.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)
     return kernel
 
 
-def tiled_smem_bytes(p: ConvProblem) -> int:
+def kernel_hw(p: ConvProblem) -> tuple[int, int]:
+    return (1, p.kernel_size[0]) if p.rank == 1 else tuple(p.kernel_size)
+
+
+def tiled_warps(p: ConvProblem, rows: int) -> int:
+    """Warps per tiled block: enough to cover the output's height (of the pass's forward form), at most 8."""
+    height = p.input_size[0] if p.pass_ == "dgrad" else p.output_size[0]
+    return max(1, min(TILED_MAX_WARPS, math.ceil(height / rows)))
+
+
+def tiled_smem_bytes(p: ConvProblem, rows: int, warps: int) -> int:
+    """Static shared memory of a tiled block: the input tile with its halo (+ the dy tile and the
+    per-warp partial sums for the filter gradient)."""
     kh, kw = kernel_hw(p)
-    dh, dw = (1, p.dilation[0]) if p.rank == 1 else p.dilation
-    return 4 * (TILE + (kh - 1) * dh) * (TILE + (kw - 1) * dw)
-
-
-def tiled_reason(p: ConvProblem) -> str | None:
-    """Why the tiled kernel cannot run ``p`` (``None`` when it can)."""
-    if p.rank != 2:
-        return "the tiled kernel is for 2-D problems"
+    dh, dw = p.dilation
+    th = rows * warps
+    floats = (th + (kh - 1) * dh) * (TILE_W + (kw - 1) * dw) + kh * kw
     if p.pass_ == "wgrad":
-        return "the tiled kernel computes forward and backward-data"
+        floats += th * TILE_W + warps * kh * kw
+    return 4 * floats
+
+
+def tiled_reason(p: ConvProblem, rows: int = max(TILED_ROWS)) -> str | None:
+    """Why the tiled kernels cannot run ``p`` with ``rows`` rows per thread (``None`` when they can)."""
+    if p.rank != 2:
+        return "the tiled kernels are for 2-D problems"
     if any(s != 1 for s in p.stride):
-        return "the tiled kernel needs stride 1"
-    if p.pass_ == "dgrad" and any(q > (k - 1) * d for q, k, d in zip(p.padding, p.kernel_size, p.dilation)):
-        return "backward-data as a flipped forward needs padding <= dilation*(kernel-1)"
-    if tiled_smem_bytes(p) > SMEM_LIMIT:
+        return "the tiled kernels need stride 1"
+    if tiled_smem_bytes(p, rows, tiled_warps(p, rows)) > SMEM_LIMIT:
         return "the input tile with its halo exceeds 48 KiB of shared memory"
     return None
 
 
 def _geometry(cp, p: ConvProblem) -> tuple:
-    """The kernels' geometry arguments, as int32 (2-D view; rank 1 has a height-1 axis)."""
+    """The simple kernels' geometry arguments, as int32 (2-D view; rank 1 has a height-1 axis)."""
     def two(values, fill):
         return (fill, *values) if p.rank == 1 else tuple(values)
     values = (p.batch, p.in_channels, *two(p.input_size, 1), *two(p.output_size, 1), *two(p.stride, 1),
@@ -221,35 +344,42 @@ def _geometry(cp, p: ConvProblem) -> tuple:
     return tuple(cp.int32(v) for v in values)
 
 
-def kernel_hw(p: ConvProblem) -> tuple[int, int]:
-    return (1, p.kernel_size[0]) if p.rank == 1 else tuple(p.kernel_size)
-
-
 class DepthwiseConv:
     """One problem's depthwise executor on CuPy.
 
-    ``variant`` ``simple``: one thread per output (``threads`` per block); ``tiled``: stride-1 2-D
-    problems through shared-memory tiles, backward-data as the forward of ``dy`` with the flipped
-    filter and padding ``dil*(k-1) - pad``.
+    ``variant`` ``simple``: one thread per output (``threads`` per block), any geometry. ``tiled``:
+    stride-1 2-D problems through register-blocked shared-memory tiles, ``rows`` outputs per thread
+    and ``threads // 32`` warps per block; backward-data is the forward of ``dy`` with the filter
+    reversed and padding ``dil*(k-1) - pad`` (which may be negative: the tile loader bounds-checks).
     """
 
-    def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple"):
+    def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):
         self.cp, self.p, self.threads, self.variant = cp, p, threads, variant
         kh, kw = kernel_hw(p)
         if variant == "tiled":
-            reason = tiled_reason(p)
+            reason = tiled_reason(p, rows)
             if reason:
                 raise ValueError(f"tiled depthwise kernel: {reason}")
-            self.kernel = _kernel(cp, "tiled", kh, kw)
-            if p.pass_ == "dgrad":  # the flipped forward maps dy (output-sized) to dx (input-sized)
-                flip_pad = tuple((k - 1) * d - q for q, k, d in zip(p.padding, p.kernel_size, p.dilation))
-                fwd = p.replace(input_size=p.output_size, padding=flip_pad, pass_="fwd")
-            else:
-                fwd = p
-            self.geo = _geometry(cp, fwd)
-            oh, ow = fwd.output_size
-            self.grid = (math.ceil(ow / TILE) * math.ceil(oh / TILE), min(p.batch * p.in_channels, 65535))
-            self.smem = tiled_smem_bytes(fwd)
+            by = threads // TILE_W
+            if threads % TILE_W or not 1 <= by <= 32:
+                raise ValueError(f"tiled depthwise kernel: threads must be a multiple of {TILE_W} up to 1024, "
+                                 f"not {threads}")
+            self.block = (TILE_W, by)
+            (H, W), (OH, OW), (ph, pw) = p.input_size, p.output_size, p.padding
+            dh, dw = p.dilation
+            if p.pass_ == "wgrad":
+                self.kernel = _kernel(cp, "tiled-wgrad", kh, kw, dh, dw, rows, by)
+                slices = max(1, min(p.batch, math.ceil(8 * sm_count / p.in_channels)))
+                self.n_per_block = math.ceil(p.batch / slices)
+                self.grid = (p.in_channels, math.ceil(p.batch / self.n_per_block))
+                self.args = (p.batch, p.in_channels, H, W, OH, OW, ph, pw, self.n_per_block)
+                return
+            self.kernel = _kernel(cp, "tiled-fwd", kh, kw, dh, dw, rows, by)
+            if p.pass_ == "dgrad":  # dy (output-sized) in, dx (input-sized) out, filter reversed
+                H, W, OH, OW = OH, OW, H, W
+                ph, pw = ((k - 1) * d - q for q, k, d in zip(p.padding, p.kernel_size, p.dilation))
+            self.grid = (math.ceil(OW / TILE_W) * math.ceil(OH / (rows * by)), min(p.batch * p.in_channels, 65535))
+            self.args = (p.batch, p.in_channels, H, W, OH, OW, ph, pw, int(p.pass_ == "dgrad"))
             return
         self.kernel = _kernel(cp, p.pass_, kh, kw)
         self.geo = _geometry(cp, p)
@@ -266,11 +396,11 @@ class DepthwiseConv:
         cp = self.cp
         a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         target = out if out.flags.c_contiguous else cp.empty(out.shape, dtype=cp.float32)
-        if self.variant == "tiled":
-            w = b[:, :, ::-1, ::-1].copy() if self.p.pass_ == "dgrad" else b
-            self.kernel(self.grid, (TILE, 8), (a, w, target, *self.geo), shared_mem=self.smem)
-        elif self.p.pass_ == "wgrad":
+        if self.p.pass_ == "wgrad":
             target.fill(0)
+        if self.variant == "tiled":
+            self.kernel(self.grid, self.block, (a, b, target, *(cp.int32(v) for v in self.args)))
+        elif self.p.pass_ == "wgrad":
             self.kernel(self.grid, (self.threads,), (a, b, target, *self.geo, cp.int32(self.n_per_block)))
         else:
             self.kernel(self.grid, (self.threads,), (a, b, target, *self.geo))

@@ -35,9 +35,13 @@ class Config:
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
 
     def label(self) -> str:
-        def fmt(v):
-            return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        return ",".join(f"{k}={fmt(getattr(self, k))}" for k in (f.name for f in dataclasses.fields(self)))
+        """Readable ``name=value`` list; a boolean field shows as its name when true, not at all when false."""
+        def fmt(k, v):
+            if isinstance(v, bool):
+                return k if v else None
+            return f"{k}=" + ("x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+        parts = (fmt(f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return ",".join(p for p in parts if p is not None)
 
 
 class Strategy:
@@ -117,3 +121,10 @@ def all_strategies(selectable_only: bool = False) -> list[Strategy]:
 def strategy_versions() -> str:
     """Canonical string of every selectable strategy's version, for cache keys."""
     return ",".join(f"{s.name}{s.version}" for s in sorted(all_strategies(True), key=lambda s: s.name))
+
+
+def check_tf32(problem: ConvProblem, config: Config) -> None:
+    """A configuration with ``tf32=True`` (TF32 tensor cores) is valid only for a ``tf32``-mode problem."""
+    if getattr(config, "tf32", False) and problem.math != "tf32":
+        raise ValueError(f"{config.label()} uses TF32 tensor cores: only for math mode 'tf32', "
+                         f"not {problem.math!r}")

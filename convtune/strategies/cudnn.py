@@ -2,7 +2,10 @@
 module ``cudnn``; tested with 1.32.0 and cuDNN 9.19).
 
 Every execution plan the frontend's heuristics offer for a problem's pass is a
-candidate, identified by **engine id + knobs** (never by its index in a list).
+candidate, and so is every engine of the operation graph with its default knobs
+(``get_engine_count``: engines the heuristics leave out, e.g. the one PyTorch's
+own search finds); each is identified by **engine id + knobs** (never by its
+index in a list).
 A cached winner is rebuilt directly from its engine id and knobs
 (``create_execution_plan``), without enumerating engines again. Graphs are kept
 per problem in process memory; one handle per device, bound to CuPy's current
@@ -112,9 +115,21 @@ class _Graph:
         self.built: dict[CudnnConfig, tuple[int, int]] = {}  # config -> (plan index, workspace bytes)
 
     def enumerate(self, math: str) -> list[tuple[CudnnConfig, int]]:
-        """Every plan the heuristics offer, that builds, with its workspace."""
+        """Every plan the heuristics offer, and every engine with default knobs, that builds, with its
+        workspace."""
         cudnn, g = self.cudnn, self.graph
         g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in HEURISTICS])
+        try:
+            engines = int(g.get_engine_count())
+        except Exception as exc:  # an older frontend: the heuristics' plans only
+            log.debug("cuDNN: no engine count (%s)", exc)
+            engines = 0
+        for engine in range(engines):
+            try:
+                g.create_execution_plan(engine, {})
+            except Exception as exc:  # the engine does not support this graph
+                log.debug("cuDNN engine %d not offered: %s", engine, exc)
+        # the notes filter applies to every plan in the list, the engines' default-knob plans included
         notes = [getattr(cudnn.numerical_note, n) for n in EXCLUDED_NOTES[math]
                  if hasattr(cudnn.numerical_note, n)]
         if notes:
@@ -182,7 +197,7 @@ _CTX = _Context()
 @register
 class CudnnStrategy(Strategy):
     name = "cudnn"
-    version = 1
+    version = 2
     config_type = CudnnConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:

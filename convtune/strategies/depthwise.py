@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..direct.depthwise import MAX_TAPS, DepthwiseConv, tiled_reason
+from ..direct.depthwise import MAX_TAPS, TILE_W, TILED_ROWS, DepthwiseConv, tiled_reason, tiled_warps
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -14,13 +14,14 @@ from .base import Config, Strategy, register
 @dataclass(frozen=True)
 class DepthwiseConfig(Config):
     threads: int = 256
-    variant: str = "simple"  # or "tiled" (stride-1 2-D forward/backward-data through shared memory)
+    variant: str = "simple"  # or "tiled" (stride-1 2-D, register-blocked shared-memory tiles)
+    rows: int = 1  # outputs per thread (tiled)
 
 
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 2
+    version = 3
     config_type = DepthwiseConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
@@ -33,17 +34,17 @@ class DepthwiseStrategy(Strategy):
         return None
 
     def candidates(self, problem, backend):
-        configs = [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
-        if tiled_reason(problem) is None:
-            configs.insert(0, DepthwiseConfig(threads=256, variant="tiled"))
-        return configs
+        tiled = [DepthwiseConfig(threads=TILE_W * tiled_warps(problem, rows), variant="tiled", rows=rows)
+                 for rows in sorted(TILED_ROWS, reverse=True) if tiled_reason(problem, rows) is None]
+        return tiled + [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
 
     def workspace_bytes(self, problem, config) -> int:
         return 0
 
     def build(self, problem, config, backend):
         cp = backend.xp
-        executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count, config.variant)
+        executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count, config.variant,
+                                 config.rows)
         shape = problem.result_shape
 
         def run(a, b, out=None):

@@ -1,17 +1,22 @@
-"""im2col + GEMM: every pass, stride, padding, dilation and groups; batch chunks as candidates."""
+"""im2col + GEMM: every pass, stride, padding, dilation and groups; batch chunks as candidates.
+
+In ``tf32`` mode the GEMMs run on TF32 tensor cores (``tf32=True`` configs); in ``fp32`` mode they
+are strict fp32 whatever the environment says (see :func:`convtune.backend.gemm_precision`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..backend import gemm_precision
 from ..direct import im2col
 from ..problem import ConvProblem
-from .base import Config, Strategy, register
+from .base import Config, Strategy, check_tf32, register
 
 
 @dataclass(frozen=True)
 class Im2colConfig(Config):
     chunk: int  # samples per GEMM; bounds the column buffer
+    tf32: bool = False  # TF32 tensor-core GEMMs (tf32 mode only)
 
 
 def _chunk_options(batch: int) -> list[int]:
@@ -21,7 +26,7 @@ def _chunk_options(batch: int) -> list[int]:
 @register
 class Im2colStrategy(Strategy):
     name = "im2col"
-    version = 1
+    version = 2
     config_type = Im2colConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
@@ -30,12 +35,14 @@ class Im2colStrategy(Strategy):
         return None
 
     def candidates(self, problem, backend):
-        return [Im2colConfig(chunk=c) for c in _chunk_options(problem.batch)]
+        tf32 = problem.math == "tf32"
+        return [Im2colConfig(chunk=c, tf32=tf32) for c in _chunk_options(problem.batch)]
 
     def workspace_bytes(self, problem, config) -> int:
         return im2col.workspace_bytes(problem, config.chunk)
 
     def build(self, problem, config, backend):
+        check_tf32(problem, config)
         xp = backend.xp
         fn = im2col.PASS_FUNCTIONS[problem.pass_]
         chunk = max(1, min(config.chunk, problem.batch))
@@ -44,5 +51,7 @@ class Im2colStrategy(Strategy):
         def run(a, b, out=None):
             if out is None:
                 out = xp.empty(shape, dtype=a.dtype)
-            return fn(xp, problem, chunk, a, b, out)
+            with gemm_precision(xp, config.tf32):
+                return fn(xp, problem, chunk, a, b, out)
         return run
+
