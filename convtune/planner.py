@@ -16,7 +16,11 @@ Steps, each recorded per candidate:
 4. the survivors are timed on the full problem, fastest first by a warm run on
    the reduced batch (so a time budget goes to the likely winners); a lone
    survivor is not timed;
-5. the fastest wins; with no survivor, :class:`~convtune.errors.TuningError`.
+5. backward-filter sums over the batch, so its error grows with the batch: when
+   the verification batch was smaller, the fastest timed candidate is checked
+   again on the full batch (and ``rejected`` if it now misses the tolerance,
+   the next fastest then checked in turn);
+6. the fastest that passed wins; with no survivor, :class:`~convtune.errors.TuningError`.
 """
 
 from __future__ import annotations
@@ -132,6 +136,7 @@ class Planner:
         candidates = self._enumerate(problem, outcomes)
         survivors = self._verify(problem, candidates, outcomes)
         timed = self._time(problem, survivors, outcomes)
+        timed = self._confirm_full_batch(problem, timed, outcomes)
         if not timed:
             decision = Decision(problem, self.backend.device_info(), _NO_WINNER, tuple(outcomes),
                                 "measured", time.perf_counter() - started)
@@ -259,6 +264,42 @@ class Planner:
             outcomes.append(outcome)
             timed.append(outcome)
         return timed
+
+    def _confirm_full_batch(self, problem, timed, outcomes) -> list[CandidateOutcome]:
+        """Timed outcomes, fastest first, from the first one whose full-batch error is within tolerance
+        (wgrad only, when verification used a smaller batch); the ones ahead of it become ``rejected``."""
+        ranked = sorted(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
+        if problem.pass_ != "wgrad" or problem.batch <= self.verify_batch or not ranked:
+            return ranked
+        xp = self.backend.xp
+        try:
+            a, b = random_operands(self.backend, problem, self.seed + 1)
+            ref = get_strategy("reference").build(problem, None, self.backend)(a.astype(xp.float64),
+                                                                                b.astype(xp.float64))
+        except Exception as exc:  # e.g. the float64 reference does not fit: keep the verification's word
+            log.warning("full-batch check of %s skipped: %s", problem.key(), _failure_reason(self.backend, exc))
+            return ranked
+        for i, outcome in enumerate(ranked):
+            self._report(f"check {outcome.label} at the full batch")
+            try:
+                out = xp.full(problem.result_shape, xp.nan, dtype=xp.float32)
+                strategy = get_strategy(outcome.strategy)
+                config = strategy.config_type.from_dict(outcome.config)
+                strategy.build(problem, config, self.backend)(a, b, out)
+                err = relative_error(xp, out, ref)
+            except Exception as exc:
+                err, failure = math.inf, _failure_reason(self.backend, exc)
+            else:
+                failure = None
+            index = next(k for k, o in enumerate(outcomes) if o is outcome)
+            if err <= problem.tolerance:
+                ranked[i] = outcomes[index] = _with(outcome, error=err)
+                return ranked[i:]
+            outcomes[index] = _with(outcome, status="failed" if failure else "rejected", error=None if failure else err,
+                                    reason=failure or f"error {err:.3g} on the full batch of {problem.batch} is over "
+                                    f"the {problem.math} tolerance {problem.tolerance:g} (the filter gradient sums "
+                                    f"over the batch; the verification batch passed)")
+        return []
 
     def _outcome(self, problem, cand, status, **fields) -> CandidateOutcome:
         return CandidateOutcome(cand.strategy.name, cand.config.as_dict(), cand.label, status,

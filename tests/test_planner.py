@@ -227,3 +227,22 @@ def test_a_hopelessly_slow_candidate_is_skipped_not_timed(extra_strategies, monk
     crawled = [o for o in d.outcomes if o.strategy == "t-crawl"][0]
     assert crawled.status == "skipped" and "slower than the best" in crawled.reason
     assert not any(label.startswith("t-crawl") for label in timer.labels)
+
+
+def wrong_past_two_samples(a, b, out, p, reference):
+    """Exact on the verification batch, off by 1e-4 on larger ones (like a lossy filter-gradient sum)."""
+    out[...] = reference(np, p, a, b) * (1 + (1e-4 if p.batch > 2 else 0.0))
+    return out
+
+
+def test_filter_gradient_winner_is_checked_again_on_the_full_batch(extra_strategies):
+    extra_strategies("t-lossy", wrong_past_two_samples)
+    timer = FakeTimer({"t-lossy": 1e-6}, default=1.0)
+    wgrad = problem("2d-odd", "wgrad", batch=6)
+    d = Planner("numpy", timer).tune(wgrad)
+    lossy = next(o for o in d.outcomes if o.strategy == "t-lossy")
+    assert lossy.status == "rejected" and "full batch of 6" in lossy.reason
+    assert lossy.error == pytest.approx(1e-4, rel=1e-2)
+    assert d.winner.strategy != "t-lossy" and d.winner.error <= 1e-5
+    # the forward pass does not sum over the batch: no second check, the fast candidate wins
+    assert Planner("numpy", timer).tune(problem("2d-odd", "fwd", batch=6)).winner.strategy == "t-lossy"

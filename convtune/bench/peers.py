@@ -20,7 +20,7 @@ from ..problem import ConvProblem
 
 PEERS = ("torch-fp32", "torch-tf32", "cudnn-best")
 #: Seconds the cudnn-best peer may spend timing one problem's engines (the search, not the bench).
-CUDNN_SEARCH_BUDGET_S = 5.0
+CUDNN_SEARCH_BUDGET_S = 2.0
 
 
 @dataclass(frozen=True)
