@@ -114,7 +114,7 @@ def test_export_import_round_trip(net, db, tmp_path):
 
 def test_info_lists_backends_strategies_and_cache(db):
     out = run("info", "--db", db).output
-    assert "numpy: cpu:" in out and "strategies: " in out and "fft v2" in out and "plan cache:" in out
+    assert "numpy: cpu:" in out and "strategies: " in out and "fft v3" in out and "plan cache:" in out
 
 
 @pytest.mark.parametrize("args, message", [

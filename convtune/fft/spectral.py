@@ -121,32 +121,37 @@ class SpectralConv:
         spec = self.xp.fft.rfftn(a, s=self.sizes, axes=self.axes)
         return spec.reshape(n, self.p.groups, c // self.p.groups, self.F)
 
-    def _irfft(self, spec, channels):
+    def _irfft(self, spec, channels, prescaled=False):
+        """Inverse transform; ``prescaled``: the 1/N of the inverse is already in ``spec`` (folded into
+        the small weight spectrum), so the transform leaves its output unscaled and no extra pass over
+        the full-size output is made."""
         spec = spec.reshape(spec.shape[0], channels, *self.spec_shape)
-        return self.xp.fft.irfftn(spec, s=self.sizes, axes=self.axes)
+        return self.xp.fft.irfftn(spec, s=self.sizes, axes=self.axes, norm="forward" if prescaled else "backward")
 
-    def _weight_spectrum(self, w):
-        """(G, Cog, Cig, F) spectrum of the dilated kernel."""
+    def _weight_spectrum(self, w, scale=1.0):
+        """(G, Cog, Cig, F) spectrum of the dilated kernel, times ``scale``."""
         p = self.p
         spec = self.xp.fft.rfftn(_dilate_kernel(self.xp, w, p), s=self.sizes, axes=self.axes)
+        if scale != 1.0:
+            spec *= scale
         return spec.reshape(p.groups, p.out_per_group, p.in_per_group, self.F)
 
     # -- passes ------------------------------------------------------------------
     def forward(self, x, w, out):
         xp, p = self.xp, self.p
-        w_conj = xp.conj(self._weight_spectrum(w))
+        w_conj = xp.conj(self._weight_spectrum(w, 1.0 / math.prod(self.sizes)))
         for n0, n1 in batch_chunks(p.batch, self.chunk):
             y_spec = _contract(xp, self._rfft(x[n0:n1]), w_conj, self.product)
-            self._gather(out[n0:n1], self._irfft(y_spec, p.out_channels), self._fwd_index)
+            self._gather(out[n0:n1], self._irfft(y_spec, p.out_channels, prescaled=True), self._fwd_index)
         return out
 
     def backward_data(self, dy, w, out):
         xp, p = self.xp, self.p
-        w_t = self._weight_spectrum(w).transpose(0, 2, 1, 3)        # (G, Cig, Cog, F)
+        w_t = self._weight_spectrum(w, 1.0 / math.prod(self.sizes)).transpose(0, 2, 1, 3)  # (G, Cig, Cog, F)
         crop = (slice(None), slice(None)) + self._dgrad_slices
         for n0, n1 in batch_chunks(p.batch, self.chunk):
             dx_spec = _contract(xp, self._rfft(_upsample(xp, dy[n0:n1], p)), w_t, self.product)
-            out[n0:n1] = self._irfft(dx_spec, p.in_channels)[crop]
+            out[n0:n1] = self._irfft(dx_spec, p.in_channels, prescaled=True)[crop]
         return out
 
     def backward_filter(self, x, dy, out):

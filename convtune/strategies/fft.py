@@ -26,7 +26,7 @@ class FftConfig(Config):
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 2
+    version = 3
     config_type = FftConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
