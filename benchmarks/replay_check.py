@@ -60,7 +60,7 @@ def measure(mode, db, math_mode):
 
 def compare(first, second):
     a, b = json.load(open(first)), json.load(open(second))
-    print(f"| layer | pass | plan | tuning process ms | second process ms | ratio | source |")
+    print("| layer | pass | plan | tuning process ms | second process ms | ratio | source |")
     print("|---|---|---|---|---|---|---|")
     worst = 0.0
     for ra, rb in zip(a["rows"], b["rows"]):

@@ -1,7 +1,7 @@
 """Device probe: why PyTorch's backward-filter beats every cuDNN plan convtune builds on a layer.
 
 Times every cuDNN candidate of the layer's wgrad (bench timer), lists the knobs the best engines
-accept and times single-knob variations, and names the GPU kernels PyTorch and convtune's best plan
+accept, and names the GPU kernels PyTorch and convtune's best plan
 launch (torch.profiler). Usage: python3 benchmarks/wgrad_probe.py [LAYER] (default vgg16-conv1_2).
 """
 
@@ -15,7 +15,6 @@ from convtune.network import load_network
 from convtune.planner import random_operands, relative_error
 from convtune.strategies import get_strategy
 from convtune.strategies import cudnn as cmod
-from convtune.strategies.cudnn import CudnnConfig
 
 name = sys.argv[1] if len(sys.argv) > 1 else "vgg16-conv1_2"
 layer = {l.name: l for l in load_network(".carry/layers.yaml")}[name]
@@ -55,20 +54,6 @@ for _ms, _err, c in rows[:3]:
         print(f"  knobs of eng{c.engine}: {exc}")
         continue
     print(f"== eng{c.engine} knobs: {knobs!r}"[:1500])
-    for k in knobs:
-        kt = getattr(k, "type", None)
-        lo, hi, st = (getattr(k, f, None) for f in ("minValue", "maxValue", "stride"))
-        print(f"   knob {k!r} attrs {[x for x in dir(k) if not x.startswith('_')]}"[:400])
-        if kt is None or lo is None or hi is None:
-            continue
-        for v in range(int(lo), int(hi) + 1, max(1, int(st or 1))):
-            knob_name = getattr(kt, "name", str(kt))
-            cfg = CudnnConfig(c.engine, tuple(sorted({**dict(c.knobs), knob_name: v}.items())))
-            try:
-                ms, err = measure(cfg)
-                print(f"   {cfg.label():40s} {ms:8.3f} ms err={err:.1e}")
-            except Exception as exc:
-                print(f"   {cfg.label():40s} FAILED {str(exc)[:100]}")
 
 ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
 torch.backends.cudnn.benchmark = True

@@ -207,19 +207,26 @@ def gemm_precision(xp, tf32: bool):
     if getattr(xp, "__name__", "") != "cupy":
         yield
         return
-    import numpy
-    linalg = importlib.import_module("cupy._core._routines_linalg")
-    cublas = importlib.import_module("cupy_backends.cuda.libs.cublas")
+    linalg, cublas, float32 = _gemm_state_modules()
     handle = xp.cuda.device.get_cublas_handle()
-    previous_type = linalg.get_compute_type(numpy.float32)
+    previous_type = linalg.get_compute_type(float32)
     previous_mode = cublas.getMathMode(handle)
-    linalg.set_compute_type(numpy.float32, _CUPY_COMPUTE_TYPE_TF32 if tf32 else _CUPY_COMPUTE_TYPE_DEFAULT)
+    linalg.set_compute_type(float32, _CUPY_COMPUTE_TYPE_TF32 if tf32 else _CUPY_COMPUTE_TYPE_DEFAULT)
     cublas.setMathMode(handle, _CUBLAS_TF32_TENSOR_OP_MATH if tf32 else _CUBLAS_DEFAULT_MATH)
     try:
         yield
     finally:
-        linalg.set_compute_type(numpy.float32, previous_type)
+        linalg.set_compute_type(float32, previous_type)
         cublas.setMathMode(handle, previous_mode)
+
+
+@functools.cache
+def _gemm_state_modules():
+    """CuPy's linalg module, its cuBLAS bindings and numpy.float32, looked up once (every plan call
+    of im2col and fft enters :func:`gemm_precision`)."""
+    import numpy
+    return (importlib.import_module("cupy._core._routines_linalg"),
+            importlib.import_module("cupy_backends.cuda.libs.cublas"), numpy.float32)
 
 
 def gpu_available() -> bool:

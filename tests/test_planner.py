@@ -1,5 +1,6 @@
 """Planner behaviour with a fake timer: choice, rejection, failure isolation, budgets."""
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,15 @@ def raises_memory(a, b, out, p, reference):
 def leaves_holes(a, b, out, p, reference):
     out[..., :1] = 0.0  # writes only part of the output: the NaN poison must catch it
     return out
+
+
+def sleeps_then_correct(seconds):
+    """A correct behaviour that first sleeps ``seconds`` (a slow candidate)."""
+
+    def behaviour(a, b, out, p, reference):
+        time.sleep(seconds)
+        return correct(a, b, out, p, reference)
+    return behaviour
 
 
 @pytest.fixture
@@ -201,12 +211,7 @@ def test_real_cpu_timer_produces_statistics():
 
 
 def test_survivors_are_timed_fastest_first(extra_strategies):
-    import time as _time
-
-    def slow(a, b, out, p, reference):
-        _time.sleep(0.02)
-        return correct(a, b, out, p, reference)
-    extra_strategies("t-slow", slow)
+    extra_strategies("t-slow", sleeps_then_correct(0.02))
     extra_strategies("t-fast", correct)
     timer = FakeTimer()
     Planner("numpy", timer, strategies=["t-slow", "t-fast"]).tune(problem("2d-odd"))
@@ -214,14 +219,9 @@ def test_survivors_are_timed_fastest_first(extra_strategies):
 
 
 def test_a_hopelessly_slow_candidate_is_skipped_not_timed(extra_strategies, monkeypatch):
-    import time as _time
     monkeypatch.setattr("convtune.planner.SLOW_FLOOR_S", 0.0)
-
-    def crawl(a, b, out, p, reference):
-        _time.sleep(0.05)
-        return correct(a, b, out, p, reference)
     extra_strategies("t-fast", correct)
-    extra_strategies("t-crawl", crawl)
+    extra_strategies("t-crawl", sleeps_then_correct(0.05))
     timer = FakeTimer()
     d = Planner("numpy", timer, strategies=["t-fast", "t-crawl"]).tune(problem("2d-odd"))
     crawled = [o for o in d.outcomes if o.strategy == "t-crawl"][0]

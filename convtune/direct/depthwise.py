@@ -344,6 +344,14 @@ def _geometry(cp, p: ConvProblem) -> tuple:
     return tuple(cp.int32(v) for v in values)
 
 
+def _filter_gradient_grid(p: ConvProblem, blocks: int) -> tuple[int, tuple[int, int]]:
+    """Images per block and the (channel, batch slice) grid of a filter-gradient kernel: about
+    ``blocks`` blocks (a few per SM), at most one slice per image."""
+    slices = max(1, min(p.batch, math.ceil(blocks / p.in_channels)))
+    n_per_block = math.ceil(p.batch / slices)
+    return n_per_block, (p.in_channels, math.ceil(p.batch / n_per_block))
+
+
 class DepthwiseConv:
     """One problem's depthwise executor on CuPy.
 
@@ -369,9 +377,7 @@ class DepthwiseConv:
             dh, dw = p.dilation
             if p.pass_ == "wgrad":
                 self.kernel = _kernel(cp, "tiled-wgrad", kh, kw, dh, dw, rows, by)
-                slices = max(1, min(p.batch, math.ceil(8 * sm_count / p.in_channels)))
-                self.n_per_block = math.ceil(p.batch / slices)
-                self.grid = (p.in_channels, math.ceil(p.batch / self.n_per_block))
+                self.n_per_block, self.grid = _filter_gradient_grid(p, 8 * sm_count)
                 self.args = (p.batch, p.in_channels, H, W, OH, OW, ph, pw, self.n_per_block)
                 return
             self.kernel = _kernel(cp, "tiled-fwd", kh, kw, dh, dw, rows, by)
@@ -384,10 +390,7 @@ class DepthwiseConv:
         self.kernel = _kernel(cp, p.pass_, kh, kw)
         self.geo = _geometry(cp, p)
         if p.pass_ == "wgrad":
-            # enough (channel, batch slice) blocks to fill the chip about four times over
-            slices = max(1, min(p.batch, math.ceil(4 * sm_count / p.in_channels)))
-            self.n_per_block = math.ceil(p.batch / slices)
-            self.grid = (p.in_channels, math.ceil(p.batch / self.n_per_block))
+            self.n_per_block, self.grid = _filter_gradient_grid(p, 4 * sm_count)
         else:
             total = math.prod(p.result_shape)
             self.grid = (min(math.ceil(total / threads), 32 * sm_count),)
