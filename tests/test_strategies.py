@@ -84,7 +84,7 @@ def test_tf32_configs_only_in_tf32_mode(backend, name):
     assert not any(c.tf32 for c in strategy.candidates(p32, backend))
     tf32_configs = [c for c in strategy.candidates(ptf, backend) if c.tf32]
     assert tf32_configs
-    assert all(c.product == "gemm" for c in tf32_configs) if name == "fft" else True
+    assert all(c.product in ("gemm", "fgemm") for c in tf32_configs) if name == "fft" else True
     with pytest.raises(ValueError, match="only for math mode 'tf32'"):
         strategy.build(p32, tf32_configs[0], backend)
     a, b = random_operands(backend, ptf, seed=5)
@@ -98,3 +98,30 @@ def test_boolean_fields_label_as_their_name_when_true():
     assert Im2colConfig(chunk=4).label() == "chunk=4"
     assert Im2colConfig(chunk=4, tf32=True).label() == "chunk=4,tf32"
     assert Im2colConfig.from_dict({"chunk": 4}) == Im2colConfig(chunk=4)  # records from before the field
+
+
+@pytest.mark.parametrize("product", ["gemm", "fgemm"])
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("case", ["1d-stride-pad", "2d-odd", "2d-groups", "2d-stride-pad-dil"])
+def test_fft_batch_chunks_match_float64(backend, product, pass_, case):
+    """One sample per chunk: the forward and backward-data chunks write disjoint slices of the
+    output (2d-odd's input gradient is the whole inverse transform, written in place), and the filter
+    gradient accumulates over the chunks (the registry test's batches are too small to get the
+    chunked candidates)."""
+    from convtune.strategies.fft import FftConfig
+    from convtune.fft.sizes import minimal_sizes
+    p = problem(case, pass_)
+    xp = backend.xp
+    a, b = random_operands(backend, p, seed=11)
+    ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    config = FftConfig(sizes=minimal_sizes(p), product=product, chunk=1)
+    out = xp.full(p.result_shape, xp.nan, dtype=xp.float32)
+    get_strategy("fft").build(p, config, backend)(a, b, out)
+    assert relative_error(xp, out, ref) <= 1e-5
+
+
+def test_fft_rejects_unknown_products_naming_the_valid_ones(backend):
+    from convtune.strategies.fft import FftConfig
+    p = problem("2d-odd")
+    with pytest.raises(ValueError, match="acceptable: gemm, fgemm, pointwise"):
+        get_strategy("fft").build(p, FftConfig(sizes=(9, 10), product="winograd"), backend)

@@ -67,6 +67,45 @@ def _batch_correlate(xp, a, b, product):
     return (a[:, :, :, None, :] * b[:, :, None, :, :]).sum(axis=0)
 
 
+def gather_blocks(sizes, per_axis):
+    """Copy blocks ``[(src, dst), ...]`` that gather positions (taken mod L) per axis.
+
+    Positions ``start + k*step`` wrap around L at most once, so each axis splits into at most two
+    strided runs, and the gather is a few slice copies instead of an index array.
+    """
+    runs_per_axis = []
+    for positions, L in zip(per_axis, sizes):
+        positions = [v % L for v in positions]
+        runs, start = [], 0
+        for k in range(1, len(positions) + 1):
+            if k == len(positions) or positions[k] < positions[k - 1]:
+                step = positions[start + 1] - positions[start] if k - start > 1 else 1
+                runs.append((slice(positions[start], positions[k - 1] + 1, step), slice(start, k)))
+                start = k
+        runs_per_axis.append(runs)
+    blocks = []
+    for combo in itertools.product(*runs_per_axis):
+        src = (slice(None), slice(None)) + tuple(r[0] for r in combo)
+        dst = (slice(None), slice(None)) + tuple(r[1] for r in combo)
+        blocks.append((src, dst))
+    return blocks
+
+
+def gather(out, full, blocks):
+    for src, dst in blocks:
+        out[dst] = full[src]
+
+
+def forward_positions(p: ConvProblem):
+    """Per axis, the circular index (q*s - pad) each forward output q reads."""
+    return [[q * s - pad for q in range(o)] for o, s, pad in zip(p.output_size, p.stride, p.padding)]
+
+
+def filter_positions(p: ConvProblem):
+    """Per axis, the circular index (k*dil - pad) each filter tap k reads."""
+    return [[k * d - pad for k in range(ks)] for ks, d, pad in zip(p.kernel_size, p.dilation, p.padding)]
+
+
 class SpectralConv:
     """One problem's FFT executor at fixed transform sizes; built once, called many times."""
 
@@ -80,39 +119,9 @@ class SpectralConv:
         self.F = spectrum_elems(self.sizes)
         p = problem
         # forward output q reads circular index (q*s - pad) mod L; filter tap k reads (k*dil - pad) mod L
-        self._fwd_index = self._gather_index([(q * s - pad) for q in range(o)] for o, s, pad in
-                                             zip(p.output_size, p.stride, p.padding))
-        self._wgrad_index = self._gather_index([(k * d - pad) for k in range(ks)] for ks, d, pad in
-                                               zip(p.kernel_size, p.dilation, p.padding))
+        self._fwd_index = gather_blocks(self.sizes, forward_positions(p))
+        self._wgrad_index = gather_blocks(self.sizes, filter_positions(p))
         self._dgrad_slices = tuple(slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding))
-
-    def _gather_index(self, per_axis):
-        """Copy blocks ``[(src, dst), ...]`` that gather positions (taken mod L) per axis.
-
-        Positions ``start + k*step`` wrap around L at most once, so each axis splits into at most two
-        strided runs, and the gather is a few slice copies instead of an index array.
-        """
-        runs_per_axis = []
-        for positions, L in zip(per_axis, self.sizes):
-            positions = [v % L for v in positions]
-            runs, start = [], 0
-            for k in range(1, len(positions) + 1):
-                if k == len(positions) or positions[k] < positions[k - 1]:
-                    step = positions[start + 1] - positions[start] if k - start > 1 else 1
-                    runs.append((slice(positions[start], positions[k - 1] + 1, step), slice(start, k)))
-                    start = k
-            runs_per_axis.append(runs)
-        blocks = []
-        for combo in itertools.product(*runs_per_axis):
-            src = (slice(None), slice(None)) + tuple(r[0] for r in combo)
-            dst = (slice(None), slice(None)) + tuple(r[1] for r in combo)
-            blocks.append((src, dst))
-        return blocks
-
-    @staticmethod
-    def _gather(out, full, blocks):
-        for src, dst in blocks:
-            out[dst] = full[src]
 
     # -- transforms --------------------------------------------------------------
     def _rfft(self, a):
@@ -142,7 +151,7 @@ class SpectralConv:
         w_conj = xp.conj(self._weight_spectrum(w, 1.0 / math.prod(self.sizes)))
         for n0, n1 in batch_chunks(p.batch, self.chunk):
             y_spec = _contract(xp, self._rfft(x[n0:n1]), w_conj, self.product)
-            self._gather(out[n0:n1], self._irfft(y_spec, p.out_channels, prescaled=True), self._fwd_index)
+            gather(out[n0:n1], self._irfft(y_spec, p.out_channels, prescaled=True), self._fwd_index)
         return out
 
     def backward_data(self, dy, w, out):
@@ -166,7 +175,7 @@ class SpectralConv:
                 acc += part
         dw_full = self._irfft(xp.ascontiguousarray(acc).reshape(p.out_channels, p.in_per_group, self.F),
                               p.in_per_group)
-        self._gather(out, dw_full, self._wgrad_index)
+        gather(out, dw_full, self._wgrad_index)
         return out
 
     def __call__(self, a, b, out):

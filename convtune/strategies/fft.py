@@ -1,5 +1,10 @@
 """FFT convolution (cuFFT on the GPU, pocketfft on the CPU): transform size per axis,
-frequency-domain product variant and batch chunk are the search axes."""
+frequency-domain product variant and batch chunk are the search axes.
+
+Products: ``gemm`` (batched complex GEMM on the FFT library's layout, with transposed copies),
+``fgemm`` (frequency-major spectra and one strided-batched GEMM with no copies, see
+:mod:`convtune.fft.freqmajor`), ``pointwise`` (broadcast products, for few channels per group).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,16 @@ from dataclasses import dataclass
 
 from ..backend import gemm_precision
 from ..fft import cost, sizes as fft_sizes
-from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv, workspace_bytes
+from ..fft import freqmajor, spectral
+from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
 
 #: The cost model keeps this many size choices for the benchmark to decide among.
 KEEP_SIZES = 3
+#: Products that are complex GEMMs (and so may run on TF32 tensor cores in tf32 mode).
+GEMMS = ("gemm", "fgemm")
+PRODUCTS = GEMMS + ("pointwise",)
 
 
 @dataclass(frozen=True)
@@ -20,13 +29,14 @@ class FftConfig(Config):
     sizes: tuple[int, ...]
     product: str = "gemm"
     chunk: int = 1 << 30
-    tf32: bool = False  # the gemm product on TF32 tensor cores (tf32 mode only)
+    tf32: bool = False  # the gemm/fgemm product on TF32 tensor cores (tf32 mode only)
+    strided: bool = False  # fgemm on the GPU: cuFFT writes the frequency-major layout itself, no transposes
 
 
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 3
+    version = 4
     config_type = FftConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
@@ -35,34 +45,47 @@ class FftStrategy(Strategy):
     def candidates(self, problem, backend):
         ranked = sorted(fft_sizes.size_candidates(problem), key=lambda s: cost.estimate(problem, s))
         products = ["gemm"]
+        if problem.groups <= freqmajor.MAX_GROUPS:
+            products.append("fgemm")
         if problem.in_per_group * problem.out_per_group <= POINTWISE_MAX_PAIRS:
             products.append("pointwise")
         tf32 = problem.math == "tf32"
-        configs = [FftConfig(sizes=s, product=prod, chunk=problem.batch, tf32=tf32 and prod == "gemm")
+        configs = [FftConfig(sizes=s, product=prod, chunk=problem.batch, tf32=tf32 and prod in GEMMS)
                    for s in ranked[:KEEP_SIZES] for prod in products]
-        # a chunked variant of the cheapest size, for when whole-batch spectra exceed the budget
+        # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); only the GPU has them
+        if "fgemm" in products and backend.name == "cupy":
+            configs.append(FftConfig(sizes=ranked[0], product="fgemm", chunk=problem.batch, tf32=tf32, strided=True))
+        # chunked variants of the cheapest size, for when whole-batch spectra exceed the budget
         if problem.batch >= 8:
-            configs.append(FftConfig(sizes=ranked[0], product=products[0], chunk=max(1, problem.batch // 8),
-                                     tf32=tf32))
+            configs += [FftConfig(sizes=ranked[0], product=prod, chunk=max(1, problem.batch // 8), tf32=tf32)
+                        for prod in products if prod in GEMMS]
         return configs
 
     def workspace_bytes(self, problem, config) -> int:
-        return workspace_bytes(problem, config.sizes, config.chunk)
+        module = freqmajor if config.product == "fgemm" else spectral
+        return module.workspace_bytes(problem, config.sizes, config.chunk)
 
     def build(self, problem, config, backend):
         check_tf32(problem, config)
-        if config.tf32 and config.product != "gemm":
-            raise ValueError(f"{config.label()}: TF32 applies to the gemm product only")
+        if config.product not in PRODUCTS:
+            raise ValueError(f"unknown product {config.product!r}; acceptable: {', '.join(PRODUCTS)}")
+        if config.tf32 and config.product not in GEMMS:
+            raise ValueError(f"{config.label()}: TF32 applies to the {' and '.join(GEMMS)} products only")
+        if config.strided and config.product != "fgemm":
+            raise ValueError(f"{config.label()}: the strided layout applies to the fgemm product only")
         minimal = fft_sizes.minimal_sizes(problem)
         if len(config.sizes) != problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
             raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
         xp = backend.xp
-        spectral = SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
+        if config.product == "fgemm":
+            executor = freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided)
+        else:
+            executor = SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
         shape = problem.result_shape
 
         def run(a, b, out=None):
             if out is None:
                 out = xp.empty(shape, dtype=a.dtype)
             with gemm_precision(xp, config.tf32):
-                return spectral(a, b, out)
+                return executor(a, b, out)
         return run
