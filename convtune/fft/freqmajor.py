@@ -35,7 +35,7 @@ import numpy
 from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
 from .cost import spectrum_elems
-from .spectral import filter_positions, forward_positions, gather, gather_blocks
+from .spectral import fft_aligned, filter_positions, is_fft_aligned, forward_positions, gather, gather_blocks
 
 #: Above this many groups one GEMM per group costs more launches than the pointwise product saves.
 MAX_GROUPS = 16
@@ -132,9 +132,11 @@ class _CupyOps:
         s = (1,) * (3 - a.ndim) + tuple(steps)
         out = self.xp.empty(a.shape[:1] + self.sizes, dtype=self.xp.float32)
         rows = a.shape[0] * L[0]
-        grid = (rows + _EMBED_ROWS_PER_BLOCK - 1) // _EMBED_ROWS_PER_BLOCK
-        args = (self.xp.ascontiguousarray(a), out, numpy.int64(rows)) + tuple(numpy.int32(v) for v in L + n + s)
-        _embed_kernel()((grid,), (32, _EMBED_ROWS_PER_BLOCK), args)
+        shift = min(5, max(0, (L[1] - 1).bit_length()))  # up to a warp per row, fewer for short rows
+        per_block = _EMBED_THREADS >> shift
+        args = (self.xp.ascontiguousarray(a), out, numpy.int64(rows)) + \
+            tuple(numpy.int32(v) for v in L + n + s + (shift,))
+        _embed_kernel()(((rows + per_block - 1) // per_block,), (_EMBED_THREADS,), args)
         return out
 
     def _transpose(self, a):
@@ -148,7 +150,7 @@ class _CupyOps:
 
     def rfft(self, a):
         b = a.shape[0]
-        a = self.xp.ascontiguousarray(a)
+        a = fft_aligned(self.xp.ascontiguousarray(a))
         shape = (self.F, b) if self.strided else (b, self.F)
         spec = self.xp.empty(shape, dtype=self.xp.complex64)
         self._plan(True, b).fft(a, spec, self._cufft.CUFFT_FORWARD)
@@ -160,9 +162,13 @@ class _CupyOps:
         b = spec.shape[1]
         if not self.strided:
             spec = self._transpose(spec)
+        target = out if out is not None and is_fft_aligned(out) else \
+            self.xp.empty((b,) + self.sizes, dtype=self.xp.float32)
+        self._plan(False, b).fft(spec, target, self._cufft.CUFFT_INVERSE)
         if out is None:
-            out = self.xp.empty((b,) + self.sizes, dtype=self.xp.float32)
-        self._plan(False, b).fft(spec, out, self._cufft.CUFFT_INVERSE)
+            return target
+        if target is not out:
+            out[...] = target
         return out
 
     def gemm(self, a, op_a, b, op_b, c, alpha, beta=0.0):
@@ -186,29 +192,33 @@ class _CupyOps:
 
 _EMBED_SOURCE = r"""
 extern "C" __global__ void convtune_fft_embed(const float* __restrict__ src, float* __restrict__ dst,
-                                              long long rows, int L0, int L1, int n0, int n1, int s0, int s1) {
-    // one warp per output row (image b, row r); no per-element index division on the common s1 == 1 path
-    long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
+                                              long long rows, int L0, int L1, int n0, int n1, int s0, int s1,
+                                              int row_shift) {
+    // 2^row_shift threads per output row (image b, row r), as many rows as fit in the block; no
+    // per-element index division on the common s1 == 1 path
+    const int per_row = 1 << row_shift;
+    long long row = (long long)blockIdx.x * (blockDim.x >> row_shift) + (threadIdx.x >> row_shift);
     if (row >= rows) return;
+    const int c0 = threadIdx.x & (per_row - 1);
     long long b = row / L0;
     int r = (int)(row - b * L0);
     float* out = dst + row * L1;
     if (r % s0 != 0 || r / s0 >= n0) {
-        for (int c = threadIdx.x; c < L1; c += 32) out[c] = 0.0f;
+        for (int c = c0; c < L1; c += per_row) out[c] = 0.0f;
         return;
     }
     const float* in = src + (b * n0 + r / s0) * n1;
     if (s1 == 1) {
-        for (int c = threadIdx.x; c < L1; c += 32) out[c] = c < n1 ? in[c] : 0.0f;
+        for (int c = c0; c < L1; c += per_row) out[c] = c < n1 ? in[c] : 0.0f;
     } else {
-        for (int c = threadIdx.x; c < L1; c += 32) {
+        for (int c = c0; c < L1; c += per_row) {
             int q = c / s1;
             out[c] = (c == q * s1 && q < n1) ? in[q] : 0.0f;
         }
     }
 }
 """
-_EMBED_ROWS_PER_BLOCK = 8
+_EMBED_THREADS = 256
 
 
 @functools.lru_cache(maxsize=None)

@@ -67,6 +67,21 @@ def _batch_correlate(xp, a, b, product):
     return (a[:, :, :, None, :] * b[:, :, None, :, :]).sum(axis=0)
 
 
+#: cuFFT rejects (CUFFT_INVALID_VALUE) real buffers not aligned like its complex type; a batch chunk
+#: of an odd-sized operand can start anywhere.
+FFT_ALIGNMENT = 8
+
+
+def is_fft_aligned(a) -> bool:
+    ptr = getattr(getattr(a, "data", None), "ptr", None)  # device arrays only; NumPy's FFT takes any
+    return ptr is None or ptr % FFT_ALIGNMENT == 0
+
+
+def fft_aligned(a):
+    """``a``, or an aligned copy where it is a device array that cuFFT would reject."""
+    return a if is_fft_aligned(a) else a.copy()
+
+
 def gather_blocks(sizes, per_axis):
     """Copy blocks ``[(src, dst), ...]`` that gather positions (taken mod L) per axis.
 
@@ -127,7 +142,7 @@ class SpectralConv:
     def _rfft(self, a):
         """Spectrum of a batch operand (n, C, *spatial), grouped: (n, G, C // G, F)."""
         n, c = a.shape[:2]
-        spec = self.xp.fft.rfftn(a, s=self.sizes, axes=self.axes)
+        spec = self.xp.fft.rfftn(fft_aligned(a), s=self.sizes, axes=self.axes)
         return spec.reshape(n, self.p.groups, c // self.p.groups, self.F)
 
     def _irfft(self, spec, channels, prescaled=False):
