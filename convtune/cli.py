@@ -460,6 +460,30 @@ def report(results, out_dir):
 
 @main.command()
 @db_option
+@click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
+@click.option("--elements", type=click.IntRange(min=1 << 10), default=1 << 24, show_default=True,
+              help="Elements per timed batch of transforms.")
+def calibrate(db, backend, elements):
+    """Measure this device's FFT cost model (transform lengths: powers of 2, 2·3·5·7-smooth, other)
+    and store it in the plan cache, which then ranks transform sizes with it on this device."""
+    from .cache import PlanCache
+    from .fft.calibrate import calibrate as run_calibration
+    from .timing import default_timer
+    cache = PlanCache(db)
+    be = _backend(backend)
+    click.echo(f"timing transforms on {be.device_info().key()} ...", err=True)
+    result = run_calibration(be, default_timer(be), elements)
+    rows = [(m["kind"], "x".join(map(str, m["shape"])), f"{m['gflop']:.3f}", _ms(m["seconds"]),
+             f"{m['seconds'] / m['gflop']:.3g}") for m in result["measurements"]]
+    click.echo(_table(("kind", "length", "GFLOP", "ms", "s/GFLOP"), rows))
+    click.echo("factors (per counted flop, powers of 2 = 1): " +
+               ", ".join(f"{k} {result[k]:.2f}" for k in ("pow2", "smooth", "other")))
+    cache.put_calibration(be.device_info().key(), result)
+    click.echo(f"stored in {cache.display_url}")
+
+
+@main.command()
+@db_option
 def info(db):
     """This machine's fingerprint, the backends and strategies available, and the cache."""
     from .backend import BackendError, get_backend
@@ -487,7 +511,10 @@ def info(db):
     click.echo(f"plan cache: {url}" + ("" if db else f" (set by --db or ${ENV_VAR})"))
     if db or os.environ.get(ENV_VAR) or url.startswith("sqlite:///") and os.path.exists(url[len("sqlite:///"):]):
         try:
-            counts = PlanCache(db, create=False).counts()
-            click.echo("    " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+            cache = PlanCache(db, create=False)
+            click.echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()))
+            for device_key, cal in cache.calibrations().items():
+                click.echo(f"    FFT calibration for {device_key}: " +
+                           ", ".join(f"{k} {cal[k]:.2f}" for k in ("pow2", "smooth", "other")))
         except ConvtuneError as exc:
             click.echo(f"    {exc}")

@@ -158,3 +158,16 @@ def test_parse_size():
     assert parse_size("512MB") == 512 * 10 ** 6
     assert parse_size("1e9") == 10 ** 9
     assert parse_size("none") is None
+
+
+def test_calibrate_measures_stores_and_info_shows_it(db):
+    from convtune.fft import cost
+    saved = dict(cost._BY_DEVICE)
+    try:
+        out = run("calibrate", "--db", db, "--backend", "numpy", "--elements", "4096").output
+        assert re.search(r"factors \(per counted flop, powers of 2 = 1\): pow2 1\.00, smooth [\d.]+, other [\d.]+", out)
+        assert "4099" in out and "80x80" in out
+        assert "FFT calibration for cpu:" in run("info", "--db", db).output
+    finally:
+        cost._BY_DEVICE.clear()
+        cost._BY_DEVICE.update(saved)

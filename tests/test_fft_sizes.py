@@ -39,3 +39,51 @@ def test_cost_count_is_pure_and_ranks_power_of_two_first_for_equal_work():
     c = cost.count(p, (16, 16))
     assert c["transform"] > 0 and c["product"] > 0
     assert cost.estimate(p, (16, 16)) < cost.estimate(p, (17, 17))
+
+
+@pytest.fixture
+def calibrations():
+    """The registry of device calibrations, restored after the test."""
+    saved = dict(cost._BY_DEVICE)
+    yield cost._BY_DEVICE
+    cost._BY_DEVICE.clear()
+    cost._BY_DEVICE.update(saved)
+
+
+def test_fit_takes_median_cost_per_flop_relative_to_powers_of_two():
+    samples = [("pow2", 1e9, 1e-3), ("pow2", 2e9, 2e-3), ("pow2", 1e9, 9e-3),
+               ("smooth", 1e9, 1.5e-3), ("other", 1e9, 6e-3), ("other", 1e9, 4e-3)]
+    c = cost.fit(samples, "test")
+    assert c["pow2"] == 1.0 and c["smooth"] == pytest.approx(1.5) and c["other"] == pytest.approx(5.0)
+    assert c["samples"] == {"pow2": 3, "smooth": 1, "other": 2} and c["source"] == "test"
+
+
+def test_fit_keeps_default_factors_for_unmeasured_kinds_and_says_so():
+    c = cost.fit([("pow2", 1e9, 1e-3)], "test")
+    assert c["smooth"] == cost.CALIBRATION["smooth"] and "default factors for smooth, other" in c["source"]
+    with pytest.raises(ValueError, match="power-of-2"):
+        cost.fit([("smooth", 1e9, 1e-3)], "test")
+
+
+def test_candidates_rank_sizes_with_the_devices_calibration(backend, calibrations):
+    from convtune.problem import ConvProblem
+    from convtune.strategies import get_strategy
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(61,), kernel_size=3)
+    fft = get_strategy("fft")
+    assert fft.candidates(p, backend)[0].sizes != (61,)  # a prime length: last by the default factors
+    with pytest.raises(ValueError, match="positive factors for other"):
+        cost.register_calibration(backend.device_info().key(), {"pow2": 1.0, "smooth": 1.0})
+    cost.register_calibration(backend.device_info().key(), {"pow2": 1.0, "smooth": 9.0, "other": 1.0})
+    assert fft.candidates(p, backend)[0].sizes == (61,)  # fewest flops once primes cost no more
+
+
+def test_calibration_is_stored_in_the_plan_cache_and_used_when_it_is_opened(tmp_path, calibrations):
+    from convtune.cache import PlanCache
+    db = str(tmp_path / "plans.db")
+    PlanCache(db).put_calibration("gpu:test-device", {"source": "t", "pow2": 1.0, "smooth": 2.0, "other": 3.0})
+    PlanCache(db).put_calibration("gpu:test-device", {"source": "t2", "pow2": 1.0, "smooth": 1.5, "other": 3.0})
+    calibrations.clear()
+    stored = PlanCache(db).calibrations()
+    assert list(stored) == ["gpu:test-device"] and stored["gpu:test-device"]["smooth"] == 1.5
+    assert cost.calibration_for("gpu:test-device")["source"] == "t2"
+    assert cost.calibration_for("gpu:other") is cost.CALIBRATION

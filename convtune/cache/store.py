@@ -39,6 +39,10 @@ ENV_VAR = "CONVTUNE_DB"
 DIALECTS = ("sqlite", "postgresql")
 
 
+#: Meta-table keys of FFT cost-model calibrations.
+CALIBRATION_PREFIX = "fft_cost:"
+
+
 def default_path() -> Path:
     """``$XDG_CACHE_HOME/convtune/plans.db`` (``~/.cache/convtune/plans.db`` without the variable)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -134,6 +138,7 @@ class PlanCache:
         self._lock = threading.Lock()
         self.reads = 0
         self._ensure_schema(create)
+        self._register_calibrations()
 
     # -- connection ----------------------------------------------------------------
     def _make_engine(self, parsed):
@@ -365,6 +370,46 @@ class PlanCache:
     def device_rows(self) -> list[dict]:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(select(devices).order_by(devices.c.id)).mappings()]
+
+    # -- FFT cost-model calibrations ---------------------------------------------------
+    # Stored as rows of the key/value meta table (``fft_cost:`` + a hash of the device key), so a
+    # calibration needs no schema change; the value carries the full device key.
+    @staticmethod
+    def _calibration_key(device_key: str) -> str:
+        import hashlib
+        return CALIBRATION_PREFIX + hashlib.sha256(device_key.encode()).hexdigest()[:40]
+
+    def put_calibration(self, device_key: str, calibration: dict) -> None:
+        """Store (replacing) the FFT cost-model calibration of a device and use it from now on."""
+        from ..fft import cost
+        cost.register_calibration(device_key, calibration)
+        key, value = self._calibration_key(device_key), json.dumps({"device": device_key, **calibration})
+
+        def write(conn):
+            stmt = self._insert(meta).values(key=key, value=value)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
+        self._transaction(write)
+
+    def calibrations(self) -> dict[str, dict]:
+        """Stored calibrations by device key."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(meta.c.value).where(meta.c.key.like(CALIBRATION_PREFIX + "%"))).scalars()
+            out = {}
+            for value in rows:
+                try:
+                    doc = json.loads(value)
+                    out[doc.pop("device")] = doc
+                except (ValueError, KeyError, TypeError):
+                    log.warning("plan cache %s: unreadable FFT calibration row skipped", self.display_url)
+            return out
+
+    def _register_calibrations(self) -> None:
+        from ..fft import cost
+        for device_key, calibration in self.calibrations().items():
+            try:
+                cost.register_calibration(device_key, calibration)
+            except ValueError as exc:
+                log.warning("plan cache %s: %s; using the default", self.display_url, exc)
 
     def counts(self) -> dict:
         from sqlalchemy import func

@@ -1,9 +1,13 @@
 """Counting FFT work (pure), and the calibration that turns counts into a ranking.
 
 ``count`` knows nothing about hardware: it counts floating-point operations of
-the transforms and of the frequency-domain product. ``CALIBRATION`` is data with
-provenance: the per-size slowdown of non-power-of-2 transforms. The planner uses
-the model only to narrow the size candidates; the benchmark decides.
+the transforms and of the frequency-domain product. A calibration is data with
+provenance: the per-flop slowdown of 2·3·5·7-smooth and other transform lengths
+against powers of 2. ``CALIBRATION`` is the default; ``convtune calibrate``
+measures one per device (:mod:`convtune.fft.calibrate`, fitted by :func:`fit`),
+the plan cache stores it, and :func:`calibration_for` hands the device's own to
+the ranking. The planner uses the model only to narrow the size candidates; the
+benchmark decides.
 """
 
 from __future__ import annotations
@@ -18,6 +22,55 @@ from .sizes import is_smooth
 #: (radix-2 fastest, 3/5/7 radices slower, Bluestein for other primes several
 #: times slower); not yet fitted on any device (the FFT-speed issue calibrates them).
 CALIBRATION = {"source": "uncalibrated estimate", "pow2": 1.0, "smooth": 1.4, "other": 4.0}
+KINDS = ("pow2", "smooth", "other")
+
+#: Calibrations by device key (:meth:`convtune.backend.DeviceInfo.key`), as the plan cache stored them.
+_BY_DEVICE: dict[str, dict] = {}
+
+
+def register_calibration(device_key: str, calibration: dict) -> None:
+    missing = [k for k in KINDS if not isinstance(calibration.get(k), (int, float)) or calibration[k] <= 0]
+    if missing:
+        raise ValueError(f"calibration for {device_key} lacks positive factors for {', '.join(missing)}")
+    _BY_DEVICE[device_key] = dict(calibration)
+
+
+def calibration_for(device_key: str) -> dict:
+    """The device's measured calibration, or the default :data:`CALIBRATION`."""
+    return _BY_DEVICE.get(device_key, CALIBRATION)
+
+
+def length_kind(n: int) -> str:
+    return "pow2" if n & (n - 1) == 0 else "smooth" if is_smooth(n) else "other"
+
+
+def fit(samples, source: str) -> dict:
+    """A calibration from timed transforms: ``samples`` are ``(kind, flops, seconds)``.
+
+    Each kind's cost is the median of its seconds per counted flop; factors are relative to
+    powers of 2 (which must be measured). Kinds without samples keep the default factor, and
+    the calibration says so.
+
+    >>> fit([("pow2", 1e9, 1e-3), ("smooth", 1e9, 2e-3)], "example")["smooth"]
+    2.0
+    """
+    per_kind = {k: sorted(s / f for kind, f, s in samples if kind == k and f > 0 and s > 0) for k in KINDS}
+    if not per_kind["pow2"]:
+        raise ValueError("a calibration needs timed power-of-2 transforms")
+
+    def median(values):
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+
+    base = median(per_kind["pow2"])
+    out = {"source": source, "samples": {k: len(v) for k, v in per_kind.items()},
+           "seconds_per_gflop_pow2": base * 1e9}
+    defaults = [k for k in KINDS if not per_kind[k]]
+    for k in KINDS:
+        out[k] = median(per_kind[k]) / base if per_kind[k] else CALIBRATION[k]
+    if defaults:
+        out["source"] += f"; default factors for {', '.join(defaults)}"
+    return out
 
 
 def transform_flops(sizes: tuple[int, ...]) -> float:
@@ -39,8 +92,7 @@ def count(p: ConvProblem, sizes: tuple[int, ...]) -> dict:
 
 
 def size_factor(sizes: tuple[int, ...], calibration=CALIBRATION) -> float:
-    kinds = ["pow2" if n & (n - 1) == 0 else "smooth" if is_smooth(n) else "other" for n in sizes]
-    return max(calibration[k] for k in kinds)
+    return max(calibration[length_kind(n)] for n in sizes)
 
 
 def estimate(p: ConvProblem, sizes: tuple[int, ...], calibration=CALIBRATION) -> float:

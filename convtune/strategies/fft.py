@@ -43,7 +43,8 @@ class FftStrategy(Strategy):
         return None
 
     def candidates(self, problem, backend):
-        ranked = sorted(fft_sizes.size_candidates(problem), key=lambda s: cost.estimate(problem, s))
+        calibration = cost.calibration_for(backend.device_info().key())  # the device's own, if measured
+        ranked = sorted(fft_sizes.size_candidates(problem), key=lambda s: cost.estimate(problem, s, calibration))
         products = ["gemm"]
         if problem.groups <= freqmajor.MAX_GROUPS:
             products.append("fgemm")
