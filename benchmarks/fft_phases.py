@@ -36,6 +36,20 @@ def ms(fn):
     return timer(fn, be).median_s * 1e3
 
 
+def host_ms(fn, calls=50):
+    """Host time per call to enqueue ``fn`` (no synchronisation inside the loop): when it is near
+    the GPU time, the plan is launch-bound and its event timings wander."""
+    import time
+    fn()
+    be.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    be.synchronize()
+    return (t1 - t0) / calls * 1e3
+
+
 def row(label, t_ms, nbytes):
     gbs = nbytes / (t_ms * 1e-3) / 1e9 if t_ms else float("nan")
     print(f"   {label:34s} {t_ms:8.3f} ms {nbytes / 1e6:9.1f} MB {gbs:8.0f} GB/s")
@@ -54,30 +68,37 @@ for name in names:
         for product in ("gemm", "fgemm"):
             run = fft.build(p, FftConfig(sizes=sizes, product=product, chunk=p.batch), be)
             err = relative_error(xp, run(a, b), ref)
-            print(f"   whole {product:28s} {ms(lambda: run(a, b)):8.3f} ms  error {err:.1e}")
+            print(f"   whole {product:28s} {ms(lambda: run(a, b)):8.3f} ms  error {err:.1e}  "
+                  f"host enqueue {host_ms(lambda: run(a, b)):.3f} ms/call")
         ex = freqmajor.FreqMajorConv(xp, p, sizes, p.batch)
         strided = freqmajor._CupyOps(xp, sizes, strided=True)
         ex_strided = freqmajor.FreqMajorConv(xp, p, sizes, p.batch)
         ex_strided.ops = strided
         print(f"   whole fgemm, strided cuFFT layout {ms(lambda: ex_strided(a, b, xp.empty(p.result_shape, xp.float32))):8.3f} ms")
+        if freqmajor.callbacks_available():
+            fused = fft.build(p, FftConfig(sizes=sizes, product="fgemm", chunk=p.batch, fused=True), be)
+            err = relative_error(xp, fused(a, b), ref)
+            print(f"   whole fgemm, fused callbacks      {ms(lambda: fused(a, b)):8.3f} ms  error {err:.1e}  "
+                  f"host enqueue {host_ms(lambda: fused(a, b)):.3f} ms/call")
+        else:
+            print(f"   fused callbacks unavailable: {freqmajor.callbacks_unavailable_reason()}")
         ops = ex.ops
         n, C, K, Cg = p.batch, p.in_channels, p.out_channels, p.in_per_group
         x = a if pass_ != "dgrad" else None
         dy = a if pass_ == "dgrad" else (b if pass_ == "wgrad" else None)
         w = b if pass_ in ("fwd", "dgrad") else None
         if x is not None:
-            row("embed x", ms(lambda: ex._embed(x, ex._x_at)), 4 * x.size + 4 * n * C * N)
-            xe = ex._embed(x, ex._x_at)
-            row("R2C x + transpose", ms(lambda: ops.rfft(xe)), 4 * n * C * N + 8 * n * C * F)
-            row("R2C x, strided", ms(lambda: strided.rfft(xe)), 4 * n * C * N + 8 * n * C * F)
+            xf = x.reshape((n * C,) + x.shape[2:])
+            row("embed + R2C x + transpose", ms(lambda: ops.rfft(xf, ex._x_at)), 4 * x.size + 8 * n * C * F)
+            row("same, strided", ms(lambda: strided.rfft(xf, ex._x_at)), 4 * x.size + 8 * n * C * F)
         if dy is not None:
-            row("embed dy", ms(lambda: ex._embed(dy, ex._dy_at)), 4 * dy.size + 4 * n * K * N)
-            de = ex._embed(dy, ex._dy_at)
-            row("R2C dy + transpose", ms(lambda: ops.rfft(de)), 4 * n * K * N + 8 * n * K * F)
+            df = dy.reshape((n * K,) + dy.shape[2:])
+            row("embed dy", ms(lambda: ops.embed(df, ex._dy_at)), 4 * dy.size + 4 * n * K * N)
+            row("embed + R2C dy + transpose", ms(lambda: ops.rfft(df, ex._dy_at)), 4 * dy.size + 8 * n * K * F)
         if w is not None:
-            row("embed w", ms(lambda: ex._embed(w, ex._w_at)), 4 * w.size + 4 * K * Cg * N)
-            we = ex._embed(w, ex._w_at)
-            row("R2C w + transpose", ms(lambda: ops.rfft(we)), 4 * K * Cg * N + 8 * K * Cg * F)
+            wf = w.reshape((K * Cg,) + w.shape[2:])
+            row("embed w", ms(lambda: ops.embed(wf, ex._w_at)), 4 * w.size + 4 * K * Cg * N)
+            row("embed + R2C w + transpose", ms(lambda: ops.rfft(wf, ex._w_at)), 4 * w.size + 8 * K * Cg * F)
         xs = xp.ones((F, n, C), dtype=xp.complex64)
         ys = xp.ones((F, n, K), dtype=xp.complex64)
         ws = xp.ones((F, K, Cg), dtype=xp.complex64)

@@ -125,3 +125,41 @@ def test_fft_rejects_unknown_products_naming_the_valid_ones(backend):
     p = problem("2d-odd")
     with pytest.raises(ValueError, match="acceptable: gemm, fgemm, pointwise"):
         get_strategy("fft").build(p, FftConfig(sizes=(9, 10), product="winograd"), backend)
+
+
+def _gather_by_geometry(np, full, geometry, counts):
+    """What the fused store callback computes: output q of an axis takes element r of the inverse
+    transform where (r + offset) mod L == q * step and q < count."""
+    out = np.full(full.shape[:2] + tuple(counts), np.nan)
+    for r in np.ndindex(*full.shape[2:]):
+        q = []
+        for ri, (offset, step, count), L in zip(r, geometry, full.shape[2:]):
+            t = (ri + offset) % L
+            if t % step or t // step >= count:
+                break
+            q.append(t // step)
+        else:
+            out[(slice(None), slice(None)) + tuple(q)] = full[(slice(None), slice(None)) + r]
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fused_gather_geometry_matches_the_slice_gathers(case):
+    """The (offset, step, count) geometry the GPU's store callbacks get selects the same elements as
+    the slice copies the other paths use, for every case and pass."""
+    import numpy as np
+    from convtune.fft.freqmajor import FreqMajorConv
+    from convtune.fft.sizes import minimal_sizes
+    from convtune.fft.spectral import gather
+    for pass_ in PASSES:
+        p = problem(case, pass_)
+        ex = FreqMajorConv(np, p, minimal_sizes(p), p.batch)
+        geometry, blocks, counts, channels = {
+            "fwd": (ex._fwd_geometry, ex._fwd_index, p.output_size, p.out_channels),
+            "dgrad": (ex._dgrad_geometry, ex._dgrad_index, p.input_size, p.in_channels),
+            "wgrad": (ex._wgrad_geometry, ex._wgrad_index, p.kernel_size, p.in_per_group)}[pass_]
+        rows = p.out_channels if pass_ == "wgrad" else p.batch
+        full = np.random.default_rng(3).standard_normal((rows, channels) + ex.sizes)
+        expected = np.empty((rows, channels) + tuple(counts))
+        gather(expected, full, blocks)
+        np.testing.assert_array_equal(_gather_by_geometry(np, full, geometry, counts), expected)

@@ -57,10 +57,20 @@ class _NumpyOps:
         buf[(slice(None),) + tuple(slice(0, (n - 1) * s + 1, s) for n, s in zip(a.shape[1:], steps))] = a
         return buf
 
-    def rfft(self, a):
-        """(B, *L) real -> (F, B) complex64."""
+    def rfft(self, a, steps):
+        """(B, *n) real, sample ``k`` of each axis placed at ``k * step`` of L -> (F, B) complex64."""
+        if a.shape[1:] != self.sizes:
+            a = self.embed(a, steps)
         spec = self.xp.fft.rfftn(a, axes=self.axes).reshape(a.shape[0], -1)
         return self.xp.ascontiguousarray(spec.T, dtype=self.xp.complex64)
+
+    def irfft_into(self, spec, target, geometry, blocks):
+        """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts): ``blocks`` are the
+        slice copies of :func:`~convtune.fft.spectral.gather_blocks` (``geometry`` is the same
+        gather as (offset, step, count) per axis, for the GPU's fused store)."""
+        full = self.irfft(spec).reshape(target.shape[:2] + self.sizes)
+        gather(target, full, blocks)
+        return target
 
     def irfft(self, spec, out=None):
         """(F, B) -> (B, *L) float32, unnormalised (the 1/N is applied earlier); into ``out`` if given."""
@@ -99,14 +109,19 @@ class _CupyOps:
     both are candidates there and the transpose is the default.
     """
 
-    def __init__(self, xp, sizes, strided=False):
+    def __init__(self, xp, sizes, strided=False, fused=False):
         from cupy.cuda import cufft, device
         from cupy_backends.cuda.libs import cublas
-        self.xp, self.sizes, self.strided = xp, tuple(sizes), strided
+        if fused and strided:
+            raise ValueError("the fused (callback) transforms use cuFFT's packed layout, not the strided one")
+        if fused and not callbacks_available():
+            raise ValueError(f"fused transforms need cuFFT JIT callbacks: {callbacks_unavailable_reason()}")
+        self.xp, self.sizes, self.strided, self.fused = xp, tuple(sizes), strided, fused
         self._cufft, self._cublas, self._device = cufft, cublas, device
         self.spec_shape = tuple(sizes[:-1]) + (sizes[-1] // 2 + 1,)
         self.total, self.F = math.prod(sizes), math.prod(self.spec_shape)
         self._plans = {}  # (forward?, transforms) -> PlanNd: exactly what the plan is built from
+        self._scalars = {}  # value -> host complex64 scalar, made once (the hot path stays allocation-free)
 
     def _plan(self, forward: bool, batch: int):
         key = (forward, batch)
@@ -143,18 +158,99 @@ class _CupyOps:
         """(r, c) complex64 -> (c, r), with cuBLAS geam (row-major (r, c) is column-major (c, r))."""
         r, c = a.shape
         out = self.xp.empty((c, r), dtype=self.xp.complex64)
-        one, zero = numpy.ones(1, numpy.complex64), numpy.zeros(1, numpy.complex64)
-        self._cublas.cgeam(self._device.get_cublas_handle(), 1, 1, r, c, one.ctypes.data, a.data.ptr, c,
-                           zero.ctypes.data, a.data.ptr, c, out.data.ptr, r)
+        self._cublas.cgeam(self._device.get_cublas_handle(), 1, 1, r, c, self._scalar(1.0), a.data.ptr, c,
+                           self._scalar(0.0), a.data.ptr, c, out.data.ptr, r)
         return out
 
-    def rfft(self, a):
+    def _scalar(self, value) -> int:
+        """Host address of a complex64 scalar (cuBLAS reads alpha and beta from host memory)."""
+        held = self._scalars.get(value)
+        if held is None:
+            held = self._scalars[value] = numpy.array([value], dtype=numpy.complex64)
+        return held.ctypes.data
+
+    def rfft(self, a, steps):
+        """(B, *n) real, sample ``k`` of each axis placed at ``k * step`` of L -> (F, B) complex64;
+        the zero-extension is one kernel, or (fused) cuFFT's load callback reading ``a`` itself."""
         b = a.shape[0]
         a = fft_aligned(self.xp.ascontiguousarray(a))
         shape = (self.F, b) if self.strided else (b, self.F)
         spec = self.xp.empty(shape, dtype=self.xp.complex64)
-        self._plan(True, b).fft(a, spec, self._cufft.CUFFT_FORWARD)
+        if a.shape[1:] == self.sizes:
+            plan = self._plan(True, b)
+        elif self.fused:
+            plan = self._load_plan(b, a.shape[1:], tuple(steps))
+        else:
+            a, plan = self.embed(a, steps), self._plan(True, b)
+        plan.fft(a, spec, self._cufft.CUFFT_FORWARD)
         return spec if self.strided else self._transpose(spec)
+
+    def irfft_into(self, spec, target, geometry, blocks):
+        """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts); fused, cuFFT's store
+        callback writes the gathered elements straight into ``target`` (no full-size copy is read)."""
+        if not (self.fused and target.flags.c_contiguous and is_fft_aligned(target)):
+            full = self.irfft(spec).reshape(target.shape[:2] + self.sizes)
+            gather(target, full, blocks)
+            return target
+        b = spec.shape[1]
+        plan, slot = self._store_plan(b, tuple(geometry))
+        if slot[1] != target.data.ptr:  # the callback reads its destination from this device word
+            slot[1] = target.data.ptr
+            slot[0].fill(target.data.ptr)  # a stream-ordered kernel: calls in flight keep their own
+        scratch = self.xp.empty((b,) + self.sizes, dtype=self.xp.float32)  # cuFFT's own intermediate stages
+        plan.fft(self._transpose(spec), scratch, self._cufft.CUFFT_INVERSE)
+        return target
+
+    def _load_plan(self, batch, n_shape, steps):
+        key = ("load", batch, n_shape, steps)
+        held = self._plans.get(key)
+        if held is None:
+            L, n, s = _as_2d(self.sizes), _as_2d(n_shape), _as_2d(steps)
+            name = "convtune_ld_" + "_".join(map(str, L + n + s))
+            code = _LOAD_CALLBACK.format(name=name, L0=L[0], L1=L[1], n0=n[0], n1=n[1], s0=s[0], s1=s[1])
+            held = self._plans[key] = self._callback_plan(True, batch, code, name, 0)
+        return held[0]
+
+    def _store_plan(self, batch, geometry):
+        key = ("store", batch, geometry)
+        held = self._plans.get(key)
+        if held is None:
+            (o0, s0, c0), (o1, s1, c1) = _as_2d_geometry(geometry)
+            L = _as_2d(self.sizes)
+            name = "convtune_st_" + "_".join(map(str, L + (o0, s0, c0, o1, s1, c1)))
+            code = _STORE_CALLBACK.format(name=name, L0=L[0], L1=L[1], o0=o0, s0=s0, c0=c0, o1=o1, s1=s1, c1=c1)
+            slot = [self.xp.zeros(1, dtype=self.xp.uint64), 0]  # [device word, the pointer it holds]
+            held = self._plans[key] = self._callback_plan(False, batch, code, name, slot[0].data.ptr) + (slot,)
+        return held[0], held[-1]
+
+    def _callback_plan(self, forward, batch, code, name, caller_info):
+        """A packed R2C (load callback) or C2R (store callback) plan with a JIT-linked callback.
+
+        CuPy compiles the callback to LTO IR; convtune hands it to cuFFT itself, because CuPy's
+        ``setJITCallback`` passes a temporary name buffer and the address of a stack variable for
+        the caller info, which cuFFT reads again when it makes the plan (plans then failed at
+        random with CUFFT_INVALID_SIZE). The buffers live as long as the plan: they are returned
+        with it."""
+        import ctypes
+        import cupy
+        cufft = self._cufft
+        kind, cb_kind = (cufft.CUFFT_R2C, cufft.CUFFT_CB_LD_REAL) if forward else \
+            (cufft.CUFFT_C2R, cufft.CUFFT_CB_ST_REAL)
+        role = "cb_load" if forward else "cb_store"
+        with cupy.fft.config.set_cufft_callbacks(cb_ver="jit", **{role: code, role + "_name": name}) as manager:
+            lto = manager.cb_load_lto if forward else manager.cb_store_lto
+        handle = cufft.create()
+        cufft.setAutoAllocation(handle, 0)
+        name_bytes, info = name.encode(), ctypes.c_void_p(caller_info)
+        set_callback, destroy = _set_jit_callback()
+        result = set_callback(handle, name_bytes, lto, len(lto), cb_kind, ctypes.byref(info))
+        if result != 0:
+            destroy(handle)
+            raise RuntimeError(f"cufftXtSetJITCallback({name}) failed with cufftResult {result}")
+        idist, odist = (self.total, self.F) if forward else (self.F, self.total)
+        plan = cufft.PlanNd(list(self.sizes), None, 1, idist, None, 1, odist, kind, batch, "C", -1, None,
+                            prealloc_plan=handle)
+        return plan, lto, name_bytes, info
 
     def irfft(self, spec, out=None):
         """May overwrite ``spec`` (cuFFT's multi-dimensional C2R does); the callers own it. ``out``,
@@ -181,13 +277,11 @@ class _CupyOps:
         for arr in (a, b, c):
             if arr.strides[2] != item:
                 raise ValueError("frequency-major GEMM operands need unit stride along their rows")
-        alpha_h = numpy.array([alpha], dtype=numpy.complex64)
-        beta_h = numpy.array([beta], dtype=numpy.complex64)
         self._cublas.cgemmStridedBatched(
-            self._device.get_cublas_handle(), _OPS[op_b], _OPS[op_a], n, m, k, alpha_h.ctypes.data,
+            self._device.get_cublas_handle(), _OPS[op_b], _OPS[op_a], n, m, k, self._scalar(alpha),
             b.data.ptr, b.strides[1] // item, b.strides[0] // item,
             a.data.ptr, a.strides[1] // item, a.strides[0] // item,
-            beta_h.ctypes.data, c.data.ptr, c.strides[1] // item, c.strides[0] // item, a.shape[0])
+            self._scalar(beta), c.data.ptr, c.strides[1] // item, c.strides[0] // item, a.shape[0])
 
 
 _EMBED_SOURCE = r"""
@@ -220,6 +314,99 @@ extern "C" __global__ void convtune_fft_embed(const float* __restrict__ src, flo
 """
 _EMBED_THREADS = 256
 
+#: cuFFT load callback of the fused forward transform: element ``offset`` of the zero-extended
+#: (B, L0, L1) operand, read from the unextended (B, n0, n1) one (sample k of an axis at k * step).
+_LOAD_CALLBACK = r"""
+#include <cufftXt.h>
+__device__ cufftReal {name}(void* dataIn, unsigned long long offset, void* info, void* shared) {{
+    const unsigned long long image = (unsigned long long){L0} * {L1};
+    unsigned long long b = offset / image;
+    int pos = (int)(offset - b * image);
+    int r = pos / {L1}, c = pos - r * {L1};
+    if (r % {s0} == 0 && c % {s1} == 0 && r / {s0} < {n0} && c / {s1} < {n1})
+        return ((const float*)dataIn)[(b * {n0} + r / {s0}) * {n1} + c / {s1}];
+    return 0.0f;
+}}
+"""
+
+#: cuFFT store callback of the fused inverse transform: element ``offset`` of the (B, L0, L1) result
+#: lands at output position q of an axis when (index + offset_axis) mod L == q * step, q < count;
+#: the output's address is the device word ``info`` points to (the plan's own output is scratch).
+_STORE_CALLBACK = r"""
+#include <cufftXt.h>
+__device__ void {name}(void* dataOut, unsigned long long offset, cufftReal element, void* info, void* shared) {{
+    const unsigned long long image = (unsigned long long){L0} * {L1};
+    unsigned long long b = offset / image;
+    int pos = (int)(offset - b * image);
+    int r = pos / {L1}, c = pos - r * {L1};
+    int t0 = (r + {o0}) % {L0}, t1 = (c + {o1}) % {L1};
+    if (t0 % {s0} == 0 && t1 % {s1} == 0 && t0 / {s0} < {c0} && t1 / {s1} < {c1})
+        (*(float**)info)[(b * {c0} + t0 / {s0}) * {c1} + t1 / {s1}] = element;
+}}
+"""
+
+#: cuFFT's JIT (LTO) callbacks arrived in cuFFT 11.3.3 (CUDA 12.8).
+MIN_CALLBACK_CUFFT = 11303
+
+
+def _as_2d(values) -> tuple:
+    return (1,) * (2 - len(values)) + tuple(values)
+
+
+def _as_2d_geometry(geometry):
+    return ((0, 1, 1),) * (2 - len(geometry)) + tuple(geometry)
+
+
+@functools.lru_cache(maxsize=None)
+def callbacks_unavailable_reason() -> str | None:
+    """Why cuFFT JIT callbacks cannot be used here, or None."""
+    try:
+        import cupy
+        from cupy.cuda import cufft
+        version = cufft.getVersion()
+    except Exception as exc:  # no CuPy or no cuFFT: the reason is the message
+        return f"cuFFT unavailable ({type(exc).__name__}: {exc})"
+    if version < MIN_CALLBACK_CUFFT:
+        return f"cuFFT {version} is older than {MIN_CALLBACK_CUFFT} (CUDA 12.8), the first with JIT callbacks"
+    if not hasattr(cupy.fft.config, "set_cufft_callbacks"):
+        return "this CuPy has no cuFFT callback support"
+    try:
+        _set_jit_callback()
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _set_jit_callback():
+    """``cufftXtSetJITCallback`` and ``cufftDestroy`` of the cuFFT library CuPy loaded, through ctypes."""
+    import ctypes
+    from cupy.cuda import cufft
+    cufft.getVersion()  # makes CuPy load the library
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "/libcufft.so" in line})
+    except OSError:
+        paths = []
+    for path in paths + ["libcufft.so.12", "libcufft.so.13", "libcufft.so"]:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in ("cufftXtSetJITCallback_12_7", "cufftXtSetJITCallback"):
+            fn = getattr(lib, symbol, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                               ctypes.POINTER(ctypes.c_void_p)]
+                fn.restype = ctypes.c_int
+                lib.cufftDestroy.argtypes, lib.cufftDestroy.restype = [ctypes.c_int], ctypes.c_int
+                return fn, lib.cufftDestroy
+    raise OSError(f"no cufftXtSetJITCallback in the cuFFT library (looked in: {', '.join(paths) or 'none loaded'})")
+
+
+def callbacks_available() -> bool:
+    return callbacks_unavailable_reason() is None
+
 
 @functools.lru_cache(maxsize=None)
 def _embed_kernel():
@@ -235,19 +422,27 @@ class FreqMajorConv:
     """One problem's frequency-major FFT executor at fixed transform sizes; built once, called many
     times (the cuFFT plans are made on the first call of each batch chunk size and kept)."""
 
-    def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], chunk: int, strided: bool = False):
+    def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], chunk: int, strided: bool = False,
+                 fused: bool = False):
         if problem.groups > MAX_GROUPS:
             raise ValueError(f"{problem.groups} groups: the frequency-major product runs one GEMM per group "
                              f"and takes at most {MAX_GROUPS}")
         self.xp, self.p, self.sizes = xp, problem, tuple(sizes)
         self.chunk = max(1, min(chunk, problem.batch))
-        self.ops = _CupyOps(xp, self.sizes, strided) if _is_cupy(xp) else _NumpyOps(xp, self.sizes)
+        self.ops = _CupyOps(xp, self.sizes, strided, fused) if _is_cupy(xp) else _NumpyOps(xp, self.sizes)
         self.F, self.total = spectrum_elems(self.sizes), math.prod(self.sizes)
         p = problem
         self._fwd_index = gather_blocks(self.sizes, forward_positions(p))
         self._wgrad_index = gather_blocks(self.sizes, filter_positions(p))
-        self._dgrad_slices = (slice(None), slice(None)) + tuple(
-            slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding))
+        self._dgrad_index = [((slice(None), slice(None)) + tuple(
+            slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding)), (slice(None),) * (2 + p.rank))]
+        # the same three gathers as (offset, step, count) per axis: output q of an axis is element
+        # (q * step - offset) mod L of the inverse transform
+        L = self.sizes
+        self._fwd_geometry = tuple((pad % n, s, o) for n, pad, s, o in zip(L, p.padding, p.stride, p.output_size))
+        self._wgrad_geometry = tuple((pad % n, d, k) for n, pad, d, k in zip(L, p.padding, p.dilation,
+                                                                              p.kernel_size))
+        self._dgrad_geometry = tuple((-pad % n, 1, i) for n, pad, i in zip(L, p.padding, p.input_size))
         # the input gradient is the whole inverse transform (no crop): it is written in place
         self._dgrad_whole = not any(p.padding) and p.input_size == self.sizes
         # sample k of an operand sits at k * step of its zero-extended L-sized buffer
@@ -256,18 +451,11 @@ class FreqMajorConv:
         self._w_at = p.dilation
 
     # -- layout helpers ------------------------------------------------------------
-    def _embed(self, a, steps):
-        """``a`` (n, C, *spatial) zero-extended to (n*C, *L); no copy when it already has that size."""
-        n, c = a.shape[:2]
-        flat = a.reshape((n * c,) + a.shape[2:])
-        if a.shape[2:] == self.sizes:  # then every step is 1: the samples fill the buffer
-            return self.xp.ascontiguousarray(flat)
-        return self.ops.embed(flat, steps)
-
     def _spectrum(self, a, steps):
-        """(F, n, C) spectrum of a batch operand (n, C, *spatial)."""
+        """(F, n, C) spectrum of a batch operand (n, C, *spatial), zero-extended to L (sample k of
+        an axis at k * step)."""
         n, c = a.shape[:2]
-        return self.ops.rfft(self._embed(a, steps)).reshape(self.F, n, c)
+        return self.ops.rfft(a.reshape((n * c,) + a.shape[2:]), steps).reshape(self.F, n, c)
 
     def _groups(self, spec, per_group):
         """Per-group views (F, rows, per_group) of an (F, rows, G * per_group) spectrum."""
@@ -294,8 +482,7 @@ class FreqMajorConv:
         for n0, n1 in batch_chunks(p.batch, self.chunk):
             spec = self._times_weight(x[n0:n1], self._x_at, p.in_per_group, w_g, "C", p.out_channels,
                                       p.out_per_group)
-            full = self.ops.irfft(spec).reshape((n1 - n0, p.out_channels) + self.sizes)
-            gather(out[n0:n1], full, self._fwd_index)
+            self.ops.irfft_into(spec, out[n0:n1], self._fwd_geometry, self._fwd_index)
         return out
 
     def backward_data(self, dy, w, out):
@@ -307,8 +494,7 @@ class FreqMajorConv:
             if self._dgrad_whole and target.flags.c_contiguous:
                 self.ops.irfft(spec, out=target.reshape(((n1 - n0) * p.in_channels,) + self.sizes))
                 continue
-            full = self.ops.irfft(spec).reshape((n1 - n0, p.in_channels) + self.sizes)
-            target[...] = full[self._dgrad_slices]
+            self.ops.irfft_into(spec, target, self._dgrad_geometry, self._dgrad_index)
         return out
 
     def backward_filter(self, x, dy, out):
@@ -321,8 +507,8 @@ class FreqMajorConv:
             x_g = self._groups(self._spectrum(x[n0:n1], self._x_at), p.in_per_group)
             for ds, xs, a in zip(dy_g, x_g, acc_g):
                 ops.gemm(ds, "C", xs, "N", a, scale, beta=0.0 if i == 0 else 1.0)
-        full = ops.irfft(acc.reshape(self.F, p.out_channels * p.in_per_group))
-        gather(out, full.reshape((p.out_channels, p.in_per_group) + self.sizes), self._wgrad_index)
+        ops.irfft_into(acc.reshape(self.F, p.out_channels * p.in_per_group), out, self._wgrad_geometry,
+                       self._wgrad_index)
         return out
 
     def __call__(self, a, b, out):

@@ -31,6 +31,7 @@ class FftConfig(Config):
     chunk: int = 1 << 30
     tf32: bool = False  # the gemm/fgemm product on TF32 tensor cores (tf32 mode only)
     strided: bool = False  # fgemm on the GPU: cuFFT writes the frequency-major layout itself, no transposes
+    fused: bool = False  # fgemm on the GPU: zero-extension and crop in cuFFT's load/store callbacks
 
 
 @register
@@ -53,9 +54,13 @@ class FftStrategy(Strategy):
         tf32 = problem.math == "tf32"
         configs = [FftConfig(sizes=s, product=prod, chunk=problem.batch, tf32=tf32 and prod in GEMMS)
                    for s in ranked[:KEEP_SIZES] for prod in products]
-        # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); only the GPU has them
+        # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); only the GPU has
+        # them, and its JIT callbacks, which fold the zero-extension and the crop into the transforms
         if "fgemm" in products and backend.name == "cupy":
             configs.append(FftConfig(sizes=ranked[0], product="fgemm", chunk=problem.batch, tf32=tf32, strided=True))
+            if freqmajor.callbacks_available():
+                configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, fused=True)
+                            for s in ranked[:KEEP_SIZES]]
         # chunked variants of the cheapest size, for when whole-batch spectra exceed the budget
         if problem.batch >= 8:
             configs += [FftConfig(sizes=ranked[0], product=prod, chunk=max(1, problem.batch // 8), tf32=tf32)
@@ -72,14 +77,15 @@ class FftStrategy(Strategy):
             raise ValueError(f"unknown product {config.product!r}; acceptable: {', '.join(PRODUCTS)}")
         if config.tf32 and config.product not in GEMMS:
             raise ValueError(f"{config.label()}: TF32 applies to the {' and '.join(GEMMS)} products only")
-        if config.strided and config.product != "fgemm":
-            raise ValueError(f"{config.label()}: the strided layout applies to the fgemm product only")
+        if (config.strided or config.fused) and config.product != "fgemm":
+            raise ValueError(f"{config.label()}: the strided and fused variants apply to the fgemm product only")
         minimal = fft_sizes.minimal_sizes(problem)
         if len(config.sizes) != problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
             raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
         xp = backend.xp
         if config.product == "fgemm":
-            executor = freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided)
+            executor = freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided,
+                                               config.fused)
         else:
             executor = SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
         shape = problem.result_shape
