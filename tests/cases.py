@@ -25,6 +25,11 @@ CASES = {
     "2d-kernel-fills": dict(batch=2, in_channels=2, out_channels=3, input_size=(5, 4), kernel_size=(7, 6), padding=1),
     "2d-big-pad": dict(batch=2, in_channels=2, out_channels=2, input_size=(4, 5), kernel_size=2, padding=3, stride=2),
     "2d-large-kernel": dict(batch=2, in_channels=3, out_channels=4, input_size=(16, 16), kernel_size=9, padding=4),
+    # strided cases for the polyphase FFT: depthwise, and inputs past the last output's reach (tail)
+    "2d-depthwise-stride": dict(batch=2, in_channels=3, out_channels=3, input_size=(11, 12), kernel_size=3,
+                                stride=2, padding=1, groups=3),
+    "2d-stride-tail": dict(batch=2, in_channels=3, out_channels=2, input_size=(9, 10), kernel_size=(2, 5),
+                           stride=(2, 3)),
 }
 
 

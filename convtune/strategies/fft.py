@@ -8,11 +8,11 @@ Products: ``gemm`` (batched complex GEMM on the FFT library's layout, with trans
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..backend import gemm_precision
 from ..fft import cost, sizes as fft_sizes
-from ..fft import freqmajor, spectral
+from ..fft import freqmajor, polyphase, spectral
 from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
@@ -32,6 +32,7 @@ class FftConfig(Config):
     tf32: bool = False  # the gemm/fgemm product on TF32 tensor cores (tf32 mode only)
     strided: bool = False  # fgemm on the GPU: cuFFT writes the frequency-major layout itself, no transposes
     fused: bool = False  # fgemm on the GPU: zero-extension and crop in cuFFT's load/store callbacks
+    polyphase: bool = False  # strided problems: run as the stride-1 problem of their phases (sizes are its)
 
 
 @register
@@ -44,6 +45,15 @@ class FftStrategy(Strategy):
         return None
 
     def candidates(self, problem, backend):
+        configs = self._configs(problem, backend, keep=KEEP_SIZES)
+        # a strided problem also runs as the stride-1 problem of its phases (no output computed to be
+        # dropped); its own sizes, the cheapest two
+        if polyphase.applies(problem) is None:
+            inner = polyphase.Polyphase(problem).inner
+            configs += [replace(c, polyphase=True) for c in self._configs(inner, backend, keep=2, variants=False)]
+        return configs
+
+    def _configs(self, problem, backend, keep, variants=True):
         calibration = cost.calibration_for(backend.device_info().key())  # the device's own, if measured
         ranked = sorted(fft_sizes.size_candidates(problem), key=lambda s: cost.estimate(problem, s, calibration))
         products = ["gemm"]
@@ -53,14 +63,17 @@ class FftStrategy(Strategy):
             products.append("pointwise")
         tf32 = problem.math == "tf32"
         configs = [FftConfig(sizes=s, product=prod, chunk=problem.batch, tf32=tf32 and prod in GEMMS)
-                   for s in ranked[:KEEP_SIZES] for prod in products]
-        # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); only the GPU has
-        # them, and its JIT callbacks, which fold the zero-extension and the crop into the transforms
+                   for s in ranked[:keep] for prod in products]
+        # cuFFT's JIT callbacks fold the zero-extension and the crop into the transforms (GPU only)
+        fused = "fgemm" in products and backend.name == "cupy" and freqmajor.callbacks_available()
+        if fused:
+            configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, fused=True)
+                        for s in ranked[:keep]]
+        if not variants:
+            return configs
+        # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); GPU only
         if "fgemm" in products and backend.name == "cupy":
             configs.append(FftConfig(sizes=ranked[0], product="fgemm", chunk=problem.batch, tf32=tf32, strided=True))
-            if freqmajor.callbacks_available():
-                configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, fused=True)
-                            for s in ranked[:KEEP_SIZES]]
         # chunked variants of the cheapest size, for when whole-batch spectra exceed the budget
         if problem.batch >= 8:
             configs += [FftConfig(sizes=ranked[0], product=prod, chunk=max(1, problem.batch // 8), tf32=tf32)
@@ -69,6 +82,9 @@ class FftStrategy(Strategy):
 
     def workspace_bytes(self, problem, config) -> int:
         module = freqmajor if config.product == "fgemm" else spectral
+        if config.polyphase:
+            inner = polyphase.Polyphase(problem).inner
+            return polyphase.workspace_bytes(problem, module.workspace_bytes(inner, config.sizes, config.chunk))
         return module.workspace_bytes(problem, config.sizes, config.chunk)
 
     def build(self, problem, config, backend):
@@ -79,15 +95,14 @@ class FftStrategy(Strategy):
             raise ValueError(f"{config.label()}: TF32 applies to the {' and '.join(GEMMS)} products only")
         if (config.strided or config.fused) and config.product != "fgemm":
             raise ValueError(f"{config.label()}: the strided and fused variants apply to the fgemm product only")
-        minimal = fft_sizes.minimal_sizes(problem)
-        if len(config.sizes) != problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
-            raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
         xp = backend.xp
-        if config.product == "fgemm":
-            executor = freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided,
-                                               config.fused)
+        if config.polyphase:
+            reason = polyphase.applies(problem)
+            if reason is not None:
+                raise ValueError(f"{config.label()}: {reason}")
+            executor = polyphase.PolyphaseConv(xp, problem, lambda inner: self._executor(xp, inner, config))
         else:
-            executor = SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
+            executor = self._executor(xp, problem, config)
         shape = problem.result_shape
 
         def run(a, b, out=None):
@@ -96,3 +111,12 @@ class FftStrategy(Strategy):
             with gemm_precision(xp, config.tf32):
                 return executor(a, b, out)
         return run
+
+    @staticmethod
+    def _executor(xp, problem, config):
+        minimal = fft_sizes.minimal_sizes(problem)
+        if len(config.sizes) != problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
+            raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
+        if config.product == "fgemm":
+            return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused)
+        return SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
