@@ -7,9 +7,12 @@ Here every spectrum is stored frequency-major, ``(F, batch, channels)``, so at e
 operands are plain row-major matrices and the reduction is **one strided-batched complex GEMM**
 over the ``F`` frequencies, with the conjugations done by the GEMM's ``op`` argument and the
 inverse transform's ``1/N`` by its ``alpha``. On the GPU the layout comes from one cuBLAS ``geam``
-transpose per spectrum, or (``strided``) from cuFFT's advanced data layout directly; zero-extension
-is one kernel that writes each element once, the inverse transform may overwrite its input (a
-temporary spectrum), and an input gradient that is the whole inverse transform is written in place.
+transpose per spectrum, or (``strided``) from cuFFT's advanced data layout directly. Zero-extension
+is one kernel that writes each element once or (``fused``) happens inside the forward transform, in
+a cuFFT JIT load callback that reads the unextended operand; with ``fused`` the inverse transform's
+store callback also writes only the wanted outputs (crop, strided outputs, filter taps) into the
+result. The inverse transform may overwrite its input (a temporary spectrum), and an input gradient
+that is the whole inverse transform is written in place.
 
 Passes per call (``W`` the weight spectrum, ``N`` the transform size)::
 
@@ -107,6 +110,11 @@ class _CupyOps:
     (``benchmarks/fft_phases.py``, fbfft-L2) a strided R2C moved about 310 GB/s and a packed R2C
     plus the transpose about 880 GB/s; on 16x16 transforms the two were within 15% either way, so
     both are candidates there and the transpose is the default.
+
+    ``fused``: packed transforms with JIT-linked callbacks (see :meth:`_callback_plan`) for the
+    zero-extension and the output gather. The store callback's destination is a device word the
+    plan owns and each call updates with a stream-ordered fill, so calls on one stream may be in
+    flight together; calls from several streams at once on one plan are not supported.
     """
 
     def __init__(self, xp, sizes, strided=False, fused=False):
