@@ -297,7 +297,11 @@ def export_cmd(db, fmt, output):
     from .cache import PlanCache, write_export
     cache = PlanCache(db, create=False)
     records = cache.export_records()
-    text = write_export(records, fmt)
+    calibrations = cache.calibrations()
+    text = write_export(records, fmt, calibrations)
+    if calibrations and fmt == "csv":
+        click.echo(f"note: CSV holds plans only; the {len(calibrations)} FFT calibration(s) are not in it "
+                   "(use --format json to carry them)", err=True)
     if output:
         with open(output, "w") as fh:
             fh.write(text)
@@ -315,12 +319,20 @@ def import_cmd(file, db, fmt):
     the better-measured one is kept (timed beats untimed, then the faster median) and differing
     choices are reported as conflicts."""
     from .cache import PlanCache, read_export
+    from .cache.exchange import read_calibrations
     try:
         with open(file) as fh:
             text = fh.read()
     except OSError as exc:
         raise click.ClickException(f"cannot read {file}: {exc.strerror or exc}") from None
     records = read_export(text, None if fmt == "auto" else fmt)
+    calibrations = read_calibrations(text) if fmt != "csv" else {}
+    from .fft.cost import check_calibration
+    for device_key, calibration in calibrations.items():  # checked before anything is written
+        try:
+            check_calibration(device_key, calibration)
+        except ValueError as exc:
+            raise click.ClickException(f"{file}: {exc}") from None
     cache = PlanCache(db)
     report = cache.import_records(records)
     click.echo(f"imported {len(records)} plan(s) into {cache.display_url}: {report['added']} added, "
@@ -329,6 +341,12 @@ def import_cmd(file, db, fmt):
     for c in report["conflicts"]:
         click.echo(f"conflict {c['problem_key']} on {c['fingerprint']}: ours {c['ours']}, theirs {c['theirs']}; "
                    f"kept {c['kept']}")
+    if calibrations:
+        have = cache.calibrations()
+        added = {k: v for k, v in calibrations.items() if k not in have}  # a local measurement is kept
+        for device_key, calibration in added.items():
+            cache.put_calibration(device_key, calibration)
+        click.echo(f"FFT calibrations: {len(added)} added, {len(calibrations) - len(added)} kept as they were")
 
 
 @main.command()

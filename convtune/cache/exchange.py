@@ -1,4 +1,8 @@
-"""Export and import of plan tables, as JSON or CSV (one flat record per plan)."""
+"""Export and import of plan tables, as JSON or CSV (one flat record per plan).
+
+A JSON export also carries the FFT cost-model calibrations (``fft_calibrations``: device key ->
+factors, as ``convtune calibrate`` stored them); CSV holds plans only.
+"""
 
 from __future__ import annotations
 
@@ -18,13 +22,14 @@ _INT = {"sm_count", "memory_bytes", "repeats", "workspace_bytes"}
 _FLOAT = {"time_median_s", "time_spread_s", "error", "speedup_next", "tuning_s"}
 
 
-def write_export(records: list[dict], fmt: str) -> str:
-    """Serialise exported records as ``json`` or ``csv`` text."""
+def write_export(records: list[dict], fmt: str, calibrations: dict | None = None) -> str:
+    """Serialise exported records (and, in JSON, the FFT calibrations) as ``json`` or ``csv`` text."""
     if fmt == "json":
         from .. import __version__
         doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "convtune_version": __version__,
                "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               "plans": [{c: r[c] for c in COLUMNS} for r in records]}
+               "plans": [{c: r[c] for c in COLUMNS} for r in records],
+               "fft_calibrations": dict(calibrations or {})}
         return json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -49,6 +54,19 @@ def _typed(row: dict) -> dict:
         else:
             out[c] = "" if v is None else str(v)
     return out
+
+
+def read_calibrations(text: str) -> dict:
+    """The FFT calibrations of a JSON export (none in CSV, or in exports made before they were kept)."""
+    if not text.lstrip().startswith("{"):
+        return {}
+    try:
+        found = json.loads(text).get("fft_calibrations") or {}
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise CacheError(f"the export is not valid JSON: {exc}") from exc
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise CacheError("the export's \"fft_calibrations\" entry is not a mapping of device keys to factors")
+    return found
 
 
 def read_export(text: str, fmt: str | None = None) -> list[dict]:

@@ -28,10 +28,17 @@ KINDS = ("pow2", "smooth", "other")
 _BY_DEVICE: dict[str, dict] = {}
 
 
-def register_calibration(device_key: str, calibration: dict) -> None:
+def check_calibration(device_key: str, calibration) -> None:
+    """Raise ValueError unless ``calibration`` has a positive factor for every kind of length."""
+    if not isinstance(calibration, dict):
+        raise ValueError(f"calibration for {device_key} is not a mapping")
     missing = [k for k in KINDS if not isinstance(calibration.get(k), (int, float)) or calibration[k] <= 0]
     if missing:
         raise ValueError(f"calibration for {device_key} lacks positive factors for {', '.join(missing)}")
+
+
+def register_calibration(device_key: str, calibration: dict) -> None:
+    check_calibration(device_key, calibration)
     _BY_DEVICE[device_key] = dict(calibration)
 
 
