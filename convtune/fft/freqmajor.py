@@ -38,7 +38,8 @@ import numpy
 from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
 from .cost import spectrum_elems
-from .spectral import fft_aligned, filter_positions, is_fft_aligned, forward_positions, gather, gather_blocks
+from .spectral import (fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions,
+                       input_gather, is_fft_aligned)
 
 #: Above this many groups one GEMM per group costs more launches than the pointwise product saves.
 MAX_GROUPS = 16
@@ -46,13 +47,30 @@ MAX_GROUPS = 16
 _OPS = {"N": 0, "T": 1, "C": 2}  # cublasOperation_t
 
 
-class _NumpyOps:
-    """Frequency-major transforms and batched GEMM with NumPy (explicit transposes)."""
+class _Ops:
+    """What both array modules' frequency-major operations share: the sizes, and the unfused inverse
+    transform followed by its gather."""
 
     def __init__(self, xp, sizes):
         self.xp, self.sizes = xp, tuple(sizes)
+        self.spec_shape = self.sizes[:-1] + (self.sizes[-1] // 2 + 1,)
+        self.total, self.F = math.prod(self.sizes), math.prod(self.spec_shape)
+
+    def irfft_into(self, spec, target, geometry, blocks):
+        """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts): ``blocks`` are the
+        slice copies of :func:`~convtune.fft.spectral.gather_blocks` (``geometry`` is the same
+        gather as (offset, step, count) per axis, for the GPU's fused store)."""
+        full = self.irfft(spec).reshape(target.shape[:2] + self.sizes)
+        gather(target, full, blocks)
+        return target
+
+
+class _NumpyOps(_Ops):
+    """Frequency-major transforms and batched GEMM with NumPy (explicit transposes)."""
+
+    def __init__(self, xp, sizes):
+        super().__init__(xp, sizes)
         self.axes = tuple(range(1, 1 + len(sizes)))
-        self.spec_shape = tuple(sizes[:-1]) + (sizes[-1] // 2 + 1,)
 
     def embed(self, a, steps):
         """(B, *n) -> (B, *L): sample ``k`` of each axis at ``k * step``, zeros elsewhere."""
@@ -66,14 +84,6 @@ class _NumpyOps:
             a = self.embed(a, steps)
         spec = self.xp.fft.rfftn(a, axes=self.axes).reshape(a.shape[0], -1)
         return self.xp.ascontiguousarray(spec.T, dtype=self.xp.complex64)
-
-    def irfft_into(self, spec, target, geometry, blocks):
-        """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts): ``blocks`` are the
-        slice copies of :func:`~convtune.fft.spectral.gather_blocks` (``geometry`` is the same
-        gather as (offset, step, count) per axis, for the GPU's fused store)."""
-        full = self.irfft(spec).reshape(target.shape[:2] + self.sizes)
-        gather(target, full, blocks)
-        return target
 
     def irfft(self, spec, out=None):
         """(F, B) -> (B, *L) float32, unnormalised (the 1/N is applied earlier); into ``out`` if given."""
@@ -101,7 +111,7 @@ class _NumpyOps:
         return t.conj() if op == "C" else t
 
 
-class _CupyOps:
+class _CupyOps(_Ops):
     """cuFFT plans and cuBLAS strided-batched CGEMM for the frequency-major layout.
 
     Two ways to get the layout (``strided``): cuFFT writes and reads it itself through its advanced
@@ -124,10 +134,9 @@ class _CupyOps:
             raise ValueError("the fused (callback) transforms use cuFFT's packed layout, not the strided one")
         if fused and not callbacks_available():
             raise ValueError(f"fused transforms need cuFFT JIT callbacks: {callbacks_unavailable_reason()}")
-        self.xp, self.sizes, self.strided, self.fused = xp, tuple(sizes), strided, fused
+        super().__init__(xp, sizes)
+        self.strided, self.fused = strided, fused
         self._cufft, self._cublas, self._device = cufft, cublas, device
-        self.spec_shape = tuple(sizes[:-1]) + (sizes[-1] // 2 + 1,)
-        self.total, self.F = math.prod(sizes), math.prod(self.spec_shape)
         self._plans = {}  # (forward?, transforms) -> PlanNd: exactly what the plan is built from
         self._scalars = {}  # value -> host complex64 scalar, made once (the hot path stays allocation-free)
 
@@ -197,9 +206,7 @@ class _CupyOps:
         """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts); fused, cuFFT's store
         callback writes the gathered elements straight into ``target`` (no full-size copy is read)."""
         if not (self.fused and target.flags.c_contiguous and is_fft_aligned(target)):
-            full = self.irfft(spec).reshape(target.shape[:2] + self.sizes)
-            gather(target, full, blocks)
-            return target
+            return super().irfft_into(spec, target, geometry, blocks)
         b = spec.shape[1]
         plan, slot = self._store_plan(b, tuple(geometry))
         if slot[1] != target.data.ptr:  # the callback reads its destination from this device word
@@ -438,19 +445,12 @@ class FreqMajorConv:
         self.xp, self.p, self.sizes = xp, problem, tuple(sizes)
         self.chunk = max(1, min(chunk, problem.batch))
         self.ops = _CupyOps(xp, self.sizes, strided, fused) if _is_cupy(xp) else _NumpyOps(xp, self.sizes)
-        self.F, self.total = spectrum_elems(self.sizes), math.prod(self.sizes)
+        self.F, self.total = self.ops.F, self.ops.total
         p = problem
-        self._fwd_index = gather_blocks(self.sizes, forward_positions(p))
-        self._wgrad_index = gather_blocks(self.sizes, filter_positions(p))
-        self._dgrad_index = [((slice(None), slice(None)) + tuple(
-            slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding)), (slice(None),) * (2 + p.rank))]
-        # the same three gathers as (offset, step, count) per axis: output q of an axis is element
-        # (q * step - offset) mod L of the inverse transform
-        L = self.sizes
-        self._fwd_geometry = tuple((pad % n, s, o) for n, pad, s, o in zip(L, p.padding, p.stride, p.output_size))
-        self._wgrad_geometry = tuple((pad % n, d, k) for n, pad, d, k in zip(L, p.padding, p.dilation,
-                                                                              p.kernel_size))
-        self._dgrad_geometry = tuple((-pad % n, 1, i) for n, pad, i in zip(L, p.padding, p.input_size))
+        # each gather twice: as slice copies, and as the (offset mod L, step, count) of the fused store
+        self._fwd_geometry, self._fwd_index = self._gather(forward_gather(p))
+        self._wgrad_geometry, self._wgrad_index = self._gather(filter_gather(p))
+        self._dgrad_geometry, self._dgrad_index = self._gather(input_gather(p))
         # the input gradient is the whole inverse transform (no crop): it is written in place
         self._dgrad_whole = not any(p.padding) and p.input_size == self.sizes
         # sample k of an operand sits at k * step of its zero-extended L-sized buffer
@@ -459,6 +459,10 @@ class FreqMajorConv:
         self._w_at = p.dilation
 
     # -- layout helpers ------------------------------------------------------------
+    def _gather(self, spec):
+        geometry = tuple((offset % L, step, count) for (offset, step, count), L in zip(spec, self.sizes))
+        return geometry, gather_blocks(self.sizes, gather_positions(spec))
+
     def _spectrum(self, a, steps):
         """(F, n, C) spectrum of a batch operand (n, C, *spatial), zero-extended to L (sample k of
         an axis at k * step)."""

@@ -111,14 +111,26 @@ def gather(out, full, blocks):
         out[dst] = full[src]
 
 
-def forward_positions(p: ConvProblem):
-    """Per axis, the circular index (q*s - pad) each forward output q reads."""
-    return [[q * s - pad for q in range(o)] for o, s, pad in zip(p.output_size, p.stride, p.padding)]
+# The gathers from a circular result, per axis (offset, step, count): output q is element
+# (q*step - offset) mod L.
+def forward_gather(p: ConvProblem):
+    """Forward output q reads (q*s - pad) mod L."""
+    return tuple(zip(p.padding, p.stride, p.output_size))
 
 
-def filter_positions(p: ConvProblem):
-    """Per axis, the circular index (k*dil - pad) each filter tap k reads."""
-    return [[k * d - pad for k in range(ks)] for ks, d, pad in zip(p.kernel_size, p.dilation, p.padding)]
+def filter_gather(p: ConvProblem):
+    """Filter tap k reads (k*dil - pad) mod L."""
+    return tuple(zip(p.padding, p.dilation, p.kernel_size))
+
+
+def input_gather(p: ConvProblem):
+    """Input-gradient position i reads i + pad."""
+    return tuple((-pad, 1, n) for pad, n in zip(p.padding, p.input_size))
+
+
+def gather_positions(spec):
+    """Per axis, the circular indices a gather ``(offset, step, count)`` reads."""
+    return [[q * step - offset for q in range(count)] for offset, step, count in spec]
 
 
 class SpectralConv:
@@ -134,8 +146,8 @@ class SpectralConv:
         self.F = spectrum_elems(self.sizes)
         p = problem
         # forward output q reads circular index (q*s - pad) mod L; filter tap k reads (k*dil - pad) mod L
-        self._fwd_index = gather_blocks(self.sizes, forward_positions(p))
-        self._wgrad_index = gather_blocks(self.sizes, filter_positions(p))
+        self._fwd_index = gather_blocks(self.sizes, gather_positions(forward_gather(p)))
+        self._wgrad_index = gather_blocks(self.sizes, gather_positions(filter_gather(p)))
         self._dgrad_slices = tuple(slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding))
 
     # -- transforms --------------------------------------------------------------
