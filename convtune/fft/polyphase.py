@@ -64,30 +64,34 @@ class Polyphase:
         phases = [lead + 2 * i + 1 for i in range(r)]
         return shape_lead + split, tuple(range(lead)) + tuple(phases) + tuple(counts)
 
+    def _input_window(self):
+        """(slices into x, slices into the padded phase grid) of the input positions the phases hold:
+        padded position i holds x[i - pad]; positions past ``m*s`` feed no output and are left out."""
+        inside, padded = [slice(None)] * 2, [slice(None)] * 2
+        for n, pad, m, s in zip(self.p.input_size, self.p.padding, self.m, self.s):
+            hi = min(n, m * s - pad)
+            inside.append(slice(0, hi))
+            padded.append(slice(pad, pad + hi))
+        return tuple(inside), tuple(padded)
+
+    def _pack(self, xp, a, counts, src, dst):
+        """``a[src]`` placed at ``dst`` in a zero grid of ``counts*s`` per axis, whose phases become
+        channels: (lead, C*S, *counts)."""
+        lead, c = a.shape[:2]
+        grid = xp.zeros((lead, c) + tuple(n * s for n, s in zip(counts, self.s)), dtype=a.dtype)
+        grid[dst] = a[src]
+        shape, order = self._split((lead, c), counts)
+        return xp.ascontiguousarray(grid.reshape(shape).transpose(order)).reshape((lead, c * self.S) + counts)
+
     def pack_input(self, xp, x):
         """(N, C, *n) -> (N, C*S, *m): the phases of the padded input."""
-        p = self.p
-        n_, c = x.shape[:2]
-        span = tuple(m * s for m, s in zip(self.m, self.s))
-        grid = xp.zeros((n_, c) + span, dtype=x.dtype)
-        # padded position i holds x[i - pad]; positions past m*s feed no output and are left out
-        dst, src = [], []
-        for n, pad, L in zip(p.input_size, p.padding, span):
-            hi = min(n, L - pad)
-            dst.append(slice(pad, pad + hi))
-            src.append(slice(0, hi))
-        grid[(slice(None), slice(None)) + tuple(dst)] = x[(slice(None), slice(None)) + tuple(src)]
-        shape, order = self._split((n_, c), self.m)
-        return xp.ascontiguousarray(grid.reshape(shape).transpose(order)).reshape((n_, c * self.S) + self.m)
+        inside, padded = self._input_window()
+        return self._pack(xp, x, self.m, inside, padded)
 
     def pack_weight(self, xp, w):
         """(K, Cg, *k) -> (K, Cg*S, *ka): the kernel's phases (taps past the kernel are zeros)."""
-        k_, cg = w.shape[:2]
-        span = tuple(a * s for a, s in zip(self.ka, self.s))
-        grid = xp.zeros((k_, cg) + span, dtype=w.dtype)
-        grid[(slice(None), slice(None)) + tuple(slice(0, k) for k in self.p.kernel_size)] = w
-        shape, order = self._split((k_, cg), self.ka)
-        return xp.ascontiguousarray(grid.reshape(shape).transpose(order)).reshape((k_, cg * self.S) + self.ka)
+        taps = (slice(None), slice(None)) + tuple(slice(0, k) for k in self.p.kernel_size)
+        return self._pack(xp, w, self.ka, (Ellipsis,), taps)
 
     def _interleave(self, xp, packed, channels, counts):
         """(lead, C*S, *counts) -> (lead, C, *(counts*s)): the inverse of the packing above."""
@@ -100,16 +104,11 @@ class Polyphase:
 
     def unpack_input_grad(self, xp, packed, out):
         """Gradient of the phases (N, C*S, *m) -> gradient of the input, written into ``out`` (N, C, *n)."""
-        p = self.p
-        grid = self._interleave(xp, packed, p.in_channels, self.m)
-        dst, src = [], []
-        for n, pad, L in zip(p.input_size, p.padding, grid.shape[2:]):
-            hi = min(n, L - pad)
-            dst.append(slice(0, hi))
-            src.append(slice(pad, pad + hi))
-        if any(d.stop < n for d, n in zip(dst, p.input_size)):
+        grid = self._interleave(xp, packed, self.p.in_channels, self.m)
+        inside, padded = self._input_window()
+        if any(d.stop < n for d, n in zip(inside[2:], self.p.input_size)):
             out[...] = 0  # inputs past the last output's reach get no gradient
-        out[(slice(None), slice(None)) + tuple(dst)] = grid[(slice(None), slice(None)) + tuple(src)]
+        out[inside] = grid[padded]
         return out
 
     def unpack_weight_grad(self, xp, packed, out):
