@@ -101,3 +101,12 @@ def cache_url(request, tmp_path):
     server = request.getfixturevalue("pg_server")
     _DB_COUNTER[0] += 1
     return server.create_database(f"convtune_test_{os.getpid()}_{_DB_COUNTER[0]}")
+
+
+@pytest.fixture
+def calibrations(monkeypatch):
+    """An empty registry of device FFT calibrations for this test; the process's own is untouched."""
+    from convtune.fft import cost
+    registry = {}
+    monkeypatch.setattr(cost, "_BY_DEVICE", registry)
+    return registry

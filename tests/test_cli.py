@@ -160,47 +160,35 @@ def test_parse_size():
     assert parse_size("none") is None
 
 
-def test_calibrate_measures_stores_and_info_shows_it(db):
-    from convtune.fft import cost
-    saved = dict(cost._BY_DEVICE)
-    try:
-        out = run("calibrate", "--db", db, "--backend", "numpy", "--elements", "4096").output
-        assert re.search(r"factors \(per counted flop, powers of 2 = 1\): pow2 1\.00, smooth [\d.]+, other [\d.]+", out)
-        assert "4099" in out and "80x80" in out
-        assert "FFT calibration for cpu:" in run("info", "--db", db).output
-    finally:
-        cost._BY_DEVICE.clear()
-        cost._BY_DEVICE.update(saved)
+def test_calibrate_measures_stores_and_info_shows_it(db, calibrations):
+    out = run("calibrate", "--db", db, "--backend", "numpy", "--elements", "4096").output
+    assert re.search(r"factors \(per counted flop, powers of 2 = 1\): pow2 1\.00, smooth [\d.]+, other [\d.]+", out)
+    assert "4099" in out and "80x80" in out
+    assert "FFT calibration for cpu:" in run("info", "--db", db).output
 
 
-def test_json_exports_carry_fft_calibrations_and_csv_says_it_does_not(net, db, tmp_path):
+def test_json_exports_carry_fft_calibrations_and_csv_says_it_does_not(net, db, tmp_path, calibrations):
     from convtune.cache import PlanCache
-    from convtune.fft import cost
-    saved = dict(cost._BY_DEVICE)
-    try:
-        run("tune", net, "--db", db, "--backend", "numpy")
-        PlanCache(db).put_calibration("gpu:test-device", {"source": "t", "pow2": 1.0, "smooth": 1.5, "other": 3.5})
-        out = tmp_path / "plans.json"
-        run("export", "--db", db, "-o", out)
-        assert json.loads(out.read_text())["fft_calibrations"]["gpu:test-device"]["smooth"] == 1.5
-        other = str(tmp_path / "other.db")
-        PlanCache(other).put_calibration("gpu:test-device-2", {"source": "local", "pow2": 1.0, "smooth": 1.2,
-                                                              "other": 2.0})
-        imported = run("import", out, "--db", other).output
-        assert "FFT calibrations: 1 added, 0 kept as they were" in imported
-        assert PlanCache(other).calibrations()["gpu:test-device"]["other"] == 3.5
-        assert "FFT calibrations: 0 added, 1 kept" in run("import", out, "--db", other).output
-        assert "CSV holds plans only; the 1 FFT calibration(s) are not in it" in \
-            run("export", "--db", db, "--format", "csv", "-o", tmp_path / "p.csv").output
-        # a damaged calibration stops the import before anything is written
-        doc = json.loads(out.read_text())
-        doc["fft_calibrations"]["gpu:bad"] = {"pow2": 1.0}
-        bad = tmp_path / "bad.json"
-        bad.write_text(json.dumps(doc))
-        third = str(tmp_path / "third.db")
-        result = run("import", bad, "--db", third)
-        assert result.exit_code != 0 and "lacks positive factors for smooth, other" in result.output
-        assert PlanCache(third).counts()["plans"] == 0
-    finally:
-        cost._BY_DEVICE.clear()
-        cost._BY_DEVICE.update(saved)
+    run("tune", net, "--db", db, "--backend", "numpy")
+    PlanCache(db).put_calibration("gpu:test-device", {"source": "t", "pow2": 1.0, "smooth": 1.5, "other": 3.5})
+    out = tmp_path / "plans.json"
+    run("export", "--db", db, "-o", out)
+    assert json.loads(out.read_text())["fft_calibrations"]["gpu:test-device"]["smooth"] == 1.5
+    other = str(tmp_path / "other.db")
+    PlanCache(other).put_calibration("gpu:test-device-2", {"source": "local", "pow2": 1.0, "smooth": 1.2,
+                                                          "other": 2.0})
+    imported = run("import", out, "--db", other).output
+    assert "FFT calibrations: 1 added, 0 kept as they were" in imported
+    assert PlanCache(other).calibrations()["gpu:test-device"]["other"] == 3.5
+    assert "FFT calibrations: 0 added, 1 kept" in run("import", out, "--db", other).output
+    assert "CSV holds plans only; the 1 FFT calibration(s) are not in it" in \
+        run("export", "--db", db, "--format", "csv", "-o", tmp_path / "p.csv").output
+    # a damaged calibration stops the import before anything is written
+    doc = json.loads(out.read_text())
+    doc["fft_calibrations"]["gpu:bad"] = {"pow2": 1.0}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    third = str(tmp_path / "third.db")
+    result = run("import", bad, "--db", third)
+    assert result.exit_code != 0 and "lacks positive factors for smooth, other" in result.output
+    assert PlanCache(third).counts()["plans"] == 0

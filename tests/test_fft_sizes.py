@@ -41,15 +41,6 @@ def test_cost_count_is_pure_and_ranks_power_of_two_first_for_equal_work():
     assert cost.estimate(p, (16, 16)) < cost.estimate(p, (17, 17))
 
 
-@pytest.fixture
-def calibrations():
-    """The registry of device calibrations, restored after the test."""
-    saved = dict(cost._BY_DEVICE)
-    yield cost._BY_DEVICE
-    cost._BY_DEVICE.clear()
-    cost._BY_DEVICE.update(saved)
-
-
 def test_fit_takes_median_cost_per_flop_relative_to_powers_of_two():
     samples = [("pow2", 1e9, 1e-3), ("pow2", 2e9, 2e-3), ("pow2", 1e9, 9e-3),
                ("smooth", 1e9, 1.5e-3), ("other", 1e9, 6e-3), ("other", 1e9, 4e-3)]

@@ -165,7 +165,7 @@ def test_cudnn_best_peer_names_its_engine_and_is_exact():
     assert relative_error(cp, fn(), ref) <= 1e-5
 
 
-def test_fft_calibration_measures_on_the_gpu(tmp_path):
+def test_fft_calibration_measures_on_the_gpu(tmp_path, calibrations):
     from convtune.cache import PlanCache
     from convtune.fft import cost
     from convtune.fft.calibrate import calibrate
@@ -174,10 +174,5 @@ def test_fft_calibration_measures_on_the_gpu(tmp_path):
     result = calibrate(be, default_timer(be), elements=1 << 20)
     assert result["source"].startswith("measured by convtune calibrate on gpu:")
     assert all(result[k] > 0 for k in ("pow2", "smooth", "other")) and len(result["measurements"]) == 15
-    saved = dict(cost._BY_DEVICE)
-    try:
-        PlanCache(str(tmp_path / "p.db")).put_calibration(be.device_info().key(), result)
-        assert cost.calibration_for(be.device_info().key())["other"] == result["other"]
-    finally:
-        cost._BY_DEVICE.clear()
-        cost._BY_DEVICE.update(saved)
+    PlanCache(str(tmp_path / "p.db")).put_calibration(be.device_info().key(), result)
+    assert cost.calibration_for(be.device_info().key())["other"] == result["other"]
