@@ -30,9 +30,15 @@ def main():
             row += [f"{m:.3f}" if m else "-" for m in ms]
             row += [f"{m / c['median_ms']:.2f}x" if m and c.get("median_ms") else "-" for m in ms]
             print("| " + " | ".join(row) + " |")
+        kept = entry.get("kept_spectra") or {}
+        if kept.get("median_ms") is not None:
+            row = [entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), f"`{kept['plan']}`",
+                   f"{kept['median_ms']:.3f}", f"{max(kept['errors'].values()):.1e}"]
+            print("| " + " | ".join(row + [""] * (2 * len(peers))) + " |")
         rt = entry.get("round_trip")
         if rt:
-            row = [entry["name"], "**round trip**", "", f"**{rt['convtune']:.3f}**", ""]
+            plan = f"`{entry['round_trip_plan']}`" if entry.get("round_trip_plan") else "per-pass plans"
+            row = [entry["name"], "**round trip**", plan, f"**{rt['convtune']:.3f}**", ""]
             row += [f"{rt[p]:.3f}" if rt.get(p) else "-" for p in peers]
             row += [f"**{rt[p] / rt['convtune']:.2f}x**" if rt.get(p) and rt.get("convtune") else "-" for p in peers]
             print("| " + " | ".join(row) + " |")

@@ -367,13 +367,20 @@ def import_cmd(file, db, fmt):
 @click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True,
               help="JSON results file.")
+@click.option("--keep-spectra/--no-keep-spectra", default=True, show_default=True,
+              help="With all three passes, also measure each layer's FFT round trip with kept spectra.")
 def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, batch, only, repeats,
-          time_budget, backend, output):
+          time_budget, backend, output, keep_spectra):
     """Time convtune's runtime dispatch against its peers on NETWORK's layers (and/or --sweep).
 
     Peers, in the same process on the same arrays: PyTorch with cudnn.benchmark=True, TF32
     off and on, and the best single cuDNN engine; a peer that cannot run here is reported
     absent with the reason. Plans come from the cache (tuned on a miss, then stored).
+
+    With all three passes, each layer's round trip with kept spectra is also decided (tuned on a
+    miss, stored) and timed, each pass after an L2 flush. convtune's round trip is then what a
+    layer with keep_spectra='auto' runs: the kept-spectra round trip where it pays, else the sum
+    of the three per-pass plans.
     """
     import json
     import os
@@ -425,7 +432,8 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 
     results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
                         sweep=sweep_list, dispatch_overhead=overhead,
-                        progress=lambda text: click.echo(f"  {text}", err=True), checkpoint=checkpoint)
+                        progress=lambda text: click.echo(f"  {text}", err=True), checkpoint=checkpoint,
+                        keep_spectra=keep_spectra)
     available = [p.name for p in peers if p.make is not None]
     rows = []
     for entry in results["layers"] + (results["sweep"] or []):
@@ -439,9 +447,15 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                 row.append(f"{_ms_value(peer.get('median_ms'))} ({ratio:.2f}x)" if ratio else
                            ("failed" if "failed" in peer else "-"))
             rows.append(row)
+        kept = entry.get("kept_spectra") or {}
+        if kept.get("median_ms") is not None:
+            errors = kept["errors"]
+            rows.append([entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), kept["plan"],
+                         _ms_value(kept["median_ms"]), f"{max(errors.values()):.1e}"] + [""] * len(available))
         if entry.get("round_trip"):
             rt = entry["round_trip"]
-            row = [entry["name"], "round trip", "", _ms_value(rt.get("convtune")), ""]
+            row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
+                   _ms_value(rt.get("convtune")), ""]
             for name in available:
                 sp = speedup(rt, name)
                 row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")

@@ -4,6 +4,13 @@ Each keeps its weight (and bias), runs its forward pass through the runtime's
 plan lookup, and on ``backward(dy)`` stores ``grad_weight``/``grad_bias`` and
 returns the input gradient.
 
+``keep_spectra`` (``False`` by default, ``True`` or ``'auto'``): run the layer's three passes as
+one FFT round trip that keeps the spectra of ``x``, ``w`` and ``dy`` between them
+(:mod:`convtune.roundtrip`), always, or where the planner measured that it beats the three
+per-pass plans (the decision is stored in the plan cache). The kept spectra hold memory from the
+forward pass until ``backward``; a frozen layer that never runs ``backward`` can call
+``release_spectra()``.
+
 Examples
 --------
 >>> import numpy as np
@@ -23,12 +30,16 @@ import math as _math
 from .backend import get_backend
 from .runtime import Runtime, conv, conv_backward_data, conv_backward_filter
 
+#: ``keep_spectra`` values: keep the FFT spectra between a layer's passes never, always, or where it pays.
+KEEP_SPECTRA = (False, True, "auto")
+
 
 class _ConvNd:
     rank = 0
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, *, math="fp32", backend="numpy", seed=None, runtime: Runtime | None = None):
+                 bias=True, *, math="fp32", backend="numpy", seed=None, runtime: Runtime | None = None,
+                 keep_spectra=False):
         def per_axis(v, name):
             v = (v,) * self.rank if isinstance(v, int) else tuple(v)
             if len(v) != self.rank:
@@ -41,7 +52,10 @@ class _ConvNd:
         self.kernel_size = per_axis(kernel_size, "kernel_size")
         self.stride, self.padding = per_axis(stride, "stride"), per_axis(padding, "padding")
         self.dilation = per_axis(dilation, "dilation")
-        self.math, self.runtime = math, runtime
+        if keep_spectra not in KEEP_SPECTRA:
+            raise ValueError(f"keep_spectra must be one of {', '.join(map(repr, KEEP_SPECTRA))}, got {keep_spectra!r}")
+        self.math, self.runtime, self.keep_spectra = math, runtime, keep_spectra
+        self._trip = None  # (input shape, RoundTrip or None for per-pass plans), once decided
         xp = get_backend(backend).xp
         rng = xp.random.default_rng(seed)
         fan_in = in_channels // groups * _math.prod(self.kernel_size)
@@ -63,7 +77,8 @@ class _ConvNd:
             raise ValueError(f"{type(self).__name__} expects input of rank {self.rank + 2} (N, C, *spatial), "
                              f"got shape {tuple(x.shape)}")
         self._x = x
-        y = conv(x, self.weight, **self._args())
+        trip = self._round_trip(x)
+        y = trip.forward(x, self.weight) if trip else conv(x, self.weight, **self._args())
         if self.bias is not None:
             y += self.bias.reshape((1, -1) + (1,) * self.rank)
         return y
@@ -75,10 +90,52 @@ class _ConvNd:
         if self._x is None:
             raise RuntimeError("backward() called before forward()")
         x = self._x
-        self.grad_weight = conv_backward_filter(x, dy, self.weight.shape, **self._args())
+        trip = self._trip[1] if self._trip is not None and self._trip[1] is not None else None
+        trip = trip if trip is not None and trip.holding else None
+        if trip:
+            self.grad_weight = trip.backward_filter(dy)
+        else:
+            self.grad_weight = conv_backward_filter(x, dy, self.weight.shape, **self._args())
         if self.bias is not None:
             self.grad_bias = dy.sum(axis=(0, *range(2, dy.ndim)))
+        if trip:
+            return trip.backward_data(dy)
         return conv_backward_data(dy, self.weight, x.shape, **self._args())
+
+    def _round_trip(self, x):
+        """The :class:`~convtune.roundtrip.RoundTrip` this layer keeps spectra with, or ``None``:
+        ``keep_spectra=True`` always (where the round trip supports the layer), ``'auto'`` where
+        the planner measured that it pays (:meth:`~convtune.runtime.Runtime.round_trip_for`)."""
+        if not self.keep_spectra:
+            return None
+        shape = tuple(x.shape)
+        if self._trip is not None and self._trip[0] == shape:
+            return self._trip[1]
+        from . import roundtrip
+        from .backend import backend_for
+        from .runtime import _layer_fields, default_runtime
+        backend = backend_for(x, self.weight)
+        problem = _layer_fields(shape, self.weight.shape, self.stride, self.padding, self.dilation, self.groups,
+                                self.math, "fwd")
+        runtime = self.runtime or default_runtime()
+        if self.keep_spectra == "auto":
+            decision = runtime.round_trip_for(problem, backend)
+            config = decision.config if decision is not None and decision.pays else None
+        else:
+            reason = roundtrip.unsupported_reason(problem)
+            if reason is not None:
+                raise ValueError(f"keep_spectra=True: {reason}; use keep_spectra='auto' or False")
+            decision = runtime.round_trip_for(problem, backend)
+            config = decision.config if decision is not None and decision.winner is not None else \
+                roundtrip.trip_candidates(problem, backend)[0]
+        trip = roundtrip.RoundTrip(problem, config, backend) if config is not None else None
+        self._trip = (shape, trip)
+        return trip
+
+    def release_spectra(self):
+        """Drop the spectra kept since the last forward pass (nothing to do without ``keep_spectra``)."""
+        if self._trip is not None and self._trip[1] is not None:
+            self._trip[1].release()
 
     def parameters(self):
         """``[(parameter, gradient), ...]`` for a hand-written optimiser step."""

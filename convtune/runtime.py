@@ -41,6 +41,7 @@ class MemoryPlanStore:
 
     def __init__(self):
         self._decisions: dict[tuple[str, str], Decision] = {}
+        self._trips: dict = {}  # (device key, forward problem key) -> TripDecision
         self.hits = 0
         self.misses = 0
 
@@ -54,6 +55,12 @@ class MemoryPlanStore:
 
     def put(self, decision):
         self._decisions[(decision.device_key, decision.problem.key())] = decision
+
+    def get_trip(self, problem, device_key):
+        return self._trips.get((device_key, problem.for_pass("fwd").key()))
+
+    def put_trip(self, decision):
+        self._trips[(decision.device_key, decision.problem.key())] = decision
 
     def __len__(self):
         return len(self._decisions)
@@ -73,15 +80,21 @@ class Runtime:
     planner_options : dict, optional
         Keyword arguments for :class:`~convtune.planner.Planner` when tuning on a miss
         (``timer``, ``workspace_limit``, ``time_budget_s``, ``strategies``).
+    keep_limit : int, optional
+        Most bytes one layer's round trip may keep between its passes (see :mod:`convtune.roundtrip`).
     """
 
-    def __init__(self, store: PlanStore | None = None, miss_policy: str = "tune", planner_options: dict | None = None):
+    def __init__(self, store: PlanStore | None = None, miss_policy: str = "tune", planner_options: dict | None = None,
+                 keep_limit: int | None = None):
         if miss_policy not in MISS_POLICIES:
             raise ValueError(f"unknown miss policy {miss_policy!r}; acceptable: {', '.join(MISS_POLICIES)}")
         self.store = store if store is not None else MemoryPlanStore()
         self.miss_policy = miss_policy
         self.planner_options = dict(planner_options or {})
         self._memo: dict[tuple, Plan] = {}
+        self._trips: dict[tuple, object] = {}  # (device key, forward problem key) -> TripDecision or None
+        from .roundtrip import DEFAULT_KEEP_LIMIT
+        self.keep_limit = DEFAULT_KEEP_LIMIT if keep_limit is None else keep_limit
         self._lock = threading.Lock()
         self.tuned = 0  # problems this runtime tuned on a miss
 
@@ -101,6 +114,43 @@ class Runtime:
         self.store.put(decision)
         self.tuned += 1
         return build_plan(decision, backend, source="measured")
+
+    def decision_for(self, problem: ConvProblem, backend: Backend) -> Decision | None:
+        """The stored decision of ``problem``, tuned and stored first under the ``tune`` policy."""
+        decision = self.store.get(problem, backend.device_info().key())
+        if decision is None and self.miss_policy == "tune":
+            decision = Planner(backend, **self.planner_options).tune(problem)
+            self.store.put(decision)
+            self.tuned += 1
+        return decision
+
+    def round_trip_for(self, problem: ConvProblem, backend: Backend):
+        """The round-trip decision (:class:`~convtune.roundtrip.TripDecision`) of ``problem``'s layer:
+        memo, then the store, then (``tune`` policy only) measured against the three per-pass
+        winners and stored. ``None`` where there is none and the policy does not tune."""
+        from . import roundtrip
+        fwd = problem.for_pass("fwd")
+        device_key = backend.device_info().key()
+        key = (device_key, fwd.key())
+        if key in self._trips:
+            return self._trips[key]
+        get_trip = getattr(self.store, "get_trip", None)
+        decision = get_trip(fwd, device_key) if get_trip else None
+        if decision is not None and decision.version != roundtrip.VERSION:
+            log.info("round trip of %s: stored decision is of version %d, now %d; measuring again", fwd.key(),
+                     decision.version, roundtrip.VERSION)
+            decision = None
+        if decision is None and self.miss_policy == "tune":
+            per_pass = [self.decision_for(fwd.for_pass(q), backend) for q in ("fwd", "dgrad", "wgrad")]
+            times = [d.winner.median_s for d in per_pass]
+            per_pass_s = sum(times) if all(t is not None for t in times) else None
+            decision = roundtrip.tune_round_trip(fwd, backend, per_pass_s, [d.winner.label for d in per_pass],
+                                                 timer=self.planner_options.get("timer"), keep_limit=self.keep_limit)
+            put_trip = getattr(self.store, "put_trip", None)
+            if put_trip is not None:
+                put_trip(decision)
+        self._trips[key] = decision
+        return decision
 
     def dispatch(self, signature: tuple, make_problem, a, b, plan: Plan | None, out):
         """Run one pass: explicit plan, memo, store, miss policy (see the module docstring)."""
@@ -123,6 +173,7 @@ class Runtime:
 
     def clear_memo(self) -> None:
         self._memo.clear()
+        self._trips.clear()
 
     def __repr__(self):
         return f"<Runtime miss_policy={self.miss_policy} store={self.store!r} memo={len(self._memo)}>"

@@ -39,8 +39,14 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
         for rec in entry["passes"].values():
             assert rec["convtune"]["error"] < 1e-5 and rec["convtune"]["median_ms"] > 0
             assert rec["peers"]["torch-fp32"] == {"absent": "no GPU: the peers are cuDNN-based and need CUDA"}
-        assert entry["round_trip"]["convtune"] == pytest.approx(
-            sum(r["convtune"]["median_ms"] for r in entry["passes"].values()))
+        per_pass = sum(r["convtune"]["median_ms"] for r in entry["passes"].values())
+        kept = entry["kept_spectra"]
+        assert max(kept["errors"].values()) < 1e-5 and kept["median_ms"] > 0
+        if kept["pays"]:  # the layer's round trip is the kept-spectra one, and the per-pass total is kept too
+            assert entry["round_trip"]["convtune"] == kept["median_ms"] and entry["round_trip_plan"] == kept["plan"]
+            assert entry["round_trip_per_pass_ms"] == pytest.approx(per_pass)
+        else:
+            assert entry["round_trip"]["convtune"] == pytest.approx(per_pass) and "round_trip_plan" not in entry
     assert doc["peers"]["cudnn-best"]["available"] is False
     assert "peer torch-fp32 absent" in res.output and "round trip" in res.output
     assert doc["dispatch_overhead"]["calls"] > 0
@@ -55,6 +61,9 @@ def test_bench_uses_the_cache_the_second_time(tmp_path, results):
     assert res.exit_code == 0, res.output
     again = json.loads((tmp_path / "again.json").read_text())
     assert {rec["convtune"]["source"] for e in again["layers"] for rec in e["passes"].values()} == {"cache"}
+    # the round-trip decisions come from the cache too: the same verdicts, with their tuning-time figures
+    assert [e["kept_spectra"]["decision"] for e in again["layers"]] == [e["kept_spectra"]["decision"]
+                                                                        for e in doc["layers"]]
 
 
 def test_report_makes_figures_and_a_page(results, tmp_path):

@@ -252,3 +252,21 @@ def test_use_cache_sets_the_default_runtime(tmp_path):
         assert PlanCache(str(tmp_path / "default.db")).get(p, get_backend("numpy").device_info().key()) is not None
     finally:
         convtune.set_default_runtime(previous)
+
+
+def test_round_trip_decisions_are_stored_and_reused(cache_url):
+    """A layer's kept-spectra decision goes to the cache (meta rows, no schema change); a new runtime
+    on the same cache reads it and times nothing."""
+    import numpy as np
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(12, 12), kernel_size=5, padding=2)
+    first = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FakeTimer(times={"fft-trip": 1e-3})})
+    be = get_backend("numpy")
+    made = first.round_trip_for(p.for_pass("wgrad"), be)  # any pass names the layer
+    assert made.pays and made.problem == p and first.tuned == 3  # the three per-pass plans, tuned first
+    second = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FailingTimer()})
+    got = second.round_trip_for(p, be)
+    assert got == made and second.tuned == 0
+    assert PlanCache(cache_url).trip_count() == 1
+    layer = convtune.Conv2d(3, 4, 5, padding=2, seed=0, runtime=second, keep_spectra="auto")
+    y = layer(np.random.default_rng(0).standard_normal(p.x_shape, dtype=np.float32))
+    assert layer._trip[1] is not None and layer._trip[1].config == made.config and y.shape == p.y_shape

@@ -91,7 +91,48 @@ def round_trip(passes: dict) -> dict:
     return totals
 
 
-def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=None) -> dict:
+def bench_kept_spectra(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, seed: int = 0) -> dict:
+    """The layer's round trip with kept spectra (:mod:`convtune.roundtrip`), as the runtime decided it
+    (tuned on a miss): the decision, and the winning round trip timed with the bench's timer (each
+    pass after an L2 flush) and checked against float64, whether or not it pays."""
+    from ..roundtrip import RoundTrip, time_round_trip
+    try:
+        decision = runtime.round_trip_for(problem, backend)
+    except Exception as exc:
+        log.warning("round trip of %s failed: %s", problem.key(), exc)
+        return {"failed": f"{type(exc).__name__}: {exc}"}
+    if decision is None:
+        return {"absent": "no stored round-trip decision and the runtime does not tune"}
+    rec = {"decision": decision.describe(), "pays": decision.pays, "reason": decision.reason,
+           "per_pass_labels": list(decision.per_pass_labels)}
+    if decision.winner is None:
+        return rec
+    xp = backend.xp
+    try:
+        p = problem.for_pass("fwd")
+        x, w = random_operands(backend, p, seed)
+        dy = random_operands(backend, p.for_pass("dgrad"), seed + 1)[0]
+        trip = RoundTrip(p, decision.config, backend)
+        outs = trip(x, w, dy)
+        errors = []
+        for q, (a, b), out in zip(("fwd", "dgrad", "wgrad"), ((x, w), (dy, w), (x, dy)), outs):
+            ref = reference(xp, p.for_pass(q), a.astype(xp.float64), b.astype(xp.float64))
+            errors.append(relative_error(xp, out, ref))
+            del ref
+        del outs
+        stats = time_round_trip(timer, backend, trip, x, w, dy, "convtune-trip")
+        trip.release()
+    except Exception as exc:
+        log.warning("round trip of %s failed: %s", problem.key(), exc)
+        rec["failed"] = f"{type(exc).__name__}: {exc}"
+        return rec
+    rec.update(plan=decision.winner.label, median_ms=stats.median_s * 1e3, spread_ms=stats.spread_s * 1e3,
+               repeats=stats.repeats, errors=dict(zip(("fwd", "dgrad", "wgrad"), errors)),
+               held_bytes=decision.winner.workspace_bytes)
+    return rec
+
+
+def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=None, keep_spectra=True) -> dict:
     entry = {"name": layer.name, "problem": layer.problem.key(), "flops": layer.problem.flops(), "passes": {}}
     for pass_ in passes:
         if progress:
@@ -101,6 +142,18 @@ def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=N
             backend.xp.get_default_memory_pool().free_all_blocks()
     if set(passes) == {"fwd", "dgrad", "wgrad"}:
         entry["round_trip"] = round_trip(entry["passes"])
+        if keep_spectra:
+            if progress:
+                progress(f"{layer.name} round trip with kept spectra")
+            kept = entry["kept_spectra"] = bench_kept_spectra(layer.problem, backend, runtime, timer)
+            # convtune's round trip is what a layer with keep_spectra='auto' runs: the kept-spectra round
+            # trip where the planner found that it pays, else the three per-pass plans
+            if kept.get("pays") and kept.get("median_ms") is not None:
+                entry["round_trip_per_pass_ms"] = entry["round_trip"].get("convtune")
+                entry["round_trip"]["convtune"] = kept["median_ms"]
+                entry["round_trip_plan"] = kept["plan"]
+            if backend.name == "cupy":
+                backend.xp.get_default_memory_pool().free_all_blocks()
     return entry
 
 
@@ -134,7 +187,7 @@ def environment(backend) -> dict:
 
 def run_bench(layers: list[Layer], passes, backend, runtime, timer, peers, *, command: str, math_mode: str,
               sweep: list[Layer] | None = None, dispatch_overhead: dict | None = None, progress=None,
-              checkpoint=None) -> dict:
+              checkpoint=None, keep_spectra: bool = True) -> dict:
     """Benchmark every layer (then the sweep); ``checkpoint(results)`` is called after each one,
     so a long run that is cut off keeps what it measured."""
     results = {
@@ -144,11 +197,11 @@ def run_bench(layers: list[Layer], passes, backend, runtime, timer, peers, *, co
         "backend": backend.name, "environment": environment(backend), "math": math_mode, "timer": repr(timer),
         "peers": {p.name: ({"available": True} if p.make else {"available": False, "reason": p.absent_reason})
                   for p in peers},
-        "dispatch_overhead": dispatch_overhead, "layers": [], "sweep": [] if sweep else None, "complete": False,
+        "dispatch_overhead": dispatch_overhead, "keep_spectra": keep_spectra, "layers": [], "sweep": [] if sweep else None, "complete": False,
     }
     for key, items in (("layers", layers), ("sweep", sweep or [])):
         for layer in items:
-            results[key].append(bench_layer(layer, passes, backend, runtime, timer, peers, progress))
+            results[key].append(bench_layer(layer, passes, backend, runtime, timer, peers, progress, keep_spectra))
             if checkpoint:
                 checkpoint(results)
     results["complete"] = True

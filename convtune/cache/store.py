@@ -41,6 +41,8 @@ DIALECTS = ("sqlite", "postgresql")
 
 #: Meta-table keys of FFT cost-model calibrations.
 CALIBRATION_PREFIX = "fft_cost:"
+#: Meta-table keys of round-trip (kept spectra) decisions.
+TRIP_PREFIX = "trip:"
 
 
 def default_path() -> Path:
@@ -411,6 +413,42 @@ class PlanCache:
             except ValueError as exc:
                 log.warning("plan cache %s: %s; using the default", self.display_url, exc)
 
+    # -- round-trip decisions (kept spectra) --------------------------------------------
+    # Also rows of the meta table (``trip:`` + a hash of device and problem keys); the value is the
+    # whole decision, readable keys included.
+    @staticmethod
+    def _trip_key(device_key: str, problem: ConvProblem) -> str:
+        import hashlib
+        digest = hashlib.sha256(f"{device_key}|{problem.for_pass('fwd').key()}".encode()).hexdigest()
+        return TRIP_PREFIX + digest[:64 - len(TRIP_PREFIX)]
+
+    def put_trip(self, decision) -> None:
+        """Store (replacing) a layer's round-trip decision (:class:`~convtune.roundtrip.TripDecision`)."""
+        key, value = self._trip_key(decision.device_key, decision.problem), json.dumps(decision.as_dict())
+
+        def write(conn):
+            stmt = self._insert(meta).values(key=key, value=value)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
+        self._transaction(write)
+
+    def get_trip(self, problem: ConvProblem, device_key: str):
+        """The stored round-trip decision of ``problem``'s layer on the device, or ``None``."""
+        from ..roundtrip import TripDecision
+        with self.engine.connect() as conn:
+            value = conn.execute(select(meta.c.value).where(meta.c.key == self._trip_key(device_key, problem))).scalar()
+        if value is None:
+            return None
+        try:
+            return TripDecision.from_dict(json.loads(value))
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("plan cache %s: unreadable round-trip decision for %s skipped (%s)", self.display_url,
+                        problem.key(), exc)
+            return None
+
+    def trip_count(self) -> int:
+        with self.engine.connect() as conn:
+            return len(conn.execute(select(meta.c.key).where(meta.c.key.like(TRIP_PREFIX + "%"))).all())
+
     def counts(self) -> dict:
         from sqlalchemy import func
         with self.engine.connect() as conn:
@@ -494,6 +532,12 @@ class LazyPlanCache:
 
     def put(self, decision):
         return self.cache.put(decision)
+
+    def get_trip(self, problem, device_key):
+        return self.cache.get_trip(problem, device_key)
+
+    def put_trip(self, decision):
+        return self.cache.put_trip(decision)
 
     def __repr__(self):
         return f"<LazyPlanCache {self._cache!r}>" if self._cache else f"<LazyPlanCache {resolve_url(self._url)} (unopened)>"

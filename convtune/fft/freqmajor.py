@@ -473,55 +473,80 @@ class FreqMajorConv:
         """Per-group views (F, rows, per_group) of an (F, rows, G * per_group) spectrum."""
         return [spec[:, :, g * per_group:(g + 1) * per_group] for g in range(self.p.groups)]
 
-    def _weight_groups(self, w):
+    def _weight_groups(self, ws):
         """Per-group (F, Kg, Cg) views of the weight spectrum (F, K, Cg)."""
         p = self.p
-        spec = self._spectrum(w, self._w_at)                       # (F, K, Cg)
-        return [spec[:, g * p.out_per_group:(g + 1) * p.out_per_group, :] for g in range(p.groups)]
+        return [ws[:, g * p.out_per_group:(g + 1) * p.out_per_group, :] for g in range(p.groups)]
 
-    def _times_weight(self, a, steps, in_per_group, w_g, op_w, out_channels, out_per_group):
-        """(F, nb * out_channels) spectrum of a batch chunk ``a`` times the per-group weight spectra."""
-        nb = a.shape[0]
-        a_g = self._groups(self._spectrum(a, steps), in_per_group)
+    def _times_weight(self, s, in_per_group, w_g, op_w, out_channels, out_per_group):
+        """(F, nb * out_channels) product of a batch chunk's spectrum ``s`` (F, nb, channels) and the
+        per-group weight spectra."""
+        nb = s.shape[1]
         res = self.xp.empty((self.F, nb, out_channels), dtype=self.xp.complex64)
-        for s, ws, r in zip(a_g, w_g, self._groups(res, out_per_group)):
-            self.ops.gemm(s, "N", ws, op_w, r, 1.0 / self.total)
+        for a, ws, r in zip(self._groups(s, in_per_group), w_g, self._groups(res, out_per_group)):
+            self.ops.gemm(a, "N", ws, op_w, r, 1.0 / self.total)
         return res.reshape(self.F, nb * out_channels)
 
-    # -- passes ------------------------------------------------------------------
-    def forward(self, x, w, out):
-        p, w_g = self.p, self._weight_groups(w)
-        for n0, n1 in batch_chunks(p.batch, self.chunk):
-            spec = self._times_weight(x[n0:n1], self._x_at, p.in_per_group, w_g, "C", p.out_channels,
-                                      p.out_per_group)
-            self.ops.irfft_into(spec, out[n0:n1], self._fwd_geometry, self._fwd_index)
-        return out
+    # -- spectra: what a round trip keeps between passes -----------------------------
+    def x_spectrum(self, x):
+        """(F, n, C) spectrum of the input (or of a batch chunk of it)."""
+        return self._spectrum(x, self._x_at)
 
-    def backward_data(self, dy, w, out):
-        p, w_g = self.p, self._weight_groups(w)
-        for n0, n1 in batch_chunks(p.batch, self.chunk):
-            spec = self._times_weight(dy[n0:n1], self._dy_at, p.out_per_group, w_g, "N", p.in_channels,
-                                      p.in_per_group)
-            target = out[n0:n1]
-            if self._dgrad_whole and target.flags.c_contiguous:
-                self.ops.irfft(spec, out=target.reshape(((n1 - n0) * p.in_channels,) + self.sizes))
-                continue
-            self.ops.irfft_into(spec, target, self._dgrad_geometry, self._dgrad_index)
-        return out
+    def dy_spectrum(self, dy):
+        """(F, n, K) spectrum of the output gradient (upsampled by the stride)."""
+        return self._spectrum(dy, self._dy_at)
 
-    def backward_filter(self, x, dy, out):
+    def w_spectrum(self, w):
+        """(F, K, Cg) spectrum of the weight (dilated)."""
+        return self._spectrum(w, self._w_at)
+
+    def forward_from(self, xs, ws, out):
+        """``out`` (nb, K, *out) from the spectra of a batch chunk's input and of the weight."""
+        p = self.p
+        spec = self._times_weight(xs, p.in_per_group, self._weight_groups(ws), "C", p.out_channels,
+                                  p.out_per_group)
+        return self.ops.irfft_into(spec, out, self._fwd_geometry, self._fwd_index)
+
+    def backward_data_from(self, dys, ws, out):
+        """``out`` (nb, C, *in) from the spectra of a batch chunk's output gradient and of the weight."""
+        p = self.p
+        spec = self._times_weight(dys, p.out_per_group, self._weight_groups(ws), "N", p.in_channels,
+                                  p.in_per_group)
+        if self._dgrad_whole and out.flags.c_contiguous:
+            self.ops.irfft(spec, out=out.reshape((out.shape[0] * p.in_channels,) + self.sizes))
+            return out
+        return self.ops.irfft_into(spec, out, self._dgrad_geometry, self._dgrad_index)
+
+    def backward_filter_from(self, pairs, out):
+        """``out`` (K, Cg, *k) from ``(dy spectrum, x spectrum)`` of each batch chunk, summed over them."""
         p, ops, xp = self.p, self.ops, self.xp
         scale = 1.0 / self.total
         acc = xp.empty((self.F, p.out_channels, p.in_per_group), dtype=xp.complex64)
-        acc_g = [acc[:, g * p.out_per_group:(g + 1) * p.out_per_group, :] for g in range(p.groups)]
-        for i, (n0, n1) in enumerate(batch_chunks(p.batch, self.chunk)):
-            dy_g = self._groups(self._spectrum(dy[n0:n1], self._dy_at), p.out_per_group)
-            x_g = self._groups(self._spectrum(x[n0:n1], self._x_at), p.in_per_group)
-            for ds, xs, a in zip(dy_g, x_g, acc_g):
-                ops.gemm(ds, "C", xs, "N", a, scale, beta=0.0 if i == 0 else 1.0)
+        acc_g = self._weight_groups(acc)
+        for i, (dys, xs) in enumerate(pairs):
+            for ds, s, a in zip(self._groups(dys, p.out_per_group), self._groups(xs, p.in_per_group), acc_g):
+                ops.gemm(ds, "C", s, "N", a, scale, beta=0.0 if i == 0 else 1.0)
         ops.irfft_into(acc.reshape(self.F, p.out_channels * p.in_per_group), out, self._wgrad_geometry,
                        self._wgrad_index)
         return out
+
+    # -- passes ------------------------------------------------------------------
+    def forward(self, x, w, out):
+        ws = self.w_spectrum(w)
+        for n0, n1 in batch_chunks(self.p.batch, self.chunk):
+            self.forward_from(self.x_spectrum(x[n0:n1]), ws, out[n0:n1])
+        return out
+
+    def backward_data(self, dy, w, out):
+        ws = self.w_spectrum(w)
+        for n0, n1 in batch_chunks(self.p.batch, self.chunk):
+            self.backward_data_from(self.dy_spectrum(dy[n0:n1]), ws, out[n0:n1])
+        return out
+
+    def backward_filter(self, x, dy, out):
+        pairs = ((self.dy_spectrum(dy[n0:n1]), self.x_spectrum(x[n0:n1]))
+                 for n0, n1 in batch_chunks(self.p.batch, self.chunk))  # one chunk's spectra alive at a time
+        return self.backward_filter_from(pairs, out)
 
     def __call__(self, a, b, out):
         return {"fwd": self.forward, "dgrad": self.backward_data, "wgrad": self.backward_filter}[self.p.pass_](a, b, out)

@@ -1,0 +1,383 @@
+"""Round trips with kept spectra: a layer's three passes share their FFTs.
+
+A layer runs forward, then (in either order) backward-data and backward-filter. Through the
+frequency-major FFT executor (:mod:`convtune.fft.freqmajor`) at one transform size for all three:
+
+=================  ===================================  ======================
+pass               transforms                           keeps
+=================  ===================================  ======================
+forward            ``x``, ``w``; inverse of ``y``        spectra of x and w
+backward-data      ``dy`` (or kept); inverse of ``dx``   spectrum of dy
+backward-filter    ``dy`` (or kept); inverse of ``dw``   (x's spectrum reused)
+=================  ===================================  ======================
+
+so six of the nine transforms of three separate FFT plans remain, at the price of holding the
+three spectra (:func:`held_bytes`) from the forward pass until both backward passes have run.
+Whether that pays is measured: :func:`tune_round_trip` times round trips of a few transform
+sizes, each pass after an L2 flush, checks all three results against float64, and compares the
+fastest with the sum of the three per-pass winners. The verdict (a :class:`TripDecision`) is
+stored next to the per-pass plans, and a layer with ``keep_spectra='auto'`` follows it.
+
+A kept weight spectrum is the weight as it was in the forward pass (as with saved tensors in
+autograd): change the weight between forward and backward and the backward passes do not see it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+from .backend import Backend, gemm_precision, get_backend
+from .errors import ConvtuneError
+from .fft import cost, freqmajor
+from .fft import sizes as fft_sizes
+from .fft.cost import spectrum_elems
+from .plan import CandidateOutcome
+from .problem import ConvProblem
+from .timing import TimingStats
+
+log = logging.getLogger("convtune")
+
+#: Version of the round-trip executor; part of every stored trip decision.
+VERSION = 1
+#: Default cap on the bytes a layer's kept spectra may hold between its passes.
+DEFAULT_KEEP_LIMIT = 2 << 30
+#: The cost model keeps this many transform sizes for the round trip's benchmark.
+KEEP_SIZES = 2
+#: A round trip must beat the per-pass plans by this factor to be used (timing noise is a few %).
+PAYS_FACTOR = 0.97
+
+
+@dataclass(frozen=True)
+class TripConfig:
+    sizes: tuple[int, ...]
+    fused: bool = False
+    tf32: bool = False
+
+    def label(self) -> str:
+        parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "tf32") if getattr(self, n)]
+        return "fft-trip[" + ",".join(parts) + "]"
+
+    def as_dict(self) -> dict:
+        return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TripConfig":
+        return cls(sizes=tuple(int(v) for v in data["sizes"]), fused=bool(data.get("fused", False)),
+                   tf32=bool(data.get("tf32", False)))
+
+
+def held_bytes(problem: ConvProblem, sizes) -> int:
+    """Bytes the kept spectra of x, w and dy hold between the passes."""
+    p = problem
+    return 8 * spectrum_elems(tuple(sizes)) * (p.batch * p.in_channels + p.out_channels * p.in_per_group +
+                                               p.batch * p.out_channels)
+
+
+def unsupported_reason(problem: ConvProblem) -> str | None:
+    """Why the round trip cannot run ``problem``, or ``None``."""
+    if problem.groups > freqmajor.MAX_GROUPS:
+        return (f"{problem.groups} groups: the frequency-major product takes at most {freqmajor.MAX_GROUPS} "
+                "(depthwise layers keep their per-pass pointwise FFT plans)")
+    if problem.rank > 2:
+        return "3-D problems are not supported by the FFT strategies"
+    return None
+
+
+class RoundTrip:
+    """One layer's three passes through one frequency-major executor, keeping spectra between them.
+
+    ``forward(x, w)`` keeps the spectra of ``x`` and ``w``; ``backward_data(dy)`` and
+    ``backward_filter(dy)`` run in either order, the first transforms ``dy`` and keeps its
+    spectrum for the second (the same ``dy`` object); after both, all kept spectra are released.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from convtune import ConvProblem
+    >>> from convtune.roundtrip import RoundTrip, TripConfig
+    >>> p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(8, 8), kernel_size=3)
+    >>> trip = RoundTrip(p, TripConfig(sizes=(8, 8)), "numpy")
+    >>> rng = np.random.default_rng(0)
+    >>> x, w = rng.random(p.x_shape, dtype=np.float32), rng.random(p.w_shape, dtype=np.float32)
+    >>> y = trip.forward(x, w)
+    >>> dy = np.ones_like(y)
+    >>> trip.backward_filter(dy).shape, trip.backward_data(dy).shape, trip.holding
+    ((4, 3, 3, 3), (2, 3, 8, 8), False)
+    """
+
+    def __init__(self, problem: ConvProblem, config: TripConfig, backend: Backend | str):
+        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+        self.problem, self.config = problem.for_pass("fwd"), config
+        reason = unsupported_reason(self.problem)
+        if reason is not None:
+            raise ValueError(f"{config.label()}: {reason}")
+        if config.tf32 and self.problem.math != "tf32":
+            raise ValueError(f"{config.label()}: TF32 products need math='tf32', the problem is {self.problem.math}")
+        minimal = fft_sizes.minimal_sizes(self.problem)
+        if len(config.sizes) != self.problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
+            raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
+        xp = self.backend.xp
+        self.xp = xp
+        self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
+                                           fused=config.fused and self.backend.name == "cupy")
+        self.release()
+
+    @property
+    def holding(self) -> bool:
+        """Whether spectra are kept (between a forward pass and the end of its backward passes)."""
+        return self._xs is not None or self._dys is not None
+
+    def held_bytes(self) -> int:
+        return held_bytes(self.problem, self.config.sizes)
+
+    def release(self):
+        """Drop what is kept (a layer whose weight is frozen never runs its backward-filter pass)."""
+        self._xs = self._ws = self._dys = self._dy = None
+        self._pending = set()
+
+    def _check(self, name, a, shape):
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError(f"{name} has shape {tuple(a.shape)}; this round trip is for "
+                             f"{self.problem.describe()} ({name} {tuple(shape)})")
+        if str(a.dtype) != "float32":
+            raise ValueError(f"convtune runs float32 arrays; {name} is {a.dtype}")
+
+    def _out(self, out, shape):
+        if out is None:
+            return self.xp.empty(shape, dtype=self.xp.float32)
+        if tuple(out.shape) != tuple(shape):
+            raise ValueError(f"out has shape {tuple(out.shape)}; this pass writes {tuple(shape)}")
+        return out
+
+    def forward(self, x, w, out=None):
+        """``y``; keeps the spectra of ``x`` and ``w`` (a new forward pass drops what was kept)."""
+        p = self.problem
+        self._check("x", x, p.x_shape)
+        self._check("w", w, p.w_shape)
+        self.release()
+        out = self._out(out, p.y_shape)
+        with gemm_precision(self.xp, self.config.tf32):
+            xs, ws = self._ex.x_spectrum(x), self._ex.w_spectrum(w)
+            self._ex.forward_from(xs, ws, out)
+        self._xs, self._ws, self._pending = xs, ws, {"dgrad", "wgrad"}
+        return out
+
+    def _dy_spectrum(self, dy):
+        self._check("dy", dy, self.problem.y_shape)
+        if self._dys is None or self._dy is not dy:
+            self._dys, self._dy = self._ex.dy_spectrum(dy), dy
+        return self._dys
+
+    def _need(self, pass_):
+        if pass_ not in self._pending:
+            raise RuntimeError(f"{'backward_data' if pass_ == 'dgrad' else 'backward_filter'}() needs a forward() "
+                               "first, and runs once per forward pass")
+
+    def _done(self, pass_):
+        self._pending.discard(pass_)
+        if pass_ == "dgrad":
+            self._ws = None
+        else:
+            self._xs = None
+        if not self._pending:
+            self.release()
+
+    def backward_data(self, dy, out=None):
+        """``dx`` from ``dy`` and the kept weight spectrum."""
+        self._need("dgrad")
+        out = self._out(out, self.problem.x_shape)
+        with gemm_precision(self.xp, self.config.tf32):
+            self._ex.backward_data_from(self._dy_spectrum(dy), self._ws, out)
+        self._done("dgrad")
+        return out
+
+    def backward_filter(self, dy, out=None):
+        """``dw`` from ``dy`` and the kept input spectrum (summed over the whole batch)."""
+        self._need("wgrad")
+        out = self._out(out, self.problem.w_shape)
+        with gemm_precision(self.xp, self.config.tf32):
+            self._ex.backward_filter_from([(self._dy_spectrum(dy), self._xs)], out)
+        self._done("wgrad")
+        return out
+
+    def __call__(self, x, w, dy):
+        """One round trip: ``(y, dx, dw)``."""
+        y = self.forward(x, w)
+        return y, self.backward_data(dy), self.backward_filter(dy)
+
+    def __repr__(self):
+        return f"<RoundTrip {self.config.label()} {self.problem.describe()}>"
+
+
+@dataclass(frozen=True)
+class TripDecision:
+    """What tuning a layer's round trip found: every candidate, the per-pass plans' total, the verdict."""
+
+    problem: ConvProblem  # the forward problem
+    device_key: str
+    per_pass_s: float | None  # sum of the three per-pass winners' medians
+    per_pass_labels: tuple[str, ...]
+    outcomes: tuple[CandidateOutcome, ...]
+    winner: CandidateOutcome | None  # the fastest verified round trip (whether or not it pays)
+    pays: bool
+    reason: str
+    version: int = VERSION
+    tuning_s: float = 0.0
+
+    @property
+    def config(self) -> TripConfig | None:
+        return TripConfig.from_dict(self.winner.config) if self.winner is not None else None
+
+    def as_dict(self) -> dict:
+        return {"problem": self.problem.key(), "device_key": self.device_key, "per_pass_s": self.per_pass_s,
+                "per_pass_labels": list(self.per_pass_labels), "outcomes": [o.as_dict() for o in self.outcomes],
+                "winner": self.winner.as_dict() if self.winner else None, "pays": self.pays, "reason": self.reason,
+                "version": self.version, "tuning_s": self.tuning_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TripDecision":
+        return cls(problem=ConvProblem.from_key(data["problem"]), device_key=data["device_key"],
+                   per_pass_s=data["per_pass_s"], per_pass_labels=tuple(data["per_pass_labels"]),
+                   outcomes=tuple(CandidateOutcome.from_dict(o) for o in data["outcomes"]),
+                   winner=CandidateOutcome.from_dict(data["winner"]) if data["winner"] else None,
+                   pays=bool(data["pays"]), reason=data["reason"], version=int(data["version"]),
+                   tuning_s=float(data.get("tuning_s", 0.0)))
+
+    def describe(self) -> str:
+        head = f"round trip of {self.problem.describe()}: "
+        if self.winner is None or self.winner.timing is None:
+            return head + f"no round trip ({self.reason})"
+        trip_ms = self.winner.timing.median_s * 1e3
+        per = f"{self.per_pass_s * 1e3:.3f} ms" if self.per_pass_s is not None else "unknown"
+        return head + (f"{self.winner.label} {trip_ms:.3f} ms against per-pass plans {per}: "
+                       f"{'keeps spectra' if self.pays else 'per-pass plans'} ({self.reason})")
+
+
+def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
+    """The cheapest transform sizes by the cost model summed over the three passes, plain and (GPU,
+    where cuFFT has JIT callbacks) fused."""
+    p = problem.for_pass("fwd")
+    calibration = cost.calibration_for(backend.device_info().key())
+    ranked = sorted(fft_sizes.size_candidates(p),
+                    key=lambda s: sum(cost.estimate(p.for_pass(q), s, calibration) for q in ("fwd", "dgrad", "wgrad")))
+    tf32 = p.math == "tf32"
+    configs = [TripConfig(sizes=s, tf32=tf32) for s in ranked[:KEEP_SIZES]]
+    if backend.name == "cupy" and freqmajor.callbacks_available():
+        configs = [dataclasses.replace(c, fused=True) for c in configs] + configs
+    return configs
+
+
+def time_round_trip(timer, backend: Backend, trip: RoundTrip, x, w, dy, label: str = "") -> TimingStats:
+    """Time one round trip: with a timer that has ``sequence`` (the CUDA-event timer) each pass is
+    timed after its own L2 flush and the three are summed; otherwise the trip is timed as a whole."""
+    steps = [lambda: trip.forward(x, w), lambda: trip.backward_data(dy), lambda: trip.backward_filter(dy)]
+    sequence = getattr(timer, "sequence", None)
+    if sequence is not None:
+        return sequence(steps, backend, label)
+    return timer(lambda: [step() for step in steps], backend, label)
+
+
+def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: float | None,
+                    per_pass_labels=(), *, timer=None, keep_limit: int | None = DEFAULT_KEEP_LIMIT,
+                    seed: int = 0, progress=None) -> TripDecision:
+    """Measure the round-trip candidates of the forward ``problem`` and decide whether keeping spectra
+    pays against ``per_pass_s``, the three per-pass winners' total (``None``: not known, never pays).
+
+    Every candidate is checked on the full batch against the float64 reference of all three passes
+    (the filter gradient's error grows with the batch) and recorded: ``unsupported``,
+    ``over_budget`` (kept bytes over ``keep_limit``), ``rejected``, ``failed`` or timed (``ok``, the
+    fastest ``winner``).
+    """
+    from .planner import random_operands, relative_error, _failure_reason
+    from .strategies import get_strategy
+    from .timing import default_timer
+    backend = get_backend(backend) if isinstance(backend, str) else backend
+    timer = timer if timer is not None else default_timer(backend)
+    p = problem.for_pass("fwd")
+    started = time.perf_counter()
+    device_key = backend.device_info().key()
+
+    def decision(outcomes, winner, pays, reason):
+        return TripDecision(p, device_key, per_pass_s, tuple(per_pass_labels), tuple(outcomes), winner, pays, reason,
+                            tuning_s=time.perf_counter() - started)
+
+    reason = unsupported_reason(p)
+    if reason is not None:
+        return decision([CandidateOutcome("fft-trip", {}, "fft-trip[*]", "unsupported", reason=reason)], None, False,
+                        reason)
+    outcomes, kept = [], []
+    for config in trip_candidates(p, backend):
+        nbytes = held_bytes(p, config.sizes)
+        if keep_limit is not None and nbytes > keep_limit:
+            outcomes.append(CandidateOutcome("fft-trip", config.as_dict(), config.label(), "over_budget",
+                                             workspace_bytes=nbytes,
+                                             reason=f"kept spectra {nbytes} B over the limit {keep_limit} B"))
+        else:
+            kept.append(config)
+    xp = backend.xp
+    x, w = random_operands(backend, p, seed)
+    (dy,) = random_operands(backend, p.for_pass("dgrad"), seed + 1)[:1]
+    refs = None
+    if kept:
+        try:
+            refs = [get_strategy("reference").build(p.for_pass(q), None, backend)(a.astype(xp.float64),
+                                                                                     b.astype(xp.float64))
+                    for q, (a, b) in (("fwd", (x, w)), ("dgrad", (dy, w)), ("wgrad", (x, dy)))]
+        except Exception as exc:
+            reason = f"the float64 reference failed: {_failure_reason(backend, exc)}"
+            outcomes += [CandidateOutcome("fft-trip", c.as_dict(), c.label(), "failed", reason=reason) for c in kept]
+            kept = []
+    timed = []
+    for config in kept:
+        nbytes = held_bytes(p, config.sizes)
+        if progress is not None:
+            progress(f"round trip {config.label()}")
+        try:
+            trip = RoundTrip(p, config, backend)
+            y, dx, dw = trip(x, w, dy)
+            errors = [relative_error(xp, out, ref) for out, ref in zip((y, dx, dw), refs)]
+            err = max(errors)
+            if not err <= p.tolerance:
+                outcomes.append(CandidateOutcome(
+                    "fft-trip", config.as_dict(), config.label(), "rejected", workspace_bytes=nbytes, error=err,
+                    reason="errors fwd/dgrad/wgrad " + "/".join(f"{e:.2g}" for e in errors) +
+                           f", over the {p.math} tolerance {p.tolerance:g}"))
+                continue
+            stats = time_round_trip(timer, backend, trip, x, w, dy, config.label())
+        except Exception as exc:
+            outcomes.append(CandidateOutcome("fft-trip", config.as_dict(), config.label(), "failed",
+                                             workspace_bytes=nbytes, reason=_failure_reason(backend, exc)))
+            log.debug("round trip %s failed", config.label(), exc_info=True)
+            continue
+        outcome = CandidateOutcome("fft-trip", config.as_dict(), config.label(), "ok", workspace_bytes=nbytes,
+                                   error=err, timing=stats,
+                                   reason="errors fwd/dgrad/wgrad " + "/".join(f"{e:.2g}" for e in errors))
+        outcomes.append(outcome)
+        timed.append(outcome)
+    if not timed:
+        return decision(outcomes, None, False, "no round-trip candidate survived")
+    best = min(timed, key=lambda o: o.timing.median_s)
+    winner = dataclasses.replace(best, status="winner")
+    outcomes = [winner if o is best else o for o in outcomes]
+    trip_s = winner.timing.median_s
+    if per_pass_s is None:
+        pays, reason = False, "the per-pass plans' times are not known"
+    else:
+        pays = trip_s < PAYS_FACTOR * per_pass_s
+        ratio = per_pass_s / trip_s if trip_s > 0 else math.inf
+        reason = (f"{ratio:.2f}x the per-pass plans, holding {winner.workspace_bytes / 2**20:.0f} MiB" if pays else
+                  f"per-pass plans are {1 / ratio:.2f}x the round trip's time; keeping spectra needs "
+                  f"{1 - PAYS_FACTOR:.0%} better")
+    log.info("round trip %s: %s %.3f ms, per-pass %s: %s", p.key(), winner.label, trip_s * 1e3,
+             f"{per_pass_s * 1e3:.3f} ms" if per_pass_s is not None else "unknown", "pays" if pays else "does not pay")
+    return decision(outcomes, winner, pays, reason)
+
+
+def check_version(decision: TripDecision) -> None:
+    if decision.version != VERSION:
+        raise ConvtuneError(f"the stored round-trip decision for {decision.problem.key()} is of version "
+                            f"{decision.version}, this convtune's is {VERSION}; tune it again")

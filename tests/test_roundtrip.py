@@ -1,0 +1,180 @@
+"""Round trips with kept spectra: results against float64, kept-state rules, and the tuning verdict."""
+
+import numpy
+import pytest
+
+from cases import CASES, problem
+from conftest import FakeTimer
+from convtune.fft import sizes as fft_sizes
+from convtune.planner import random_operands, relative_error
+from convtune.roundtrip import (RoundTrip, TripConfig, TripDecision, held_bytes, trip_candidates, tune_round_trip,
+                                unsupported_reason)
+from convtune.strategies import get_strategy
+
+SUPPORTED = [name for name in CASES if unsupported_reason(problem(name)) is None]
+
+
+def _references(backend, p, x, w, dy):
+    xp = backend.xp
+    ref = get_strategy("reference")
+    return [ref.build(p.for_pass(q), None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+            for q, (a, b) in (("fwd", (x, w)), ("dgrad", (dy, w)), ("wgrad", (x, dy)))]
+
+
+def _operands(backend, p):
+    x, w = random_operands(backend, p, 3)
+    (dy, _w) = random_operands(backend, p.for_pass("dgrad"), 4)
+    return x, w, dy
+
+
+@pytest.mark.parametrize("order", ["dgrad-first", "wgrad-first"])
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_round_trip_matches_float64(backend, name, order):
+    p = problem(name)
+    x, w, dy = _operands(backend, p)
+    refs = _references(backend, p, x, w, dy)
+    for config in trip_candidates(p, backend):
+        trip = RoundTrip(p, config, backend)
+        y = trip.forward(x, w)
+        assert trip.holding
+        if order == "dgrad-first":
+            dx = trip.backward_data(dy)
+            dw = trip.backward_filter(dy)
+        else:
+            dw = trip.backward_filter(dy)
+            dx = trip.backward_data(dy)
+        assert not trip.holding  # both backward passes ran: nothing kept
+        for out, ref, q in zip((y, dx, dw), refs, ("fwd", "dgrad", "wgrad")):
+            err = relative_error(backend.xp, out, ref)
+            assert err <= p.tolerance, f"{config.label()} {q}: error {err:.2g}"
+
+
+def test_second_round_trip_uses_new_operands(backend):
+    """Kept spectra belong to one forward pass: the next forward and a new dy replace them."""
+    p = problem("2d-large-kernel")
+    trip = RoundTrip(p, trip_candidates(p, backend)[0], backend)
+    first = _operands(backend, p)
+    trip.forward(*first[:2])
+    trip.backward_data(first[2])
+    x, w, dy = (a * 2 + 1 for a in _operands(backend, p))
+    refs = _references(backend, p, x, w, dy)
+    outs = trip(x, w, dy)  # forward() drops the half-used first round trip
+    for out, ref in zip(outs, refs):
+        assert relative_error(backend.xp, out, ref) <= p.tolerance
+    # a different dy in the second backward pass is transformed, not confused with the kept one
+    trip.forward(x, w)
+    trip.backward_data(dy)
+    dy2 = dy * -3 + 0.5
+    ref_dw = _references(backend, p, x, w, dy2)[2]
+    assert relative_error(backend.xp, trip.backward_filter(dy2), ref_dw) <= p.tolerance
+
+
+def test_backward_needs_forward_and_runs_once():
+    p = problem("2d-odd")
+    trip = RoundTrip(p, TripConfig(sizes=fft_sizes.minimal_sizes(p)), "numpy")
+    x, w, dy = _operands(trip.backend, p)
+    with pytest.raises(RuntimeError, match="needs a forward"):
+        trip.backward_data(dy)
+    trip.forward(x, w)
+    trip.backward_filter(dy)
+    with pytest.raises(RuntimeError, match="runs once per forward pass"):
+        trip.backward_filter(dy)
+    trip.release()
+    assert not trip.holding
+    with pytest.raises(RuntimeError, match="needs a forward"):
+        trip.backward_data(dy)
+
+
+def test_bad_inputs_say_what_is_wrong():
+    p = problem("2d-odd")
+    with pytest.raises(ValueError, match="below the minimum"):
+        RoundTrip(p, TripConfig(sizes=(2, 2)), "numpy")
+    with pytest.raises(ValueError, match="groups"):
+        RoundTrip(problem("2d-depthwise", groups=40, in_channels=40, out_channels=40),
+                  TripConfig(sizes=(16, 16)), "numpy")
+    with pytest.raises(ValueError, match="math='tf32'"):
+        RoundTrip(p, TripConfig(sizes=fft_sizes.minimal_sizes(p), tf32=True), "numpy")
+    trip = RoundTrip(p, TripConfig(sizes=fft_sizes.minimal_sizes(p)), "numpy")
+    x, w, _dy = _operands(trip.backend, p)
+    with pytest.raises(ValueError, match="x has shape"):
+        trip.forward(x[:1], w)
+    with pytest.raises(ValueError, match="float32"):
+        trip.forward(x.astype("float64"), w)
+
+
+def test_held_bytes_counts_three_spectra():
+    p = problem("2d-large-kernel")  # n=2, C=3, K=4, 16x16 input, 9x9 kernel
+    F = 24 * 13
+    assert held_bytes(p, (24, 24)) == 8 * F * (2 * 3 + 4 * 3 + 2 * 4)
+
+
+def test_tuning_decides_whether_keeping_pays():
+    p = problem("2d-large-kernel")
+    # a fake timer: the round trip takes 1.0 s per run; per-pass plans of 0.5 s in all beat it, 5 s do not
+    slow = tune_round_trip(p, "numpy", 0.5, ("a", "b", "c"), timer=FakeTimer(default=1.0))
+    assert slow.winner is not None and slow.winner.status == "winner" and not slow.pays
+    assert "per-pass plans are" in slow.reason
+    fast = tune_round_trip(p, "numpy", 5.0, ("a", "b", "c"), timer=FakeTimer(default=1.0))
+    assert fast.pays and fast.config == TripConfig.from_dict(fast.winner.config)
+    assert all(o.error is not None and o.error <= p.tolerance for o in fast.outcomes if o.status in ("ok", "winner"))
+    unknown = tune_round_trip(p, "numpy", None, timer=FakeTimer(default=1.0))
+    assert not unknown.pays
+    # the decision survives its dict form (how the cache stores it)
+    again = TripDecision.from_dict(fast.as_dict())
+    assert again == fast and "keeps spectra" in again.describe()
+
+
+def test_tuning_records_every_candidate():
+    p = problem("2d-large-kernel")
+    tight = tune_round_trip(p, "numpy", 1.0, timer=FakeTimer(), keep_limit=100)
+    assert tight.winner is None and not tight.pays
+    assert {o.status for o in tight.outcomes} == {"over_budget"}
+    assert all("over the limit 100 B" in o.reason for o in tight.outcomes)
+    depthwise = tune_round_trip(problem("2d-depthwise", in_channels=40, out_channels=40, groups=40), "numpy", 1.0,
+                                timer=FakeTimer())
+    assert depthwise.outcomes[0].status == "unsupported" and "groups" in depthwise.reason
+
+
+def test_real_timer_round_trip(backend):
+    """With the backend's real timer (CUDA events per pass on the GPU) the decision is timed."""
+    p = problem("2d-groups")
+    decision = tune_round_trip(p, backend, 1e9)
+    assert decision.winner is not None and decision.winner.timing.median_s > 0 and decision.pays
+
+
+@pytest.mark.parametrize("keep", [True, "auto"])
+def test_layer_keeps_spectra(backend, keep):
+    """A layer with kept spectra gives the gradients of one with per-pass plans; ``'auto'`` follows
+    the stored verdict (here a fake timer makes the round trip pay)."""
+    from convtune import Conv2d, MemoryPlanStore, Runtime
+    runtime = Runtime(store=MemoryPlanStore(), planner_options={"timer": FakeTimer(times={"fft-trip": 1e-3})})
+    kw = dict(padding=2, seed=1, backend=backend.name, runtime=runtime)
+    plain, kept = Conv2d(3, 4, 5, **kw), Conv2d(3, 4, 5, keep_spectra=keep, **kw)
+    x = backend.xp.random.default_rng(0).standard_normal((2, 3, 12, 12), dtype=backend.xp.float32)
+    y0, y1 = plain(x), kept(x)
+    assert kept._trip[1] is not None and kept._trip[1].holding
+    dy = backend.xp.ones_like(y0) * 0.5
+    dx0, dx1 = plain.backward(dy), kept.backward(dy)
+    assert not kept._trip[1].holding
+    for a, b in ((y0, y1), (dx0, dx1), (plain.grad_weight, kept.grad_weight), (plain.grad_bias, kept.grad_bias)):
+        assert float(abs(a - b).max()) <= 1e-4 * float(abs(a).max())
+    stored = runtime.store.get_trip(kept._trip[1].problem, backend.device_info().key())
+    assert stored is not None and stored.pays
+
+
+def test_layer_auto_keeps_per_pass_plans_when_the_trip_does_not_pay():
+    from convtune import Conv2d, MemoryPlanStore, Runtime
+    runtime = Runtime(store=MemoryPlanStore(), planner_options={"timer": FakeTimer(times={"fft-trip": 100.0})})
+    layer = Conv2d(3, 4, 5, padding=2, seed=1, runtime=runtime, keep_spectra="auto")
+    x = numpy.random.default_rng(0).standard_normal((2, 3, 12, 12), dtype=numpy.float32)
+    layer.backward(numpy.ones_like(layer(x)))
+    assert layer._trip[1] is None
+    from convtune import ConvProblem
+    from convtune.backend import get_backend
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(12, 12), kernel_size=5, padding=2)
+    stored = runtime.store.get_trip(p, get_backend("numpy").device_info().key())
+    assert stored is not None and not stored.pays and stored.winner is not None
+    with pytest.raises(ValueError, match="keep_spectra"):
+        Conv2d(3, 4, 5, keep_spectra="always")
+    with pytest.raises(ValueError, match="keep_spectra=True: 40 groups"):
+        Conv2d(40, 40, 3, groups=40, keep_spectra=True)(numpy.zeros((1, 40, 8, 8), numpy.float32))
