@@ -42,7 +42,7 @@ from .timing import TimingStats
 log = logging.getLogger("convtune")
 
 #: Version of the round-trip executor; part of every stored trip decision.
-VERSION = 1
+VERSION = 2
 #: Default cap on the bytes a layer's kept spectra may hold between its passes.
 DEFAULT_KEEP_LIMIT = 2 << 30
 #: The cost model keeps this many transform sizes for the round trip's benchmark.
@@ -56,18 +56,20 @@ class TripConfig:
     sizes: tuple[int, ...]
     fused: bool = False
     tf32: bool = False
+    packed: bool = False  # spectra in cuFFT's layout, convtune's GEMM kernel (see convtune.fft.freqmajor)
 
     def label(self) -> str:
-        parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "tf32") if getattr(self, n)]
+        parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "tf32")
+                                                                if getattr(self, n)]
         return "fft-trip[" + ",".join(parts) + "]"
 
     def as_dict(self) -> dict:
-        return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32}
+        return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32, "packed": self.packed}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TripConfig":
         return cls(sizes=tuple(int(v) for v in data["sizes"]), fused=bool(data.get("fused", False)),
-                   tf32=bool(data.get("tf32", False)))
+                   tf32=bool(data.get("tf32", False)), packed=bool(data.get("packed", False)))
 
 
 def held_bytes(problem: ConvProblem, sizes) -> int:
@@ -122,8 +124,10 @@ class RoundTrip:
             raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
         xp = self.backend.xp
         self.xp = xp
+        if config.packed and self.backend.name != "cupy":
+            raise ValueError(f"{config.label()}: the packed product is a CUDA kernel (GPU only)")
         self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
-                                           fused=config.fused and self.backend.name == "cupy")
+                                           fused=config.fused and self.backend.name == "cupy", packed=config.packed)
         self.release()
 
     @property
@@ -259,15 +263,18 @@ class TripDecision:
 
 def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     """The cheapest transform sizes by the cost model summed over the three passes, plain and (GPU,
-    where cuFFT has JIT callbacks) fused."""
+    where cuFFT has JIT callbacks) fused, and on the GPU also with the packed product."""
     p = problem.for_pass("fwd")
     calibration = cost.calibration_for(backend.device_info().key())
     ranked = sorted(fft_sizes.size_candidates(p),
                     key=lambda s: sum(cost.estimate(p.for_pass(q), s, calibration) for q in ("fwd", "dgrad", "wgrad")))
     tf32 = p.math == "tf32"
     configs = [TripConfig(sizes=s, tf32=tf32) for s in ranked[:KEEP_SIZES]]
-    if backend.name == "cupy" and freqmajor.callbacks_available():
-        configs = [dataclasses.replace(c, fused=True) for c in configs] + configs
+    if backend.name == "cupy":
+        fused = freqmajor.callbacks_available()
+        if fused:
+            configs = [dataclasses.replace(c, fused=True) for c in configs] + configs
+        configs += [TripConfig(sizes=s, fused=fused, tf32=tf32, packed=True) for s in ranked[:KEEP_SIZES]]
     return configs
 
 

@@ -127,6 +127,21 @@ def test_fft_rejects_unknown_products_naming_the_valid_ones(backend):
         get_strategy("fft").build(p, FftConfig(sizes=(9, 10), product="winograd"), backend)
 
 
+def test_packed_product_is_a_gpu_candidate_only(backend):
+    """The packed product is a CUDA kernel: a GPU candidate (each tested against float64 above),
+    never a CPU one, and a clear error when asked for on the CPU."""
+    from convtune.strategies.fft import FftConfig
+    p = problem("2d-odd")
+    fft = get_strategy("fft")
+    packed = [c for c in fft.candidates(p, backend) if c.packed]
+    assert (len(packed) > 0) == (backend.name == "cupy")
+    if backend.name == "numpy":
+        with pytest.raises(ValueError, match="GPU only"):
+            fft.build(p, FftConfig(sizes=(9, 10), product="fgemm", packed=True), backend)
+    with pytest.raises(ValueError, match="fgemm product only"):
+        fft.build(p, FftConfig(sizes=(9, 10), product="gemm", packed=True), backend)
+
+
 def _gather_by_geometry(np, full, geometry, counts):
     """What the fused store callback computes: output q of an axis takes element r of the inverse
     transform where (r + offset) mod L == q * step and q < count."""

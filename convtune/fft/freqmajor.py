@@ -12,7 +12,11 @@ is one kernel that writes each element once or (``fused``) happens inside the fo
 a cuFFT JIT load callback that reads the unextended operand; with ``fused`` the inverse transform's
 store callback also writes only the wanted outputs (crop, strided outputs, filter taps) into the
 result. The inverse transform may overwrite its input (a temporary spectrum), and an input gradient
-that is the whole inverse transform is written in place.
+that is the whole inverse transform is written in place. ``packed`` skips the layout change
+altogether: spectra stay in cuFFT's (B, F) layout and are passed around as transposed views, and
+the product is convtune's own batched complex GEMM kernel, which reads and writes rows of F
+contiguous frequencies (on the H100 about half of cuBLAS's speed; it wins where the transposes
+cost more than that, see BENCHMARKS.md run 18).
 
 Passes per call (``W`` the weight spectrum, ``N`` the transform size)::
 
@@ -55,6 +59,10 @@ class _Ops:
         self.xp, self.sizes = xp, tuple(sizes)
         self.spec_shape = self.sizes[:-1] + (self.sizes[-1] // 2 + 1,)
         self.total, self.F = math.prod(self.sizes), math.prod(self.spec_shape)
+
+    def empty_spectrum(self, *shape):
+        """An uninitialised (F, *shape) complex64 spectrum in this layout."""
+        return self.xp.empty((self.F,) + shape, dtype=self.xp.complex64)
 
     def irfft_into(self, spec, target, geometry, blocks):
         """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts): ``blocks`` are the
@@ -125,13 +133,21 @@ class _CupyOps(_Ops):
     zero-extension and the output gather. The store callback's destination is a device word the
     plan owns and each call updates with a stream-ordered fill, so calls on one stream may be in
     flight together; calls from several streams at once on one plan are not supported.
+
+    ``packed``: no layout change at all. Spectra stay as cuFFT writes them, (B, F), and are handed
+    around as transposed views (F, B), so the executor's code is the same. The product is
+    convtune's own batched complex GEMM (``convtune_packed_cgemm``), which reads and writes rows
+    of F contiguous frequencies; the ``geam`` transposes are gone.
     """
 
-    def __init__(self, xp, sizes, strided=False, fused=False):
+    def __init__(self, xp, sizes, strided=False, fused=False, packed=False):
         from cupy.cuda import cufft, device
         from cupy_backends.cuda.libs import cublas
         if fused and strided:
             raise ValueError("the fused (callback) transforms use cuFFT's packed layout, not the strided one")
+        if packed and strided:
+            raise ValueError("the packed product reads cuFFT's packed layout, not the strided one")
+        self.packed = packed
         if fused and not callbacks_available():
             raise ValueError(f"fused transforms need cuFFT JIT callbacks: {callbacks_unavailable_reason()}")
         super().__init__(xp, sizes)
@@ -200,7 +216,22 @@ class _CupyOps(_Ops):
         else:
             a, plan = self.embed(a, steps), self._plan(True, b)
         plan.fft(a, spec, self._cufft.CUFFT_FORWARD)
+        if self.packed:
+            return spec.T  # a view: the packed product reads rows of F frequencies
         return spec if self.strided else self._transpose(spec)
+
+    def empty_spectrum(self, *shape):
+        if not self.packed:
+            return super().empty_spectrum(*shape)
+        return self.xp.empty(shape + (self.F,), dtype=self.xp.complex64).transpose((len(shape),) +
+                                                                                  tuple(range(len(shape))))
+
+    def _to_packed(self, spec):
+        """(F, B) spectrum -> C-contiguous (B, F) for the inverse transform (a view when packed)."""
+        if self.packed:
+            rows = spec.T
+            return rows if rows.flags.c_contiguous else self.xp.ascontiguousarray(rows)
+        return self._transpose(spec)
 
     def irfft_into(self, spec, target, geometry, blocks):
         """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts); fused, cuFFT's store
@@ -213,7 +244,7 @@ class _CupyOps(_Ops):
             slot[1] = target.data.ptr
             slot[0].fill(target.data.ptr)  # a stream-ordered kernel: calls in flight keep their own
         scratch = self.xp.empty((b,) + self.sizes, dtype=self.xp.float32)  # cuFFT's own intermediate stages
-        plan.fft(self._transpose(spec), scratch, self._cufft.CUFFT_INVERSE)
+        plan.fft(self._to_packed(spec), scratch, self._cufft.CUFFT_INVERSE)
         return target
 
     def _load_plan(self, batch, n_shape, steps):
@@ -272,7 +303,7 @@ class _CupyOps(_Ops):
         if given, is C-contiguous (B, *L) float32."""
         b = spec.shape[1]
         if not self.strided:
-            spec = self._transpose(spec)
+            spec = self._to_packed(spec)
         target = out if out is not None and is_fft_aligned(out) else \
             self.xp.empty((b,) + self.sizes, dtype=self.xp.float32)
         self._plan(False, b).fft(spec, target, self._cufft.CUFFT_INVERSE)
@@ -288,6 +319,8 @@ class _CupyOps(_Ops):
         each operand keeps its op code and its row stride is its leading dimension."""
         m, k = (a.shape[1], a.shape[2]) if op_a == "N" else (a.shape[2], a.shape[1])
         n = b.shape[2] if op_b == "N" else b.shape[1]
+        if self.packed:
+            return self._packed_gemm(a, op_a, b, op_b, c, m, n, k, alpha, beta)
         item = c.itemsize
         for arr in (a, b, c):
             if arr.strides[2] != item:
@@ -297,6 +330,135 @@ class _CupyOps(_Ops):
             b.data.ptr, b.strides[1] // item, b.strides[0] // item,
             a.data.ptr, a.strides[1] // item, a.strides[0] // item,
             self._scalar(beta), c.data.ptr, c.strides[1] // item, c.strides[0] // item, a.shape[0])
+
+
+    def _packed_gemm(self, a, op_a, b, op_b, c, m, n, k, alpha, beta):
+        """``c = alpha op(a) op(b) + beta c`` per frequency on (F, rows, cols) views whose frequency
+        axis is contiguous: each matrix element is a row of F frequencies, so only row strides
+        (in units of F elements) reach the kernel."""
+        row = c.itemsize * self.F
+
+        def strides(arr):  # (row index, column index) strides in rows of F; an axis of extent 1 has none
+            out = tuple(st // row if dim > 1 else 0 for st, dim in zip(arr.strides[1:], arr.shape[1:]))
+            if (arr.shape[0] > 1 and arr.strides[0] != c.itemsize) or \
+                    any(dim > 1 and st % row for st, dim in zip(arr.strides[1:], arr.shape[1:])):
+                raise ValueError("packed GEMM operands need a contiguous frequency axis")
+            return out
+        sa, sb, sc = strides(a), strides(b), strides(c)
+        s_am, s_ak = sa if op_a == "N" else sa[::-1]
+        s_bk, s_bn = sb if op_b == "N" else sb[::-1]
+        tiles = ((m + _PG_TILE - 1) // _PG_TILE) * ((n + _PG_TILE - 1) // _PG_TILE)
+        grid = (tiles * ((self.F + _PG_FREQS - 1) // _PG_FREQS),)
+        i64, i32 = numpy.int64, numpy.int32
+        _packed_gemm_kernel()(grid, (_PG_THREADS,), (
+            a, b, c, i32(m), i32(n), i32(k), i32(self.F), i64(s_am), i64(s_ak), i64(s_bk), i64(s_bn),
+            i64(sc[0]), i64(sc[1]), i32(op_a == "C"), i32(op_b == "C"),
+            numpy.float32(alpha), i32(1 if beta else 0)))
+
+
+# Tile of the packed-layout GEMM: 4 frequencies x (64 x 64) outputs per block of 256 threads, each
+# thread one frequency and an 8 x 8 block of outputs; the reduction runs 4 at a time through shared
+# memory, the next 4 loaded into registers while the current ones are multiplied. A wide tile per
+# frequency keeps the operand traffic from L2 at 1/32 of an element per complex multiply-add.
+_PG_THREADS, _PG_FREQS, _PG_TILE = 256, 4, 64
+
+_PACKED_GEMM_SOURCE = r"""
+#define FT 4
+#define MT 64
+#define KT 4
+// shared-memory index of (row, frequency): rows of 4 frequencies, 4 more elements after every 8 rows,
+// so the 8 column blocks that a warp reads fall in different banks
+#define SIDX(r, f) ((r) * FT + (f) + ((r) >> 3) * FT)
+#define SROWS (MT * FT + (MT / 8) * FT)
+extern "C" __global__ void __launch_bounds__(256, 1)
+convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B, float2* __restrict__ C,
+                      int M, int N, int K, int F, long long sAm, long long sAk, long long sBk, long long sBn,
+                      long long sCm, long long sCn, int conjA, int conjB, float alpha, int accumulate)
+{
+    // C[m, n, f] = alpha * sum_k opA[m, k, f] * opB[k, n, f] (+ C), element (r, c) of an operand at
+    // (r * s_r + c * s_c) * F + f: rows of F contiguous frequencies, read 4 frequencies (a sector) at a time
+    __shared__ float2 As[KT][SROWS];
+    __shared__ float2 Bs[KT][SROWS];
+    const int tid = threadIdx.x;
+    const int tf = tid & 3, tm = tid >> 5, tn = (tid >> 2) & 7;
+    // one block per (64 x 64 tile, 4 frequencies), the tiles of one set of frequencies next to each other
+    const int mtiles = (M + MT - 1) / MT, tiles = mtiles * ((N + MT - 1) / MT);
+    const int tile = blockIdx.x % tiles, f0 = (blockIdx.x / tiles) * FT;
+    const int m0 = (tile % mtiles) * MT, n0 = (tile / mtiles) * MT;
+    const float sa = conjA ? -1.f : 1.f, sb = conjB ? -1.f : 1.f;
+    float2 pa[4], pb[4];
+    float2 acc[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[r][c] = make_float2(0.f, 0.f);
+
+    // element e = tid + 256 j of a 4 x 64 x 4 tile: frequency e & 3, row (e >> 2) & 63, k e >> 8
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int e = tid + 256 * j, f = f0 + (e & 3), r = (e >> 2) & 63, kk = k0 + (e >> 8);
+            const bool fk = f < F && kk < K;
+            const int m = m0 + r, n = n0 + r;
+            float2 va = make_float2(0.f, 0.f), vb = make_float2(0.f, 0.f);
+            if (fk && m < M) va = A[((long long)m * sAm + (long long)kk * sAk) * F + f];
+            if (fk && n < N) vb = B[((long long)kk * sBk + (long long)n * sBn) * F + f];
+            pa[j] = make_float2(va.x, sa * va.y);
+            pb[j] = make_float2(vb.x, sb * vb.y);
+        }
+    };
+    load(0);
+    for (int k0 = 0; k0 < K; k0 += KT) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int e = tid + 256 * j;
+            As[j][SIDX((e >> 2) & 63, e & 3)] = pa[j];
+            Bs[j][SIDX((e >> 2) & 63, e & 3)] = pb[j];
+        }
+        __syncthreads();
+        if (k0 + KT < K) load(k0 + KT);
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) {
+            float2 a[8], b[8];
+#pragma unroll
+            for (int r = 0; r < 8; ++r) a[r] = As[kk][SIDX(tm * 8 + r, tf)];
+#pragma unroll
+            for (int c = 0; c < 8; ++c) b[c] = Bs[kk][SIDX(tn * 8 + c, tf)];
+#pragma unroll
+            for (int r = 0; r < 8; ++r)
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    acc[r][c].x = fmaf(a[r].x, b[c].x, fmaf(-a[r].y, b[c].y, acc[r][c].x));
+                    acc[r][c].y = fmaf(a[r].x, b[c].y, fmaf(a[r].y, b[c].x, acc[r][c].y));
+                }
+        }
+        __syncthreads();
+    }
+    const int f = f0 + tf;
+    if (f < F) {
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const int m = m0 + tm * 8 + r;
+            if (m >= M) break;
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const int n = n0 + tn * 8 + c;
+                if (n >= N) break;
+                float2* out = C + ((long long)m * sCm + (long long)n * sCn) * F + f;
+                float2 v = make_float2(alpha * acc[r][c].x, alpha * acc[r][c].y);
+                if (accumulate) { v.x += out->x; v.y += out->y; }
+                *out = v;
+            }
+        }
+    }
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _packed_gemm_kernel():
+    import cupy
+    return cupy.RawKernel(_PACKED_GEMM_SOURCE, "convtune_packed_cgemm", options=("--std=c++17",))
 
 
 _EMBED_SOURCE = r"""
@@ -438,13 +600,15 @@ class FreqMajorConv:
     times (the cuFFT plans are made on the first call of each batch chunk size and kept)."""
 
     def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], chunk: int, strided: bool = False,
-                 fused: bool = False):
+                 fused: bool = False, packed: bool = False):
         if problem.groups > MAX_GROUPS:
             raise ValueError(f"{problem.groups} groups: the frequency-major product runs one GEMM per group "
                              f"and takes at most {MAX_GROUPS}")
         self.xp, self.p, self.sizes = xp, problem, tuple(sizes)
         self.chunk = max(1, min(chunk, problem.batch))
-        self.ops = _CupyOps(xp, self.sizes, strided, fused) if _is_cupy(xp) else _NumpyOps(xp, self.sizes)
+        if packed and not _is_cupy(xp):
+            raise ValueError("the packed product is a CUDA kernel (GPU only)")
+        self.ops = _CupyOps(xp, self.sizes, strided, fused, packed) if _is_cupy(xp) else _NumpyOps(xp, self.sizes)
         self.F, self.total = self.ops.F, self.ops.total
         p = problem
         # each gather twice: as slice copies, and as the (offset mod L, step, count) of the fused store
@@ -482,7 +646,7 @@ class FreqMajorConv:
         """(F, nb * out_channels) product of a batch chunk's spectrum ``s`` (F, nb, channels) and the
         per-group weight spectra."""
         nb = s.shape[1]
-        res = self.xp.empty((self.F, nb, out_channels), dtype=self.xp.complex64)
+        res = self.ops.empty_spectrum(nb, out_channels)
         for a, ws, r in zip(self._groups(s, in_per_group), w_g, self._groups(res, out_per_group)):
             self.ops.gemm(a, "N", ws, op_w, r, 1.0 / self.total)
         return res.reshape(self.F, nb * out_channels)
@@ -519,9 +683,9 @@ class FreqMajorConv:
 
     def backward_filter_from(self, pairs, out):
         """``out`` (K, Cg, *k) from ``(dy spectrum, x spectrum)`` of each batch chunk, summed over them."""
-        p, ops, xp = self.p, self.ops, self.xp
+        p, ops = self.p, self.ops
         scale = 1.0 / self.total
-        acc = xp.empty((self.F, p.out_channels, p.in_per_group), dtype=xp.complex64)
+        acc = ops.empty_spectrum(p.out_channels, p.in_per_group)
         acc_g = self._weight_groups(acc)
         for i, (dys, xs) in enumerate(pairs):
             for ds, s, a in zip(self._groups(dys, p.out_per_group), self._groups(xs, p.in_per_group), acc_g):

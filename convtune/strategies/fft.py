@@ -3,7 +3,9 @@ frequency-domain product variant and batch chunk are the search axes.
 
 Products: ``gemm`` (batched complex GEMM on the FFT library's layout, with transposed copies),
 ``fgemm`` (frequency-major spectra and one strided-batched GEMM with no copies, see
-:mod:`convtune.fft.freqmajor`), ``pointwise`` (broadcast products, for few channels per group).
+:mod:`convtune.fft.freqmajor`; on the GPU also ``fused`` cuFFT callbacks, ``strided`` cuFFT
+layouts, and ``packed``: no layout change, convtune's own GEMM kernel), ``pointwise`` (broadcast
+products, for few channels per group).
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ class FftConfig(Config):
     strided: bool = False  # fgemm on the GPU: cuFFT writes the frequency-major layout itself, no transposes
     fused: bool = False  # fgemm on the GPU: zero-extension and crop in cuFFT's load/store callbacks
     polyphase: bool = False  # strided problems: run as the stride-1 problem of their phases (sizes are its)
+    packed: bool = False  # fgemm on the GPU: spectra stay in cuFFT's layout, convtune's own GEMM kernel reads it
 
 
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 4
+    version = 5
     config_type = FftConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
@@ -69,6 +72,10 @@ class FftStrategy(Strategy):
         if fused:
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, fused=True)
                         for s in ranked[:keep]]
+        # no layout change at all: the product is convtune's GEMM kernel on cuFFT's packed layout (GPU only)
+        if "fgemm" in products and backend.name == "cupy":
+            configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, fused=fused, packed=True)
+                        for s in ranked[:keep]]
         if not variants:
             return configs
         # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); GPU only
@@ -93,8 +100,11 @@ class FftStrategy(Strategy):
             raise ValueError(f"unknown product {config.product!r}; acceptable: {', '.join(PRODUCTS)}")
         if config.tf32 and config.product not in GEMMS:
             raise ValueError(f"{config.label()}: TF32 applies to the {' and '.join(GEMMS)} products only")
-        if (config.strided or config.fused) and config.product != "fgemm":
-            raise ValueError(f"{config.label()}: the strided and fused variants apply to the fgemm product only")
+        if (config.strided or config.fused or config.packed) and config.product != "fgemm":
+            raise ValueError(f"{config.label()}: the strided, fused and packed variants apply to the fgemm product "
+                             "only")
+        if config.packed and backend.name != "cupy":
+            raise ValueError(f"{config.label()}: the packed product is a CUDA kernel (GPU only)")
         xp = backend.xp
         if config.polyphase:
             reason = polyphase.applies(problem)
@@ -118,5 +128,6 @@ class FftStrategy(Strategy):
         if len(config.sizes) != problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
             raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
         if config.product == "fgemm":
-            return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused)
+            return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused,
+                                           config.packed)
         return SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
