@@ -98,7 +98,13 @@ def main():
 @click.option("--retune", is_flag=True, help="Tune again even where the cache has a plan.")
 @click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
 @click.option("--strategies", default=None, help="Comma-separated strategies to consider (default: all).")
-def tune(network, db, passes, math_mode, batch, workspace_limit, time_budget, retune, backend, strategies):
+@click.option("--keep-spectra", is_flag=True,
+              help="Also decide, per layer, whether an FFT round trip with kept spectra beats the three "
+                   "per-pass plans (what layers with keep_spectra='auto' follow); needs all three passes.")
+@click.option("--keep-limit", default="2GiB", show_default=True,
+              help="With --keep-spectra: most memory one layer's kept spectra may hold (or 'none').")
+def tune(network, db, passes, math_mode, batch, workspace_limit, time_budget, retune, backend, strategies,
+         keep_spectra, keep_limit):
     """Tune every layer of NETWORK (a YAML/JSON file or a built-in name) and store the plans.
 
     Shapes repeated across layers are tuned once. A second run finds every plan in
@@ -108,6 +114,9 @@ def tune(network, db, passes, math_mode, batch, workspace_limit, time_budget, re
     from .network import load_network, unique_problems
     from .planner import Planner
 
+    if keep_spectra and set(_passes(passes)) != {"fwd", "dgrad", "wgrad"}:
+        raise click.ClickException("--keep-spectra compares a round trip with the three per-pass plans: "
+                                   "use it with --passes fwd,dgrad,wgrad")
     layers = load_network(network, batch=batch, math=math_mode)
     problems = unique_problems(layers, _passes(passes))
     cache = PlanCache(db)
@@ -159,8 +168,33 @@ def tune(network, db, passes, math_mode, batch, workspace_limit, time_budget, re
         click.echo(f"{tuned} tuned, {hits} from the cache, {len(failures)} failed in {elapsed:.1f} s")
     for name, problem, exc in failures:
         click.echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `convtune explain {name}`", err=True)
+    if keep_spectra:
+        _tune_round_trips(problems, cache, be, planner, retune, parse_size(keep_limit))
     if failures:
         sys.exit(1)
+
+
+def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
+    """``tune --keep-spectra``: each layer's round-trip verdict, measured (or read from the cache)
+    against its three per-pass plans, and stored."""
+    from .runtime import Runtime
+    layers = {}
+    for problem, names in problems:
+        layers.setdefault(problem.for_pass("fwd").key(), (problem.for_pass("fwd"), names))
+    runtime = Runtime(store=cache, miss_policy="tune", keep_limit=keep_limit,
+                      planner_options={"workspace_limit": planner.workspace_limit,
+                                       "time_budget_s": planner.time_budget_s, "strategies": planner.strategy_names})
+    rows = []
+    with click.progressbar(list(layers.values()), label="round trips", file=sys.stderr,
+                           item_show_func=lambda item: item and item[1][0]) as bar:
+        for problem, names in bar:
+            stored = cache.get_trip(problem, backend.device_info().key())
+            decision = runtime.round_trip_for(problem, backend, refresh=retune)
+            source = "cache" if stored is not None and decision == stored else "tuned"
+            trip = decision.winner.timing.median_s if decision.winner is not None and decision.winner.timing else None
+            rows.append((names[0], decision.winner.label if decision.winner else "-", _ms(trip),
+                         _ms(decision.per_pass_s), "keep spectra" if decision.pays else "per-pass plans", source))
+    click.echo(_table(("layer", "round trip", "time ms", "per-pass ms", "layers run", "source"), rows))
 
 
 @main.command()

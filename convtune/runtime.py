@@ -22,6 +22,7 @@ from .errors import ConvtuneError, TuningError
 from .plan import Decision, Plan
 from .planner import Planner, build_from_config, build_plan, heuristic_decision
 from .problem import ConvProblem
+from .roundtrip import DEFAULT_KEEP_LIMIT
 
 log = logging.getLogger("convtune")
 
@@ -80,12 +81,13 @@ class Runtime:
     planner_options : dict, optional
         Keyword arguments for :class:`~convtune.planner.Planner` when tuning on a miss
         (``timer``, ``workspace_limit``, ``time_budget_s``, ``strategies``).
-    keep_limit : int, optional
-        Most bytes one layer's round trip may keep between its passes (see :mod:`convtune.roundtrip`).
+    keep_limit : int or None
+        Most bytes one layer's round trip may keep between its passes (see :mod:`convtune.roundtrip`;
+        ``None``: no limit).
     """
 
     def __init__(self, store: PlanStore | None = None, miss_policy: str = "tune", planner_options: dict | None = None,
-                 keep_limit: int | None = None):
+                 keep_limit: int | None = DEFAULT_KEEP_LIMIT):
         if miss_policy not in MISS_POLICIES:
             raise ValueError(f"unknown miss policy {miss_policy!r}; acceptable: {', '.join(MISS_POLICIES)}")
         self.store = store if store is not None else MemoryPlanStore()
@@ -93,8 +95,7 @@ class Runtime:
         self.planner_options = dict(planner_options or {})
         self._memo: dict[tuple, Plan] = {}
         self._trips: dict[tuple, object] = {}  # (device key, forward problem key) -> TripDecision or None
-        from .roundtrip import DEFAULT_KEEP_LIMIT
-        self.keep_limit = DEFAULT_KEEP_LIMIT if keep_limit is None else keep_limit
+        self.keep_limit = keep_limit
         self._lock = threading.Lock()
         self.tuned = 0  # problems this runtime tuned on a miss
 
@@ -124,18 +125,19 @@ class Runtime:
             self.tuned += 1
         return decision
 
-    def round_trip_for(self, problem: ConvProblem, backend: Backend):
+    def round_trip_for(self, problem: ConvProblem, backend: Backend, refresh: bool = False):
         """The round-trip decision (:class:`~convtune.roundtrip.TripDecision`) of ``problem``'s layer:
         memo, then the store, then (``tune`` policy only) measured against the three per-pass
-        winners and stored. ``None`` where there is none and the policy does not tune."""
+        winners and stored. ``None`` where there is none and the policy does not tune.
+        ``refresh``: measure again (tune policy) even where one is stored."""
         from . import roundtrip
         fwd = problem.for_pass("fwd")
         device_key = backend.device_info().key()
         key = (device_key, fwd.key())
-        if key in self._trips:
+        if key in self._trips and not refresh:
             return self._trips[key]
         get_trip = getattr(self.store, "get_trip", None)
-        decision = get_trip(fwd, device_key) if get_trip else None
+        decision = get_trip(fwd, device_key) if get_trip and not refresh else None
         if decision is not None and decision.version != roundtrip.VERSION:
             log.info("round trip of %s: stored decision is of version %d, now %d; measuring again", fwd.key(),
                      decision.version, roundtrip.VERSION)

@@ -45,6 +45,22 @@ def test_tune_then_second_run_is_all_cache_hits(net, db):
     assert "nothing was timed" in second.output and "tuned " not in second.output.split("layer")[1]
 
 
+def test_tune_keep_spectra_decides_each_layer_once(net, db):
+    first = run("tune", net, "--db", db, "--backend", "numpy", "--keep-spectra")
+    assert first.exit_code == 0, first.output
+    rows = [l for l in first.stdout.splitlines() if "fft-trip[" in l]
+    assert len(rows) == 2 and all(l.rstrip().endswith("tuned") for l in rows)  # 2 distinct layer shapes
+    # the fake timer gives every candidate 1 s: a round trip (1 s) beats three per-pass plans (3 s)
+    assert all("keep spectra" in l for l in rows)
+    second = run("tune", net, "--db", db, "--backend", "numpy", "--keep-spectra")
+    assert second.exit_code == 0, second.output
+    assert all(l.rstrip().endswith("cache") for l in second.stdout.splitlines() if "fft-trip[" in l)
+    again = run("tune", net, "--db", db, "--backend", "numpy", "--keep-spectra", "--retune")
+    assert all(l.rstrip().endswith("tuned") for l in again.stdout.splitlines() if "fft-trip[" in l)
+    bad = run("tune", net, "--db", db, "--backend", "numpy", "--keep-spectra", "--passes", "fwd")
+    assert bad.exit_code == 1 and "--passes fwd,dgrad,wgrad" in bad.output
+
+
 def test_tune_table_lists_each_distinct_problem(net, db):
     result = run("tune", net, "--db", db, "--passes", "fwd,wgrad", "--backend", "numpy")
     assert result.exit_code == 0
