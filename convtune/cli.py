@@ -578,7 +578,8 @@ def info(db):
     if db or os.environ.get(ENV_VAR) or url.startswith("sqlite:///") and os.path.exists(url[len("sqlite:///"):]):
         try:
             cache = PlanCache(db, create=False)
-            click.echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()))
+            click.echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
+                       f", {cache.trip_count()} round-trip verdicts (kept spectra)")
             for device_key, cal in cache.calibrations().items():
                 click.echo(f"    FFT calibration for {device_key}: " +
                            ", ".join(f"{k} {cal[k]:.2f}" for k in ("pow2", "smooth", "other")))

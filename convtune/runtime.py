@@ -243,6 +243,12 @@ def _hashable(value):
     return tuple(value) if isinstance(value, list) else value
 
 
+def _device_id(a):
+    """The CUDA device a CuPy array lives on (``None`` for NumPy): built plans (cuFFT plans, cuDNN
+    graphs) belong to one device, so the memo keeps one per device."""
+    return getattr(getattr(a, "device", None), "id", None)
+
+
 def _check_dtype(*arrays):
     for a in arrays:
         if str(a.dtype) != "float32":
@@ -299,7 +305,7 @@ def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: 
     (2, 4, 8, 8)
     """
     sig = ("fwd", x.shape, w.shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups, math,
-           type(x), x.dtype, w.dtype)
+           type(x), x.dtype, w.dtype, _device_id(x))
     rt = runtime or default_runtime()
 
     def make():
@@ -316,7 +322,7 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
     """
     x_shape = tuple(x_shape)
     sig = ("dgrad", dy.shape, w.shape, x_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
-           math, type(dy), dy.dtype, w.dtype)
+           math, type(dy), dy.dtype, w.dtype, _device_id(dy))
     rt = runtime or default_runtime()
 
     def make():
@@ -330,7 +336,7 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
     """Gradient with respect to the weight: ``dw`` of shape ``w_shape`` from ``x`` and ``dy``."""
     w_shape = tuple(w_shape)
     sig = ("wgrad", x.shape, dy.shape, w_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
-           math, type(x), x.dtype, dy.dtype)
+           math, type(x), x.dtype, dy.dtype, _device_id(x))
     rt = runtime or default_runtime()
 
     def make():

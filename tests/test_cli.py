@@ -48,6 +48,7 @@ def test_tune_then_second_run_is_all_cache_hits(net, db):
 def test_tune_keep_spectra_decides_each_layer_once(net, db):
     first = run("tune", net, "--db", db, "--backend", "numpy", "--keep-spectra")
     assert first.exit_code == 0, first.output
+    assert "2 round-trip verdicts" in run("info", "--db", db).output
     rows = [l for l in first.stdout.splitlines() if "fft-trip[" in l]
     assert len(rows) == 2 and all(l.rstrip().endswith("tuned") for l in rows)  # 2 distinct layer shapes
     # the fake timer gives every candidate 1 s: a round trip (1 s) beats three per-pass plans (3 s)

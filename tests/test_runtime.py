@@ -37,6 +37,30 @@ def test_conv_tunes_once_then_hits(runtime):
     assert runtime.tuned == 1
 
 
+class _OnDevice(np.ndarray):
+    """A NumPy array that says it lives on a CUDA device, as a CuPy array does (``.device.id``)."""
+
+    @property
+    def device(self):
+        return type("Device", (), {"id": getattr(self, "_device_id", None)})()
+
+
+def _on(a, device_id):
+    out = a.view(_OnDevice)
+    out._device_id = device_id
+    return out
+
+
+def test_memo_keeps_one_plan_per_device(runtime):
+    """Built plans belong to one GPU: the same call on arrays of another device gets its own memo
+    entry (both from the one stored decision), and a repeat on the first device reuses its plan."""
+    x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
+    convtune.conv(_on(x, 0), _on(w, 0), padding=1, runtime=runtime)
+    convtune.conv(_on(x, 1), _on(w, 1), padding=1, runtime=runtime)
+    convtune.conv(_on(x, 0), _on(w, 0), padding=1, runtime=runtime)
+    assert len(runtime._memo) == 2 and runtime.tuned == 1
+
+
 def test_store_hit_does_no_timing_in_a_new_runtime(runtime):
     x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
     convtune.conv(x, w, padding=1, runtime=runtime)
