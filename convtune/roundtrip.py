@@ -274,7 +274,8 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
         fused = freqmajor.callbacks_available()
         if fused:
             configs = [dataclasses.replace(c, fused=True) for c in configs] + configs
-        configs += [TripConfig(sizes=s, fused=fused, tf32=tf32, packed=True) for s in ranked[:KEEP_SIZES]]
+        if freqmajor.packed_available(backend):
+            configs += [TripConfig(sizes=s, fused=fused, tf32=tf32, packed=True) for s in ranked[:KEEP_SIZES]]
     return configs
 
 

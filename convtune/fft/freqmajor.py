@@ -357,9 +357,9 @@ class _CupyOps(_Ops):
 
 
 # Tile of the packed-layout GEMM: 4 frequencies x (64 x 64) outputs per block of 256 threads, each
-# thread one frequency and an 8 x 8 block of outputs; the reduction runs 4 at a time through shared
-# memory, the next 4 loaded into registers while the current ones are multiplied. A wide tile per
-# frequency keeps the operand traffic from L2 at 1/32 of an element per complex multiply-add.
+# thread one frequency and an 8 x 8 block of outputs; the reduction runs 4 at a time through two
+# shared-memory buffers that cp.async fills (the next 4 arrive while the current ones are multiplied).
+# A wide tile per frequency keeps the operand traffic from L2 at 1/32 of an element per multiply-add.
 _PG_THREADS, _PG_FREQS, _PG_TILE = 256, 4, 64
 
 _PACKED_GEMM_SOURCE = r"""
@@ -370,6 +370,13 @@ _PACKED_GEMM_SOURCE = r"""
 // so the 8 column blocks that a warp reads fall in different banks
 #define SIDX(r, f) ((r) * FT + (f) + ((r) >> 3) * FT)
 #define SROWS (MT * FT + (MT / 8) * FT)
+
+__device__ __forceinline__ void convtune_cp8(float2* dst, const float2* src, bool ok) {
+    // 8 bytes global -> shared, asynchronously; zeros where ``ok`` is false (nothing is read)
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(d), "l"(src), "r"(ok ? 8 : 0));
+}
+
 extern "C" __global__ void __launch_bounds__(256, 1)
 convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B, float2* __restrict__ C,
                       int M, int N, int K, int F, long long sAm, long long sAk, long long sBk, long long sBn,
@@ -377,8 +384,8 @@ convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B
 {
     // C[m, n, f] = alpha * sum_k opA[m, k, f] * opB[k, n, f] (+ C), element (r, c) of an operand at
     // (r * s_r + c * s_c) * F + f: rows of F contiguous frequencies, read 4 frequencies (a sector) at a time
-    __shared__ float2 As[KT][SROWS];
-    __shared__ float2 Bs[KT][SROWS];
+    __shared__ float2 As[2][KT][SROWS];
+    __shared__ float2 Bs[2][KT][SROWS];
     const int tid = threadIdx.x;
     const int tf = tid & 3, tm = tid >> 5, tn = (tid >> 2) & 7;
     // one block per (64 x 64 tile, 4 frequencies), the tiles of one set of frequencies next to each other
@@ -386,7 +393,6 @@ convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B
     const int tile = blockIdx.x % tiles, f0 = (blockIdx.x / tiles) * FT;
     const int m0 = (tile % mtiles) * MT, n0 = (tile / mtiles) * MT;
     const float sa = conjA ? -1.f : 1.f, sb = conjB ? -1.f : 1.f;
-    float2 pa[4], pb[4];
     float2 acc[8][8];
 #pragma unroll
     for (int r = 0; r < 8; ++r)
@@ -394,36 +400,36 @@ convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B
         for (int c = 0; c < 8; ++c) acc[r][c] = make_float2(0.f, 0.f);
 
     // element e = tid + 256 j of a 4 x 64 x 4 tile: frequency e & 3, row (e >> 2) & 63, k e >> 8
-    auto load = [&](int k0) {
+    auto issue = [&](int k0, int buf) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int e = tid + 256 * j, f = f0 + (e & 3), r = (e >> 2) & 63, kk = k0 + (e >> 8);
+            const int e = tid + 256 * j, f = f0 + (e & 3), r = (e >> 2) & 63, kk = k0 + j;
             const bool fk = f < F && kk < K;
-            const int m = m0 + r, n = n0 + r;
-            float2 va = make_float2(0.f, 0.f), vb = make_float2(0.f, 0.f);
-            if (fk && m < M) va = A[((long long)m * sAm + (long long)kk * sAk) * F + f];
-            if (fk && n < N) vb = B[((long long)kk * sBk + (long long)n * sBn) * F + f];
-            pa[j] = make_float2(va.x, sa * va.y);
-            pb[j] = make_float2(vb.x, sb * vb.y);
+            const bool oka = fk && m0 + r < M, okb = fk && n0 + r < N;
+            convtune_cp8(&As[buf][j][SIDX(r, e & 3)],
+                         oka ? A + ((long long)(m0 + r) * sAm + (long long)kk * sAk) * F + f : A, oka);
+            convtune_cp8(&Bs[buf][j][SIDX(r, e & 3)],
+                         okb ? B + ((long long)kk * sBk + (long long)(n0 + r) * sBn) * F + f : B, okb);
         }
+        asm volatile("cp.async.commit_group;\n" ::);
     };
-    load(0);
+    issue(0, 0);
+    int buf = 0;
     for (int k0 = 0; k0 < K; k0 += KT) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int e = tid + 256 * j;
-            As[j][SIDX((e >> 2) & 63, e & 3)] = pa[j];
-            Bs[j][SIDX((e >> 2) & 63, e & 3)] = pb[j];
+        if (k0 + KT < K) {
+            issue(k0 + KT, buf ^ 1);
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
         }
         __syncthreads();
-        if (k0 + KT < K) load(k0 + KT);
 #pragma unroll
         for (int kk = 0; kk < KT; ++kk) {
             float2 a[8], b[8];
 #pragma unroll
-            for (int r = 0; r < 8; ++r) a[r] = As[kk][SIDX(tm * 8 + r, tf)];
+            for (int r = 0; r < 8; ++r) { a[r] = As[buf][kk][SIDX(tm * 8 + r, tf)]; a[r].y *= sa; }
 #pragma unroll
-            for (int c = 0; c < 8; ++c) b[c] = Bs[kk][SIDX(tn * 8 + c, tf)];
+            for (int c = 0; c < 8; ++c) { b[c] = Bs[buf][kk][SIDX(tn * 8 + c, tf)]; b[c].y *= sb; }
 #pragma unroll
             for (int r = 0; r < 8; ++r)
 #pragma unroll
@@ -433,26 +439,34 @@ convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B
                 }
         }
         __syncthreads();
+        buf ^= 1;
     }
     const int f = f0 + tf;
-    if (f < F) {
+    if (f >= F) return;
 #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            const int m = m0 + tm * 8 + r;
-            if (m >= M) break;
+    for (int r = 0; r < 8; ++r) {
+        const int m = m0 + tm * 8 + r;
+        if (m >= M) break;
 #pragma unroll
-            for (int c = 0; c < 8; ++c) {
-                const int n = n0 + tn * 8 + c;
-                if (n >= N) break;
-                float2* out = C + ((long long)m * sCm + (long long)n * sCn) * F + f;
-                float2 v = make_float2(alpha * acc[r][c].x, alpha * acc[r][c].y);
-                if (accumulate) { v.x += out->x; v.y += out->y; }
-                *out = v;
-            }
+        for (int c = 0; c < 8; ++c) {
+            const int n = n0 + tn * 8 + c;
+            if (n >= N) break;
+            float2* out = C + ((long long)m * sCm + (long long)n * sCn) * F + f;
+            float2 v = make_float2(alpha * acc[r][c].x, alpha * acc[r][c].y);
+            if (accumulate) { v.x += out->x; v.y += out->y; }
+            *out = v;
         }
     }
 }
 """
+
+
+def packed_available(backend) -> bool:
+    """Whether the packed product's kernel can run: CuPy on a GPU of compute capability 8.0 or newer."""
+    if backend.name != "cupy":
+        return False
+    major = str(backend.device_info().compute_capability).split(".")[0]
+    return major.isdigit() and int(major) >= 8
 
 
 @functools.lru_cache(maxsize=None)

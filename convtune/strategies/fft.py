@@ -72,8 +72,9 @@ class FftStrategy(Strategy):
         if fused:
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, fused=True)
                         for s in ranked[:keep]]
-        # no layout change at all: the product is convtune's GEMM kernel on cuFFT's packed layout (GPU only)
-        if "fgemm" in products and backend.name == "cupy":
+        # no layout change at all: the product is convtune's GEMM kernel on cuFFT's packed layout (GPU only;
+        # the kernel's cp.async copies need compute capability 8.0)
+        if "fgemm" in products and freqmajor.packed_available(backend):
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, fused=fused, packed=True)
                         for s in ranked[:keep]]
         if not variants:
