@@ -15,8 +15,8 @@ result. The inverse transform may overwrite its input (a temporary spectrum), an
 that is the whole inverse transform is written in place. ``packed`` skips the layout change
 altogether: spectra stay in cuFFT's (B, F) layout and are passed around as transposed views, and
 the product is convtune's own batched complex GEMM kernel, which reads and writes rows of F
-contiguous frequencies (on the H100 about half of cuBLAS's speed; it wins where the transposes
-cost more than that, see BENCHMARKS.md run 18).
+contiguous frequencies (on the H100 about two thirds of cuBLAS's speed; it wins where the
+transposes cost more than that, see BENCHMARKS.md runs 18 and 19).
 
 Passes per call (``W`` the weight spectrum, ``N`` the transform size)::
 
