@@ -332,10 +332,11 @@ def export_cmd(db, fmt, output):
     cache = PlanCache(db, create=False)
     records = cache.export_records()
     calibrations = cache.calibrations()
-    text = write_export(records, fmt, calibrations)
-    if calibrations and fmt == "csv":
-        click.echo(f"note: CSV holds plans only; the {len(calibrations)} FFT calibration(s) are not in it "
-                   "(use --format json to carry them)", err=True)
+    trips = cache.trip_decisions()
+    text = write_export(records, fmt, calibrations, trips)
+    if (calibrations or trips) and fmt == "csv":
+        click.echo(f"note: CSV holds plans only; the {len(calibrations)} FFT calibration(s) and {len(trips)} "
+                   "round-trip verdict(s) are not in it (use --format json to carry them)", err=True)
     if output:
         with open(output, "w") as fh:
             fh.write(text)
@@ -353,7 +354,7 @@ def import_cmd(file, db, fmt):
     the better-measured one is kept (timed beats untimed, then the faster median) and differing
     choices are reported as conflicts."""
     from .cache import PlanCache, read_export
-    from .cache.exchange import read_calibrations
+    from .cache.exchange import read_calibrations, read_round_trips
     try:
         with open(file) as fh:
             text = fh.read()
@@ -361,6 +362,10 @@ def import_cmd(file, db, fmt):
         raise click.ClickException(f"cannot read {file}: {exc.strerror or exc}") from None
     records = read_export(text, None if fmt == "auto" else fmt)
     calibrations = read_calibrations(text) if fmt != "csv" else {}
+    try:
+        trips = read_round_trips(text) if fmt != "csv" else []
+    except ConvtuneError as exc:
+        raise click.ClickException(f"{file}: {exc}") from None
     from .fft.cost import check_calibration
     for device_key, calibration in calibrations.items():  # checked before anything is written
         try:
@@ -381,6 +386,11 @@ def import_cmd(file, db, fmt):
         for device_key, calibration in added.items():
             cache.put_calibration(device_key, calibration)
         click.echo(f"FFT calibrations: {len(added)} added, {len(calibrations) - len(added)} kept as they were")
+    if trips:
+        new = [t for t in trips if cache.get_trip(t.problem, t.device_key) is None]  # a local verdict is kept
+        for trip in new:
+            cache.put_trip(trip)
+        click.echo(f"round-trip verdicts: {len(new)} added, {len(trips) - len(new)} kept as they were")
 
 
 @main.command()

@@ -198,14 +198,49 @@ def test_json_exports_carry_fft_calibrations_and_csv_says_it_does_not(net, db, t
     assert "FFT calibrations: 1 added, 0 kept as they were" in imported
     assert PlanCache(other).calibrations()["gpu:test-device"]["other"] == 3.5
     assert "FFT calibrations: 0 added, 1 kept" in run("import", out, "--db", other).output
-    assert "CSV holds plans only; the 1 FFT calibration(s) are not in it" in \
+    assert "CSV holds plans only; the 1 FFT calibration(s) and 0 round-trip verdict(s) are not in it" in \
         run("export", "--db", db, "--format", "csv", "-o", tmp_path / "p.csv").output
     # a damaged calibration stops the import before anything is written
     doc = json.loads(out.read_text())
     doc["fft_calibrations"]["gpu:bad"] = {"pow2": 1.0}
+    _import_is_refused(tmp_path, doc, "lacks positive factors for smooth, other")
+
+
+def _import_is_refused(tmp_path, doc, message):
+    """Importing the export ``doc`` fails with ``message`` and writes nothing."""
+    from convtune.cache import PlanCache
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     third = str(tmp_path / "third.db")
     result = run("import", bad, "--db", third)
-    assert result.exit_code != 0 and "lacks positive factors for smooth, other" in result.output
+    assert result.exit_code != 0 and message in result.output
     assert PlanCache(third).counts()["plans"] == 0
+
+
+def test_json_exports_carry_round_trip_verdicts(net, db, tmp_path):
+    """Verdicts of `tune --keep-spectra` travel with the plans (JSON), a local one is kept, and a
+    damaged one stops the import before anything is written."""
+    from convtune.backend import get_backend
+    from convtune.cache import PlanCache
+    run("tune", net, "--db", db, "--backend", "numpy", "--keep-spectra")
+    out = tmp_path / "plans.json"
+    run("export", "--db", db, "-o", out)
+    doc = json.loads(out.read_text())
+    assert len(doc["round_trips"]) == 2
+    other = str(tmp_path / "other.db")
+    imported = run("import", out, "--db", other)
+    assert imported.exit_code == 0 and "round-trip verdicts: 2 added, 0 kept" in imported.output
+    assert PlanCache(other).trip_decisions() == PlanCache(db).trip_decisions()
+    again = run("import", out, "--db", other).output
+    assert "round-trip verdicts: 0 added, 2 kept" in again
+    # a runtime on the imported cache follows the verdict without timing anything
+    from convtune import Runtime
+    from convtune.roundtrip import TripDecision
+    from conftest import FailingTimer
+    trip = TripDecision.from_dict(doc["round_trips"][0])
+    rt = Runtime(store=PlanCache(other), planner_options={"timer": FailingTimer()})
+    assert rt.round_trip_for(trip.problem, get_backend("numpy")) == trip
+    assert "round-trip verdict(s) are not in it" in \
+        run("export", "--db", db, "--format", "csv", "-o", tmp_path / "p.csv").output
+    doc["round_trips"][1] = {"problem": "nonsense"}
+    _import_is_refused(tmp_path, doc, "round-trip verdict 1 of the export is malformed")

@@ -1,7 +1,8 @@
 """Export and import of plan tables, as JSON or CSV (one flat record per plan).
 
 A JSON export also carries the FFT cost-model calibrations (``fft_calibrations``: device key ->
-factors, as ``convtune calibrate`` stored them); CSV holds plans only.
+factors, as ``convtune calibrate`` stored them) and the layers' round-trip verdicts
+(``round_trips``: :class:`~convtune.roundtrip.TripDecision` dicts); CSV holds plans only.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ _INT = {"sm_count", "memory_bytes", "repeats", "workspace_bytes"}
 _FLOAT = {"time_median_s", "time_spread_s", "error", "speedup_next", "tuning_s"}
 
 
-def write_export(records: list[dict], fmt: str, calibrations: dict | None = None) -> str:
-    """Serialise exported records (and, in JSON, the FFT calibrations) as ``json`` or ``csv`` text."""
+def write_export(records: list[dict], fmt: str, calibrations: dict | None = None,
+                 round_trips: list[dict] | None = None) -> str:
+    """Serialise exported records (and, in JSON, the FFT calibrations and round-trip verdicts) as
+    ``json`` or ``csv`` text."""
     if fmt == "json":
         from .. import __version__
         doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "convtune_version": __version__,
                "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "plans": [{c: r[c] for c in COLUMNS} for r in records],
-               "fft_calibrations": dict(calibrations or {})}
+               "fft_calibrations": dict(calibrations or {}), "round_trips": list(round_trips or [])}
         return json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -67,6 +70,26 @@ def read_calibrations(text: str) -> dict:
     if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
         raise CacheError("the export's \"fft_calibrations\" entry is not a mapping of device keys to factors")
     return found
+
+
+def read_round_trips(text: str) -> list:
+    """The round-trip verdicts of a JSON export, checked (none in CSV, or in older exports)."""
+    if not text.lstrip().startswith("{"):
+        return []
+    from ..roundtrip import TripDecision
+    try:
+        found = json.loads(text).get("round_trips") or []
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise CacheError(f"the export is not valid JSON: {exc}") from exc
+    if not isinstance(found, list):
+        raise CacheError("the export's \"round_trips\" entry is not a list")
+    decisions = []
+    for i, item in enumerate(found):
+        try:
+            decisions.append(TripDecision.from_dict(item))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CacheError(f"round-trip verdict {i} of the export is malformed: {type(exc).__name__}: {exc}") from None
+    return decisions
 
 
 def read_export(text: str, fmt: str | None = None) -> list[dict]:

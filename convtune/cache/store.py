@@ -445,6 +445,19 @@ class PlanCache:
                         problem.key(), exc)
             return None
 
+    def trip_decisions(self) -> list[dict]:
+        """Every stored round-trip decision, as its dict (the form exports carry)."""
+        with self.engine.connect() as conn:
+            values = conn.execute(select(meta.c.value).where(meta.c.key.like(TRIP_PREFIX + "%"))
+                                  .order_by(meta.c.key)).scalars().all()
+        out = []
+        for value in values:
+            try:
+                out.append(json.loads(value))
+            except ValueError:
+                log.warning("plan cache %s: unreadable round-trip decision row skipped", self.display_url)
+        return out
+
     def trip_count(self) -> int:
         with self.engine.connect() as conn:
             return len(conn.execute(select(meta.c.key).where(meta.c.key.like(TRIP_PREFIX + "%"))).all())
