@@ -42,7 +42,7 @@ from .timing import TimingStats
 log = logging.getLogger("convtune")
 
 #: Version of the round-trip executor; part of every stored trip decision.
-VERSION = 2
+VERSION = 3
 #: Default cap on the bytes a layer's kept spectra may hold between its passes.
 DEFAULT_KEEP_LIMIT = 2 << 30
 #: The cost model keeps this many transform sizes for the round trip's benchmark.

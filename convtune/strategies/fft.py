@@ -41,7 +41,7 @@ class FftConfig(Config):
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 5
+    version = 6
     config_type = FftConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
