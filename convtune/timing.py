@@ -83,39 +83,18 @@ class CudaEventTimer:
         self._flush_buffer.fill(1.0)  # a write pass over twice the L2 evicts what the last run left
 
     def __call__(self, fn, backend, label: str = "") -> TimingStats:
-        cp = backend.xp
-        t0 = time.perf_counter()
-        fn()
-        backend.synchronize()
-        if time.perf_counter() - t0 < self.max_total_s / 4:  # a slow candidate needs no further warm-up
-            for _ in range(self.warmup - 1):
-                fn()
-        stream = cp.cuda.get_current_stream()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        samples = []
-        budget_start = time.perf_counter()
-        for i in range(self.repeats):
-            if self.flush_l2:
-                self._flush(cp)
-            start.record(stream)
-            fn()
-            end.record(stream)
-            end.synchronize()
-            samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-            # a slow candidate still gets enough repeats for a median, not the full count
-            if i >= 4 and time.perf_counter() - budget_start > self.max_total_s:
-                break
-        return TimingStats.from_samples(samples)
+        return self.sequence([fn], backend, label)
 
     def sequence(self, steps, backend, label: str = "") -> TimingStats:
         """Time a sequence of dependent calls (a layer's passes) as one run: each step after its own
-        L2 flush, between its own pair of events; a run's time is the sum of its steps' times."""
+        L2 flush, between its own pair of events; a run's time is the sum of its steps' times.
+        Timing one call is the sequence of that call alone."""
         cp = backend.xp
         t0 = time.perf_counter()
         for step in steps:
             step()
         backend.synchronize()
-        if time.perf_counter() - t0 < self.max_total_s / 4:
+        if time.perf_counter() - t0 < self.max_total_s / 4:  # a slow candidate needs no further warm-up
             for _ in range(self.warmup - 1):
                 for step in steps:
                     step()
@@ -132,6 +111,7 @@ class CudaEventTimer:
                 end.record(stream)
             events[-1][1].synchronize()
             samples.append(sum(cp.cuda.get_elapsed_time(start, end) for start, end in events) / 1e3)
+            # a slow candidate still gets enough repeats for a median, not the full count
             if i >= 4 and time.perf_counter() - budget_start > self.max_total_s:
                 break
         return TimingStats.from_samples(samples)
