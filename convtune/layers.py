@@ -90,15 +90,15 @@ class _ConvNd:
         if self._x is None:
             raise RuntimeError("backward() called before forward()")
         x = self._x
-        trip = self._trip[1] if self._trip is not None and self._trip[1] is not None else None
-        trip = trip if trip is not None and trip.holding else None
-        if trip:
+        trip = self._kept_trip()
+        kept = trip is not None and trip.holding  # spectra of this forward pass to use
+        if kept:
             self.grad_weight = trip.backward_filter(dy)
         else:
             self.grad_weight = conv_backward_filter(x, dy, self.weight.shape, **self._args())
         if self.bias is not None:
             self.grad_bias = dy.sum(axis=(0, *range(2, dy.ndim)))
-        if trip:
+        if kept:
             return trip.backward_data(dy)
         return conv_backward_data(dy, self.weight, x.shape, **self._args())
 
@@ -117,25 +117,30 @@ class _ConvNd:
         backend = backend_for(x, self.weight)
         problem = _layer_fields(shape, self.weight.shape, self.stride, self.padding, self.dilation, self.groups,
                                 self.math, "fwd")
-        runtime = self.runtime or default_runtime()
-        if self.keep_spectra == "auto":
-            decision = runtime.round_trip_for(problem, backend)
-            config = decision.config if decision is not None and decision.pays else None
-        else:
+        auto = self.keep_spectra == "auto"
+        if not auto:
             reason = roundtrip.unsupported_reason(problem)
             if reason is not None:
                 raise ValueError(f"keep_spectra=True: {reason}; use keep_spectra='auto' or False")
-            decision = runtime.round_trip_for(problem, backend)
+        decision = (self.runtime or default_runtime()).round_trip_for(problem, backend)
+        if auto:
+            config = decision.config if decision is not None and decision.pays else None
+        else:  # the measured winner whether or not it pays, else the cheapest by the cost model
             config = decision.config if decision is not None and decision.winner is not None else \
                 roundtrip.trip_candidates(problem, backend)[0]
         trip = roundtrip.RoundTrip(problem, config, backend) if config is not None else None
         self._trip = (shape, trip)
         return trip
 
+    def _kept_trip(self):
+        """The round trip decided for the last input shape, or ``None``."""
+        return self._trip[1] if self._trip is not None else None
+
     def release_spectra(self):
         """Drop the spectra kept since the last forward pass (nothing to do without ``keep_spectra``)."""
-        if self._trip is not None and self._trip[1] is not None:
-            self._trip[1].release()
+        trip = self._kept_trip()
+        if trip is not None:
+            trip.release()
 
     def parameters(self):
         """``[(parameter, gradient), ...]`` for a hand-written optimiser step."""

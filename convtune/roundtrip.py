@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass
 
 from .backend import Backend, gemm_precision, get_backend
-from .errors import ConvtuneError
 from .fft import cost, freqmajor
 from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
@@ -80,13 +79,9 @@ def held_bytes(problem: ConvProblem, sizes) -> int:
 
 
 def unsupported_reason(problem: ConvProblem) -> str | None:
-    """Why the round trip cannot run ``problem``, or ``None``."""
-    if problem.groups > freqmajor.MAX_GROUPS:
-        return (f"{problem.groups} groups: the frequency-major product takes at most {freqmajor.MAX_GROUPS} "
-                "(depthwise layers keep their per-pass pointwise FFT plans)")
-    if problem.rank > 2:
-        return "3-D problems are not supported by the FFT strategies"
-    return None
+    """Why the round trip (the frequency-major executor's) cannot run ``problem``, or ``None``."""
+    reason = freqmajor.unsupported_reason(problem)
+    return reason and reason + " (depthwise layers keep their per-pass pointwise FFT plans)"
 
 
 class RoundTrip:
@@ -119,13 +114,8 @@ class RoundTrip:
             raise ValueError(f"{config.label()}: {reason}")
         if config.tf32 and self.problem.math != "tf32":
             raise ValueError(f"{config.label()}: TF32 products need math='tf32', the problem is {self.problem.math}")
-        minimal = fft_sizes.minimal_sizes(self.problem)
-        if len(config.sizes) != self.problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
-            raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
-        xp = self.backend.xp
-        self.xp = xp
-        if config.packed and self.backend.name != "cupy":
-            raise ValueError(f"{config.label()}: the packed product is a CUDA kernel (GPU only)")
+        fft_sizes.check_sizes(self.problem, config.sizes)
+        self.xp = xp = self.backend.xp
         self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
                                            fused=config.fused and self.backend.name == "cupy", packed=config.packed)
         self.release()
@@ -134,9 +124,6 @@ class RoundTrip:
     def holding(self) -> bool:
         """Whether spectra are kept (between a forward pass and the end of its backward passes)."""
         return self._xs is not None or self._dys is not None
-
-    def held_bytes(self) -> int:
-        return held_bytes(self.problem, self.config.sizes)
 
     def release(self):
         """Drop what is kept (a layer whose weight is frozen never runs its backward-filter pass)."""
@@ -289,6 +276,23 @@ def time_round_trip(timer, backend: Backend, trip: RoundTrip, x, w, dy, label: s
     return timer(lambda: [step() for step in steps], backend, label)
 
 
+def round_trip_operands(backend: Backend, problem: ConvProblem, seed: int = 0):
+    """Fresh random ``x``, ``w`` and ``dy`` for the forward ``problem``'s round trip."""
+    from .planner import random_operands
+    p = problem.for_pass("fwd")
+    x, w = random_operands(backend, p, seed)
+    return x, w, random_operands(backend, p.for_pass("dgrad"), seed + 1)[0]
+
+
+def round_trip_references(backend: Backend, problem: ConvProblem, x, w, dy) -> list:
+    """The float64 ``y``, ``dx`` and ``dw`` of the round trip on these operands."""
+    from .strategies import get_strategy
+    xp = backend.xp
+    return [get_strategy("reference").build(problem.for_pass(q), None, backend)(a.astype(xp.float64),
+                                                                                 b.astype(xp.float64))
+            for q, (a, b) in (("fwd", (x, w)), ("dgrad", (dy, w)), ("wgrad", (x, dy)))]
+
+
 def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: float | None,
                     per_pass_labels=(), *, timer=None, keep_limit: int | None = DEFAULT_KEEP_LIMIT,
                     seed: int = 0, progress=None) -> TripDecision:
@@ -300,8 +304,7 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
     ``over_budget`` (kept bytes over ``keep_limit``), ``rejected``, ``failed`` or timed (``ok``, the
     fastest ``winner``).
     """
-    from .planner import random_operands, relative_error, _failure_reason
-    from .strategies import get_strategy
+    from .planner import relative_error, _failure_reason
     from .timing import default_timer
     backend = get_backend(backend) if isinstance(backend, str) else backend
     timer = timer if timer is not None else default_timer(backend)
@@ -327,14 +330,11 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
         else:
             kept.append(config)
     xp = backend.xp
-    x, w = random_operands(backend, p, seed)
-    (dy,) = random_operands(backend, p.for_pass("dgrad"), seed + 1)[:1]
+    x, w, dy = round_trip_operands(backend, p, seed)
     refs = None
     if kept:
         try:
-            refs = [get_strategy("reference").build(p.for_pass(q), None, backend)(a.astype(xp.float64),
-                                                                                     b.astype(xp.float64))
-                    for q, (a, b) in (("fwd", (x, w)), ("dgrad", (dy, w)), ("wgrad", (x, dy)))]
+            refs = round_trip_references(backend, p, x, w, dy)
         except Exception as exc:
             reason = f"the float64 reference failed: {_failure_reason(backend, exc)}"
             outcomes += [CandidateOutcome("fft-trip", c.as_dict(), c.label(), "failed", reason=reason) for c in kept]
@@ -349,11 +349,11 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
             y, dx, dw = trip(x, w, dy)
             errors = [relative_error(xp, out, ref) for out, ref in zip((y, dx, dw), refs)]
             err = max(errors)
+            said = "errors fwd/dgrad/wgrad " + "/".join(f"{e:.2g}" for e in errors)
             if not err <= p.tolerance:
                 outcomes.append(CandidateOutcome(
                     "fft-trip", config.as_dict(), config.label(), "rejected", workspace_bytes=nbytes, error=err,
-                    reason="errors fwd/dgrad/wgrad " + "/".join(f"{e:.2g}" for e in errors) +
-                           f", over the {p.math} tolerance {p.tolerance:g}"))
+                    reason=said + f", over the {p.math} tolerance {p.tolerance:g}"))
                 continue
             stats = time_round_trip(timer, backend, trip, x, w, dy, config.label())
         except Exception as exc:
@@ -362,8 +362,7 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
             log.debug("round trip %s failed", config.label(), exc_info=True)
             continue
         outcome = CandidateOutcome("fft-trip", config.as_dict(), config.label(), "ok", workspace_bytes=nbytes,
-                                   error=err, timing=stats,
-                                   reason="errors fwd/dgrad/wgrad " + "/".join(f"{e:.2g}" for e in errors))
+                                   error=err, timing=stats, reason=said)
         outcomes.append(outcome)
         timed.append(outcome)
     if not timed:
@@ -383,9 +382,3 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
     log.info("round trip %s: %s %.3f ms, per-pass %s: %s", p.key(), winner.label, trip_s * 1e3,
              f"{per_pass_s * 1e3:.3f} ms" if per_pass_s is not None else "unknown", "pays" if pays else "does not pay")
     return decision(outcomes, winner, pays, reason)
-
-
-def check_version(decision: TripDecision) -> None:
-    if decision.version != VERSION:
-        raise ConvtuneError(f"the stored round-trip decision for {decision.problem.key()} is of version "
-                            f"{decision.version}, this convtune's is {VERSION}; tune it again")

@@ -111,18 +111,19 @@ class Runtime:
         if self.miss_policy == "heuristic":
             name, config = heuristic_decision(problem, backend)
             return build_from_config(problem, name, config, backend, "heuristic")
+        return build_plan(self._tune_and_store(problem, backend), backend, source="measured")
+
+    def _tune_and_store(self, problem: ConvProblem, backend: Backend) -> Decision:
         decision = Planner(backend, **self.planner_options).tune(problem)
         self.store.put(decision)
         self.tuned += 1
-        return build_plan(decision, backend, source="measured")
+        return decision
 
     def decision_for(self, problem: ConvProblem, backend: Backend) -> Decision | None:
         """The stored decision of ``problem``, tuned and stored first under the ``tune`` policy."""
         decision = self.store.get(problem, backend.device_info().key())
         if decision is None and self.miss_policy == "tune":
-            decision = Planner(backend, **self.planner_options).tune(problem)
-            self.store.put(decision)
-            self.tuned += 1
+            decision = self._tune_and_store(problem, backend)
         return decision
 
     def round_trip_for(self, problem: ConvProblem, backend: Backend, refresh: bool = False):

@@ -95,7 +95,7 @@ def bench_kept_spectra(problem: ConvProblem, backend: Backend, runtime: Runtime,
     """The layer's round trip with kept spectra (:mod:`convtune.roundtrip`), as the runtime decided it
     (tuned on a miss): the decision, and the winning round trip timed with the bench's timer (each
     pass after an L2 flush) and checked against float64, whether or not it pays."""
-    from ..roundtrip import RoundTrip, time_round_trip
+    from ..roundtrip import RoundTrip, round_trip_operands, round_trip_references, time_round_trip
     try:
         decision = runtime.round_trip_for(problem, backend)
     except Exception as exc:
@@ -107,19 +107,12 @@ def bench_kept_spectra(problem: ConvProblem, backend: Backend, runtime: Runtime,
            "per_pass_labels": list(decision.per_pass_labels)}
     if decision.winner is None:
         return rec
-    xp = backend.xp
     try:
         p = problem.for_pass("fwd")
-        x, w = random_operands(backend, p, seed)
-        dy = random_operands(backend, p.for_pass("dgrad"), seed + 1)[0]
+        x, w, dy = round_trip_operands(backend, p, seed)
         trip = RoundTrip(p, decision.config, backend)
-        outs = trip(x, w, dy)
-        errors = []
-        for q, (a, b), out in zip(("fwd", "dgrad", "wgrad"), ((x, w), (dy, w), (x, dy)), outs):
-            ref = reference(xp, p.for_pass(q), a.astype(xp.float64), b.astype(xp.float64))
-            errors.append(relative_error(xp, out, ref))
-            del ref
-        del outs
+        errors = [relative_error(backend.xp, out, ref)
+                  for out, ref in zip(trip(x, w, dy), round_trip_references(backend, p, x, w, dy))]
         stats = time_round_trip(timer, backend, trip, x, w, dy, "convtune-trip")
         trip.release()
     except Exception as exc:

@@ -609,15 +609,23 @@ def _is_cupy(xp) -> bool:
     return xp.__name__ == "cupy"
 
 
+def unsupported_reason(problem: ConvProblem) -> str | None:
+    """Why :class:`FreqMajorConv` cannot run ``problem``, or ``None``."""
+    if problem.groups > MAX_GROUPS:
+        return (f"{problem.groups} groups: the frequency-major product runs one GEMM per group and takes at "
+                f"most {MAX_GROUPS}")
+    return None
+
+
 class FreqMajorConv:
     """One problem's frequency-major FFT executor at fixed transform sizes; built once, called many
     times (the cuFFT plans are made on the first call of each batch chunk size and kept)."""
 
     def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], chunk: int, strided: bool = False,
                  fused: bool = False, packed: bool = False):
-        if problem.groups > MAX_GROUPS:
-            raise ValueError(f"{problem.groups} groups: the frequency-major product runs one GEMM per group "
-                             f"and takes at most {MAX_GROUPS}")
+        reason = unsupported_reason(problem)
+        if reason is not None:
+            raise ValueError(reason)
         self.xp, self.p, self.sizes = xp, problem, tuple(sizes)
         self.chunk = max(1, min(chunk, problem.batch))
         if packed and not _is_cupy(xp):

@@ -50,6 +50,13 @@ def minimal_sizes(p: ConvProblem) -> tuple[int, ...]:
     return tuple(min_length(n, q, kd) for n, q, kd in zip(p.input_size, p.padding, p.dilated_kernel))
 
 
+def check_sizes(p: ConvProblem, sizes) -> None:
+    """``ValueError`` unless ``sizes`` has one transform length per axis, each at least the minimum."""
+    minimal = minimal_sizes(p)
+    if len(sizes) != p.rank or any(L < m for L, m in zip(sizes, minimal)):
+        raise ValueError(f"transform sizes {tuple(sizes)} are below the minimum {minimal} for this problem")
+
+
 def size_candidates(p: ConvProblem) -> list[tuple[int, ...]]:
     """Every per-axis combination (rectangular allowed)."""
     return [tuple(c) for c in itertools.product(*(axis_candidates(m) for m in minimal_sizes(p)))]

@@ -60,7 +60,7 @@ class FftStrategy(Strategy):
         calibration = cost.calibration_for(backend.device_info().key())  # the device's own, if measured
         ranked = sorted(fft_sizes.size_candidates(problem), key=lambda s: cost.estimate(problem, s, calibration))
         products = ["gemm"]
-        if problem.groups <= freqmajor.MAX_GROUPS:
+        if freqmajor.unsupported_reason(problem) is None:
             products.append("fgemm")
         if problem.in_per_group * problem.out_per_group <= POINTWISE_MAX_PAIRS:
             products.append("pointwise")
@@ -125,9 +125,7 @@ class FftStrategy(Strategy):
 
     @staticmethod
     def _executor(xp, problem, config):
-        minimal = fft_sizes.minimal_sizes(problem)
-        if len(config.sizes) != problem.rank or any(L < m for L, m in zip(config.sizes, minimal)):
-            raise ValueError(f"transform sizes {config.sizes} are below the minimum {minimal} for this problem")
+        fft_sizes.check_sizes(problem, config.sizes)
         if config.product == "fgemm":
             return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused,
                                            config.packed)
