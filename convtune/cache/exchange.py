@@ -59,14 +59,19 @@ def _typed(row: dict) -> dict:
     return out
 
 
-def read_calibrations(text: str) -> dict:
-    """The FFT calibrations of a JSON export (none in CSV, or in exports made before they were kept)."""
+def _json_entry(text: str, name: str, empty):
+    """Entry ``name`` of a JSON export; ``empty`` in CSV, or where an older export lacks it."""
     if not text.lstrip().startswith("{"):
-        return {}
+        return empty
     try:
-        found = json.loads(text).get("fft_calibrations") or {}
+        return json.loads(text).get(name) or empty
     except (json.JSONDecodeError, AttributeError) as exc:
         raise CacheError(f"the export is not valid JSON: {exc}") from exc
+
+
+def read_calibrations(text: str) -> dict:
+    """The FFT calibrations of a JSON export (none in CSV, or in exports made before they were kept)."""
+    found = _json_entry(text, "fft_calibrations", {})
     if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
         raise CacheError("the export's \"fft_calibrations\" entry is not a mapping of device keys to factors")
     return found
@@ -74,13 +79,8 @@ def read_calibrations(text: str) -> dict:
 
 def read_round_trips(text: str) -> list:
     """The round-trip verdicts of a JSON export, checked (none in CSV, or in older exports)."""
-    if not text.lstrip().startswith("{"):
-        return []
     from ..roundtrip import TripDecision
-    try:
-        found = json.loads(text).get("round_trips") or []
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise CacheError(f"the export is not valid JSON: {exc}") from exc
+    found = _json_entry(text, "round_trips", [])
     if not isinstance(found, list):
         raise CacheError("the export's \"round_trips\" entry is not a list")
     decisions = []

@@ -377,33 +377,50 @@ class PlanCache:
     # Stored as rows of the key/value meta table (``fft_cost:`` + a hash of the device key), so a
     # calibration needs no schema change; the value carries the full device key.
     @staticmethod
-    def _calibration_key(device_key: str) -> str:
+    def _hashed_key(prefix: str, text: str, digits: int) -> str:
+        """A meta-table key (at most 64 characters): ``prefix`` and the first hex digits of a hash."""
         import hashlib
-        return CALIBRATION_PREFIX + hashlib.sha256(device_key.encode()).hexdigest()[:40]
+        return prefix + hashlib.sha256(text.encode()).hexdigest()[:digits]
 
-    def put_calibration(self, device_key: str, calibration: dict) -> None:
-        """Store (replacing) the FFT cost-model calibration of a device and use it from now on."""
-        from ..fft import cost
-        cost.register_calibration(device_key, calibration)
-        key, value = self._calibration_key(device_key), json.dumps({"device": device_key, **calibration})
-
+    def _put_meta(self, key: str, value: str) -> None:
         def write(conn):
             stmt = self._insert(meta).values(key=key, value=value)
             conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
         self._transaction(write)
 
+    def _meta_docs(self, prefix: str, what: str) -> list:
+        """The JSON values of the meta rows whose keys start with ``prefix``, in key order; an
+        unreadable one is skipped with a warning that names ``what`` it is."""
+        with self.engine.connect() as conn:
+            values = conn.execute(select(meta.c.value).where(meta.c.key.like(prefix + "%"))
+                                  .order_by(meta.c.key)).scalars().all()
+        docs = []
+        for value in values:
+            try:
+                docs.append(json.loads(value))
+            except ValueError:
+                log.warning("plan cache %s: unreadable %s row skipped", self.display_url, what)
+        return docs
+
+    @classmethod
+    def _calibration_key(cls, device_key: str) -> str:
+        return cls._hashed_key(CALIBRATION_PREFIX, device_key, 40)
+
+    def put_calibration(self, device_key: str, calibration: dict) -> None:
+        """Store (replacing) the FFT cost-model calibration of a device and use it from now on."""
+        from ..fft import cost
+        cost.register_calibration(device_key, calibration)
+        self._put_meta(self._calibration_key(device_key), json.dumps({"device": device_key, **calibration}))
+
     def calibrations(self) -> dict[str, dict]:
         """Stored calibrations by device key."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(select(meta.c.value).where(meta.c.key.like(CALIBRATION_PREFIX + "%"))).scalars()
-            out = {}
-            for value in rows:
-                try:
-                    doc = json.loads(value)
-                    out[doc.pop("device")] = doc
-                except (ValueError, KeyError, TypeError):
-                    log.warning("plan cache %s: unreadable FFT calibration row skipped", self.display_url)
-            return out
+        out = {}
+        for doc in self._meta_docs(CALIBRATION_PREFIX, "FFT calibration"):
+            try:
+                out[doc.pop("device")] = doc
+            except (KeyError, TypeError, AttributeError):
+                log.warning("plan cache %s: unreadable FFT calibration row skipped", self.display_url)
+        return out
 
     def _register_calibrations(self) -> None:
         from ..fft import cost
@@ -416,20 +433,13 @@ class PlanCache:
     # -- round-trip decisions (kept spectra) --------------------------------------------
     # Also rows of the meta table (``trip:`` + a hash of device and problem keys); the value is the
     # whole decision, readable keys included.
-    @staticmethod
-    def _trip_key(device_key: str, problem: ConvProblem) -> str:
-        import hashlib
-        digest = hashlib.sha256(f"{device_key}|{problem.for_pass('fwd').key()}".encode()).hexdigest()
-        return TRIP_PREFIX + digest[:64 - len(TRIP_PREFIX)]
+    @classmethod
+    def _trip_key(cls, device_key: str, problem: ConvProblem) -> str:
+        return cls._hashed_key(TRIP_PREFIX, f"{device_key}|{problem.for_pass('fwd').key()}", 64 - len(TRIP_PREFIX))
 
     def put_trip(self, decision) -> None:
         """Store (replacing) a layer's round-trip decision (:class:`~convtune.roundtrip.TripDecision`)."""
-        key, value = self._trip_key(decision.device_key, decision.problem), json.dumps(decision.as_dict())
-
-        def write(conn):
-            stmt = self._insert(meta).values(key=key, value=value)
-            conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
-        self._transaction(write)
+        self._put_meta(self._trip_key(decision.device_key, decision.problem), json.dumps(decision.as_dict()))
 
     def get_trip(self, problem: ConvProblem, device_key: str):
         """The stored round-trip decision of ``problem``'s layer on the device, or ``None``."""
@@ -447,20 +457,13 @@ class PlanCache:
 
     def trip_decisions(self) -> list[dict]:
         """Every stored round-trip decision, as its dict (the form exports carry)."""
-        with self.engine.connect() as conn:
-            values = conn.execute(select(meta.c.value).where(meta.c.key.like(TRIP_PREFIX + "%"))
-                                  .order_by(meta.c.key)).scalars().all()
-        out = []
-        for value in values:
-            try:
-                out.append(json.loads(value))
-            except ValueError:
-                log.warning("plan cache %s: unreadable round-trip decision row skipped", self.display_url)
-        return out
+        return self._meta_docs(TRIP_PREFIX, "round-trip decision")
 
     def trip_count(self) -> int:
+        from sqlalchemy import func
         with self.engine.connect() as conn:
-            return len(conn.execute(select(meta.c.key).where(meta.c.key.like(TRIP_PREFIX + "%"))).all())
+            return conn.execute(select(func.count()).select_from(meta)
+                                .where(meta.c.key.like(TRIP_PREFIX + "%"))).scalar_one()
 
     def counts(self) -> dict:
         from sqlalchemy import func
