@@ -131,8 +131,7 @@ def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=N
         if progress:
             progress(f"{layer.name} {pass_}")
         entry["passes"][pass_] = bench_pass(layer.problem.for_pass(pass_), backend, runtime, timer, peers)
-        if backend.name == "cupy":  # each layer's arrays go back, so large layers do not add up
-            backend.xp.get_default_memory_pool().free_all_blocks()
+        _give_back_memory(backend)
     if set(passes) == {"fwd", "dgrad", "wgrad"}:
         entry["round_trip"] = round_trip(entry["passes"])
         if keep_spectra:
@@ -145,9 +144,14 @@ def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=N
                 entry["round_trip_per_pass_ms"] = entry["round_trip"].get("convtune")
                 entry["round_trip"]["convtune"] = kept["median_ms"]
                 entry["round_trip_plan"] = kept["plan"]
-            if backend.name == "cupy":
-                backend.xp.get_default_memory_pool().free_all_blocks()
+            _give_back_memory(backend)
     return entry
+
+
+def _give_back_memory(backend) -> None:
+    """Return CuPy's pooled blocks after each measurement, so large layers' arrays do not add up."""
+    if backend.name == "cupy":
+        backend.xp.get_default_memory_pool().free_all_blocks()
 
 
 def sweep_layers(math_mode: str, kernels=SWEEP_KERNELS, inputs=SWEEP_INPUTS, settings=SWEEP_SETTINGS) -> list[Layer]:

@@ -362,9 +362,7 @@ class _CupyOps(_Ops):
 # A wide tile per frequency keeps the operand traffic from L2 at 1/32 of an element per multiply-add.
 _PG_THREADS, _PG_FREQS, _PG_TILE = 256, 4, 64
 
-_PACKED_GEMM_SOURCE = r"""
-#define FT 4
-#define MT 64
+_PACKED_GEMM_SOURCE = f"#define FT {_PG_FREQS}\n#define MT {_PG_TILE}\n" + r"""
 #define KT 4
 // shared-memory index of (row, frequency): rows of 4 frequencies, 4 more elements after every 8 rows,
 // so the 8 column blocks that a warp reads fall in different banks
