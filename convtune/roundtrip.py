@@ -36,12 +36,13 @@ from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
 from .problem import ConvProblem
+from .strategies.fft import own_transform_configs
 from .timing import TimingStats
 
 log = logging.getLogger("convtune")
 
 #: Version of the round-trip executor; part of every stored trip decision.
-VERSION = 3
+VERSION = 4
 #: Default cap on the bytes a layer's kept spectra may hold between its passes.
 DEFAULT_KEEP_LIMIT = 2 << 30
 #: The cost model keeps this many transform sizes for the round trip's benchmark.
@@ -56,19 +57,22 @@ class TripConfig:
     fused: bool = False
     tf32: bool = False
     packed: bool = False  # spectra in cuFFT's layout, convtune's GEMM kernel (see convtune.fft.freqmajor)
+    own: bool = False  # convtune's own one-pass transforms instead of cuFFT's (convtune.fft.fft64)
 
     def label(self) -> str:
-        parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "tf32")
+        parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "own", "tf32")
                                                                 if getattr(self, n)]
         return "fft-trip[" + ",".join(parts) + "]"
 
     def as_dict(self) -> dict:
-        return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32, "packed": self.packed}
+        return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32, "packed": self.packed,
+                "own": self.own}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TripConfig":
         return cls(sizes=tuple(int(v) for v in data["sizes"]), fused=bool(data.get("fused", False)),
-                   tf32=bool(data.get("tf32", False)), packed=bool(data.get("packed", False)))
+                   tf32=bool(data.get("tf32", False)), packed=bool(data.get("packed", False)),
+                   own=bool(data.get("own", False)))
 
 
 def held_bytes(problem: ConvProblem, sizes) -> int:
@@ -117,7 +121,8 @@ class RoundTrip:
         fft_sizes.check_sizes(self.problem, config.sizes)
         self.xp = xp = self.backend.xp
         self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
-                                           fused=config.fused and self.backend.name == "cupy", packed=config.packed)
+                                           fused=config.fused and self.backend.name == "cupy", packed=config.packed,
+                                           own=config.own)
         self.release()
 
     @property
@@ -250,7 +255,8 @@ class TripDecision:
 
 def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     """The cheapest transform sizes by the cost model summed over the three passes, plain and (GPU,
-    where cuFFT has JIT callbacks) fused, and on the GPU also with the packed product."""
+    where cuFFT has JIT callbacks) fused, and on the GPU also with the packed product and, where
+    they apply, convtune's own transforms."""
     p = problem.for_pass("fwd")
     calibration = cost.calibration_for(backend.device_info().key())
     ranked = sorted(fft_sizes.size_candidates(p),
@@ -261,8 +267,12 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
         fused = freqmajor.callbacks_available()
         if fused:
             configs = [dataclasses.replace(c, fused=True) for c in configs] + configs
-        if freqmajor.packed_available(backend):
+        packed = freqmajor.packed_available(backend)
+        if packed:
             configs += [TripConfig(sizes=s, fused=fused, tf32=tf32, packed=True) for s in ranked[:KEEP_SIZES]]
+        # convtune's own transforms where they apply: as the per-pass candidates (convtune.strategies.fft)
+        configs += [TripConfig(sizes=c.sizes, tf32=c.tf32, packed=c.packed, own=True)
+                    for c in own_transform_configs(p, backend, ranked[:KEEP_SIZES], ("fgemm",), tf32)]
     return configs
 
 

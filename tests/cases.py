@@ -28,6 +28,9 @@ CASES = {
     # strided cases for the polyphase FFT: depthwise, and inputs past the last output's reach (tail)
     "2d-depthwise-stride": dict(batch=2, in_channels=3, out_channels=3, input_size=(11, 12), kernel_size=3,
                                 stride=2, padding=1, groups=3),
+    # 64x64 transforms (convtune's own GPU transforms), with padding, stride and dilation
+    "2d-fft64": dict(batch=2, in_channels=3, out_channels=4, input_size=(56, 60), kernel_size=(9, 3), padding=(4, 2),
+                     stride=(1, 2), dilation=(1, 2)),
     "2d-stride-tail": dict(batch=2, in_channels=3, out_channels=2, input_size=(9, 10), kernel_size=(2, 5),
                            stride=(2, 3)),
 }

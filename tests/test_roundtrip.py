@@ -178,3 +178,15 @@ def test_layer_auto_keeps_per_pass_plans_when_the_trip_does_not_pay():
         Conv2d(3, 4, 5, keep_spectra="always")
     with pytest.raises(ValueError, match="keep_spectra=True: 40 groups"):
         Conv2d(40, 40, 3, groups=40, keep_spectra=True)(numpy.zeros((1, 40, 8, 8), numpy.float32))
+
+
+def test_own_transforms_in_round_trips(backend):
+    """convtune's own 64x64 transforms are round-trip candidates on the GPU (each checked against
+    float64 above, case 2d-fft64); their flag survives the stored form, and older forms read as cuFFT."""
+    p = problem("2d-fft64")
+    own = [c for c in trip_candidates(p, backend) if c.own]
+    assert (len(own) > 0) == (backend.name == "cupy")
+    assert all(c.sizes == (64, 64) and not c.fused for c in own)
+    c = TripConfig(sizes=(64, 64), packed=True, own=True)
+    assert TripConfig.from_dict(c.as_dict()) == c and c.label() == "fft-trip[sizes=64x64,packed,own]"
+    assert not TripConfig.from_dict({"sizes": [64, 64], "packed": True}).own

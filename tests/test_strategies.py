@@ -142,6 +142,27 @@ def test_packed_product_is_a_gpu_candidate_only(backend):
         fft.build(p, FftConfig(sizes=(9, 10), product="gemm", packed=True), backend)
 
 
+def test_own_transforms_are_gpu_candidates_at_64x64_only(backend):
+    """convtune's own transforms: GPU candidates (each tested against float64 above) where the
+    sizes are 64x64, never on the CPU, and clear errors elsewhere."""
+    from convtune.strategies.fft import FftConfig
+    p = problem("2d-fft64")
+    fft = get_strategy("fft")
+    own = [c for c in fft.candidates(p, backend) if c.own]
+    assert (len(own) > 0) == (backend.name == "cupy")
+    assert all(c.sizes == (64, 64) and c.product == "fgemm" and not c.fused for c in own)
+    if backend.name == "numpy":
+        with pytest.raises(ValueError, match="GPU only"):
+            fft.build(p, FftConfig(sizes=(64, 64), product="fgemm", own=True), backend)
+    else:
+        with pytest.raises(ValueError, match="64x64 only, not 60x64"):
+            fft.build(p, FftConfig(sizes=(60, 64), product="fgemm", own=True), backend)
+        with pytest.raises(ValueError, match="replace cuFFT's"):
+            fft.build(p, FftConfig(sizes=(64, 64), product="fgemm", fused=True, own=True), backend)
+    with pytest.raises(ValueError, match="fgemm product only"):
+        fft.build(p, FftConfig(sizes=(64, 64), product="gemm", own=True), backend)
+
+
 def _gather_by_geometry(np, full, geometry, counts):
     """What the fused store callback computes: output q of an axis takes element r of the inverse
     transform where (r + offset) mod L == q * step and q < count."""

@@ -41,6 +41,7 @@ import numpy
 
 from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
+from . import fft64
 from .cost import spectrum_elems
 from .spectral import (fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions,
                        input_gather, is_fft_aligned)
@@ -138,16 +139,24 @@ class _CupyOps(_Ops):
     around as transposed views (F, B), so the executor's code is the same. The product is
     convtune's own batched complex GEMM (``convtune_packed_cgemm``), which reads and writes rows
     of F contiguous frequencies; the ``geam`` transposes are gone.
+
+    ``own``: the transforms are convtune's own one-pass kernels (:mod:`convtune.fft.fft64`, 64x64
+    only) instead of cuFFT's; they zero-extend and gather themselves, as the fused plans' callbacks
+    do, and their spectra have the kernels' own frequency order, which the product does not see.
     """
 
-    def __init__(self, xp, sizes, strided=False, fused=False, packed=False):
+    def __init__(self, xp, sizes, strided=False, fused=False, packed=False, own=False):
         from cupy.cuda import cufft, device
         from cupy_backends.cuda.libs import cublas
         if fused and strided:
             raise ValueError("the fused (callback) transforms use cuFFT's packed layout, not the strided one")
         if packed and strided:
             raise ValueError("the packed product reads cuFFT's packed layout, not the strided one")
-        self.packed = packed
+        if own and (fused or strided):
+            raise ValueError("convtune's own transforms replace cuFFT's; the fused and strided variants are cuFFT's")
+        if own and fft64.applies(sizes) is not None:
+            raise ValueError(fft64.applies(sizes))
+        self.packed, self.own = packed, own
         if fused and not callbacks_available():
             raise ValueError(f"fused transforms need cuFFT JIT callbacks: {callbacks_unavailable_reason()}")
         super().__init__(xp, sizes)
@@ -209,6 +218,9 @@ class _CupyOps(_Ops):
         a = fft_aligned(self.xp.ascontiguousarray(a))
         shape = (self.F, b) if self.strided else (b, self.F)
         spec = self.xp.empty(shape, dtype=self.xp.complex64)
+        if self.own:
+            fft64.rfft(a, spec, tuple(steps))
+            return spec.T if self.packed else self._transpose(spec)
         if a.shape[1:] == self.sizes:
             plan = self._plan(True, b)
         elif self.fused:
@@ -236,9 +248,15 @@ class _CupyOps(_Ops):
     def irfft_into(self, spec, target, geometry, blocks):
         """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts); fused, cuFFT's store
         callback writes the gathered elements straight into ``target`` (no full-size copy is read)."""
+        b = spec.shape[1]
+        if self.own:
+            whole = self.xp.empty(target.shape, dtype=self.xp.float32) if not target.flags.c_contiguous else target
+            fft64.irfft(self._to_packed(spec), whole.reshape((b,) + whole.shape[-2:]), tuple(geometry))
+            if whole is not target:
+                target[...] = whole
+            return target
         if not (self.fused and target.flags.c_contiguous and is_fft_aligned(target)):
             return super().irfft_into(spec, target, geometry, blocks)
-        b = spec.shape[1]
         plan, slot = self._store_plan(b, tuple(geometry))
         if slot[1] != target.data.ptr:  # the callback reads its destination from this device word
             slot[1] = target.data.ptr
@@ -304,6 +322,9 @@ class _CupyOps(_Ops):
         b = spec.shape[1]
         if not self.strided:
             spec = self._to_packed(spec)
+        if self.own:
+            target = out if out is not None else self.xp.empty((b,) + self.sizes, dtype=self.xp.float32)
+            return fft64.irfft(spec, target, tuple((0, 1, L) for L in self.sizes))
         target = out if out is not None and is_fft_aligned(out) else \
             self.xp.empty((b,) + self.sizes, dtype=self.xp.float32)
         self._plan(False, b).fft(spec, target, self._cufft.CUFFT_INVERSE)
@@ -620,7 +641,7 @@ class FreqMajorConv:
     times (the cuFFT plans are made on the first call of each batch chunk size and kept)."""
 
     def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], chunk: int, strided: bool = False,
-                 fused: bool = False, packed: bool = False):
+                 fused: bool = False, packed: bool = False, own: bool = False):
         reason = unsupported_reason(problem)
         if reason is not None:
             raise ValueError(reason)
@@ -628,7 +649,10 @@ class FreqMajorConv:
         self.chunk = max(1, min(chunk, problem.batch))
         if packed and not _is_cupy(xp):
             raise ValueError("the packed product is a CUDA kernel (GPU only)")
-        self.ops = _CupyOps(xp, self.sizes, strided, fused, packed) if _is_cupy(xp) else _NumpyOps(xp, self.sizes)
+        if own and not _is_cupy(xp):
+            raise ValueError("convtune's own transforms are CUDA kernels (GPU only)")
+        self.ops = _CupyOps(xp, self.sizes, strided, fused, packed, own) if _is_cupy(xp) else \
+            _NumpyOps(xp, self.sizes)
         self.F, self.total = self.ops.F, self.ops.total
         p = problem
         # each gather twice: as slice copies, and as the (offset mod L, step, count) of the fused store

@@ -4,8 +4,9 @@ frequency-domain product variant and batch chunk are the search axes.
 Products: ``gemm`` (batched complex GEMM on the FFT library's layout, with transposed copies),
 ``fgemm`` (frequency-major spectra and one strided-batched GEMM with no copies, see
 :mod:`convtune.fft.freqmajor`; on the GPU also ``fused`` cuFFT callbacks, ``strided`` cuFFT
-layouts, and ``packed``: no layout change, convtune's own GEMM kernel), ``pointwise`` (broadcast
-products, for few channels per group).
+layouts, ``packed``: no layout change, convtune's own GEMM kernel, and ``own``: convtune's own
+one-pass 64x64 transforms instead of cuFFT's), ``pointwise`` (broadcast products, for few channels
+per group).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..backend import gemm_precision
 from ..fft import cost, sizes as fft_sizes
-from ..fft import freqmajor, polyphase, spectral
+from ..fft import fft64, freqmajor, polyphase, spectral
 from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
@@ -36,12 +37,26 @@ class FftConfig(Config):
     fused: bool = False  # fgemm on the GPU: zero-extension and crop in cuFFT's load/store callbacks
     polyphase: bool = False  # strided problems: run as the stride-1 problem of their phases (sizes are its)
     packed: bool = False  # fgemm on the GPU: spectra stay in cuFFT's layout, convtune's own GEMM kernel reads it
+    own: bool = False  # fgemm on the GPU: convtune's own one-pass transforms instead of cuFFT's (64x64 only)
+
+
+def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftConfig]:
+    """convtune's own transforms (GPU, the sizes they take): with the packed product where it runs,
+    and with cuBLAS where the packed kernel is missing or TF32 tensor cores may do the product."""
+    if "fgemm" not in products or backend.name != "cupy":
+        return []
+    own = [s for s in sizes if fft64.applies(s) is None]
+    packed = freqmajor.packed_available(backend)
+    configs = [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, packed=True, own=True) for s in own if packed]
+    if tf32 or not packed:
+        configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, own=True) for s in own]
+    return configs
 
 
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 6
+    version = 7
     config_type = FftConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
@@ -77,6 +92,7 @@ class FftStrategy(Strategy):
         if "fgemm" in products and freqmajor.packed_available(backend):
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, fused=fused, packed=True)
                         for s in ranked[:keep]]
+        configs += own_transform_configs(problem, backend, ranked[:keep], products, tf32)
         if not variants:
             return configs
         # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); GPU only
@@ -101,11 +117,13 @@ class FftStrategy(Strategy):
             raise ValueError(f"unknown product {config.product!r}; acceptable: {', '.join(PRODUCTS)}")
         if config.tf32 and config.product not in GEMMS:
             raise ValueError(f"{config.label()}: TF32 applies to the {' and '.join(GEMMS)} products only")
-        if (config.strided or config.fused or config.packed) and config.product != "fgemm":
-            raise ValueError(f"{config.label()}: the strided, fused and packed variants apply to the fgemm product "
-                             "only")
+        if (config.strided or config.fused or config.packed or config.own) and config.product != "fgemm":
+            raise ValueError(f"{config.label()}: the strided, fused, packed and own variants apply to the fgemm "
+                             "product only")
         if config.packed and backend.name != "cupy":
             raise ValueError(f"{config.label()}: the packed product is a CUDA kernel (GPU only)")
+        if config.own and backend.name != "cupy":
+            raise ValueError(f"{config.label()}: convtune's own transforms are CUDA kernels (GPU only)")
         xp = backend.xp
         if config.polyphase:
             reason = polyphase.applies(problem)
@@ -128,5 +146,5 @@ class FftStrategy(Strategy):
         fft_sizes.check_sizes(problem, config.sizes)
         if config.product == "fgemm":
             return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused,
-                                           config.packed)
+                                           config.packed, config.own)
         return SpectralConv(xp, problem, config.sizes, config.product, config.chunk)

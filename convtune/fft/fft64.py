@@ -1,0 +1,287 @@
+"""convtune's own 64x64 real transforms, one pass over memory each, for the packed product.
+
+cuFFT runs a 64x64 R2C or C2R as more than one pass over memory: on an H100 a plain R2C of
+fbfft-L2's 8192 input images took 0.21 ms, 1.3 TB/s counting only what it must read and write,
+and the callbacks of the fused plans did not make it faster (BENCHMARKS.md run 20). Here one
+thread block transforms one image entirely in shared memory, reading the image once and writing
+its spectrum once (or the reverse). The zero-extension of the forward operand and the gather of
+the inverse result (crop, strides, filter taps) are done in the same kernels, as the fused cuFFT
+plans do with callbacks.
+
+The algorithm, for one image (256 threads, 8 per 64-point transform):
+
+- rows: 32 complex 64-point FFTs, of rows ``p + i p+32`` (two real rows in one complex one);
+- columns: 32 complex 64-point FFTs, of columns 1..31 and of ``column 0 + i column 32`` (both
+  columns of a real image's row spectra are Hermitian, so the pair separates after the transform);
+- each 64-point FFT is two radix-8 steps, with a shared-memory exchange and twiddles in between.
+
+The spectrum's frequency order is the kernels' own: ``f = v * 64 + u`` for row frequency ``v``
+(0..32) and column frequency ``u`` (0..63), so each column transform writes 64 contiguous
+frequencies. The product does not care (it works frequency by frequency), but a spectrum made here
+must be inverted here: an executor uses either these kernels or cuFFT for all its transforms.
+Unnormalised in both directions, as cuFFT is.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy
+
+SIZE = 64
+#: Frequencies of one image's spectrum: 33 row frequencies x 64 column frequencies.
+FREQS = (SIZE // 2 + 1) * SIZE
+_THREADS = 256
+
+_SOURCE = r"""
+// exchange layout of the 32 transforms' 64 points: one pad after every 8 points and 72 per
+// transform, so the radix-8 steps' writes and reads both fall in different banks
+#define XIDX(t, q) ((t) * 72 + (q) + ((q) >> 3))
+// layout of the rows' spectra (row transform t, frequency k; or row r, column transform t on the
+// way back): 32 per frequency, swizzled so a warp's 8 frequencies of 2 transforms use 16 banks
+#define ZIDX(k, t) ((k) * 32 + ((t) ^ ((((k) & 1) << 3) | ((k) & 6))))
+
+__device__ __forceinline__ float2 cadd(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+__device__ __forceinline__ float2 csub(float2 a, float2 b) { return make_float2(a.x - b.x, a.y - b.y); }
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
+    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+__device__ __forceinline__ float2 conjf2(float2 a) { return make_float2(a.x, -a.y); }
+// a * (-i) forward, a * i inverse
+template <bool INV> __device__ __forceinline__ float2 rot(float2 a) {
+    return INV ? make_float2(-a.y, a.x) : make_float2(a.y, -a.x);
+}
+
+// in-place 8-point DFT, exp(-2 pi i nk / 8) forward and exp(+2 pi i nk / 8) inverse
+template <bool INV> __device__ __forceinline__ void dft8(float2* a) {
+    const float r = 0.70710678118654752f;
+    float2 b[4], c[4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) { b[n] = cadd(a[n], a[n + 4]); c[n] = csub(a[n], a[n + 4]); }
+    // c1 *= w8, c2 *= w8^2 (-i or i), c3 *= w8^3
+    c[1] = INV ? make_float2(r * (c[1].x - c[1].y), r * (c[1].x + c[1].y))
+               : make_float2(r * (c[1].x + c[1].y), r * (c[1].y - c[1].x));
+    c[2] = rot<INV>(c[2]);
+    c[3] = INV ? make_float2(-r * (c[3].x + c[3].y), r * (c[3].x - c[3].y))
+               : make_float2(r * (c[3].y - c[3].x), -r * (c[3].x + c[3].y));
+    float2 d0 = cadd(b[0], b[2]), d1 = csub(b[0], b[2]), d2 = cadd(b[1], b[3]), d3 = rot<INV>(csub(b[1], b[3]));
+    float2 e0 = cadd(c[0], c[2]), e1 = csub(c[0], c[2]), e2 = cadd(c[1], c[3]), e3 = rot<INV>(csub(c[1], c[3]));
+    a[0] = cadd(d0, d2); a[2] = cadd(d1, d3); a[4] = csub(d0, d2); a[6] = csub(d1, d3);
+    a[1] = cadd(e0, e2); a[3] = cadd(e1, e3); a[5] = csub(e0, e2); a[7] = csub(e1, e3);
+}
+
+// first radix-8 step of transform t (thread j holds points j + 8 n), twiddled, into the exchange
+template <bool INV> __device__ __forceinline__ void step1(float2* a, float2* buf, int t, int j,
+                                                          const float2* __restrict__ tw) {
+    dft8<INV>(a);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        float2 w = __ldg(tw + ((j * k) & 63));
+        buf[XIDX(t, j + 8 * k)] = cmul(a[k], INV ? conjf2(w) : w);
+    }
+}
+
+// second step: thread j reads points 8 j .. 8 j + 7 and ends with frequencies j + 8 k
+template <bool INV> __device__ __forceinline__ void step2(float2* a, const float2* buf, int t, int j) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) a[n] = buf[XIDX(t, 8 * j + n)];
+    dft8<INV>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+convtune_rfft64(const float* __restrict__ src, float2* __restrict__ out, const float2* __restrict__ tw,
+                int n0, int n1, int s0, int s1)
+{
+    // image blockIdx.x of src (B, n0, n1), sample (i, j) placed at (i s0, j s1) of the 64 x 64 grid
+    __shared__ float2 buf[32 * 72];
+    __shared__ float2 col0[64];
+    const int t = threadIdx.x >> 3, j = threadIdx.x & 7;
+    const long long b = blockIdx.x;
+    const float* img = src + b * n0 * n1;
+    float2 a[8];
+    // rows p and p + 32 as one complex row
+    {
+        const int r0 = t, r1 = t + 32;
+        const bool ok0 = r0 % s0 == 0 && r0 / s0 < n0, ok1 = r1 % s0 == 0 && r1 / s0 < n0;
+        const float* row0 = img + (r0 / s0) * n1;
+        const float* row1 = img + (r1 / s0) * n1;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const int c = j + 8 * n;
+            const bool okc = c % s1 == 0 && c / s1 < n1;
+            a[n] = make_float2(ok0 && okc ? __ldg(row0 + c / s1) : 0.f, ok1 && okc ? __ldg(row1 + c / s1) : 0.f);
+        }
+    }
+    step1<false>(a, buf, t, j, tw);
+    __syncthreads();
+    step2<false>(a, buf, t, j);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) buf[ZIDX(j + 8 * k, t)] = a[k];
+    __syncthreads();
+    // columns: transform t >= 1 is column t, transform 0 is column 0 + i column 32; rows r < 32 are
+    // the real parts of the row transforms, rows r >= 32 their imaginary parts
+    {
+        const int ka = t, kb = t ? 64 - t : 32;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            const int p = (j + 8 * n) & 31;
+            const float2 za = buf[ZIDX(ka, p)], zb = buf[ZIDX(kb, p)];
+            if (n < 4)
+                a[n] = t ? make_float2(0.5f * (za.x + zb.x), 0.5f * (za.y - zb.y)) : make_float2(za.x, zb.x);
+            else
+                a[n] = t ? make_float2(0.5f * (za.y + zb.y), 0.5f * (zb.x - za.x)) : make_float2(za.y, zb.y);
+        }
+    }
+    __syncthreads();
+    step1<false>(a, buf, t, j, tw);
+    __syncthreads();
+    step2<false>(a, buf, t, j);
+    float2* spec = out + b * (33 * 64);
+    if (t) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) spec[t * 64 + j + 8 * k] = a[k];
+    } else {
+        // separate column 0 and column 32: U[u] and U[-u]
+#pragma unroll
+        for (int k = 0; k < 8; ++k) col0[j + 8 * k] = a[k];
+        __syncwarp(0xff);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const int u = j + 8 * k;
+            const float2 m = col0[(64 - u) & 63];
+            spec[u] = make_float2(0.5f * (a[k].x + m.x), 0.5f * (a[k].y - m.y));
+            spec[32 * 64 + u] = make_float2(0.5f * (a[k].y + m.y), 0.5f * (m.x - a[k].x));
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+convtune_irfft64(const float2* __restrict__ in, float* __restrict__ dst, const float2* __restrict__ tw,
+                 int o0, int s0, int c0, int o1, int s1, int c1)
+{
+    // element (r, c) of image blockIdx.x's inverse lands at (q0, q1) of dst (B, c0, c1) when
+    // (r + o0) mod 64 == q0 s0 with q0 < c0, and the same along the columns
+    __shared__ float2 buf[32 * 72];
+    const int t = threadIdx.x >> 3, j = threadIdx.x & 7;
+    const long long b = blockIdx.x;
+    const float2* spec = in + b * (33 * 64);
+    float2 a[8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const int u = j + 8 * n;
+        if (t) {
+            a[n] = __ldg(spec + t * 64 + u);
+        } else {  // column 0 + i column 32
+            const float2 x0 = __ldg(spec + u), x32 = __ldg(spec + 32 * 64 + u);
+            a[n] = make_float2(x0.x - x32.y, x0.y + x32.x);
+        }
+    }
+    step1<true>(a, buf, t, j, tw);
+    __syncthreads();
+    step2<true>(a, buf, t, j);
+    __syncthreads();
+    // row r = j + 8 k of column transform t
+#pragma unroll
+    for (int k = 0; k < 8; ++k) buf[ZIDX(j + 8 * k, t)] = a[k];
+    __syncthreads();
+    // rows p and p + 32: their full (Hermitian) spectra A and B as one complex row A + i B
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const int k = j + 8 * n;
+        const int tk = k < 32 ? k : (64 - k) & 31;
+        const float2 ea = buf[ZIDX(t, tk)], eb = buf[ZIDX(t + 32, tk)];
+        float2 A, B;
+        if (n < 4) {  // k < 32: column transform k, or the real part of transform 0 for k == 0
+            A = k ? ea : make_float2(ea.x, 0.f);
+            B = k ? eb : make_float2(eb.x, 0.f);
+        } else {  // k >= 32: conjugate of column 64 - k, or the imaginary part of transform 0 for k == 32
+            A = k != 32 ? conjf2(ea) : make_float2(ea.y, 0.f);
+            B = k != 32 ? conjf2(eb) : make_float2(eb.y, 0.f);
+        }
+        a[n] = make_float2(A.x - B.y, A.y + B.x);
+    }
+    __syncthreads();
+    step1<true>(a, buf, t, j, tw);
+    __syncthreads();
+    step2<true>(a, buf, t, j);
+    // a[k] = (row t, column j + 8 k) + i (row t + 32, same column)
+    float* img = dst + b * c0 * c1;
+    const int t0a = (t + o0) & 63, t0b = (t + 32 + o0) & 63;
+    const bool oka = t0a % s0 == 0 && t0a / s0 < c0, okb = t0b % s0 == 0 && t0b / s0 < c0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const int t1 = (j + 8 * k + o1) & 63;
+        if (t1 % s1 != 0 || t1 / s1 >= c1) continue;
+        if (oka) img[(t0a / s0) * c1 + t1 / s1] = a[k].x;
+        if (okb) img[(t0b / s0) * c1 + t1 / s1] = a[k].y;
+    }
+}
+"""
+
+
+def applies(sizes) -> str | None:
+    """Why these kernels cannot run transforms of ``sizes``, or None.
+
+    Examples
+    --------
+    >>> from convtune.fft import fft64
+    >>> fft64.applies((64, 64)) is None, fft64.applies((32, 32))
+    (True, "convtune's own transforms are 64x64 only, not 32x32")
+    """
+    if tuple(sizes) != (SIZE, SIZE):
+        return f"convtune's own transforms are {SIZE}x{SIZE} only, not {'x'.join(map(str, sizes))}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _module():
+    import cupy
+    return cupy.RawModule(code=_SOURCE, options=("--std=c++17",))
+
+
+@functools.lru_cache(maxsize=None)
+def _twiddles(device_id: int):
+    import cupy
+    k = numpy.arange(SIZE)
+    with cupy.cuda.Device(device_id):
+        return cupy.asarray(numpy.exp(-2j * numpy.pi * k / SIZE).astype(numpy.complex64))
+
+
+def rfft(src, out, steps=(1, 1)):
+    """Spectra of the real images ``src`` (B, n0, n1), sample (i, j) placed at (i s0, j s1) of the
+    zero-extended 64x64 grid, into ``out`` (B, FREQS) complex64, in this module's frequency order."""
+    if src.ndim != 3:
+        raise ValueError(f"the images must be (B, n0, n1), not {src.shape}")
+    b, n0, n1 = src.shape
+    if tuple(out.shape) != (b, FREQS) or not out.flags.c_contiguous:
+        raise ValueError(f"the spectrum buffer must be C-contiguous ({b}, {FREQS}), not {tuple(out.shape)}")
+    if min(steps) < 1 or (n0 - 1) * steps[0] >= SIZE or (n1 - 1) * steps[1] >= SIZE:
+        raise ValueError(f"{n0}x{n1} samples at steps {tuple(steps)} do not fit a {SIZE}x{SIZE} transform")
+    import cupy
+    src = cupy.ascontiguousarray(src)
+    if b:
+        i32 = numpy.int32
+        _module().get_function("convtune_rfft64")(
+            (b,), (_THREADS,), (src, out, _twiddles(src.device.id), i32(n0), i32(n1), i32(steps[0]), i32(steps[1])))
+    return out
+
+
+def irfft(spec, dst, geometry=((0, 1, SIZE), (0, 1, SIZE))):
+    """Inverse of the spectra ``spec`` (B, FREQS) gathered into ``dst`` (B, c0, c1) float32: element
+    (r, c) of each 64x64 result lands at (q0, q1) where ``(r + o0) mod 64 == q0 * s0``, ``q0 < c0``
+    (and the same along the columns), ``geometry = ((o0, s0, c0), (o1, s1, c1))``; the rest is dropped."""
+    (o0, s0, c0), (o1, s1, c1) = geometry
+    b = spec.shape[0]
+    if tuple(spec.shape) != (b, FREQS) or not spec.flags.c_contiguous:
+        raise ValueError(f"the spectrum must be C-contiguous (B, {FREQS}), not {tuple(spec.shape)}")
+    if tuple(dst.shape) != (b, c0, c1) or not dst.flags.c_contiguous:
+        raise ValueError(f"the destination must be C-contiguous ({b}, {c0}, {c1}), not {tuple(dst.shape)}")
+    if min(s0, s1) < 1:
+        raise ValueError(f"gather steps must be positive, not {s0} and {s1}")
+    if b:
+        i32 = numpy.int32
+        _module().get_function("convtune_irfft64")(
+            (b,), (_THREADS,), (spec, dst, _twiddles(spec.device.id),
+                                i32(o0 % SIZE), i32(s0), i32(c0), i32(o1 % SIZE), i32(s1), i32(c1)))
+    return dst
