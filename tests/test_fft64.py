@@ -9,7 +9,7 @@ from convtune.fft import fft64
 
 def _own_order(spec):
     """(B, 64, 33) rfft2 layout -> (B, 2112) in the kernels' frequency order (v * 64 + u)."""
-    return spec.transpose(0, 2, 1).reshape(spec.shape[0], -1)
+    return spec.transpose(0, 2, 1).reshape(spec.shape[0], fft64.FREQS)
 
 
 @pytest.mark.gpu

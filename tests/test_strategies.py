@@ -163,6 +163,24 @@ def test_own_transforms_are_gpu_candidates_at_64x64_only(backend):
         fft.build(p, FftConfig(sizes=(64, 64), product="gemm", own=True), backend)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pass_", PASSES)
+def test_own_transforms_with_tf32_products(pass_):
+    """In tf32 mode the own transforms are also offered with cuBLAS's TF32 product (spectra in the
+    kernels' frequency order, transposed to frequency-major): within the mode's tolerance."""
+    from convtune.backend import get_backend
+    backend = get_backend("cupy")
+    p = problem("2d-fft64", pass_, math="tf32")
+    fft = get_strategy("fft")
+    configs = [c for c in fft.candidates(p, backend) if c.own]
+    assert any(c.tf32 and not c.packed for c in configs) and any(c.packed for c in configs)
+    xp = backend.xp
+    a, b = random_operands(backend, p, seed=7)
+    ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    for config in configs:
+        assert relative_error(xp, fft.build(p, config, backend)(a, b), ref) <= 1e-3, config.label()
+
+
 def _gather_by_geometry(np, full, geometry, counts):
     """What the fused store callback computes: output q of an axis takes element r of the inverse
     transform where (r + offset) mod L == q * step and q < count."""
