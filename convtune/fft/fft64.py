@@ -235,9 +235,11 @@ def applies(sizes) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _module():
+def _kernel(name: str):
+    """Kernel ``name``, made once (as the packed GEMM's is in freqmajor; CuPy compiles per device and
+    caches; ``RawModule.get_function`` would make a new kernel object on every call)."""
     import cupy
-    return cupy.RawModule(code=_SOURCE, options=("--std=c++17",))
+    return cupy.RawKernel(_SOURCE, name, options=("--std=c++17",))
 
 
 @functools.lru_cache(maxsize=None)
@@ -262,7 +264,7 @@ def rfft(src, out, steps=(1, 1)):
     src = cupy.ascontiguousarray(src)
     if b:
         i32 = numpy.int32
-        _module().get_function("convtune_rfft64")(
+        _kernel("convtune_rfft64")(
             (b,), (_THREADS,), (src, out, _twiddles(src.device.id), i32(n0), i32(n1), i32(steps[0]), i32(steps[1])))
     return out
 
@@ -281,7 +283,7 @@ def irfft(spec, dst, geometry=((0, 1, SIZE), (0, 1, SIZE))):
         raise ValueError(f"gather steps must be positive, not {s0} and {s1}")
     if b:
         i32 = numpy.int32
-        _module().get_function("convtune_irfft64")(
+        _kernel("convtune_irfft64")(
             (b,), (_THREADS,), (spec, dst, _twiddles(spec.device.id),
                                 i32(o0 % SIZE), i32(s0), i32(c0), i32(o1 % SIZE), i32(s1), i32(c1)))
     return dst

@@ -155,8 +155,9 @@ class _CupyOps(_Ops):
             raise ValueError("the packed product reads cuFFT's packed layout, not the strided one")
         if own and (fused or strided):
             raise ValueError("convtune's own transforms replace cuFFT's; the fused and strided variants are cuFFT's")
-        if own and fft64.applies(sizes) is not None:
-            raise ValueError(fft64.applies(sizes))
+        reason = fft64.applies(sizes) if own else None
+        if reason is not None:
+            raise ValueError(reason)
         self.packed, self.own = packed, own
         if fused and not callbacks_available():
             raise ValueError(f"fused transforms need cuFFT JIT callbacks: {callbacks_unavailable_reason()}")
@@ -216,12 +217,12 @@ class _CupyOps(_Ops):
         """(B, *n) real, sample ``k`` of each axis placed at ``k * step`` of L -> (F, B) complex64;
         the zero-extension is one kernel, or (fused) cuFFT's load callback reading ``a`` itself."""
         b = a.shape[0]
+        if self.own:  # convtune's kernels need no cuFFT alignment (fft64.rfft makes ``a`` contiguous)
+            spec = fft64.rfft(a, self.xp.empty((b, self.F), dtype=self.xp.complex64), tuple(steps))
+            return spec.T if self.packed else self._transpose(spec)
         a = fft_aligned(self.xp.ascontiguousarray(a))
         shape = (self.F, b) if self.strided else (b, self.F)
         spec = self.xp.empty(shape, dtype=self.xp.complex64)
-        if self.own:
-            fft64.rfft(a, spec, tuple(steps))
-            return spec.T if self.packed else self._transpose(spec)
         if a.shape[1:] == self.sizes:
             plan = self._plan(True, b)
         elif self.fused:
