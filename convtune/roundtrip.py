@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from .backend import Backend, gemm_precision, get_backend
-from .fft import cost, freqmajor
+from .fft import cost, freqmajor, narrow
 from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
@@ -42,7 +42,7 @@ from .timing import TimingStats
 log = logging.getLogger("convtune")
 
 #: Version of the round-trip executor; part of every stored trip decision.
-VERSION = 4
+VERSION = 5
 #: Default cap on the bytes a layer's kept spectra may hold between its passes.
 DEFAULT_KEEP_LIMIT = 2 << 30
 #: The cost model keeps this many transform sizes for the round trip's benchmark.
@@ -58,21 +58,22 @@ class TripConfig:
     tf32: bool = False
     packed: bool = False  # spectra in cuFFT's layout, convtune's GEMM kernel (see convtune.fft.freqmajor)
     own: bool = False  # convtune's own one-pass transforms instead of cuFFT's (convtune.fft.fft64)
+    narrow: bool = False  # packed, few channels: the register-blocked product (convtune.fft.narrow)
 
     def label(self) -> str:
-        parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "own", "tf32")
+        parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "narrow", "own", "tf32")
                                                                 if getattr(self, n)]
         return "fft-trip[" + ",".join(parts) + "]"
 
     def as_dict(self) -> dict:
         return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32, "packed": self.packed,
-                "own": self.own}
+                "own": self.own, "narrow": self.narrow}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TripConfig":
         return cls(sizes=tuple(int(v) for v in data["sizes"]), fused=bool(data.get("fused", False)),
                    tf32=bool(data.get("tf32", False)), packed=bool(data.get("packed", False)),
-                   own=bool(data.get("own", False)))
+                   own=bool(data.get("own", False)), narrow=bool(data.get("narrow", False)))
 
 
 def held_bytes(problem: ConvProblem, sizes) -> int:
@@ -122,7 +123,7 @@ class RoundTrip:
         self.xp = xp = self.backend.xp
         self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
                                            fused=config.fused and self.backend.name == "cupy", packed=config.packed,
-                                           own=config.own)
+                                           own=config.own, narrow=config.narrow)
         self.release()
 
     @property
@@ -273,6 +274,9 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
         # convtune's own transforms where they apply: as the per-pass candidates (convtune.strategies.fft)
         configs += [TripConfig(sizes=c.sizes, tf32=c.tf32, packed=c.packed, own=True)
                     for c in own_transform_configs(p, backend, ranked[:KEEP_SIZES], ("fgemm",), tf32)]
+        # few channels: the packed trips also with the register-blocked product
+        if narrow.unsupported_reason(p.in_per_group, p.out_per_group) is None:
+            configs += [dataclasses.replace(c, narrow=True) for c in configs if c.packed]
     return configs
 
 

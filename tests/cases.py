@@ -31,6 +31,11 @@ CASES = {
     # 64x64 transforms (convtune's own GPU transforms), with padding, stride and dilation
     "2d-fft64": dict(batch=2, in_channels=3, out_channels=4, input_size=(56, 60), kernel_size=(9, 3), padding=(4, 2),
                      stride=(1, 2), dilation=(1, 2)),
+    # overlap-save tiles: a dense kernel with padding and dilation; a strided layer tiled in its polyphase form
+    "2d-tiles": dict(batch=2, in_channels=3, out_channels=4, input_size=(45, 38), kernel_size=(5, 3), padding=(2, 1),
+                     dilation=(1, 2)),
+    "2d-tiles-stride": dict(batch=1, in_channels=2, out_channels=3, input_size=(70, 41), kernel_size=3, stride=2,
+                            padding=1),
     "2d-stride-tail": dict(batch=2, in_channels=3, out_channels=2, input_size=(9, 10), kernel_size=(2, 5),
                            stride=(2, 3)),
 }

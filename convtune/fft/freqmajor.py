@@ -16,8 +16,9 @@ that is the whole inverse transform is written in place. ``packed`` skips the la
 altogether: spectra stay in cuFFT's (B, F) layout and are passed around as transposed views, and
 the product is convtune's own batched complex GEMM kernel, which reads and writes rows of F
 contiguous frequencies (on the H100 about two thirds of cuBLAS's speed; it wins where the
-transposes cost more than that, see BENCHMARKS.md runs 18 and 19). ``own`` replaces cuFFT with
-convtune's own one-pass 64x64 transforms (:mod:`convtune.fft.fft64`, run 20).
+transposes cost more than that, see BENCHMARKS.md runs 18 and 19); with ``narrow``, for few channels,
+the product on that layout is instead :mod:`convtune.fft.narrow`'s register-blocked kernel. ``own``
+replaces cuFFT with convtune's own one-pass 64x64 transforms (:mod:`convtune.fft.fft64`, run 20).
 
 Passes per call (``W`` the weight spectrum, ``N`` the transform size)::
 
@@ -42,7 +43,7 @@ import numpy
 
 from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
-from . import fft64
+from . import fft64, narrow as narrow_product
 from .cost import spectrum_elems
 from .spectral import (fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions,
                        input_gather, is_fft_aligned)
@@ -146,7 +147,7 @@ class _CupyOps(_Ops):
     do, and their spectra have the kernels' own frequency order, which the product does not see.
     """
 
-    def __init__(self, xp, sizes, strided=False, fused=False, packed=False, own=False):
+    def __init__(self, xp, sizes, strided=False, fused=False, packed=False, own=False, narrow=False):
         from cupy.cuda import cufft, device
         from cupy_backends.cuda.libs import cublas
         if fused and strided:
@@ -158,7 +159,9 @@ class _CupyOps(_Ops):
         reason = fft64.applies(sizes) if own else None
         if reason is not None:
             raise ValueError(reason)
-        self.packed, self.own = packed, own
+        if narrow and not packed:
+            raise ValueError("the narrow product reads the packed layout: it needs packed=True")
+        self.packed, self.own, self.narrow = packed, own, narrow
         if fused and not callbacks_available():
             raise ValueError(f"fused transforms need cuFFT JIT callbacks: {callbacks_unavailable_reason()}")
         super().__init__(xp, sizes)
@@ -370,6 +373,9 @@ class _CupyOps(_Ops):
         sa, sb, sc = strides(a), strides(b), strides(c)
         s_am, s_ak = sa if op_a == "N" else sa[::-1]
         s_bk, s_bn = sb if op_b == "N" else sb[::-1]
+        if self.narrow:
+            return narrow_product.gemm(a, b, c, m, n, k, self.F, (s_am, s_ak, s_bk, s_bn) + sc, op_a == "C",
+                                       op_b == "C", alpha, beta)
         tiles = ((m + _PG_TILE - 1) // _PG_TILE) * ((n + _PG_TILE - 1) // _PG_TILE)
         grid = (tiles * ((self.F + _PG_FREQS - 1) // _PG_FREQS),)
         i64, i32 = numpy.int64, numpy.int32
@@ -643,7 +649,7 @@ class FreqMajorConv:
     times (the cuFFT plans are made on the first call of each batch chunk size and kept)."""
 
     def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], chunk: int, strided: bool = False,
-                 fused: bool = False, packed: bool = False, own: bool = False):
+                 fused: bool = False, packed: bool = False, own: bool = False, narrow: bool = False):
         reason = unsupported_reason(problem)
         if reason is not None:
             raise ValueError(reason)
@@ -653,7 +659,7 @@ class FreqMajorConv:
             raise ValueError("the packed product is a CUDA kernel (GPU only)")
         if own and not _is_cupy(xp):
             raise ValueError("convtune's own transforms are CUDA kernels (GPU only)")
-        self.ops = _CupyOps(xp, self.sizes, strided, fused, packed, own) if _is_cupy(xp) else \
+        self.ops = _CupyOps(xp, self.sizes, strided, fused, packed, own, narrow) if _is_cupy(xp) else \
             _NumpyOps(xp, self.sizes)
         self.F, self.total = self.ops.F, self.ops.total
         p = problem

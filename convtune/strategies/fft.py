@@ -4,9 +4,12 @@ frequency-domain product variant and batch chunk are the search axes.
 Products: ``gemm`` (batched complex GEMM on the FFT library's layout, with transposed copies),
 ``fgemm`` (frequency-major spectra and one strided-batched GEMM with no copies, see
 :mod:`convtune.fft.freqmajor`; on the GPU also ``fused`` cuFFT callbacks, ``strided`` cuFFT
-layouts, ``packed``: no layout change, convtune's own GEMM kernel, and ``own``: convtune's own
-one-pass 64x64 transforms instead of cuFFT's), ``pointwise`` (broadcast products, for few channels
-per group).
+layouts, ``packed``: no layout change, convtune's own GEMM kernel, ``narrow``: on that layout, a
+register-blocked kernel for few channels, and ``own``: convtune's own one-pass 64x64 transforms
+instead of cuFFT's), ``pointwise`` (broadcast products, for few channels
+per group). Two rewrites of the problem run it through the same executors: ``polyphase`` (a strided
+problem as the stride-1 problem of its phases) and ``tiled`` (overlap-save: tiles of ``sizes``
+samples as extra batch entries, :mod:`convtune.fft.overlap`).
 """
 
 from __future__ import annotations
@@ -15,13 +18,18 @@ from dataclasses import dataclass, replace
 
 from ..backend import gemm_precision
 from ..fft import cost, sizes as fft_sizes
-from ..fft import fft64, freqmajor, polyphase, spectral
+from ..fft import fft64, freqmajor, narrow, overlap, polyphase, spectral
 from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
 
 #: The cost model keeps this many size choices for the benchmark to decide among.
 KEEP_SIZES = 3
+#: Tilings are timed when the cost model puts them within this factor of the best untiled size (the
+#: model counts flops; small tiles' transforms run in one pass over memory, which it does not see) ...
+TILE_SLACK = 2.0
+#: ... and at most this many tile lengths, the cheapest.
+KEEP_TILES = 2
 #: Products that are complex GEMMs (and so may run on TF32 tensor cores in tf32 mode).
 GEMMS = ("gemm", "fgemm")
 PRODUCTS = GEMMS + ("pointwise",)
@@ -38,6 +46,8 @@ class FftConfig(Config):
     polyphase: bool = False  # strided problems: run as the stride-1 problem of their phases (sizes are its)
     packed: bool = False  # fgemm on the GPU: spectra stay in cuFFT's layout, convtune's own GEMM kernel reads it
     own: bool = False  # fgemm on the GPU: convtune's own one-pass transforms instead of cuFFT's (64x64 only)
+    narrow: bool = False  # packed, few channels: convtune's register-blocked product kernel (convtune.fft.narrow)
+    tiled: bool = False  # stride-1 problems: overlap-save tiles of ``sizes`` samples (the transform size too)
 
 
 def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftConfig]:
@@ -56,19 +66,38 @@ def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftCo
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 7
+    version = 8
     config_type = FftConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
 
     def candidates(self, problem, backend):
-        configs = self._configs(problem, backend, keep=KEEP_SIZES)
+        configs = self._configs(problem, backend, keep=KEEP_SIZES) + self._tiled_configs(problem, backend)
         # a strided problem also runs as the stride-1 problem of its phases (no output computed to be
-        # dropped); its own sizes, the cheapest two
+        # dropped); its own sizes, the cheapest two, and its tilings
         if polyphase.applies(problem) is None:
             inner = polyphase.Polyphase(problem).inner
-            configs += [replace(c, polyphase=True) for c in self._configs(inner, backend, keep=2, variants=False)]
+            phased = self._configs(inner, backend, keep=2, variants=False) + self._tiled_configs(inner, backend)
+            configs += [replace(c, polyphase=True) for c in phased]
+        return configs
+
+    def _tiled_configs(self, problem, backend):
+        """Overlap-save tilings of a stride-1 problem: the cheapest :data:`KEEP_TILES` tile lengths within
+        :data:`TILE_SLACK` of the best untiled size by the cost model, each with its tiles' products."""
+        if overlap.applies(problem) is not None:
+            return []
+        calibration = cost.calibration_for(backend.device_info().key())
+        best = min(cost.estimate(problem, s, calibration) for s in fft_sizes.size_candidates(problem))
+        scored = []
+        for T in overlap.tile_lengths(problem):
+            tiling = overlap.Tiling(problem, (T,) * problem.rank)
+            estimate = cost.estimate(tiling.inner, tiling.tile, calibration)
+            if estimate <= TILE_SLACK * best:
+                scored.append((estimate, T, tiling.inner))
+        configs = []
+        for _, _, inner in sorted(scored)[:KEEP_TILES]:
+            configs += [replace(c, tiled=True) for c in self._configs(inner, backend, keep=1, variants=False)]
         return configs
 
     def _configs(self, problem, backend, keep, variants=True):
@@ -93,6 +122,9 @@ class FftStrategy(Strategy):
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, fused=fused, packed=True)
                         for s in ranked[:keep]]
         configs += own_transform_configs(problem, backend, ranked[:keep], products, tf32)
+        # few channels on one side: every packed layout also with the register-blocked product
+        if narrow.unsupported_reason(problem.in_per_group, problem.out_per_group) is None:
+            configs += [replace(c, narrow=True) for c in configs if c.packed]
         if not variants:
             return configs
         # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); GPU only
@@ -106,10 +138,12 @@ class FftStrategy(Strategy):
 
     def workspace_bytes(self, problem, config) -> int:
         module = freqmajor if config.product == "fgemm" else spectral
-        if config.polyphase:
-            inner = polyphase.Polyphase(problem).inner
-            return polyphase.workspace_bytes(problem, module.workspace_bytes(inner, config.sizes, config.chunk))
-        return module.workspace_bytes(problem, config.sizes, config.chunk)
+        phased = polyphase.Polyphase(problem).inner if config.polyphase else problem
+        core = overlap.Tiling(phased, config.sizes).inner if config.tiled else phased
+        ws = module.workspace_bytes(core, config.sizes, config.chunk)
+        if config.tiled:
+            ws = overlap.workspace_bytes(phased, config.sizes, ws)
+        return polyphase.workspace_bytes(problem, ws) if config.polyphase else ws
 
     def build(self, problem, config, backend):
         check_tf32(problem, config)
@@ -120,18 +154,30 @@ class FftStrategy(Strategy):
         if (config.strided or config.fused or config.packed or config.own) and config.product != "fgemm":
             raise ValueError(f"{config.label()}: the strided, fused, packed and own variants apply to the fgemm "
                              "product only")
+        if config.narrow and not config.packed:
+            raise ValueError(f"{config.label()}: the narrow product runs on the packed layout (packed=True)")
         if config.packed and backend.name != "cupy":
             raise ValueError(f"{config.label()}: the packed product is a CUDA kernel (GPU only)")
         if config.own and backend.name != "cupy":
             raise ValueError(f"{config.label()}: convtune's own transforms are CUDA kernels (GPU only)")
         xp = backend.xp
+
+        def core(q):
+            return self._executor(xp, q, config)
+
+        def tiled(q):
+            reason = overlap.tile_reason(q, config.sizes)
+            if reason is not None:
+                raise ValueError(f"{config.label()}: {reason}")
+            return overlap.TiledConv(xp, q, config.sizes, core)
+        make = tiled if config.tiled else core
         if config.polyphase:
             reason = polyphase.applies(problem)
             if reason is not None:
                 raise ValueError(f"{config.label()}: {reason}")
-            executor = polyphase.PolyphaseConv(xp, problem, lambda inner: self._executor(xp, inner, config))
+            executor = polyphase.PolyphaseConv(xp, problem, make)
         else:
-            executor = self._executor(xp, problem, config)
+            executor = make(problem)
         shape = problem.result_shape
 
         def run(a, b, out=None):
@@ -144,7 +190,10 @@ class FftStrategy(Strategy):
     @staticmethod
     def _executor(xp, problem, config):
         fft_sizes.check_sizes(problem, config.sizes)
+        reason = narrow.unsupported_reason(problem.in_per_group, problem.out_per_group) if config.narrow else None
+        if reason is not None:  # the problem the product sees: a polyphase form has more channels
+            raise ValueError(f"{config.label()}: {reason}")
         if config.product == "fgemm":
             return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused,
-                                           config.packed, config.own)
+                                           config.packed, config.own, config.narrow)
         return SpectralConv(xp, problem, config.sizes, config.product, config.chunk)

@@ -1,0 +1,124 @@
+"""The frequency-domain product for small channel counts: a register-blocked complex GEMM per
+frequency on the packed spectrum layout (GPU).
+
+With few channels on one side (an RGB first layer, a strided layer's few phases, a depthwise
+multiplier), the per-frequency matrices are thin: at most :data:`MAX_CHANNELS` rows or columns. A
+shared-memory GEMM tile (:mod:`convtune.fft.freqmajor`'s packed kernel, 64 x 64 per frequency)
+then computes mostly padding, and cuBLAS's batched GEMM needs the spectra transposed first. Here
+each thread owns one frequency and an ``RM x RN`` block of the result, with the whole reduction in
+registers: every operand element it needs is one coalesced 8-byte load (a warp reads 32
+consecutive frequencies of one matrix element), nothing goes through shared memory, and the
+result is written once. The thin side is one block (``RN = N`` or ``RM = M``), so no thread
+computes padding, and the wide operand is read once; the thin one is re-read from L2 once per
+block of the wide side (the blocks of one set of frequencies run next to each other).
+
+Operands are (F, rows, cols) views whose frequency axis is contiguous, as the packed product's:
+element (r, c) of a matrix is at ``(r * s_r + c * s_c) * F + f``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy
+
+#: The product applies where the groups' input or output channels are at most this many.
+MAX_CHANNELS = 16
+#: At most this many complex accumulators per thread (more spill registers).
+MAX_ACC = 32
+#: Threads per block: consecutive frequencies.
+THREADS = 128
+
+
+def unsupported_reason(in_per_group: int, out_per_group: int) -> str | None:
+    """Why the narrow product does not apply to these channel counts, or None."""
+    if min(in_per_group, out_per_group) > MAX_CHANNELS:
+        return (f"{in_per_group} -> {out_per_group} channels per group: the narrow product is for at most "
+                f"{MAX_CHANNELS} on one side")
+    return None
+
+
+def block(m: int, n: int) -> tuple[int, int]:
+    """The register block ``(RM, RN)`` of a thread for an ``m x n`` result: the thin side whole, the wide
+    side in blocks that keep at most :data:`MAX_ACC` complex accumulators."""
+    if n <= MAX_CHANNELS:
+        return max(1, min(m, 8, MAX_ACC // n)), n
+    if m <= MAX_CHANNELS:
+        return m, max(1, min(n, 8, MAX_ACC // m))
+    return 4, 8
+
+
+_SOURCE = r"""
+extern "C" __global__ void __launch_bounds__(128)
+convtune_narrow_cgemm(const float2* __restrict__ A, const float2* __restrict__ B, float2* __restrict__ C,
+                      int M, int N, int K, int F, long long sAm, long long sAk, long long sBk, long long sBn,
+                      long long sCm, long long sCn, int conjA, int conjB, float alpha, int accumulate,
+                      int mblocks, int nblocks)
+{
+    // C[m, n, f] = alpha * sum_k opA[m, k, f] * opB[k, n, f] (+ C); one frequency and an RM x RN block
+    // per thread, the blocks of one set of 128 frequencies next to each other in the grid
+    const int tiles = mblocks * nblocks;
+    const int tile = blockIdx.x % tiles;
+    const int f = (blockIdx.x / tiles) * 128 + threadIdx.x;
+    if (f >= F) return;
+    const int m0 = (tile % mblocks) * RM, n0 = (tile / mblocks) * RN;
+    const float sa = conjA ? -1.f : 1.f, sb = conjB ? -1.f : 1.f;
+    // rows and columns past the result's edge read the last valid one and are not stored
+    const float2* pa = A + f;
+    const float2* pb = B + f;
+    const long long aF = sAm * (long long)F, bF = sBn * (long long)F;
+    float2 acc[RM][RN];
+#pragma unroll
+    for (int r = 0; r < RM; ++r)
+#pragma unroll
+        for (int c = 0; c < RN; ++c) acc[r][c] = make_float2(0.f, 0.f);
+    for (int k = 0; k < K; ++k) {
+        float2 a[RM], b[RN];
+#pragma unroll
+        for (int r = 0; r < RM; ++r) { a[r] = pa[min(m0 + r, M - 1) * aF]; a[r].y *= sa; }
+#pragma unroll
+        for (int c = 0; c < RN; ++c) { b[c] = pb[min(n0 + c, N - 1) * bF]; b[c].y *= sb; }
+        pa += sAk * (long long)F;
+        pb += sBk * (long long)F;
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int c = 0; c < RN; ++c) {
+                acc[r][c].x = fmaf(a[r].x, b[c].x, fmaf(-a[r].y, b[c].y, acc[r][c].x));
+                acc[r][c].y = fmaf(a[r].x, b[c].y, fmaf(a[r].y, b[c].x, acc[r][c].y));
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < RM; ++r) {
+        if (m0 + r >= M) break;
+#pragma unroll
+        for (int c = 0; c < RN; ++c) {
+            if (n0 + c >= N) break;
+            float2* out = C + ((long long)(m0 + r) * sCm + (long long)(n0 + c) * sCn) * F + f;
+            float2 v = make_float2(alpha * acc[r][c].x, alpha * acc[r][c].y);
+            if (accumulate) { v.x += out->x; v.y += out->y; }
+            *out = v;
+        }
+    }
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(rm: int, rn: int):
+    import cupy
+    return cupy.RawKernel(f"#define RM {rm}\n#define RN {rn}\n" + _SOURCE, "convtune_narrow_cgemm")
+
+
+def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate):
+    """``c = alpha op(a) op(b) (+ c)`` per frequency; ``strides`` are the row strides (in rows of F
+    elements) ``(s_am, s_ak, s_bk, s_bn, s_cm, s_cn)`` of the operands as multiplied (after any
+    transpose), as :meth:`convtune.fft.freqmajor._CupyOps.gemm` computes them for the packed layout."""
+    rm, rn = block(m, n)
+    mblocks, nblocks = -(-m // rm), -(-n // rn)
+    grid = (mblocks * nblocks * (-(-F // THREADS)),)
+    i32, i64 = numpy.int32, numpy.int64
+    _kernel(rm, rn)(grid, (THREADS,), (a, b, c, i32(m), i32(n), i32(k), i32(F)) +
+                    tuple(i64(s) for s in strides) +
+                    (i32(conj_a), i32(conj_b), numpy.float32(alpha), i32(1 if accumulate else 0), i32(mblocks),
+                     i32(nblocks)))

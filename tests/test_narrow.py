@@ -1,0 +1,78 @@
+"""The register-blocked product for few channels: its blocks, its place among the FFT candidates,
+and (GPU) the kernel against NumPy on the packed layout's strided views."""
+
+import numpy
+import pytest
+
+from convtune.fft import narrow
+from convtune.strategies import get_strategy
+from cases import problem
+
+
+def test_block_keeps_the_thin_side_whole():
+    assert narrow.block(128, 3) == (8, 3)  # backward-data of an RGB layer: all 3 input channels per thread
+    assert narrow.block(128, 12) == (2, 12)  # at most 32 accumulators
+    assert narrow.block(3, 96) == (3, 8)  # backward-filter with the thin side as rows
+    assert narrow.block(2, 2) == (2, 2)
+    assert narrow.block(128, 96) == (4, 8)  # a forward pass: the reduction is the thin side
+
+
+def test_applies_to_few_channels_on_either_side():
+    assert narrow.unsupported_reason(3, 96) is None and narrow.unsupported_reason(512, 16) is None
+    assert "at most 16" in narrow.unsupported_reason(17, 64)
+
+
+def test_narrow_is_a_gpu_candidate_for_few_channels(backend):
+    fft = get_strategy("fft")
+    thin = [c for c in fft.candidates(problem("2d-odd"), backend) if c.narrow]
+    assert (len(thin) > 0) == (backend.name == "cupy")
+    assert all(c.packed and c.product == "fgemm" for c in thin)
+    wide = problem("2d-odd").replace(in_channels=32, out_channels=32)
+    assert not [c for c in fft.candidates(wide, backend) if c.narrow]
+
+
+def test_narrow_needs_the_packed_layout(backend):
+    from convtune.strategies.fft import FftConfig
+    with pytest.raises(ValueError, match="packed layout"):
+        get_strategy("fft").build(problem("2d-odd"), FftConfig(sizes=(9, 10), product="fgemm", narrow=True), backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", [("N", "C"), ("N", "N"), ("C", "N")])
+@pytest.mark.parametrize("mnk", [(37, 3, 20), (5, 40, 3), (130, 12, 7), (3, 17, 50)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
+    """(F, rows, cols) views of (rows, cols, F) arrays, a column slice as the groups take, every op pair the
+    passes use, with and without accumulation: against NumPy."""
+    import cupy
+    m, n, k = mnk
+    F = 300
+    rng = numpy.random.default_rng(1)
+
+    def packed(rows, cols):
+        host = (rng.standard_normal((rows, cols + 2, F)) + 1j * rng.standard_normal((rows, cols + 2, F)))
+        host = host.astype(numpy.complex64)
+        return host, cupy.asarray(host).transpose(2, 0, 1)[:, :, 1:cols + 1]  # frequency-major view, a column slice
+
+    op_a, op_b = ops
+    a_host, a = packed(*((m, k) if op_a == "N" else (k, m)))
+    b_host, b = packed(*((k, n) if op_b == "N" else (n, k)))
+    c_store = cupy.asarray(rng.standard_normal((m, n, F)).astype(numpy.complex64))
+    c = c_store.transpose(2, 0, 1)
+    before = cupy.asnumpy(c).astype(numpy.complex128)
+
+    def op(host, code):
+        mats = host[:, 1:-1, :].transpose(2, 0, 1).astype(numpy.complex128)
+        return mats if code == "N" else numpy.conj(mats.transpose(0, 2, 1))
+    want = 0.5 * op(a_host, op_a) @ op(b_host, op_b) + (before if accumulate else 0)
+    row = 8 * F
+
+    def strides(arr):
+        return tuple(st // row if dim > 1 else 0 for st, dim in zip(arr.strides[1:], arr.shape[1:]))
+    sa, sb = strides(a), strides(b)
+    s_am, s_ak = sa if op_a == "N" else sa[::-1]
+    s_bk, s_bn = sb if op_b == "N" else sb[::-1]
+    narrow.gemm(a, b, c, m, n, k, F, (s_am, s_ak, s_bk, s_bn) + strides(c), op_a == "C", op_b == "C", 0.5,
+                accumulate)
+    got = cupy.asnumpy(c)
+    assert numpy.abs(got - want).max() <= 1e-5 * numpy.abs(want).max()
