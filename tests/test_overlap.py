@@ -36,9 +36,10 @@ def _reference_inner(q):
 @pytest.mark.parametrize("pass_", PASSES)
 @pytest.mark.parametrize("tile", [16, 32])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_tiles_reassemble_the_whole_convolution(shape, tile, pass_):
+@pytest.mark.parametrize("chunk", [1, 1 << 30])  # one image's tiles at a time (the filter gradient sums), or all
+def test_tiles_reassemble_the_whole_convolution(shape, tile, pass_, chunk):
     p = ConvProblem.make(**SHAPES[shape], pass_=pass_)
-    conv = overlap.TiledConv(numpy, p, (tile,) * p.rank, _reference_inner)
+    conv = overlap.TiledConv(numpy, p, (tile,) * p.rank, _reference_inner, chunk)
     rng = numpy.random.default_rng(3)
     a, b = (rng.standard_normal(s) for s in p.operand_shapes)
     out = numpy.full(p.result_shape, numpy.nan)
@@ -54,7 +55,10 @@ def test_tiling_geometry():
     assert tiling.counts == (8, 3)  # ceil(200 / 28), ceil(70 / 28)
     assert tiling.inner.batch == 2 * 24 and tiling.inner.input_size == (32, 32) and tiling.inner.padding == (0, 0)
     assert all(g >= n + 2 * q for g, n, q in zip(tiling.grid, p.input_size, p.padding))
-    assert overlap.workspace_bytes(p, (32, 32), 1000) > 1000 + 4 * 48 * 8 * 32 * 32
+    assert overlap.workspace_bytes(p, (32, 32), 1 << 30, 1000) > 1000 + 4 * 48 * 8 * 32 * 32
+    assert overlap.chunk_images(tiling, 30) == 1 and overlap.chunk_images(tiling, 1 << 30) == 2
+    # a chunk of one image's tiles holds half the tiles of two
+    assert overlap.workspace_bytes(p, (32, 32), 24, 0) < overlap.workspace_bytes(p, (32, 32), 48, 0)
 
 
 def test_tiles_must_hold_twice_the_kernel():

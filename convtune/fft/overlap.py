@@ -160,30 +160,55 @@ class Tiling:
         return out
 
 
-class TiledConv:
-    """Runs a problem's pass through an executor of the tiled problem :class:`Tiling` makes."""
+def chunk_images(tiling: Tiling, chunk: int) -> int:
+    """Whole images per batch chunk of at most ``chunk`` tiles (at least one image)."""
+    return max(1, min(tiling.p.batch, chunk // tiling.M))
 
-    def __init__(self, xp, problem: ConvProblem, tile: tuple[int, ...], make_inner):
+
+class TiledConv:
+    """Runs a problem's pass through executors of the tiled problem :class:`Tiling` makes, a batch chunk of
+    whole images at a time (at most ``chunk`` tiles, at least one image), so the tiles of only one chunk
+    are held at a time."""
+
+    def __init__(self, xp, problem: ConvProblem, tile: tuple[int, ...], make_inner, chunk: int):
         self.xp, self.tiling = xp, Tiling(problem, tile)
-        self.inner = make_inner(self.tiling.inner)
+        self.images = chunk_images(self.tiling, chunk)
+        self._make, self._inner = make_inner, {}
+
+    def inner(self, images: int):
+        """The executor of ``images`` images' tiles (one per chunk size: the last chunk may be smaller)."""
+        ex = self._inner.get(images)
+        if ex is None:
+            ex = self._inner[images] = self._make(self.tiling.inner.replace(batch=images * self.tiling.M))
+        return ex
 
     def __call__(self, a, b, out):
         xp, tiling, pass_ = self.xp, self.tiling, self.tiling.p.pass_
-        q = tiling.inner
-        if pass_ == "fwd":
-            blocks = self.inner(tiling.input_tiles(xp, a), b, xp.empty(q.y_shape, dtype=out.dtype))
-            return tiling.join_outputs(xp, blocks, out)
-        if pass_ == "dgrad":
-            grads = self.inner(tiling.output_blocks(xp, a), b, xp.empty(q.x_shape, dtype=out.dtype))
-            return tiling.overlap_add(xp, grads, out)
-        return self.inner(tiling.input_tiles(xp, a), tiling.output_blocks(xp, b), out)
+        for n0 in range(0, tiling.p.batch, self.images):
+            n1 = min(n0 + self.images, tiling.p.batch)
+            inner = self.inner(n1 - n0)
+            q = tiling.inner.replace(batch=(n1 - n0) * tiling.M)
+            if pass_ == "fwd":
+                blocks = inner(tiling.input_tiles(xp, a[n0:n1]), b, xp.empty(q.y_shape, dtype=out.dtype))
+                tiling.join_outputs(xp, blocks, out[n0:n1])
+            elif pass_ == "dgrad":
+                grads = inner(tiling.output_blocks(xp, a[n0:n1]), b, xp.empty(q.x_shape, dtype=out.dtype))
+                tiling.overlap_add(xp, grads, out[n0:n1])
+            else:  # the filter gradient sums over the chunks
+                part = out if n0 == 0 else xp.empty_like(out)
+                inner(tiling.input_tiles(xp, a[n0:n1]), tiling.output_blocks(xp, b[n0:n1]), part)
+                if part is not out:
+                    out += part
+        return out
 
 
-def workspace_bytes(p: ConvProblem, tile: tuple[int, ...], inner_bytes: int) -> int:
-    """The inner plan's workspace plus the padded grid, the tiles, the blocks and the joined result."""
+def workspace_bytes(p: ConvProblem, tile: tuple[int, ...], chunk: int, inner_bytes: int) -> int:
+    """A chunk's inner workspace (``inner_bytes``, of :func:`chunk_images` images' tiles) plus its padded
+    grid, tiles, blocks and joined result, and a filter gradient's partial sum."""
     tiling = Tiling(p, tile)
-    q = tiling.inner
-    grid = p.batch * p.in_channels * math.prod(tiling.grid)
-    joined = p.batch * max(p.in_channels, p.out_channels) * math.prod((m + 1) * t for m, t in
-                                                                      zip(tiling.counts, tiling.step))
-    return inner_bytes + 4 * (grid + math.prod(q.x_shape) + math.prod(q.y_shape) + joined)
+    images = chunk_images(tiling, chunk)
+    q = tiling.inner.replace(batch=images * tiling.M)
+    grid = images * p.in_channels * math.prod(tiling.grid)
+    joined = images * max(p.in_channels, p.out_channels) * math.prod((m + 1) * t for m, t in
+                                                                     zip(tiling.counts, tiling.step))
+    return inner_bytes + 4 * (grid + math.prod(q.x_shape) + math.prod(q.y_shape) + joined + math.prod(p.w_shape))

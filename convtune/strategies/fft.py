@@ -30,6 +30,12 @@ KEEP_SIZES = 3
 TILE_SLACK = 2.0
 #: ... and at most this many tile lengths, the cheapest.
 KEEP_TILES = 2
+#: Tiles go through the transforms in batch chunks of whole images that keep a tiled plan's workspace
+#: under this (half the planner's default limit) where they can: tiling is for inputs too large to
+#: transform whole. Chunks stop at one image and at :data:`MIN_TILE_CHUNK` tiles (fewer would cost
+#: launches and save little).
+TILE_WORKSPACE = 2 << 30
+MIN_TILE_CHUNK = 256
 #: Products that are complex GEMMs (and so may run on TF32 tensor cores in tf32 mode).
 GEMMS = ("gemm", "fgemm")
 PRODUCTS = GEMMS + ("pointwise",)
@@ -97,8 +103,17 @@ class FftStrategy(Strategy):
                 scored.append((estimate, T, tiling.inner))
         configs = []
         for _, _, inner in sorted(scored)[:KEEP_TILES]:
-            configs += [replace(c, tiled=True) for c in self._configs(inner, backend, keep=1, variants=False)]
+            configs += [self._fit_chunk(problem, replace(c, tiled=True))
+                        for c in self._configs(inner, backend, keep=1, variants=False)]
         return configs
+
+    def _fit_chunk(self, problem, config):
+        """``config`` with its batch chunk (in tiles) halved until the workspace is under
+        :data:`TILE_WORKSPACE` or the chunk is down to one image or :data:`MIN_TILE_CHUNK` tiles."""
+        floor = max(MIN_TILE_CHUNK, overlap.Tiling(problem, config.sizes).M)
+        while config.chunk > floor and self.workspace_bytes(problem, config) > TILE_WORKSPACE:
+            config = replace(config, chunk=-(-config.chunk // 2))
+        return config
 
     def _configs(self, problem, backend, keep, variants=True):
         calibration = cost.calibration_for(backend.device_info().key())  # the device's own, if measured
@@ -139,10 +154,13 @@ class FftStrategy(Strategy):
     def workspace_bytes(self, problem, config) -> int:
         module = freqmajor if config.product == "fgemm" else spectral
         phased = polyphase.Polyphase(problem).inner if config.polyphase else problem
-        core = overlap.Tiling(phased, config.sizes).inner if config.tiled else phased
+        core = phased
+        if config.tiled:  # one chunk of whole images' tiles at a time
+            tiling = overlap.Tiling(phased, config.sizes)
+            core = tiling.inner.replace(batch=overlap.chunk_images(tiling, config.chunk) * tiling.M)
         ws = module.workspace_bytes(core, config.sizes, config.chunk)
         if config.tiled:
-            ws = overlap.workspace_bytes(phased, config.sizes, ws)
+            ws = overlap.workspace_bytes(phased, config.sizes, config.chunk, ws)
         return polyphase.workspace_bytes(problem, ws) if config.polyphase else ws
 
     def build(self, problem, config, backend):
@@ -169,7 +187,7 @@ class FftStrategy(Strategy):
             reason = overlap.tile_reason(q, config.sizes)
             if reason is not None:
                 raise ValueError(f"{config.label()}: {reason}")
-            return overlap.TiledConv(xp, q, config.sizes, core)
+            return overlap.TiledConv(xp, q, config.sizes, core, config.chunk)
         make = tiled if config.tiled else core
         if config.polyphase:
             reason = polyphase.applies(problem)
