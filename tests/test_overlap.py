@@ -112,3 +112,18 @@ def test_tiles_on_own_transforms(pass_):
     ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
     for config in tiled:
         assert relative_error(xp, fft.build(p, config, backend)(a, b), ref) <= 1e-5, config.label()
+
+
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("product", ["gemm", "fgemm"])
+def test_fft_tiles_one_image_at_a_time(backend, product, pass_):
+    """A chunk of one image's tiles: the executors of each chunk, and the filter gradient summed over them."""
+    from convtune.strategies.fft import FftConfig
+    p = problem("2d-tiles", pass_)
+    xp = backend.xp
+    a, b = random_operands(backend, p, seed=9)
+    ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    config = FftConfig(sizes=(16, 16), product=product, chunk=1, tiled=True)
+    out = xp.full(p.result_shape, xp.nan, dtype=xp.float32)
+    get_strategy("fft").build(p, config, backend)(a, b, out)
+    assert relative_error(xp, out, ref) <= 1e-5

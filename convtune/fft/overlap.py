@@ -184,6 +184,7 @@ class TiledConv:
 
     def __call__(self, a, b, out):
         xp, tiling, pass_ = self.xp, self.tiling, self.tiling.p.pass_
+        part = None  # a later chunk's filter gradient, added to the first's
         for n0 in range(0, tiling.p.batch, self.images):
             n1 = min(n0 + self.images, tiling.p.batch)
             inner = self.inner(n1 - n0)
@@ -194,11 +195,11 @@ class TiledConv:
             elif pass_ == "dgrad":
                 grads = inner(tiling.output_blocks(xp, a[n0:n1]), b, xp.empty(q.x_shape, dtype=out.dtype))
                 tiling.overlap_add(xp, grads, out[n0:n1])
-            else:  # the filter gradient sums over the chunks
-                part = out if n0 == 0 else xp.empty_like(out)
-                inner(tiling.input_tiles(xp, a[n0:n1]), tiling.output_blocks(xp, b[n0:n1]), part)
-                if part is not out:
-                    out += part
+            elif n0 == 0:  # the filter gradient sums over the chunks
+                inner(tiling.input_tiles(xp, a[n0:n1]), tiling.output_blocks(xp, b[n0:n1]), out)
+            else:
+                part = xp.empty_like(out) if part is None else part
+                out += inner(tiling.input_tiles(xp, a[n0:n1]), tiling.output_blocks(xp, b[n0:n1]), part)
         return out
 
 
