@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass
 
 from .backend import Backend, gemm_precision, get_backend
-from .fft import cost, freqmajor, narrow
+from .fft import cost, freqmajor
 from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
 from .problem import ConvProblem
-from .strategies.fft import own_transform_configs
+from .strategies.fft import narrow_variants, own_transform_configs
 from .timing import TimingStats
 
 log = logging.getLogger("convtune")
@@ -274,9 +274,7 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
         # convtune's own transforms where they apply: as the per-pass candidates (convtune.strategies.fft)
         configs += [TripConfig(sizes=c.sizes, tf32=c.tf32, packed=c.packed, own=True)
                     for c in own_transform_configs(p, backend, ranked[:KEEP_SIZES], ("fgemm",), tf32)]
-        # few channels: the packed trips also with the register-blocked product
-        if narrow.unsupported_reason(p.in_per_group, p.out_per_group) is None:
-            configs += [dataclasses.replace(c, narrow=True) for c in configs if c.packed]
+        configs += narrow_variants(p, configs)  # few channels: the packed trips with the narrow product too
     return configs
 
 

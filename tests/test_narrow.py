@@ -45,6 +45,7 @@ def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
     """(F, rows, cols) views of (rows, cols, F) arrays, a column slice as the groups take, every op pair the
     passes use, with and without accumulation: against NumPy."""
     import cupy
+    from convtune.fft.freqmajor import _CupyOps
     m, n, k = mnk
     F = 300
     rng = numpy.random.default_rng(1)
@@ -65,14 +66,9 @@ def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
         mats = host[:, 1:-1, :].transpose(2, 0, 1).astype(numpy.complex128)
         return mats if code == "N" else numpy.conj(mats.transpose(0, 2, 1))
     want = 0.5 * op(a_host, op_a) @ op(b_host, op_b) + (before if accumulate else 0)
-    row = 8 * F
-
-    def strides(arr):
-        return tuple(st // row if dim > 1 else 0 for st, dim in zip(arr.strides[1:], arr.shape[1:]))
-    sa, sb = strides(a), strides(b)
-    s_am, s_ak = sa if op_a == "N" else sa[::-1]
-    s_bk, s_bn = sb if op_b == "N" else sb[::-1]
-    narrow.gemm(a, b, c, m, n, k, F, (s_am, s_ak, s_bk, s_bn) + strides(c), op_a == "C", op_b == "C", 0.5,
-                accumulate)
+    # through the packed product's own dispatch (its row strides), with the narrow kernel
+    product = _CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True)
+    assert product.F == F
+    product.gemm(a, op_a, b, op_b, c, 0.5, beta=1.0 if accumulate else 0.0)
     got = cupy.asnumpy(c)
     assert numpy.abs(got - want).max() <= 1e-5 * numpy.abs(want).max()

@@ -176,19 +176,20 @@ class TiledConv:
         self._make, self._inner = make_inner, {}
 
     def inner(self, images: int):
-        """The executor of ``images`` images' tiles (one per chunk size: the last chunk may be smaller)."""
-        ex = self._inner.get(images)
-        if ex is None:
-            ex = self._inner[images] = self._make(self.tiling.inner.replace(batch=images * self.tiling.M))
-        return ex
+        """``(problem, executor)`` of ``images`` images' tiles (one per chunk size: the last chunk may be
+        smaller)."""
+        held = self._inner.get(images)
+        if held is None:
+            q = self.tiling.inner.replace(batch=images * self.tiling.M)
+            held = self._inner[images] = (q, self._make(q))
+        return held
 
     def __call__(self, a, b, out):
         xp, tiling, pass_ = self.xp, self.tiling, self.tiling.p.pass_
         part = None  # a later chunk's filter gradient, added to the first's
         for n0 in range(0, tiling.p.batch, self.images):
             n1 = min(n0 + self.images, tiling.p.batch)
-            inner = self.inner(n1 - n0)
-            q = tiling.inner.replace(batch=(n1 - n0) * tiling.M)
+            q, inner = self.inner(n1 - n0)
             if pass_ == "fwd":
                 blocks = inner(tiling.input_tiles(xp, a[n0:n1]), b, xp.empty(q.y_shape, dtype=out.dtype))
                 tiling.join_outputs(xp, blocks, out[n0:n1])

@@ -69,6 +69,14 @@ def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftCo
     return configs
 
 
+def narrow_variants(problem, configs) -> list:
+    """Each packed configuration (an :class:`FftConfig` or a round trip's) again with the narrow product,
+    where ``problem`` has few enough channels for it (:mod:`convtune.fft.narrow`)."""
+    if narrow.unsupported_reason(problem.in_per_group, problem.out_per_group) is not None:
+        return []
+    return [replace(c, narrow=True) for c in configs if c.packed]
+
+
 @register
 class FftStrategy(Strategy):
     name = "fft"
@@ -137,9 +145,7 @@ class FftStrategy(Strategy):
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, fused=fused, packed=True)
                         for s in ranked[:keep]]
         configs += own_transform_configs(problem, backend, ranked[:keep], products, tf32)
-        # few channels on one side: every packed layout also with the register-blocked product
-        if narrow.unsupported_reason(problem.in_per_group, problem.out_per_group) is None:
-            configs += [replace(c, narrow=True) for c in configs if c.packed]
+        configs += narrow_variants(problem, configs)  # few channels on one side
         if not variants:
             return configs
         # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); GPU only
