@@ -42,6 +42,25 @@ def parse_size(text: str) -> int | None:
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
 
 
+def _shape(text: str | None) -> tuple[int, ...] | None:
+    """'32,3,224,224' or '32x3x224x224' to a tuple of positive ints."""
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(v) for v in re.split(r"[,x]", text.strip()) if v.strip())
+    except ValueError:
+        shape = ()
+    if len(shape) < 2 or min(shape) <= 0:
+        raise ValueError(f"cannot read the shape {text!r}; write the batch first, e.g. 32,3,224,224")
+    return shape
+
+
+input_shape_option = click.option(
+    "--input-shape", default=None, metavar="N,C,...",
+    help="For a PyTorch model (torchvision:NAME, timm:NAME, convtune:NAME, module:callable): its input's "
+         "shape, batch first (default: the model's own size with --batch).")
+
+
 def _passes(text: str) -> tuple[str, ...]:
     passes = tuple(p.strip() for p in text.split(",") if p.strip())
     bad = [p for p in passes if p not in PASS_NAMES]
@@ -88,6 +107,7 @@ def main():
 @main.command()
 @click.argument("network")
 @db_option
+@input_shape_option
 @click.option("--passes", default="fwd,dgrad,wgrad", show_default=True, help="Comma-separated passes to tune.")
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True,
               help="fp32: within 1e-5 of float64; tf32: within 1e-3.")
@@ -103,9 +123,14 @@ def main():
                    "per-pass plans (what layers with keep_spectra='auto' follow); needs all three passes.")
 @click.option("--keep-limit", default="2GiB", show_default=True,
               help="With --keep-spectra: most memory one layer's kept spectra may hold (or 'none').")
-def tune(network, db, passes, math_mode, batch, workspace_limit, time_budget, retune, backend, strategies,
-         keep_spectra, keep_limit):
-    """Tune every layer of NETWORK (a YAML/JSON file or a built-in name) and store the plans.
+def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, time_budget, retune, backend,
+         strategies, keep_spectra, keep_limit):
+    """Tune every layer of NETWORK and store the plans.
+
+    NETWORK is a YAML/JSON layer list, a built-in network name, or a PyTorch model: torchvision:NAME,
+    timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or module:callable (also
+    path/file.py:callable), built without weights; its convolutions are found by one forward pass
+    on the meta device (give --batch or --input-shape), each with the passes training needs.
 
     Shapes repeated across layers are tuned once. A second run finds every plan in
     the cache and times nothing (use --retune to measure again).
@@ -117,7 +142,7 @@ def tune(network, db, passes, math_mode, batch, workspace_limit, time_budget, re
     if keep_spectra and set(_passes(passes)) != {"fwd", "dgrad", "wgrad"}:
         raise click.ClickException("--keep-spectra compares a round trip with the three per-pass plans: "
                                    "use it with --passes fwd,dgrad,wgrad")
-    layers = load_network(network, batch=batch, math=math_mode)
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape))
     problems = unique_problems(layers, _passes(passes))
     cache = PlanCache(db)
     be = _backend(backend)
@@ -241,8 +266,9 @@ def show(db, device, strategy, pass_, math_mode, problem, current):
 @click.option("--pass", "pass_", type=click.Choice(PASS_NAMES), default=None, help="One pass (default: all).")
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
 @click.option("--batch", type=click.IntRange(min=1), default=None)
+@input_shape_option
 @click.option("--device", default=None, help="Device fingerprint text (default: this machine's).")
-def explain(layer, network, db, pass_, math_mode, batch, device):
+def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
     """Every candidate of LAYER's latest tuning run, and why the winner won.
 
     LAYER is a layer name of --net, or a problem key as `convtune show` prints it.
@@ -252,7 +278,8 @@ def explain(layer, network, db, pass_, math_mode, batch, device):
     from .problem import ConvProblem
     cache = PlanCache(db, create=False)
     if network:
-        matches = [l for l in load_network(network, batch=batch, math=math_mode) if l.name == layer]
+        matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape))
+                   if l.name == layer]
         if not matches:
             raise click.ClickException(f"no layer named {layer!r} in {network}")
         base = matches[0].problem
@@ -404,6 +431,7 @@ def import_cmd(file, db, fmt):
 @click.option("--passes", default="fwd,dgrad,wgrad", show_default=True)
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
+@input_shape_option
 @click.option("--layers", "only", default=None, help="Comma-separated layer names to run (default: all).")
 @click.option("--repeats", type=click.IntRange(min=3), default=25, show_default=True, help="Timed runs per measurement.")
 @click.option("--time-budget", type=click.FloatRange(min=0), default=None,
@@ -413,8 +441,8 @@ def import_cmd(file, db, fmt):
               help="JSON results file.")
 @click.option("--keep-spectra/--no-keep-spectra", default=True, show_default=True,
               help="With all three passes, also measure each layer's FFT round trip with kept spectra.")
-def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, batch, only, repeats,
-          time_budget, backend, output, keep_spectra):
+def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, batch, input_shape, only,
+          repeats, time_budget, backend, output, keep_spectra):
     """Time convtune's runtime dispatch against its peers on NETWORK's layers (and/or --sweep).
 
     Peers, in the same process on the same arrays: PyTorch with cudnn.benchmark=True, TF32
@@ -439,7 +467,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 
     if not network and not sweep:
         raise click.ClickException("give a NETWORK, --sweep, or both")
-    layers = load_network(network, batch=batch, math=math_mode) if network else []
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape)) if network else []
     if only:
         wanted = [n.strip() for n in only.split(",") if n.strip()]
         missing = [n for n in wanted if n not in {l.name for l in layers}]
@@ -508,6 +536,71 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                       [f"{n} ms (ratio)" for n in available], rows))
     click.echo(f"ratio = peer time / convtune time (above 1: convtune faster). Warm dispatch overhead: "
                f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
+
+
+@main.command(name="bench-model")
+@click.argument("model")
+@db_option
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (with the model's own input size).")
+@input_shape_option
+@click.option("--modes", default="torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32", show_default=True,
+              help="Comma-separated: torch-fp32, torch-tf32, torch-amp-bf16 (channels_last), convtune-fp32, "
+                   "convtune-tf32.")
+@click.option("--steps", type=click.IntRange(min=3), default=20, show_default=True, help="Timed training steps per mode.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed steps after the first.")
+@click.option("--device", "device_name", default=None, help="Torch device (default: cuda if PyTorch sees one, else cpu).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
+              help="JSON results file (written after every mode).")
+def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, output):
+    """Time whole training steps of MODEL, patched by convtune and not, in one process.
+
+    MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
+    module:callable. Each mode trains a fresh copy of the same weights on one random batch
+    (forward, loss, backward, SGD step): PyTorch first (cudnn.benchmark on; fp32, TF32, AMP bf16
+    channels_last), then the patched model, tuned ahead from the plan cache (tuning what is
+    missing). Reports per mode the median step time (CUDA events), the first step's time, peak
+    memory and, for convtune, the tuning time and what each layer runs.
+    """
+    import json
+    import os
+    import shlex
+    from .runtime import Runtime
+    from .cache import PlanCache
+    try:
+        from .torch.bench import bench_model, speedups
+    except ImportError as exc:
+        raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
+    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    runtime = Runtime(store=PlanCache(db), miss_policy="tune")
+    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench-model"
+
+    def checkpoint(doc):
+        with open(output + ".tmp", "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(output + ".tmp", output)
+
+    try:
+        doc = bench_model(model, batch=batch, input_shape=_shape(input_shape), modes=mode_list, steps=steps,
+                          warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
+                          progress=lambda text: click.echo(f"  {text}", err=True))
+    except KeyboardInterrupt:
+        raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
+    rows = []
+    for m in doc["modes"]:
+        if "step_ms" not in m:
+            rows.append((m["mode"], "-", "-", "-", "-", m.get("failed") or m.get("absent", "")))
+            continue
+        mem = m.get("peak_memory_bytes")
+        tuning = m.get("tuning")
+        rows.append((m["mode"], f"{m['step_ms']:.2f}", f"{m['spread_ms']:.2f}", f"{m['first_step_s']:.2f}",
+                     f"{mem / 2 ** 30:.2f}" if mem else "-",
+                     f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached)"
+                     if tuning else ""))
+    click.echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
+    click.echo(_table(("mode", "step ms", "spread ms", "first step s", "peak GiB", ""), rows))
+    for name, ratio in speedups(doc).items():
+        click.echo(f"{name}: {ratio:.2f}x")
+    click.echo(f"results: {output}")
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:

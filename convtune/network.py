@@ -27,6 +27,8 @@ class Layer:
     name: str
     problem: ConvProblem  # the forward problem; other passes via problem.for_pass
     source: str = ""
+    #: the passes training runs for this layer (a model's first layer needs no input gradient); None: all
+    passes: tuple[str, ...] | None = None
 
 
 def builtin_networks() -> list[str]:
@@ -80,8 +82,11 @@ def parse_network(text: str, origin: str, batch: int | None = None, math: str = 
     return parsed
 
 
-def load_network(spec: str, batch: int | None = None, math: str = "fp32") -> list[Layer]:
-    """Layers of a network file (YAML or JSON) or of a built-in network.
+def load_network(spec: str, batch: int | None = None, math: str = "fp32",
+                 input_shape: tuple[int, ...] | None = None) -> list[Layer]:
+    """Layers of a network file (YAML or JSON), of a built-in network, or of a PyTorch model
+    (``torchvision:NAME``, ``timm:NAME``, ``convtune:NAME`` or ``module:callable``; see
+    :mod:`convtune.torch.models`, which ``input_shape`` is for).
 
     Examples
     --------
@@ -91,6 +96,15 @@ def load_network(spec: str, batch: int | None = None, math: str = "fp32") -> lis
     if batch is not None and (not isinstance(batch, int) or batch <= 0):
         raise NetworkError(f"batch must be a positive integer, got {batch!r}")
     path = Path(spec)
+    if is_model_spec(spec):
+        try:
+            from .torch.models import model_layers
+        except ImportError as exc:
+            raise NetworkError(f"{spec} is a PyTorch model: {exc}") from None
+        return model_layers(spec, batch=batch, input_shape=input_shape, math=math)
+    if input_shape is not None:
+        raise NetworkError("--input-shape is for PyTorch models (torchvision:NAME, timm:NAME, module:callable); "
+                           f"{spec} lists its layers' shapes itself")
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
         try:
             text = path.read_text()
@@ -104,11 +118,21 @@ def load_network(spec: str, batch: int | None = None, math: str = "fp32") -> lis
                        f"({', '.join(builtin_networks())})")
 
 
+def is_model_spec(spec: str) -> bool:
+    """Does ``spec`` name a PyTorch model (``prefix:name``) rather than a file or a built-in network?"""
+    head, sep, tail = spec.rpartition(":")
+    if not (sep and head and tail) or Path(spec).suffix.lower() in (".yaml", ".yml", ".json") or Path(spec).exists():
+        return False
+    return head.endswith(".py") or ("/" not in head and "\\" not in head)
+
+
 def unique_problems(layers: list[Layer], passes) -> list[tuple[ConvProblem, list[str]]]:
     """Distinct problems over layers x passes, in order, each with the layer names that share it."""
     seen: dict[str, tuple[ConvProblem, list[str]]] = {}
     for layer in layers:
         for pass_ in passes:
+            if layer.passes is not None and pass_ not in layer.passes:
+                continue
             p = layer.problem.for_pass(pass_)
             seen.setdefault(p.key(), (p, []))[1].append(layer.name)
     return list(seen.values())

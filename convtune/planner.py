@@ -252,7 +252,9 @@ class Planner:
             t0 = time.perf_counter()
             try:
                 run = cand.strategy.build(problem, cand.config, self.backend)
-                stats = self.timer(lambda: run(a, b, out), self.backend, cand.label)
+                # timed as the runtime calls it: into ``out``, or making its own result where it does
+                target = None if cand.strategy.allocates_result else out
+                stats = self.timer(lambda: run(a, b, target), self.backend, cand.label)
             except Exception as exc:
                 outcomes.append(self._outcome(problem, cand, "failed", error=err,
                                               reason=_failure_reason(self.backend, exc)))
@@ -338,9 +340,11 @@ def build_from_config(problem: ConvProblem, strategy_name: str, config: dict | C
 
 
 def heuristic_decision(problem: ConvProblem, backend: Backend) -> tuple[str, Config]:
-    """A fast default without timing: FFT for large kernels at stride 1, else im2col."""
+    """A fast default without timing: PyTorch's own convolution where PyTorch is installed (what a
+    PyTorch user had anyway), else FFT for large kernels at stride 1, else im2col."""
     kernel_volume = math.prod(problem.kernel_size)
     names = ["fft", "im2col"] if kernel_volume >= 25 and all(s == 1 for s in problem.stride) else ["im2col", "fft"]
+    names.insert(0, "torch")
     for name in names:
         strategy = get_strategy(name)
         if strategy.supports(problem, backend) is None:

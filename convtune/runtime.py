@@ -95,6 +95,7 @@ class Runtime:
         self.planner_options = dict(planner_options or {})
         self._memo: dict[tuple, Plan] = {}
         self._trips: dict[tuple, object] = {}  # (device key, forward problem key) -> TripDecision or None
+        self._layer_memos: dict[str, dict] = {}  # front ends' own memos (the PyTorch layer's routes)
         self.keep_limit = keep_limit
         self._lock = threading.Lock()
         self.tuned = 0  # problems this runtime tuned on a miss
@@ -174,9 +175,19 @@ class Runtime:
                 return plan
         raise KeyError(f"no plan for {problem.key()} has been dispatched by this runtime")
 
+    def layer_memo(self, name: str) -> dict:
+        """A front end's memo of what it built from this runtime's plans (the PyTorch layer keeps its
+        per-layer routes here), emptied with the runtime's own by :meth:`clear_memo`."""
+        memo = self._layer_memos.get(name)
+        if memo is None:
+            memo = self._layer_memos.setdefault(name, {})
+        return memo
+
     def clear_memo(self) -> None:
         self._memo.clear()
         self._trips.clear()
+        for memo in self._layer_memos.values():
+            memo.clear()
 
     def __repr__(self):
         return f"<Runtime miss_policy={self.miss_policy} store={self.store!r} memo={len(self._memo)}>"

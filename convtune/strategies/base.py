@@ -53,6 +53,9 @@ class Strategy:
     #: Never chosen by the planner (the float64 reference).
     selectable: ClassVar[bool] = True
     config_type: ClassVar[type[Config]] = Config
+    #: Its executor makes its own result (PyTorch's convolution does): an ``out`` given is filled by a
+    #: copy, so the planner times it without ``out``, as the PyTorch layer calls it.
+    allocates_result: ClassVar[bool] = False
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         """``None`` when the problem can run here, else the reason it cannot."""
@@ -80,6 +83,11 @@ class Strategy:
 
     def describe(self, config: Config) -> str:
         return f"{self.name}[{config.label()}]"
+
+    def version_tag(self) -> str:
+        """This strategy's part of the cache keys' version string: name and version (a strategy whose
+        timings follow an outside library's version adds that version)."""
+        return f"{self.name}{self.version}"
 
     def __repr__(self):
         return f"<strategy {self.name} v{self.version}>"
@@ -120,7 +128,7 @@ def all_strategies(selectable_only: bool = False) -> list[Strategy]:
 
 def strategy_versions() -> str:
     """Canonical string of every selectable strategy's version, for cache keys."""
-    return ",".join(f"{s.name}{s.version}" for s in sorted(all_strategies(True), key=lambda s: s.name))
+    return ",".join(s.version_tag() for s in sorted(all_strategies(True), key=lambda s: s.name))
 
 
 def check_tf32(problem: ConvProblem, config: Config) -> None:

@@ -1,0 +1,186 @@
+"""PyTorch's own convolution as a strategy (``torch``): what a PyTorch user had before convtune.
+
+Being a candidate like the others, it makes a tuned plan never slower than PyTorch's convolution
+on the device where it was measured. Each pass runs the ATen operator PyTorch's autograd runs:
+``conv1d``/``conv2d`` forward, ``convolution_backward`` for the input or the weight gradient. On a
+GPU it runs with ``cudnn.benchmark`` on (PyTorch's own algorithm search, as a tuned PyTorch user
+has it) and TF32 allowed only in ``tf32`` mode; the process's flags are set for the call and put
+back after it. NumPy and CuPy arrays reach it as zero-copy tensors (``torch.from_numpy``, DLPack).
+
+Its timings follow PyTorch's version, so that version is part of the cache keys' strategy
+versions (``torch1@2.11.0+cu130``; ``torch1@absent`` without PyTorch): plans tuned with another
+PyTorch, or without the candidate, are not reused. PyTorch is imported only when the strategy is
+asked about a problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+
+from ..problem import ConvProblem
+from .base import Config, Strategy, register
+
+
+@dataclass(frozen=True)
+class TorchConfig(Config):
+    benchmark: bool = False  # cudnn.benchmark during the call (GPU)
+
+
+@functools.cache
+def torch_version() -> str | None:
+    """The installed PyTorch's version, read without importing it (``None`` when absent)."""
+    from importlib import metadata
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def _load():
+    """The torch module, or the reason it cannot be used."""
+    try:
+        return importlib.import_module("torch"), None
+    except Exception as exc:  # ImportError, or a library that fails to load
+        return None, f"PyTorch is not importable ({type(exc).__name__}: {exc}); pip install 'convtune[torch]'"
+
+
+def _cudnn_flags(torch):
+    """Getters and setters of ``torch.backends.cudnn``'s benchmark and allow_tf32 flags."""
+    C = torch._C
+    return C._get_cudnn_benchmark, C._set_cudnn_benchmark, C._get_cudnn_allow_tf32, C._set_cudnn_allow_tf32
+
+
+def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups: int, *,
+                benchmark: bool | None = None, tf32: bool | None = None):
+    """PyTorch's computation of one pass on tensors, ``fn(a, b, bias=None) -> Tensor`` (``bias`` is
+    the forward pass's only; see :mod:`convtune.problem` for the operands). On CUDA tensors
+    ``benchmark`` and ``tf32`` (``None``: leave the process's setting) hold during the call."""
+    torch, reason = _load()
+    if torch is None:
+        raise RuntimeError(reason)
+    stride, padding, dilation = list(stride), list(padding), list(dilation)
+    rank = len(stride)
+    if pass_ == "fwd":
+        conv = torch.conv1d if rank == 1 else torch.conv2d
+
+        def compute(x, w, bias=None):
+            return conv(x, w, bias, stride, padding, dilation, groups)
+    else:
+        backward = torch.ops.aten.convolution_backward.default
+        no_output_padding = [0] * rank
+        if pass_ == "dgrad":
+            x_shape = list(x_shape)
+
+            def compute(dy, w, bias=None):
+                # only the input's shape is read: a broadcast scalar stands for it
+                x = dy.new_empty(()).expand(x_shape)
+                return backward(dy, x, w, None, stride, padding, dilation, False, no_output_padding, groups,
+                                [True, False, False])[0]
+        else:
+            w_shape = list(w_shape)
+
+            def compute(x, dy, bias=None):
+                w = x.new_empty(()).expand(w_shape)
+                return backward(dy, x, w, None, stride, padding, dilation, False, no_output_padding, groups,
+                                [False, True, False])[1]
+    if benchmark is None and tf32 is None:
+        return compute
+    get_bench, set_bench, get_tf32, set_tf32 = _cudnn_flags(torch)
+
+    def run(a, b, bias=None):
+        if not a.is_cuda:
+            return compute(a, b, bias)
+        old_bench, old_tf32 = get_bench(), get_tf32()
+        bench_changed = benchmark is not None and old_bench != benchmark
+        tf32_changed = tf32 is not None and old_tf32 != tf32
+        if bench_changed:
+            set_bench(benchmark)
+        if tf32_changed:
+            set_tf32(tf32)
+        try:
+            return compute(a, b, bias)
+        finally:
+            if bench_changed:
+                set_bench(old_bench)
+            if tf32_changed:
+                set_tf32(old_tf32)
+    return run
+
+
+def native_for(problem: ConvProblem, benchmark: bool | None = None, tf32: bool | None = None):
+    """:func:`native_pass` of a problem's pass."""
+    return native_pass(problem.pass_, problem.x_shape, problem.w_shape, problem.stride, problem.padding,
+                       problem.dilation, problem.groups, benchmark=benchmark, tf32=tf32)
+
+
+@register
+class TorchStrategy(Strategy):
+    name = "torch"
+    version = 1
+    config_type = TorchConfig
+    allocates_result = True
+
+    def version_tag(self) -> str:
+        return f"{self.name}{self.version}@{torch_version() or 'absent'}"
+
+    def supports(self, problem: ConvProblem, backend) -> str | None:
+        if torch_version() is None:
+            return "PyTorch is not installed (pip install 'convtune[torch]')"
+        torch, reason = _load()
+        if torch is None:
+            return reason
+        if problem.math not in ("fp32", "tf32"):
+            return f"math mode {problem.math!r} is not implemented"
+        if getattr(backend, "name", "") == "cupy" and not torch.cuda.is_available():
+            return f"this PyTorch ({torch.__version__}) has no CUDA: it cannot run the GPU backend's arrays"
+        return None
+
+    def candidates(self, problem, backend):
+        return [TorchConfig(benchmark=getattr(backend, "name", "") == "cupy")]
+
+    def workspace_bytes(self, problem, config) -> int:
+        return 0  # PyTorch allocates its own workspace, from its own caching allocator
+
+    def native(self, problem: ConvProblem, config: TorchConfig):
+        """The tensor-level executor of a plan of this strategy (what the PyTorch layer runs)."""
+        return native_for(problem, benchmark=config.benchmark, tf32=problem.math == "tf32")
+
+    def build(self, problem, config, backend):
+        torch, reason = _load()
+        if torch is None:
+            raise RuntimeError(reason)
+        fn = self.native(problem, config)
+        if backend.name == "numpy":
+            import numpy
+
+            def run(a, b, out=None):
+                result = fn(torch.from_numpy(numpy.ascontiguousarray(a)), torch.from_numpy(numpy.ascontiguousarray(b)))
+                if out is None:
+                    return result.numpy()
+                numpy.copyto(out, result.numpy())
+                return out
+            return run
+        cp = backend.xp
+        streams = {}
+
+        def run(a, b, out=None):
+            # PyTorch works on CuPy's current stream (the events that time this run are recorded there)
+            ptr = cp.cuda.get_current_stream().ptr
+            device = a.device.id
+            if torch._C._cuda_getCurrentRawStream(device) == ptr:
+                result = fn(torch.from_dlpack(a), torch.from_dlpack(b))
+            else:
+                stream = streams.get((device, ptr))
+                if stream is None:
+                    stream = streams[(device, ptr)] = torch.cuda.ExternalStream(ptr, device=device)
+                with torch.cuda.stream(stream):
+                    result = fn(torch.from_dlpack(a), torch.from_dlpack(b))
+            result = cp.from_dlpack(result)
+            if out is None:
+                return result
+            out[...] = result
+            return out
+        return run

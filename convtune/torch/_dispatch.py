@@ -1,0 +1,194 @@
+"""Routes: what the PyTorch layer runs for one layer signature, built once from the runtime's plans.
+
+A :class:`Route` belongs to one layer signature (input and weight shapes, geometry, math mode,
+device) and holds one executor per pass, each resolved on first use through the runtime's lookup
+order (memo, plan cache, miss policy) and kept:
+
+* :class:`Native`: the plan's winner is PyTorch's own convolution (the ``torch`` strategy): the
+  ATen operator runs on the tensors directly, no conversion;
+* :class:`ArrayPlan`: another strategy: the operands become zero-copy NumPy/CuPy views, the
+  result is a tensor from PyTorch's allocator that the plan writes into;
+* :class:`Fallback`: convtune cannot run this (no plan, no CuPy, a failure): PyTorch's
+  convolution with the process's own settings. The reason is logged once.
+
+Every executor takes operands dense in the format they arrive in (``channels_last`` stays
+``channels_last`` for PyTorch; convtune's own strategies read NCHW copies) and the result has the
+memory format :func:`result_format` says (channels_last where an operand is), which the fake tensors
+of the registered ops promise too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import torch
+
+from ..problem import ConvProblem
+from ..runtime import Runtime, default_runtime
+from ..strategies import get_strategy
+from ..strategies.pytorch import native_for
+from ._bridge import bridge
+
+log = logging.getLogger("convtune")
+
+_CHANNELS_LAST = torch.channels_last
+_CONTIGUOUS = torch.contiguous_format
+_said: set[str] = set()
+_said_lock = threading.Lock()
+
+
+def say_once(key: str, message: str, *args, level: int = logging.WARNING) -> None:
+    """Log ``message`` the first time ``key`` is seen in this process."""
+    with _said_lock:
+        if key in _said:
+            return
+        _said.add(key)
+    log.log(level, message, *args)
+
+
+def is_channels_last(t) -> bool:
+    """A 4-D tensor laid out channels_last (and not also plain contiguous, as C == 1 tensors are)."""
+    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=_CHANNELS_LAST)
+
+
+def result_format(a, b):
+    """The memory format of a pass's result: channels_last where either operand is (as PyTorch's cuDNN and
+    oneDNN convolutions decide it; in a channels_last model both are)."""
+    return _CHANNELS_LAST if is_channels_last(a) or is_channels_last(b) else _CONTIGUOUS
+
+
+def dense(t):
+    """``t`` as it is where it is dense (contiguous or channels_last), else a contiguous copy."""
+    if t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=_CHANNELS_LAST)):
+        return t
+    return t.contiguous()
+
+
+class Native:
+    """PyTorch's convolution, the plan's winner (or, as :class:`Fallback`, the way out)."""
+
+    __slots__ = ("fn", "label")
+
+    def __init__(self, fn, label: str):
+        self.fn, self.label = fn, label
+
+    def __call__(self, a, b, bias=None):
+        return self.fn(dense(a), dense(b), bias)
+
+
+class Fallback(Native):
+    """PyTorch's convolution with the process's own cuDNN settings, where convtune cannot run."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, problem: ConvProblem, reason: str):
+        super().__init__(native_for(problem), "pytorch (fallback)")
+        self.reason = reason
+
+
+class ArrayPlan:
+    """A convtune plan of another strategy, on zero-copy array views of the tensors."""
+
+    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label")
+
+    def __init__(self, plan, bridge_, problem: ConvProblem):
+        self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
+        self.bias_shape = (1, -1) + (1,) * problem.rank
+        self.label = plan.label
+
+    def __call__(self, a, b, bias=None):
+        a, b = a.contiguous(), b.contiguous()
+        out = torch.empty(self.shape, dtype=torch.float32, device=a.device)
+        br = self.bridge
+        br.call(a.device.index, self.plan, br.array(a), br.array(b), br.array(out))
+        if bias is not None:
+            out += bias.view(self.bias_shape)
+        return out
+
+
+class Route:
+    """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
+
+    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec")
+
+    def __init__(self, problem: ConvProblem, runtime: Runtime, device):
+        self.problem, self.runtime, self.device = problem, runtime, device
+        self.fwd_exec = self.dgrad_exec = self.wgrad_exec = None
+
+    # -- running -----------------------------------------------------------------------
+    def run(self, pass_: str, a, b, bias=None):
+        executor = getattr(self, f"{pass_}_exec") or self.resolve(pass_)
+        fmt = result_format(a, b)
+        try:
+            out = executor(a, b, bias)
+        except Exception as exc:
+            if isinstance(executor, Native):
+                raise  # PyTorch's own error: what the user would have seen without convtune
+            executor = self._fall_back(pass_, f"its plan {executor.label} failed ({type(exc).__name__}: {exc})")
+            out = executor(a, b, bias)
+        if not out.is_contiguous(memory_format=fmt):
+            out = out.contiguous(memory_format=fmt)
+        return out
+
+    def native(self, passes) -> bool:
+        """Do these passes all run PyTorch's own convolution (so autograd needs nothing of convtune)?"""
+        return all(isinstance(getattr(self, f"{p}_exec") or self.resolve(p), Native) for p in passes)
+
+    # -- resolving -------------------------------------------------------------------------
+    def resolve(self, pass_: str):
+        """Look the pass's plan up (tuning it under the ``tune`` miss policy) and keep its executor."""
+        problem = self.problem.for_pass(pass_)
+        try:
+            br = bridge(self.device.type)
+            runtime = self.runtime
+            tuned_before = runtime.tuned
+            with runtime._lock:
+                plan = br.call(self.device.index, runtime.plan_for, problem, br.backend)
+            if runtime.tuned > tuned_before:
+                say_once("tuned-in-training", "convtune tuned %s during a PyTorch call (it was not in the plan cache); "
+                         "tune ahead with convtune.torch.tune(model, example_inputs) or `convtune tune` so that "
+                         "training starts on cached plans", problem.describe())
+            if plan.strategy == "torch":
+                executor = Native(get_strategy("torch").native(problem, plan.config), plan.label)
+            else:
+                executor = ArrayPlan(plan, br, problem)
+        except Exception as exc:  # no plan, no backend, a failed tuning: PyTorch runs it
+            return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
+        setattr(self, f"{pass_}_exec", executor)
+        return executor
+
+    def _fall_back(self, pass_: str, reason: str):
+        problem = self.problem.for_pass(pass_)
+        say_once(f"fallback:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %s",
+                 problem.describe(), self.device, reason)
+        executor = Fallback(problem, reason)
+        setattr(self, f"{pass_}_exec", executor)
+        return executor
+
+    def labels(self) -> dict:
+        """The executor of each resolved pass, by name (for reports)."""
+        return {p: e.label for p in ("fwd", "dgrad", "wgrad") if (e := getattr(self, f"{p}_exec")) is not None}
+
+    def __repr__(self):
+        return f"<Route {self.problem.describe()} on {self.device} {self.labels()}>"
+
+
+def layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math) -> ConvProblem:
+    """The forward problem of a layer signature (``ValueError`` where the geometry is invalid)."""
+    return ConvProblem.make(batch=x_shape[0], in_channels=x_shape[1], out_channels=w_shape[0],
+                            input_size=tuple(x_shape[2:]), kernel_size=tuple(w_shape[2:]), stride=stride,
+                            padding=padding, dilation=dilation, groups=groups, math=math)
+
+
+def route_for(x_shape, w_shape, stride, padding, dilation, groups, math: str, device,
+              runtime: Runtime | None = None) -> Route:
+    """The route of a layer signature, made once per runtime (its memo ``'torch'``)."""
+    rt = runtime or default_runtime()
+    memo = rt.layer_memo("torch")
+    key = (x_shape, w_shape, stride, padding, dilation, groups, math, device)
+    route = memo.get(key)
+    if route is None:
+        problem = layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math)
+        route = memo.setdefault(key, Route(problem, rt, device))
+    return route

@@ -1,0 +1,212 @@
+"""``convtune bench-model``: whole training steps of a model, patched and unpatched, in one process.
+
+A training step is forward, loss, backward and an optimizer step (SGD with momentum), on one
+fixed random batch. Modes, run in this order, each on a fresh copy of the same initial weights:
+
+* ``torch-fp32``: PyTorch with ``cudnn.benchmark = True``, TF32 off (convolutions and matmuls);
+* ``torch-tf32``: the same with TF32 allowed;
+* ``torch-amp-bf16``: PyTorch AMP (``torch.autocast`` bf16) on a channels_last model and input;
+* ``convtune-fp32`` / ``convtune-tf32``: the model patched (:func:`convtune.torch.patch`,
+  ``math='auto'``) under the flags of the matching PyTorch mode, its plans tuned ahead first
+  (:func:`convtune.torch.tune`; from the plan cache where they are there).
+
+The PyTorch modes run before convtune tunes anything (PyTorch's ``cudnn.benchmark`` skips
+algorithms whose workspace it cannot allocate, so it must not run beside memory that tuning holds),
+and every mode ends by giving its memory back (PyTorch's cache, CuPy's pool). Per mode: the first
+step's wall time (one-time costs: cuDNN's algorithm search, convtune's plan lookups and builds), the
+median and spread of the timed steps (CUDA events; host clock on the CPU), peak memory
+(``torch.cuda.max_memory_allocated``, convtune's allocations included: they come from PyTorch's
+allocator), the loss (the modes must agree), and for convtune the tuning time and where each layer
+went (the plan of each pass, or PyTorch's convolution).
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+import math
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+
+import torch
+from torch import nn
+
+import convtune
+from . import models as model_specs
+from .modules import patch
+from .tuning import tune
+
+log = logging.getLogger("convtune")
+
+MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32")
+DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
+FORMAT = "convtune-bench-model"
+FORMAT_VERSION = 1
+
+
+def _flags(mode: str, device: torch.device) -> None:
+    tf32 = mode.endswith("tf32")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _give_back(device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        try:
+            import cupy
+            cupy.get_default_memory_pool().free_all_blocks()
+        except Exception:  # no CuPy: nothing of convtune's to give back
+            pass
+
+
+def _loss(output, target):
+    if output.dim() == 2 and target.dtype == torch.long:
+        return nn.functional.cross_entropy(output.float(), target)
+    return nn.functional.mse_loss(output.float(), target)
+
+
+def _target(output, generator, device):
+    if output.dim() == 2:
+        return torch.randint(0, output.shape[1], (output.shape[0],), generator=generator).to(device)
+    return torch.randn(output.shape, generator=generator).to(device)
+
+
+def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None) -> dict:
+    """Train a copy of ``base`` for ``warmup + steps`` steps in ``mode``; returns the mode's record."""
+    _flags(mode, device)
+    amp = mode == "torch-amp-bf16"
+    model = copy.deepcopy(base).to(device)
+    inp = x
+    if amp and x.dim() == 4:
+        model = model.to(memory_format=torch.channels_last)
+        inp = x.contiguous(memory_format=torch.channels_last)
+    record = {"mode": mode}
+    if mode.startswith("convtune"):
+        record["patched_layers"] = len(patch(model, math="auto", runtime=runtime))
+        if progress:
+            progress(f"{mode}: tuning ahead")
+        report = tune(model, inp, runtime=runtime, progress=False)
+        record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
+                            "cached": report.cached, "failed": [(p.key(), r) for p, r in report.failed]}
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            out = model(inp)
+        loss = _loss(out, target)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    if progress:
+        progress(f"{mode}: first step")
+    _sync(device)
+    t0 = time.perf_counter()
+    first_loss = float(step().detach())
+    _sync(device)
+    record["first_step_s"] = time.perf_counter() - t0
+    record["first_loss"] = first_loss
+    for _ in range(warmup):
+        step()
+    samples = []
+    if progress:
+        progress(f"{mode}: {steps} timed steps")
+    for _ in range(steps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            step()
+            samples.append(time.perf_counter() - t0)
+    record["step_ms"] = statistics.median(samples) * 1e3
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=4) if len(ordered) >= 4 else (ordered[0], None, ordered[-1])
+    record["spread_ms"] = (q[2] - q[0]) * 1e3
+    record["steps"] = len(samples)
+    if device.type == "cuda":
+        record["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+    if mode.startswith("convtune"):
+        record["routes"] = _routes(runtime)
+    del model, opt
+    _give_back(device)
+    return record
+
+
+def _routes(runtime) -> list[dict]:
+    rt = runtime or convtune.default_runtime()
+    return [{"layer": route.problem.key(), **route.labels()} for route in rt.layer_memo("torch").values()]
+
+
+def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES, steps=20, warmup=3,
+                device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="") -> dict:
+    """Benchmark ``spec``'s training step in every mode (see the module docstring); returns the JSON
+    document (``checkpoint(doc)`` is called after each mode)."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown)}; acceptable: {', '.join(MODES)}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(seed)
+    base = model_specs.build_model(spec, "cpu")
+    shape = model_specs.input_shape_for(spec, base, batch, input_shape)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen).to(device)
+    with torch.no_grad():  # the output's shape, for the loss's target
+        probe = copy.deepcopy(base).eval().to(device)
+        out_shape = (shape[0], *probe(x[:2]).shape[1:])
+    target = _target(torch.empty(out_shape), gen, device)
+    del probe
+    _give_back(device)
+    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "command": command,
+           "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": spec,
+           "input_shape": list(shape), "parameters": model_specs.parameter_count(base), "device": str(device),
+           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+           "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+           "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "modes": [], "complete": False}
+    for mode in modes:
+        if mode == "torch-amp-bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            doc["modes"].append({"mode": mode, "absent": "this GPU has no bf16"})
+            continue
+        try:
+            doc["modes"].append(run_mode(mode, base, x, target, device, steps=steps, warmup=warmup, runtime=runtime,
+                                         progress=progress))
+        except Exception as exc:  # a failed mode is a result; the others still run
+            log.warning("bench-model %s %s failed: %s", spec, mode, exc)
+            doc["modes"].append({"mode": mode, "failed": f"{type(exc).__name__}: {exc}"})
+            _give_back(device)
+        if checkpoint:
+            checkpoint(doc)
+    doc["complete"] = True
+    if checkpoint:
+        checkpoint(doc)
+    return doc
+
+
+def speedups(doc: dict) -> dict:
+    """Step-time ratios: each convtune mode against each PyTorch mode (above 1: convtune faster)."""
+    times = {m["mode"]: m.get("step_ms") for m in doc["modes"]}
+    out = {}
+    for ours in (m for m in times if m.startswith("convtune")):
+        for peer in (m for m in times if m.startswith("torch")):
+            if times[ours] and times[peer] and math.isfinite(times[peer]):
+                out[f"{ours} vs {peer}"] = times[peer] / times[ours]
+    return out

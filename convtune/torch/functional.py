@@ -1,0 +1,235 @@
+"""``convtune.torch.conv1d`` / ``conv2d``: PyTorch's functional convolutions through convtune's plans.
+
+They take what ``torch.nn.functional.conv1d``/``conv2d`` take, plus ``padding_mode`` (as the
+modules have it) and ``math``:
+
+* ``padding``: an int, a tuple, ``"valid"`` or ``"same"`` (an even kernel's extra zero goes on the
+  right, as in PyTorch); ``padding_mode`` other than ``"zeros"`` (``reflect``, ``replicate``,
+  ``circular``) pads the input first, as ``nn.Conv2d`` does;
+* an unbatched input (``(C, L)``, ``(C, H, W)``) and an empty batch;
+* ``math="auto"`` (the default): ``tf32`` on CUDA tensors when ``torch.backends.cudnn.allow_tf32``
+  is on (PyTorch's own default), else ``fp32``; or ``"fp32"``/``"tf32"``.
+
+What convtune cannot run goes to PyTorch's own convolution, with the reason logged once (never an
+error where PyTorch would have run): dtypes other than float32 (half precision is a later
+issue), autocast (AMP) regions, devices other than CPU and CUDA, CUDA tensors without CuPy, 3-D
+convolutions. In eager mode a layer whose passes all tuned to PyTorch's convolution runs it
+directly, autograd included, so its only cost is one lookup.
+
+Examples
+--------
+>>> import torch, convtune, convtune.torch as ct
+>>> x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+>>> ct.conv2d(x, w, padding="same", runtime=convtune.Runtime(miss_policy="heuristic")).shape
+torch.Size([2, 4, 8, 8])
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import torch
+import torch.nn.functional as F
+
+from ..runtime import Runtime
+from . import _ops
+from ._dispatch import route_for, say_once
+from ._bridge import bridge
+
+__all__ = ["conv1d", "conv2d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
+
+MATH_MODES = ("auto", "fp32", "tf32")
+_F32 = torch.float32
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+#: While tune-ahead collects a model's problems (:mod:`convtune.torch.tuning`), the list it records
+#: them in; convolutions then run as PyTorch's.
+_collect = threading.local()
+
+
+class Geometry:
+    """A layer's geometry as the ops take it: per-axis stride and dilation, the symmetric ``padding``
+    the op applies, and ``pre_pad`` (``F.pad`` widths and mode) for what it cannot (padding modes
+    other than zeros, the uneven half of ``"same"``)."""
+
+    __slots__ = ("rank", "stride", "padding", "dilation", "pre_pad", "pad_mode")
+
+    def __init__(self, rank, kernel, stride, padding, dilation, padding_mode):
+        def per_axis(value, name):
+            value = (value,) * rank if isinstance(value, int) else tuple(int(v) for v in value)
+            if len(value) != rank:
+                raise ValueError(f"{name} must be an int or {rank} ints, got {value!r}")
+            return value
+        if padding_mode not in _PADDING_MODES:
+            raise ValueError(f"padding_mode must be one of {', '.join(_PADDING_MODES)}, got {padding_mode!r}")
+        self.rank = rank
+        self.stride, self.dilation = per_axis(stride, "stride"), per_axis(dilation, "dilation")
+        if isinstance(padding, str):
+            if padding == "valid":
+                sides = [(0, 0)] * rank
+            elif padding == "same":
+                if any(s != 1 for s in self.stride):
+                    raise ValueError("padding='same' is not supported for strided convolutions")
+                totals = [d * (k - 1) for d, k in zip(self.dilation, kernel)]
+                sides = [(t // 2, t - t // 2) for t in totals]
+            else:
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+        else:
+            sides = [(p, p) for p in per_axis(padding, "padding")]
+        self.pad_mode = padding_mode
+        if padding_mode != "zeros":
+            self.padding = (0,) * rank
+            widths = sides
+        else:
+            self.padding = tuple(left for left, _right in sides)
+            widths = [(0, right - left) for left, right in sides]
+        # F.pad takes (last axis left, right, next-to-last axis left, right, ...)
+        pads = [v for left, right in reversed(widths) for v in (left, right)]
+        self.pre_pad = pads if any(pads) else None
+
+
+_GEOMETRIES: dict[tuple, Geometry] = {}
+
+
+def geometry(rank, kernel, stride, padding, dilation, padding_mode) -> Geometry:
+    """The :class:`Geometry` of these arguments, made once per distinct layer (the modules' attributes
+    are tuples; while ``torch.compile`` traces, it is made anew)."""
+    key = (rank, kernel, stride, padding, dilation, padding_mode)
+    geom = _GEOMETRIES.get(key)
+    if geom is None:
+        geom = Geometry(*key)
+        if not torch.compiler.is_compiling():
+            _GEOMETRIES[key] = geom
+    return geom
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def resolve_math(math: str, x) -> str:
+    """``'auto'``: ``'tf32'`` for CUDA tensors when ``torch.backends.cudnn.allow_tf32`` is on, else ``'fp32'``."""
+    if math == "auto":
+        return "tf32" if x.is_cuda and torch.backends.cudnn.allow_tf32 else "fp32"
+    if math not in MATH_MODES:
+        raise ValueError(f"unknown math mode {math!r}; acceptable: {', '.join(MATH_MODES)}")
+    return math
+
+
+def _unsupported(x, weight, bias, rank, compiling: bool, device_check: bool = True) -> str | None:
+    """Why convtune leaves this call to PyTorch (``None``: it runs it). Under ``torch.compile`` a missing
+    CuPy is found when the op runs (its route falls back then), not while tracing; ``device_check``
+    off asks about everything but the device (shapes found on the meta device)."""
+    if rank not in (1, 2):
+        return f"{rank}-D convolutions are not supported yet"
+    if x.dtype != _F32 or weight.dtype != _F32 or (bias is not None and bias.dtype != _F32):
+        return (f"dtype {x.dtype}: convtune runs float32 tensors (half precision comes with the mixed-precision "
+                "issue)")
+    device = x.device.type
+    if not device_check:
+        return None
+    if device not in ("cpu", "cuda"):
+        return f"device {device}: convtune runs CPU and CUDA tensors"
+    if torch.is_autocast_enabled(device):
+        return "autocast (AMP) is on: convtune runs float32 convolutions, so PyTorch runs the autocast ones"
+    if device == "cuda" and not compiling:
+        return _cuda_reason()
+    return None
+
+
+@functools.cache
+def _cuda_reason() -> str | None:
+    try:
+        bridge("cuda")
+    except Exception as exc:  # BackendError (no CuPy), or a CUDA library that fails to load
+        return str(exc)
+    return None
+
+
+def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
+         math="auto", runtime: Runtime | None = None):
+    """A 1-D or 2-D convolution (by ``weight``'s rank) through convtune's plans; see the module docstring."""
+    rank = weight.dim() - 2
+    geom = geometry(rank, tuple(weight.shape[2:]), _hashable(stride), _hashable(padding), _hashable(dilation),
+                    padding_mode)
+    return run(input, weight, bias, geom, groups, math, runtime)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
+           math="auto", runtime: Runtime | None = None):
+    """``torch.nn.functional.conv1d`` through convtune's plans."""
+    if weight.dim() != 3:
+        raise ValueError(f"conv1d expects a 3-D weight (C_out, C_in/groups, L), got shape {tuple(weight.shape)}")
+    return conv(input, weight, bias, stride, padding, dilation, groups, padding_mode=padding_mode, math=math,
+                runtime=runtime)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
+           math="auto", runtime: Runtime | None = None):
+    """``torch.nn.functional.conv2d`` through convtune's plans."""
+    if weight.dim() != 4:
+        raise ValueError(f"conv2d expects a 4-D weight (C_out, C_in/groups, H, W), got shape {tuple(weight.shape)}")
+    return conv(input, weight, bias, stride, padding, dilation, groups, padding_mode=padding_mode, math=math,
+                runtime=runtime)
+
+
+def _pytorch(x, weight, bias, geom: Geometry, groups):
+    conv_fn = F.conv1d if geom.rank == 1 else F.conv2d
+    return conv_fn(x, weight, bias, geom.stride, geom.padding, geom.dilation, groups)
+
+
+def run(input, weight, bias, geom: Geometry, groups: int, math: str, runtime: Runtime | None, owner=None):
+    """The convolution of ``input`` (batched or not) with the layer's ``geom``: pre-padding, then
+    convtune's route (eager), its registered op (under ``torch.compile``) or PyTorch's convolution."""
+    rank = geom.rank
+    unbatched = input.dim() == rank + 1
+    x = input.unsqueeze(0) if unbatched else input
+    if geom.pre_pad is not None:
+        x = F.pad(x, geom.pre_pad, mode="constant" if geom.pad_mode == "zeros" else geom.pad_mode)
+    compiling = torch.compiler.is_compiling()
+    reason = _unsupported(x, weight, bias, rank, compiling) if x.dim() == rank + 2 else None
+    if reason is not None or x.dim() != rank + 2:
+        if reason is not None and not compiling:
+            say_once(f"unsupported:{reason}", "convtune: PyTorch's convolution runs this call: %s", reason)
+        y = _pytorch(x, weight, bias, geom, groups)  # PyTorch's own result, or its own error for a bad rank
+    elif compiling:  # the registered op: traced through its fake, run by its implementation
+        y = torch.ops.convtune.conv_fwd(x, weight, bias, geom.stride, geom.padding, geom.dilation, groups,
+                                        resolve_math(math, x))
+    else:
+        y = _dispatch(x, weight, bias, geom, groups, resolve_math(math, x), runtime, owner)
+    return y.squeeze(0) if unbatched else y
+
+
+def _flags_as_measured(x, math: str) -> bool:
+    """Do the process's cuDNN flags match those the ``torch`` plans were measured with (benchmark on,
+    TF32 as the math mode says)? Always on the CPU."""
+    if not x.is_cuda:
+        return True
+    return torch._C._get_cudnn_benchmark() and torch._C._get_cudnn_allow_tf32() == (math == "tf32")
+
+
+def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
+    records = getattr(_collect, "records", None)
+    if records is not None:
+        records.append((owner, x, weight, geom, groups, math))
+        return _pytorch(x, weight, bias, geom, groups)
+    if x.numel() == 0 or weight.numel() == 0:
+        return _pytorch(x, weight, bias, geom, groups)
+    try:
+        route = route_for(x.shape, weight.shape, geom.stride, geom.padding, geom.dilation, groups, math, x.device,
+                          runtime)
+    except ValueError:  # geometry PyTorch refuses too: its error is the user's
+        return _pytorch(x, weight, bias, geom, groups)
+    if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                         (bias is not None and bias.requires_grad))):
+        return route.run("fwd", x, weight, bias)
+    passes = ["fwd"]
+    if x.requires_grad:
+        passes.append("dgrad")
+    if weight.requires_grad:
+        passes.append("wgrad")
+    if route.native(passes) and _flags_as_measured(x, math):
+        # PyTorch's convolution won every pass and runs as it was measured: its own autograd, no detour
+        return _pytorch(x, weight, bias, geom, groups)
+    return _ops.eager_forward(x, weight, bias, route)

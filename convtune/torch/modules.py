@@ -1,0 +1,174 @@
+"""``convtune.torch.Conv1d``/``Conv2d`` and ``patch``/``unpatch``.
+
+The modules subclass ``nn.Conv1d``/``nn.Conv2d``: same constructor (plus ``math`` and
+``runtime``), same parameters and ``state_dict`` both ways; only the convolution itself goes
+through convtune (:func:`convtune.torch.functional.run`).
+
+:func:`patch` turns a model's convolutions into convtune's in place: each eligible module's class
+becomes the convtune subclass of its class (``nn.Conv2d`` -> ``convtune.torch.Conv2d``; a plain
+subclass of ``nn.Conv2d`` that keeps its forward gets a convtune subclass of its own). The module
+object stays the same one, so its parameters, buffers, hooks, device, the optimizer's references
+and ``state_dict`` keys are all kept; :func:`unpatch` gives each its class back. A module that
+overrides ``forward`` (its own convolution code) or is still lazy is left alone, and the reason is
+logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
+
+from ..runtime import Runtime
+from .functional import MATH_MODES, geometry, run
+
+log = logging.getLogger("convtune")
+
+__all__ = ["Conv1d", "Conv2d", "patch", "unpatch"]
+
+
+def _check_math(math: str) -> str:
+    if math not in MATH_MODES:
+        raise ValueError(f"unknown math mode {math!r}; acceptable: {', '.join(MATH_MODES)}")
+    return math
+
+
+class _Convtune:
+    """What a convtune convolution module adds to its ``nn.ConvNd`` base: the convolution itself."""
+
+    #: ``'auto'`` (TF32 where ``torch.backends.cudnn.allow_tf32`` allows it, on CUDA), ``'fp32'`` or ``'tf32'``
+    convtune_math = "auto"
+    #: the :class:`~convtune.runtime.Runtime` to look plans up in (``None``: the default runtime)
+    convtune_runtime: Runtime | None = None
+    #: the class this one stands in for (what :func:`unpatch` restores)
+    _convtune_base: type = nn.Module
+
+    def _conv_forward(self, input, weight, bias):
+        geom = geometry(len(self.kernel_size), self.kernel_size, self.stride, self.padding, self.dilation,
+                        self.padding_mode)
+        return run(input, weight, bias, geom, self.groups, self.convtune_math, self.convtune_runtime, self)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", math={self.convtune_math!r}"
+
+
+class Conv1d(_Convtune, nn.Conv1d):
+    """``nn.Conv1d`` through convtune's plans.
+
+    Examples
+    --------
+    >>> import torch, convtune, convtune.torch as ct
+    >>> layer = ct.Conv1d(3, 8, 5, padding="same", runtime=convtune.Runtime(miss_policy="heuristic"))
+    >>> layer(torch.randn(2, 3, 40)).shape
+    torch.Size([2, 8, 40])
+    """
+
+    _convtune_base = nn.Conv1d
+
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.convtune_math, self.convtune_runtime = _check_math(math), runtime
+
+
+class Conv2d(_Convtune, nn.Conv2d):
+    """``nn.Conv2d`` through convtune's plans.
+
+    Examples
+    --------
+    >>> import torch, convtune, convtune.torch as ct
+    >>> layer = ct.Conv2d(3, 8, 3, padding=1, runtime=convtune.Runtime(miss_policy="heuristic"))
+    >>> layer(torch.randn(2, 3, 16, 16)).shape
+    torch.Size([2, 8, 16, 16])
+    """
+
+    _convtune_base = nn.Conv2d
+
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.convtune_math, self.convtune_runtime = _check_math(math), runtime
+
+
+_REPLACEMENTS: dict[type, type] = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d}
+
+
+def _replacement(cls: type) -> tuple[type | None, str]:
+    """The convtune class standing in for ``cls``, or ``None`` and why there is none."""
+    if issubclass(cls, _Convtune):
+        return None, "already patched"
+    if cls in _REPLACEMENTS:
+        return _REPLACEMENTS[cls], ""
+    base = next((b for b in (nn.Conv2d, nn.Conv1d) if issubclass(cls, b)), None)
+    if base is None:
+        return None, "not a Conv1d or Conv2d"
+    if issubclass(cls, LazyModuleMixin):
+        return None, "a lazy module: patch it after its first forward pass has made its parameters"
+    if cls.forward is not base.forward or cls._conv_forward is not base._conv_forward:
+        return None, f"{cls.__qualname__} has a forward of its own"
+    made = type(f"Convtune{cls.__name__}", (_Convtune, cls),
+                {"_convtune_base": cls, "__module__": __name__, "__doc__": f"{cls.__qualname__} through convtune."})
+    _REPLACEMENTS[cls] = made
+    return made, ""
+
+
+def _post_order(module: nn.Module, prefix: str = ""):
+    """``(qualified name, module)`` pairs, children before their parent, each module once."""
+    seen = set()
+
+    def visit(mod, name):
+        if id(mod) in seen:
+            return
+        seen.add(id(mod))
+        for child_name, child in mod.named_children():
+            yield from visit(child, f"{name}.{child_name}" if name else child_name)
+        yield name, mod
+    yield from visit(module, prefix)
+
+
+def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = None, math: str = "auto",
+          runtime: Runtime | None = None) -> list[str]:
+    """Make ``model``'s ``Conv1d``/``Conv2d`` modules (children first, ``model`` itself too) run through
+    convtune, in place; returns the qualified names of those it changed (``''`` is ``model``).
+
+    ``filter(module, name)`` picks among the eligible modules. ``math``: ``'auto'`` follows
+    ``torch.backends.cudnn.allow_tf32`` on CUDA (see :mod:`convtune.torch.functional`).
+
+    Examples
+    --------
+    >>> import torch, convtune, convtune.torch as ct
+    >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3))
+    >>> ct.patch(model)
+    ['0', '2']
+    >>> type(model[0]).__name__, ct.unpatch(model)
+    ('Conv2d', ['0', '2'])
+    """
+    _check_math(math)
+    swapped = []
+    for name, module in _post_order(model):
+        if not isinstance(module, (nn.Conv1d, nn.Conv2d)):
+            continue
+        cls, reason = _replacement(type(module))
+        if cls is None:
+            if reason != "already patched":
+                log.info("convtune.torch.patch: %s (%s) left as it is: %s", name or "the model",
+                         type(module).__qualname__, reason)
+            continue
+        if filter is not None and not filter(module, name):
+            continue
+        module.__class__ = cls
+        module.convtune_math, module.convtune_runtime = math, runtime
+        swapped.append(name)
+    return swapped
+
+
+def unpatch(model: nn.Module) -> list[str]:
+    """Give every convtune convolution module in ``model`` its original class back; returns their names."""
+    restored = []
+    for name, module in _post_order(model):
+        if isinstance(module, _Convtune):
+            module.__class__ = module._convtune_base
+            for attr in ("convtune_math", "convtune_runtime"):
+                module.__dict__.pop(attr, None)
+            restored.append(name)
+    return restored

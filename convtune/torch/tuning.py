@@ -1,0 +1,200 @@
+"""Tune ahead: a model's convolution problems, collected from one forward pass and tuned before training.
+
+:func:`collect` runs the model once on example inputs (gradients on, as in training, so that it
+knows which gradients each layer needs: the first layer's input needs none) with every
+convolution computed by PyTorch, and records what convtune would dispatch: the patched modules
+through their own code path, plain ``nn.Conv1d``/``nn.Conv2d`` modules through a forward hook
+that goes the same way. :func:`tune` then looks every problem up in the runtime's plan cache and
+tunes what is missing, with progress, so that the first training step finds only cache hits.
+
+Examples
+--------
+>>> import torch, convtune, convtune.torch as ct
+>>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 3))
+>>> report = ct.tune(model, torch.randn(2, 3, 12, 12), runtime=convtune.Runtime(miss_policy="heuristic"), progress=False)
+>>> [(p.pass_, names) for p, names in report.problems][:3]
+[('fwd', ['0']), ('wgrad', ['0']), ('fwd', ['1'])]
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..problem import PASSES, ConvProblem
+from ..runtime import Runtime, default_runtime
+from . import functional
+from ._bridge import bridge
+from ._dispatch import layer_problem
+
+log = logging.getLogger("convtune")
+
+__all__ = ["collect", "tune", "TuneReport", "Problem"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One convolution call of a model: the layer's forward problem, where it runs, which passes it needs."""
+
+    problem: ConvProblem
+    device: torch.device
+    passes: tuple[str, ...]
+    name: str
+
+
+def _qualified_names(model: nn.Module) -> dict[int, str]:
+    return {id(m): name for name, m in model.named_modules()}
+
+
+def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: bool = True) -> list[Problem]:
+    """Every convolution call of one forward pass of ``model`` on ``example_inputs`` (a tensor or a
+    tuple of positional arguments), as convtune would dispatch it, in call order; calls PyTorch
+    would run anyway are left out (``device_check=False``: whatever the device, e.g. ``meta``)."""
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    names = _qualified_names(model)
+    records: list = []
+    hooks = []
+
+    def plain_hook(module, args):
+        # a plain convolution module: record what its patched form would dispatch
+        geom = functional.geometry(len(module.kernel_size), module.kernel_size, module.stride, module.padding,
+                                   module.dilation, module.padding_mode)
+        x = args[0]
+        if x.dim() == geom.rank + 1:
+            x = x.unsqueeze(0)
+        if geom.pre_pad is not None:
+            x = torch.nn.functional.pad(x, geom.pre_pad,
+                                        mode="constant" if geom.pad_mode == "zeros" else geom.pad_mode)
+        records.append((module, x, module.weight, geom, module.groups, functional.resolve_math(math, x)))
+
+    from .modules import _Convtune
+    for module in model.modules():
+        if isinstance(module, (nn.Conv1d, nn.Conv2d)) and not isinstance(module, _Convtune):
+            hooks.append(module.register_forward_pre_hook(plain_hook))
+    functional._collect.records = records
+    try:
+        with torch.enable_grad():
+            model(*inputs)
+    finally:
+        functional._collect.records = None
+        for hook in hooks:
+            hook.remove()
+    found = []
+    for owner, x, weight, geom, groups, math_mode in records:
+        if functional._unsupported(x, weight, None, geom.rank, False, device_check) is not None:
+            continue  # PyTorch runs it: nothing to tune
+        try:
+            problem = layer_problem(tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation,
+                                    groups, math_mode)
+        except ValueError:
+            continue
+        passes = ("fwd",) + (("dgrad",) if x.requires_grad else ()) + (("wgrad",) if weight.requires_grad else ())
+        found.append(Problem(problem, x.device, passes, names.get(id(owner), "?")))
+    return found
+
+
+@dataclass
+class TuneReport:
+    """What :func:`tune` did: every problem with the layers that share it, and how each was found."""
+
+    problems: list[tuple[ConvProblem, list[str]]] = field(default_factory=list)
+    tuned: int = 0
+    cached: int = 0
+    failed: list[tuple[ConvProblem, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def __str__(self):
+        text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, "
+                f"{len(self.failed)} failed, in {self.seconds:.1f} s")
+        return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
+
+
+class _Progress:
+    """Progress on stderr: a bar that redraws on a terminal, a line per tenth elsewhere."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.stream = total, stream or sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.shown = -1
+
+    def __call__(self, done: int, label: str) -> None:
+        if self.tty:
+            filled = int(30 * done / max(self.total, 1))
+            self.stream.write(f"\rconvtune: tuning [{'#' * filled}{'.' * (30 - filled)}] {done}/{self.total} "
+                              f"{label[:60]:60s}")
+            if done == self.total:
+                self.stream.write("\n")
+        else:
+            tenth = 10 * done // max(self.total, 1)
+            if tenth > self.shown or done == self.total:
+                self.shown = tenth
+                self.stream.write(f"convtune: tuning {done}/{self.total} {label}\n")
+        self.stream.flush()
+
+
+def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
+         progress: bool | Callable[[int, int, str], None] = True) -> TuneReport:
+    """Tune every convolution problem of ``model`` (see :func:`collect`) that the plan cache lacks.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Patched or not: plain ``nn.Conv1d``/``nn.Conv2d`` modules are tuned as :func:`patch` would run them.
+    example_inputs : Tensor or tuple
+        Inputs of the shape training uses (plans are per shape, batch size included).
+    passes : sequence of 'fwd', 'dgrad', 'wgrad'
+        Passes to tune, where a layer needs them (no input gradient for a layer whose input needs none).
+    math : {'auto', 'fp32', 'tf32'}
+        For plain modules; patched ones use their own setting.
+    runtime : Runtime, optional
+        Defaults to :func:`convtune.default_runtime` (the persistent plan cache).
+    progress : bool or callable
+        ``True``: a progress bar on stderr; a callable gets ``(done, total, label)``.
+    """
+    started = time.perf_counter()
+    rt = runtime or default_runtime()
+    wanted = tuple(p for p in PASSES if p in set(passes))
+    unknown = set(passes) - set(PASSES)
+    if unknown:
+        raise ValueError(f"unknown pass(es) {', '.join(sorted(unknown))}; acceptable: {', '.join(PASSES)}")
+    # the problems, each once (several layers share shapes), on the device they run on
+    distinct: dict[tuple, tuple[ConvProblem, torch.device, list[str]]] = {}
+    for item in collect(model, example_inputs, math):
+        for pass_ in item.passes:
+            if pass_ in wanted:
+                p = item.problem.for_pass(pass_)
+                distinct.setdefault((p.key(), str(item.device)), (p, item.device, []))[2].append(item.name)
+    report = TuneReport(problems=[(p, names) for p, _d, names in distinct.values()])
+    show = _Progress(len(distinct)) if progress is True else progress or None
+    for done, (problem, device, names) in enumerate(distinct.values()):
+        label = f"{names[0]} {problem.pass_}"
+        if show is not None:
+            show(done, label) if isinstance(show, _Progress) else show(done, len(distinct), label)
+        try:
+            br = bridge(device.type)
+            before = rt.tuned
+            with rt._lock:
+                decision = br.call(device.index, rt.decision_for, problem, br.backend)
+            if decision is None:
+                report.failed.append((problem, f"not in the plan cache, and the runtime's miss policy is "
+                                               f"{rt.miss_policy!r}, not 'tune'"))
+            elif rt.tuned > before:
+                report.tuned += 1
+            else:
+                report.cached += 1
+        except Exception as exc:  # recorded; those layers fall back to PyTorch when they run
+            report.failed.append((problem, f"{type(exc).__name__}: {exc}"))
+            log.warning("convtune.torch.tune: %s: %s", problem.describe(), exc)
+    if show is not None:
+        show(len(distinct), "done") if isinstance(show, _Progress) else show(len(distinct), len(distinct), "done")
+    if torch.cuda.is_available() and any(d.type == "cuda" for _p, d, _n in distinct.values()):
+        torch.cuda.empty_cache()  # what tuning held goes back to the device before training starts
+    report.seconds = time.perf_counter() - started
+    log.info("convtune.torch.tune: %s", report)
+    return report

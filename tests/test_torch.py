@@ -1,0 +1,315 @@
+"""The PyTorch drop-in on CPU tensors: modules, patching, every nn.Conv argument form, fallbacks."""
+
+import copy
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import convtune  # noqa: E402
+import convtune.torch as ct  # noqa: E402
+from convtune import MemoryPlanStore, Runtime  # noqa: E402
+from convtune.torch import _dispatch  # noqa: E402
+from conftest import FailingTimer, FakeTimer  # noqa: E402
+from torch_models import MODELS  # noqa: E402
+
+#: which code path the plans take: PyTorch's own (native), or convtune's executors on array views
+STRATEGY_SETS = {"torch": ["torch"], "im2col": ["im2col"], "fft": ["fft"]}
+
+
+def make_runtime(strategies=None, timer=None, **kw):
+    options = {"timer": timer or FakeTimer()}
+    if strategies:
+        options["strategies"] = strategies
+    return Runtime(store=MemoryPlanStore(), planner_options=options, **kw)
+
+
+@pytest.fixture(params=sorted(STRATEGY_SETS))
+def runtime(request):
+    return make_runtime(STRATEGY_SETS[request.param])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_once(monkeypatch):
+    """Every test sees each once-only message anew."""
+    monkeypatch.setattr(_dispatch, "_said", set())
+
+
+def patched_copy(module, runtime, **kw):
+    twin = copy.deepcopy(module)
+    ct.patch(twin, runtime=runtime, **kw)
+    return twin
+
+
+def assert_same_training(plain, patched, *inputs, rtol=1e-4, atol=1e-5):
+    """Outputs, the inputs' gradients and every parameter's gradient agree (float32 tolerance)."""
+    def run(model):
+        xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+        out = model(*xs)
+        probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        (out * probe).sum().backward()
+        return out.detach(), [x.grad for x in xs], {n: p.grad for n, p in model.named_parameters()}
+    out_a, gx_a, gp_a = run(plain)
+    out_b, gx_b, gp_b = run(patched)
+    torch.testing.assert_close(out_b, out_a, rtol=rtol, atol=atol)
+    for a, b in zip(gx_a, gx_b):
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=rtol, atol=atol)
+    assert gp_a.keys() == gp_b.keys()
+    for name in gp_a:
+        torch.testing.assert_close(gp_b[name], gp_a[name], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+# -- every argument form nn.Conv1d/Conv2d accepts --------------------------------------------------------
+FORMS = {
+    "2d-basic": (nn.Conv2d, dict(in_channels=3, out_channels=5, kernel_size=3)),
+    "2d-pad-tuple": (nn.Conv2d, dict(in_channels=3, out_channels=4, kernel_size=(3, 5), padding=(1, 2))),
+    "2d-same-odd": (nn.Conv2d, dict(in_channels=3, out_channels=4, kernel_size=5, padding="same")),
+    "2d-same-even-dilated": (nn.Conv2d, dict(in_channels=2, out_channels=3, kernel_size=(4, 2), padding="same",
+                                             dilation=(1, 3))),
+    "2d-valid": (nn.Conv2d, dict(in_channels=3, out_channels=2, kernel_size=3, padding="valid")),
+    "2d-stride-dilation": (nn.Conv2d, dict(in_channels=4, out_channels=6, kernel_size=3, stride=(2, 1), padding=2,
+                                           dilation=(2, 1))),
+    "2d-groups-nobias": (nn.Conv2d, dict(in_channels=6, out_channels=4, kernel_size=3, padding=1, groups=2,
+                                         bias=False)),
+    "2d-depthwise": (nn.Conv2d, dict(in_channels=4, out_channels=4, kernel_size=5, padding=2, groups=4)),
+    "2d-reflect": (nn.Conv2d, dict(in_channels=3, out_channels=4, kernel_size=3, padding=1, padding_mode="reflect")),
+    "2d-replicate-same": (nn.Conv2d, dict(in_channels=3, out_channels=4, kernel_size=4, padding="same",
+                                          padding_mode="replicate")),
+    "2d-circular-stride": (nn.Conv2d, dict(in_channels=2, out_channels=3, kernel_size=3, stride=2, padding=(1, 2),
+                                           padding_mode="circular")),
+    "1d-basic": (nn.Conv1d, dict(in_channels=3, out_channels=4, kernel_size=5, padding=2)),
+    "1d-same-even": (nn.Conv1d, dict(in_channels=2, out_channels=2, kernel_size=6, padding="same", groups=2)),
+    "1d-stride-circular": (nn.Conv1d, dict(in_channels=3, out_channels=5, kernel_size=3, stride=3, padding=1,
+                                           padding_mode="circular", bias=False)),
+}
+
+
+def _input(cls, kind, channels):
+    size = (11, 9) if cls is nn.Conv2d else (23,)
+    gen = torch.Generator().manual_seed(0)
+    if kind == "unbatched":
+        return torch.randn(channels, *size, generator=gen)
+    if kind == "empty-batch":
+        return torch.randn(0, channels, *size, generator=gen)
+    if kind == "sliced":  # a non-contiguous view: every other sample of a wider tensor, offset width
+        wide = torch.randn(6, channels, *size[:-1], size[-1] + 3, generator=gen)
+        return wide[::2, :, ..., 2:-1]
+    x = torch.randn(3, channels, *size, generator=gen)
+    if kind == "channels_last":
+        return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else None
+    return x
+
+
+@pytest.mark.parametrize("kind", ["batched", "unbatched", "empty-batch", "sliced", "channels_last"])
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_every_conv_form_matches_pytorch(form, kind, runtime):
+    cls, kwargs = FORMS[form]
+    torch.manual_seed(0)
+    plain = cls(**kwargs)
+    x = _input(cls, kind, kwargs["in_channels"])
+    if x is None:
+        pytest.skip("channels_last is a 4-D layout")
+    if kind == "channels_last":
+        plain = plain.to(memory_format=torch.channels_last)
+    patched = patched_copy(plain, runtime)
+    assert isinstance(patched, ct.Conv2d if cls is nn.Conv2d else ct.Conv1d)
+    assert_same_training(plain, patched, x)
+    if kind == "channels_last":
+        assert patched(x).is_contiguous(memory_format=torch.channels_last)
+
+
+def test_convtune_executors_ran(runtime):
+    """The routes took the path their plans say: PyTorch's operator or convtune's executor."""
+    layer = ct.Conv2d(3, 4, 3, padding=1, runtime=runtime)
+    layer(torch.randn(2, 3, 8, 8, requires_grad=True)).sum().backward()
+    (route,) = runtime.layer_memo("torch").values()
+    strategy = runtime.planner_options["strategies"][0]
+    assert set(route.labels()) == {"fwd", "dgrad", "wgrad"}
+    assert all(label.startswith(strategy + "[") for label in route.labels().values())
+    kind = _dispatch.Native if strategy == "torch" else _dispatch.ArrayPlan
+    assert all(type(getattr(route, f"{p}_exec")) is kind for p in ("fwd", "dgrad", "wgrad"))
+
+
+def test_native_route_uses_pytorchs_own_autograd_and_others_ours():
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    native = ct.Conv2d(3, 4, 3, runtime=make_runtime(["torch"]))
+    assert type(native(x).grad_fn).__name__ == "ConvolutionBackward0"
+    ours = ct.Conv2d(3, 4, 3, runtime=make_runtime(["im2col"]))
+    assert type(ours(x).grad_fn).__name__ == "_ForwardBackward"
+    with torch.no_grad():  # inference: no autograd function at all
+        assert ours(x).grad_fn is None
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_patched_models_train_like_pytorch(name):
+    """Each kind of model, patched, gives the unpatched model's loss and gradients; convtune's own
+    executors run (the fake timer makes PyTorch's convolution the slowest candidate)."""
+    factory, shape = MODELS[name]
+    torch.manual_seed(0)
+    plain = factory()
+    runtime = make_runtime(["torch", "im2col", "fft"], FakeTimer(times={"torch": 2.0}, default=1.0))
+    patched = patched_copy(plain, runtime)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    assert_same_training(plain, patched, x, rtol=2e-4, atol=2e-5)
+    labels = [label for route in runtime.layer_memo("torch").values() for label in route.labels().values()]
+    assert labels and not any(label.startswith("torch") for label in labels)
+
+
+def test_state_dict_round_trips_both_ways():
+    torch.manual_seed(0)
+    plain = MODELS["resnet_like"][0]()
+    patched = patched_copy(plain, make_runtime(["torch"]))
+    assert plain.state_dict().keys() == patched.state_dict().keys()
+    fresh_plain, fresh_patched = MODELS["resnet_like"][0](), MODELS["resnet_like"][0]()
+    ct.patch(fresh_patched, runtime=make_runtime(["torch"]))
+    fresh_plain.load_state_dict(patched.state_dict())
+    fresh_patched.load_state_dict(plain.state_dict())
+    for (name, a), (_n, b) in zip(fresh_plain.state_dict().items(), fresh_patched.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=name)
+        torch.testing.assert_close(a, plain.state_dict()[name], msg=name)
+
+
+def test_convtune_modules_take_nn_arguments_and_load_nn_weights():
+    rt = make_runtime(["im2col"])
+    plain = nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2)
+    ours = ct.Conv1d(4, 6, 3, stride=2, padding=1, groups=2, runtime=rt, math="fp32")
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(3, 4, 17)
+    torch.testing.assert_close(ours(x), plain(x), rtol=1e-5, atol=1e-6)
+    assert "math='fp32'" in repr(ours)
+    with pytest.raises(ValueError, match="acceptable: auto, fp32, tf32"):
+        ct.Conv2d(3, 4, 3, math="fp16")
+
+
+# -- patch / unpatch ---------------------------------------------------------------------------------------
+class OwnForward(nn.Conv2d):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+class PlainSubclass(nn.Conv2d):
+    pass
+
+
+def test_patch_is_in_place_keeps_hooks_and_parameters_and_unpatch_undoes_it(caplog):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sequential(PlainSubclass(4, 4, 3), OwnForward(4, 4, 1)),
+                          nn.Conv1d(2, 2, 3), nn.Conv3d(1, 1, 1), nn.LazyConv2d(4, 3))
+    first, sub = model[0], model[1][0]
+    weight = first.weight
+    calls = []
+    first.register_forward_hook(lambda m, i, o: calls.append(o.shape))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        swapped = ct.patch(model, runtime=make_runtime(["im2col"]))
+    assert swapped == ["0", "1.0", "2"]  # children first; the own-forward, 3-D and lazy modules are left
+    assert "has a forward of its own" in caplog.text and "lazy" in caplog.text
+    assert model[0] is first and first.weight is weight and isinstance(first, nn.Conv2d)
+    assert isinstance(sub, PlainSubclass) and type(sub).__name__ == "ConvtunePlainSubclass"
+    x = torch.randn(2, 3, 9, 9)
+    model[1](model[0](x)).sum().backward()
+    optimizer.step()
+    assert calls == [torch.Size([2, 4, 7, 7])]
+    assert ct.patch(model) == []  # nothing left to patch
+    assert ct.unpatch(model) == ["0", "1.0", "2"]
+    assert type(first) is nn.Conv2d and type(sub) is PlainSubclass and "convtune_math" not in first.__dict__
+
+
+def test_patch_filter_and_a_bare_conv_module():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
+    assert ct.patch(model, filter=lambda module, name: name == "1") == ["1"]
+    conv = nn.Conv2d(3, 4, 3)
+    assert ct.patch(conv, math="fp32") == [""] and conv.convtune_math == "fp32"
+    with pytest.raises(ValueError, match="acceptable"):
+        ct.patch(conv, math="bf16")
+
+
+# -- what falls back, and says so once ------------------------------------------------------------------------
+def test_float64_falls_back_with_one_message(caplog):
+    layer = ct.Conv2d(3, 4, 3, runtime=make_runtime(timer=FailingTimer()), dtype=torch.float64)
+    plain = nn.Conv2d(3, 4, 3, dtype=torch.float64)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        for _ in range(3):
+            torch.testing.assert_close(layer(x), plain(x))
+    assert caplog.text.count("float64") == 1 and "PyTorch's convolution runs" in caplog.text
+
+
+def test_autocast_falls_back_to_pytorchs_autocast_convolution(caplog):
+    layer = ct.Conv2d(3, 4, 3, runtime=make_runtime(["im2col"]))
+    x = torch.randn(2, 3, 8, 8)
+    with caplog.at_level(logging.WARNING, logger="convtune"), torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == torch.bfloat16 and "autocast" in caplog.text
+
+
+def test_a_runtime_that_cannot_plan_falls_back(caplog):
+    rt = Runtime(store=MemoryPlanStore(), miss_policy="error")
+    layer, plain = ct.Conv2d(3, 4, 3, padding=1, runtime=rt), nn.Conv2d(3, 4, 3, padding=1)
+    plain.load_state_dict(layer.state_dict())
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        assert_same_training(plain, layer, torch.randn(2, 3, 8, 8))
+    assert "no tuned plan" in caplog.text
+    (route,) = rt.layer_memo("torch").values()
+    assert set(route.labels().values()) == {"pytorch (fallback)"}
+
+
+def test_a_plan_that_fails_when_it_runs_falls_back(caplog, monkeypatch):
+    rt = make_runtime(["im2col"])
+    layer, plain = ct.Conv2d(3, 4, 3, runtime=rt), nn.Conv2d(3, 4, 3)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    layer(x)
+    (route,) = rt.layer_memo("torch").values()
+
+    def broken(*args):
+        raise MemoryError("out of memory in the test")
+    import dataclasses
+    monkeypatch.setattr(route.fwd_exec, "plan", dataclasses.replace(route.fwd_exec.plan, run=broken))
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        torch.testing.assert_close(layer(x), plain(x), rtol=1e-5, atol=1e-6)
+    assert "out of memory in the test" in caplog.text and route.fwd_exec.label == "pytorch (fallback)"
+
+
+def test_meta_tensors_and_bad_geometry_behave_as_in_pytorch():
+    layer = ct.Conv2d(3, 4, 5, runtime=make_runtime(timer=FailingTimer()))
+    assert layer(torch.empty(2, 3, 9, 9, device="meta")).shape == (2, 4, 5, 5)
+    with pytest.raises(RuntimeError, match="[Kk]ernel size"):
+        layer(torch.randn(1, 3, 3, 3))  # PyTorch's own error: the kernel is larger than the input
+    with pytest.raises(RuntimeError):
+        layer(torch.randn(2, 5, 9, 9))  # wrong channel count, as PyTorch says it
+
+
+def test_math_auto_is_fp32_on_cpu_and_strict_modes_are_kept():
+    rt = make_runtime(["im2col"])
+    ct.Conv2d(3, 4, 3, runtime=rt)(torch.randn(1, 3, 6, 6))
+    ct.Conv2d(3, 4, 3, runtime=rt, math="tf32")(torch.randn(1, 3, 6, 6))
+    maths = sorted(route.problem.math for route in rt.layer_memo("torch").values())
+    assert maths == ["fp32", "tf32"]
+
+
+def test_functional_forms():
+    rt = make_runtime(["fft"])
+    x, w, b = torch.randn(2, 3, 10, 10), torch.randn(4, 3, 3, 3), torch.randn(4)
+    torch.testing.assert_close(ct.conv2d(x, w, b, padding="same", runtime=rt),
+                               nn.functional.conv2d(x, w, b, padding="same"), rtol=1e-4, atol=1e-5)
+    x1, w1 = torch.randn(2, 3, 30), torch.randn(6, 1, 7)
+    torch.testing.assert_close(ct.conv1d(x1, w1, None, 2, 3, 1, 3, runtime=rt),
+                               nn.functional.conv1d(x1, w1, None, 2, 3, 1, 3), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="strided"):
+        ct.conv2d(x, w, padding="same", stride=2, runtime=rt)
+    with pytest.raises(ValueError, match="padding_mode"):
+        ct.conv2d(x, w, padding_mode="mirror", runtime=rt)
+    with pytest.raises(ValueError, match="4-D weight"):
+        ct.conv2d(x, w1, runtime=rt)
+
+
+def test_clear_memo_drops_the_routes():
+    rt = make_runtime(["torch"])
+    ct.Conv2d(3, 4, 3, runtime=rt)(torch.randn(1, 3, 6, 6))
+    assert len(rt.layer_memo("torch")) == 1
+    rt.clear_memo()
+    assert len(rt.layer_memo("torch")) == 0

@@ -1,0 +1,133 @@
+"""The registered operators: opcheck, double backward, torch.compile of a patched model (CPU)."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import convtune  # noqa: E402
+import convtune.torch as ct  # noqa: E402
+from convtune import MemoryPlanStore, Runtime  # noqa: E402
+from convtune.torch import _ops  # noqa: E402
+from conftest import FakeTimer  # noqa: E402
+from torch_models import MODELS  # noqa: E402
+
+OPS = torch.ops.convtune
+
+
+@pytest.fixture(params=["torch", "im2col"])
+def default_runtime(request):
+    """The registered ops take no runtime argument: they use the default runtime (compiled models too)."""
+    rt = Runtime(store=MemoryPlanStore(), planner_options={"timer": FakeTimer(), "strategies": [request.param]})
+    previous = convtune.set_default_runtime(rt)
+    yield rt
+    convtune.set_default_runtime(previous)
+
+
+def _layouts(x):
+    yield "contiguous", x
+    yield "channels_last", x.contiguous(memory_format=torch.channels_last)
+    wide = torch.randn(x.shape[0] * 2, *x.shape[1:-1], x.shape[-1] + 2)
+    yield "sliced", wide[::2, ..., 1:-1]
+
+
+GEOMETRY = ([2, 1], [1, 2], [1, 2], 2, "fp32")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced"])
+def test_opcheck_all_three_ops(default_runtime, layout):
+    gen = torch.Generator().manual_seed(0)
+    x = dict(_layouts(torch.randn(3, 4, 9, 8, generator=gen)))[layout]
+    w = torch.randn(6, 2, 3, 3, generator=gen)
+    b = torch.randn(6, generator=gen)
+    y = OPS.conv_fwd(x, w, b, *GEOMETRY)
+    ref = nn.functional.conv2d(x, w, b, GEOMETRY[0], GEOMETRY[1], GEOMETRY[2], GEOMETRY[3])
+    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
+    dy = dict(_layouts(torch.randn(y.shape, generator=gen)))[layout]
+    cases = [(OPS.conv_fwd.default, (x, w, b, *GEOMETRY)), (OPS.conv_fwd.default, (x, w, None, *GEOMETRY)),
+             (OPS.conv_dgrad.default, (dy, w, list(x.shape), *GEOMETRY)),
+             (OPS.conv_wgrad.default, (x, dy, list(w.shape), *GEOMETRY))]
+    for op, args in cases:
+        grads = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+        torch.library.opcheck(op, grads)
+        torch.library.opcheck(op, args)
+
+
+def test_empty_batch_and_other_dtypes_go_to_pytorch(default_runtime):
+    x, w = torch.randn(0, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    assert OPS.conv_fwd(x, w, None, [1, 1], [0, 0], [1, 1], 1, "fp32").shape == (0, 4, 6, 6)
+    dw = OPS.conv_wgrad(x, torch.randn(0, 4, 6, 6), [4, 3, 3, 3], [1, 1], [0, 0], [1, 1], 1, "fp32")
+    assert dw.shape == (4, 3, 3, 3) and not dw.any()
+    x64, w64 = torch.randn(2, 3, 8, 8, dtype=torch.float64), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    torch.testing.assert_close(OPS.conv_fwd(x64, w64, None, [1, 1], [1, 1], [1, 1], 1, "fp32"),
+                               nn.functional.conv2d(x64, w64, padding=1))
+
+
+def _second_order(conv, x, w):
+    """A loss built from a first-order gradient (a gradient penalty), differentiated again."""
+    x, w = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    y = conv(x, w)
+    probe = torch.randn(y.shape, generator=torch.Generator().manual_seed(5))
+    gx, gw = torch.autograd.grad((y * probe).sum(), (x, w), create_graph=True)
+    (gx.square().sum() + gw.square().sum()).backward()
+    return x.grad, w.grad
+
+
+@pytest.mark.parametrize("path", ["eager", "ops"])
+def test_double_backward_matches_pytorch(default_runtime, path):
+    gen = torch.Generator().manual_seed(1)
+    x, w = torch.randn(2, 4, 10, 9, generator=gen), torch.randn(6, 2, 3, 3, generator=gen)
+    kw = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
+    if path == "eager":
+        ours = ct.Conv2d(4, 6, 3, bias=False, runtime=default_runtime, **kw)
+        convtune_conv = lambda a, b: ours._conv_forward(a, b, None)  # noqa: E731
+    else:
+        convtune_conv = lambda a, b: OPS.conv_fwd(a, b, None, [2, 1], [1, 2], [1, 2], 2, "fp32")  # noqa: E731
+    expected = _second_order(lambda a, b: nn.functional.conv2d(a, b, **kw), x, w)
+    got = _second_order(convtune_conv, x, w)
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_gradients_formula_is_the_adjoint_identity():
+    """The one backward formula against PyTorch's own convolution gradients, pass by pass."""
+    gen = torch.Generator().manual_seed(2)
+    x, w = torch.randn(2, 3, 7, 6, generator=gen), torch.randn(4, 3, 3, 2, generator=gen)
+    fwd = lambda a, b: nn.functional.conv2d(a, b, padding=1)  # noqa: E731
+    dgrad = lambda dy, b: torch.nn.grad.conv2d_input(x.shape, b, dy, padding=1)  # noqa: E731
+    wgrad = lambda a, dy: torch.nn.grad.conv2d_weight(a, w.shape, dy, padding=1)  # noqa: E731
+    y = fwd(x, w)
+    g = torch.randn(y.shape, generator=gen)
+    dx, dw = _ops.gradients("fwd", (True, True), x, w, g, fwd, dgrad, wgrad)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    fwd(xr, wr).backward(g)
+    torch.testing.assert_close(dx, xr.grad)
+    torch.testing.assert_close(dw, wr.grad)
+
+
+@pytest.mark.parametrize("name", ["resnet_like", "longconv_tiny"])
+def test_compiled_patched_model_fullgraph(default_runtime, name):
+    factory, shape = MODELS[name]
+    torch.manual_seed(0)
+    plain = factory()
+    patched = copy.deepcopy(plain)
+    ct.patch(patched)
+    compiled = torch.compile(patched, fullgraph=True, backend="aot_eager")
+    x = torch.randn(shape)
+    for model in (plain, compiled):
+        model.zero_grad()
+        model(x).square().sum().backward()
+    torch.testing.assert_close(compiled(x), plain(x), rtol=1e-4, atol=1e-5)
+    for (n, a), (_n, b) in zip(plain.named_parameters(), patched.named_parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5, msg=n)
+    assert len(default_runtime.layer_memo("torch")) > 0  # the ops ran convtune's routes
+
+
+def test_inductor_compiles_a_patched_model(default_runtime):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 2, 3))
+    plain = copy.deepcopy(model)
+    ct.patch(model)
+    x = torch.randn(2, 3, 10, 10)
+    torch.testing.assert_close(torch.compile(model, fullgraph=True)(x), plain(x), rtol=1e-4, atol=1e-5)

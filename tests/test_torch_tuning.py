@@ -1,0 +1,226 @@
+"""Tune-ahead, the torch strategy, model specs in the CLI, and bench-model (CPU)."""
+
+import json
+import logging
+import sys
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from click.testing import CliRunner  # noqa: E402
+from torch import nn  # noqa: E402
+
+import convtune.torch as ct  # noqa: E402
+from convtune import MemoryPlanStore, Runtime  # noqa: E402
+from convtune.cli import main  # noqa: E402
+from convtune.errors import NetworkError  # noqa: E402
+from convtune.network import is_model_spec, load_network  # noqa: E402
+from convtune.planner import Planner  # noqa: E402
+from convtune.problem import ConvProblem  # noqa: E402
+from convtune.strategies import get_strategy, register, strategy_versions, unregister  # noqa: E402
+from convtune.strategies.base import Config, Strategy  # noqa: E402
+from conftest import FailingTimer, FakeTimer  # noqa: E402
+from torch_models import MODELS  # noqa: E402
+
+
+def make_runtime(strategies=("torch", "im2col"), timer=None):
+    return Runtime(store=MemoryPlanStore(), planner_options={"timer": timer or FakeTimer(),
+                                                             "strategies": list(strategies)})
+
+
+# -- tune ahead ------------------------------------------------------------------------------------------
+def test_collect_finds_each_call_with_the_passes_training_needs():
+    model = MODELS["resnet_like"][0]()
+    found = ct.collect(model, torch.randn(2, 3, 32, 32))
+    assert len(found) == 9  # the stem and 2 x (3 convolutions + projection)
+    assert found[0].name == "0" and found[0].passes == ("fwd", "wgrad")  # the input needs no gradient
+    assert all(item.passes == ("fwd", "dgrad", "wgrad") for item in found[1:])
+    frozen = MODELS["resnet_like"][0]()
+    frozen[0].weight.requires_grad_(False)
+    assert ct.collect(frozen, torch.randn(2, 3, 32, 32))[0].passes == ("fwd",)
+
+
+@pytest.mark.parametrize("patched", [False, True])
+def test_tune_ahead_then_training_is_all_cache_hits(patched):
+    factory, shape = MODELS["slak_tiny"]
+    model = factory()
+    runtime = make_runtime()
+    if patched:
+        ct.patch(model, runtime=runtime)
+    seen = []
+    report = ct.tune(model, torch.randn(shape), runtime=runtime, progress=lambda done, total, label: seen.append(done))
+    assert report.tuned == len(report.problems) and report.cached == 0 and not report.failed
+    assert seen[0] == 0 and seen[-1] == len(report.problems)
+    assert "problems:" in str(report)
+    again = ct.tune(model, torch.randn(shape), runtime=runtime, progress=False)
+    assert again.tuned == 0 and again.cached == len(report.problems)
+    # a training step now times nothing: every plan comes from the store
+    runtime.planner_options["timer"] = FailingTimer()
+    ct.patch(model, runtime=runtime)
+    model(torch.randn(shape)).sum().backward()
+    assert runtime.tuned == report.tuned
+
+
+def test_tune_reports_what_it_cannot_plan():
+    runtime = Runtime(store=MemoryPlanStore(), miss_policy="error")
+    report = ct.tune(nn.Conv2d(3, 4, 3), torch.randn(1, 3, 8, 8), runtime=runtime, progress=False)
+    assert report.tuned == 0 and len(report.failed) == 2 and "miss policy" in report.failed[0][1]
+    with pytest.raises(ValueError, match="unknown pass"):
+        ct.tune(nn.Conv2d(3, 4, 3), torch.randn(1, 3, 8, 8), passes=("fwd", "bwd"), runtime=runtime)
+
+
+def test_tune_progress_bar_on_stderr(capsys):
+    ct.tune(nn.Conv2d(3, 4, 3), torch.randn(1, 3, 8, 8), runtime=make_runtime(["torch"]))
+    err = capsys.readouterr().err
+    assert "convtune: tuning 0/2" in err and "2/2 done" in err
+
+
+# -- the torch strategy ------------------------------------------------------------------------------------
+def test_torch_strategy_version_carries_pytorchs_version():
+    assert f"torch1@{torch.__version__}" in strategy_versions()
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    assert get_strategy("torch").supports(p, Planner("numpy").backend) is None
+
+
+def test_planner_times_a_strategy_that_makes_its_result_without_out():
+    targets = []
+
+    @register
+    class OwnResult(Strategy):
+        name = "test-own-result"
+        allocates_result = True
+        config_type = Config
+
+        def supports(self, problem, backend):
+            return None
+
+        def candidates(self, problem, backend):
+            return [Config()]
+
+        def workspace_bytes(self, problem, config):
+            return 0
+
+        def build(self, problem, config, backend):
+            ref = get_strategy("reference").build(problem, None, backend)
+
+            def run(a, b, out=None):
+                targets.append(out is None)
+                result = ref(a.astype("float64"), b.astype("float64")).astype("float32")
+                if out is None:
+                    return result
+                out[...] = result
+                return out
+            return run
+    try:
+        p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+        Planner("numpy", FakeTimer(), strategies=["test-own-result", "im2col"]).tune(p)
+    finally:
+        unregister("test-own-result")
+    # verification writes into a poisoned out; timing lets the executor make its own result
+    assert targets[0] is False and targets[-1] is True
+
+
+# -- model specs -------------------------------------------------------------------------------------------
+def test_model_specs_are_told_from_files_and_builtin_networks(tmp_path):
+    assert is_model_spec("torchvision:resnet50") and is_model_spec("torch_models:resnet_like")
+    assert is_model_spec("models/net.py:build")
+    assert not is_model_spec("resnet50") and not is_model_spec("net.yaml") and not is_model_spec("dir/a:b.json")
+
+
+def test_model_layers_on_the_meta_device():
+    layers = load_network("torch_models:resnet_like", input_shape=(4, 3, 64, 64))
+    assert [layer.name for layer in layers][:3] == ["0", "4.body.0", "4.body.3"]
+    assert layers[0].problem.batch == 4 and layers[0].problem.input_size == (64, 64)
+    assert layers[0].passes == ("fwd", "wgrad")
+    assert load_network("torch_models:resnet_like", batch=2, input_shape=(4, 3, 64, 64))[0].problem.batch == 2
+
+
+@pytest.mark.parametrize("spec, kwargs, message", [
+    ("torch_models:nothing", dict(input_shape=(1, 3, 8, 8)), "has no callable"),
+    ("no_such_module_xyz:make", dict(input_shape=(1, 3, 8, 8)), "cannot import"),
+    ("convtune:nope", dict(batch=1), "no built-in model"),
+    ("torch_models:resnet_like", dict(batch=2), "give --input-shape"),
+    ("convtune:longconv-1d", dict(), "give --batch"),
+    ("torch_models:resnet_like", dict(input_shape=(2, 5, 32, 32)), "forward pass"),
+    ("missing.py:build", dict(input_shape=(1, 3, 8, 8)), "no file"),
+])
+def test_model_spec_errors_say_what_to_do(spec, kwargs, message):
+    with pytest.raises(NetworkError, match=message):
+        load_network(spec, **kwargs)
+
+
+def test_input_shape_is_only_for_models():
+    with pytest.raises(NetworkError, match="input-shape is for PyTorch models"):
+        load_network("alexnet", input_shape=(1, 3, 224, 224))
+
+
+def test_torchvision_and_timm_models_are_built_without_weights(monkeypatch):
+    calls = []
+    vision = types.ModuleType("torchvision.models")
+    vision.list_models = lambda: ["tiny"]
+    vision.get_model = lambda name, weights: calls.append(("torchvision", name, weights)) or nn.Conv2d(3, 4, 3)
+    timm = types.ModuleType("timm")
+    timm.is_model = lambda name: name == "tinynet"
+
+    def create_model(name, pretrained):
+        calls.append(("timm", name, pretrained))
+        model = nn.Conv2d(3, 2, 5)
+        model.pretrained_cfg = {"input_size": (3, 16, 16)}
+        return model
+    timm.create_model = create_model
+    monkeypatch.setitem(sys.modules, "torchvision", types.ModuleType("torchvision"))
+    monkeypatch.setitem(sys.modules, "torchvision.models", vision)
+    monkeypatch.setitem(sys.modules, "timm", timm)
+    assert load_network("torchvision:tiny", batch=2)[0].problem.input_size == (224, 224)
+    assert load_network("timm:tinynet", batch=3)[0].problem.input_size == (16, 16)
+    assert calls == [("torchvision", "tiny", None), ("timm", "tinynet", False)]
+    with pytest.raises(NetworkError, match="no model 'huge'"):
+        load_network("torchvision:huge", batch=1)
+
+
+# -- the command line --------------------------------------------------------------------------------------
+def run(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+@pytest.mark.usefixtures("fake_default_timer")
+def test_cli_tunes_a_pytorch_model(tmp_path):
+    db = tmp_path / "plans.db"
+    first = run("tune", "torch_models:convnext_like", "--input-shape", "2,3,32,32", "--db", db, "--backend", "numpy")
+    assert first.exit_code == 0, first.output
+    assert "4 layers, 11 distinct problems" in first.output and "1.dw" in first.output
+    second = run("tune", "torch_models:convnext_like", "--input-shape", "2x3x32x32", "--db", db, "--backend",
+                 "numpy")
+    assert "nothing was timed" in second.output
+    bad = run("tune", "torch_models:convnext_like", "--input-shape", "2,3,a", "--db", db)
+    assert bad.exit_code == 1 and "cannot read the shape" in bad.output
+
+
+def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
+    out = tmp_path / "bench.json"
+    result = run("bench-model", "torch_models:longconv_tiny", "--input-shape", "2,6,48", "--modes",
+                 "torch-fp32,convtune-fp32", "--steps", "3", "--warmup", "0", "--db", tmp_path / "plans.db",
+                 "-o", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["complete"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
+    torch_mode, ours = doc["modes"]
+    assert ours["tuning"]["tuned"] == ours["tuning"]["problems"] > 0 and ours["patched_layers"] == 6
+    assert ours["step_ms"] > 0 and ours["routes"]
+    # the same weights, the same batch: the same first loss
+    assert ours["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
+    assert "convtune-fp32 vs torch-fp32" in result.output
+    bad = run("bench-model", "torch_models:longconv_tiny", "--input-shape", "2,6,48", "--modes", "fp64", "-o", out)
+    assert bad.exit_code == 1 and "unknown mode" in bad.output
+
+
+def test_heuristic_runtime_serves_pytorchs_convolution(caplog):
+    rt = Runtime(store=MemoryPlanStore(), miss_policy="heuristic", planner_options={"timer": FailingTimer()})
+    layer = ct.Conv2d(3, 4, 3, runtime=rt)
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        layer(torch.randn(1, 3, 8, 8, requires_grad=True)).sum().backward()
+    (route,) = rt.layer_memo("torch").values()
+    assert set(route.labels().values()) == {"torch[]"} and "fallback" not in caplog.text
