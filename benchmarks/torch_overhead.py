@@ -1,0 +1,125 @@
+"""Host time per call: convtune's PyTorch layer against PyTorch's own convolution, on a model's layers.
+
+For every distinct convolution of the model (at its training shapes), with the plans from the
+cache (tuned first where missing):
+
+* ``fwd-infer``: the module's forward under ``torch.no_grad()``;
+* ``fwd-train``: the forward with gradients on (what training calls: PyTorch's autograd node, or
+  convtune's autograd function, or the native route's PyTorch call);
+* ``dgrad``/``wgrad``: one backward pass through the layer's route (convtune) against PyTorch's
+  ``convolution_backward`` for that pass alone, with cuDNN's benchmark on.
+
+Host time is the wall time to issue ``--calls`` calls without synchronising, divided by the count
+(the GPU work of these layers is longer than their host work, so the launch queue absorbs them and
+the clock sees the host side only), median over ``--rounds`` rounds; a synchronisation separates
+rounds. Prints a table and writes JSON.
+
+    python benchmarks/torch_overhead.py torchvision:resnet50 --batch 32 --db plans.db -o overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+
+import torch
+from torch import nn
+
+import convtune
+import convtune.torch as ct
+from convtune.cache import PlanCache
+from convtune.strategies.pytorch import native_for
+from convtune.torch import models
+
+
+def host_us(fn, calls: int, rounds: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls)
+        torch.cuda.synchronize()
+    return statistics.median(samples) * 1e6
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--db", default=None)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("-o", "--output", default="torch-overhead.json")
+    args = ap.parse_args(argv)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    runtime = convtune.Runtime(store=PlanCache(args.db), miss_policy="tune")
+    model = models.build_model(args.model, "cuda")
+    shape = models.input_shape_for(args.model, model, args.batch, None)
+    x = torch.randn(shape, device="cuda")
+    found = ct.collect(model, x)
+    modules = dict(model.named_modules())
+    rows, seen = [], set()
+    for item in found:
+        key = item.problem.key()
+        if key in seen:
+            continue
+        seen.add(key)
+        plain = modules[item.name]
+        ours = copy.deepcopy(plain)
+        ct.patch(ours, runtime=runtime)
+        p = item.problem
+        inp = torch.randn(p.x_shape, device="cuda")
+        inp_grad = inp.clone().requires_grad_("dgrad" in item.passes)
+        report = ct.tune(ours, inp, runtime=runtime, progress=False)
+        ours(inp_grad).sum().backward()  # resolves every route executor the layer needs
+        route = next(r for r in runtime.layer_memo("torch").values() if r.problem == p)
+        row = {"layer": item.name, "problem": key, "routes": route.labels(), "tuned_now": report.tuned}
+        with torch.no_grad():
+            row["fwd-infer"] = (host_us(lambda: plain(inp), args.calls, args.rounds),
+                                host_us(lambda: ours(inp), args.calls, args.rounds))
+        row["fwd-train"] = (host_us(lambda: plain(inp_grad), args.calls, args.rounds),
+                            host_us(lambda: ours(inp_grad), args.calls, args.rounds))
+        dy = torch.randn(p.y_shape, device="cuda")
+        w = plain.weight.detach()
+        for pass_, a, b in (("dgrad", dy, w), ("wgrad", inp, dy)):
+            if pass_ not in item.passes:
+                continue
+            theirs = native_for(p.for_pass(pass_))  # PyTorch's own pass, with the process's flags
+            row[pass_] = (host_us(lambda: theirs(a, b), args.calls, args.rounds),
+                          host_us(lambda: route.run(pass_, a, b), args.calls, args.rounds))
+        rows.append(row)
+        cells = "  ".join(f"{k} {row[k][0]:6.1f}/{row[k][1]:6.1f}" for k in ("fwd-infer", "fwd-train", "dgrad", "wgrad")
+                          if k in row)
+        print(f"{item.name:24s} {cells}  {route.labels()}", flush=True)
+    summary = {}
+    for kind in ("fwd-infer", "fwd-train", "dgrad", "wgrad"):
+        pairs = [row[kind] for row in rows if kind in row]
+        if pairs:
+            summary[kind] = {"pytorch_us": statistics.median(a for a, _ in pairs),
+                             "convtune_us": statistics.median(b for _, b in pairs),
+                             "added_us_median": statistics.median(b - a for a, b in pairs),
+                             "added_us_max": max(b - a for a, b in pairs), "problems": len(pairs)}
+    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+           "device": torch.cuda.get_device_name(), "torch": torch.__version__, "model": args.model,
+           "batch": args.batch, "calls": args.calls, "rounds": args.rounds, "rows": rows, "summary": summary}
+    with open(args.output, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    print("host us per call, median over the model's problems (PyTorch / convtune / added):")
+    for kind, s in summary.items():
+        print(f"  {kind:10s} {s['pytorch_us']:7.1f} / {s['convtune_us']:7.1f} / {s['added_us_median']:+6.1f} "
+              f"(max {s['added_us_max']:+.1f}, {s['problems']} problems)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The PyTorch drop-in on CUDA tensors (GPU): every code path against PyTorch, channels_last, a
+non-default stream, PyTorch's allocator serving convtune's memory, opcheck and torch.compile."""
+
+import copy
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import convtune  # noqa: E402
+import convtune.torch as ct  # noqa: E402
+from convtune import MemoryPlanStore, Runtime  # noqa: E402
+from conftest import FakeTimer  # noqa: E402
+from test_torch import FORMS, assert_same_training  # noqa: E402
+from torch_models import MODELS  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+#: PyTorch's own path and one of convtune's executors, on every form (quick to plan); the other GPU
+#: strategies (each verifies many candidates per problem) on a few forms each
+FAST_STRATEGIES = ["torch", "im2col"]
+SLOW_STRATEGY_FORMS = {"fft": ["2d-same-odd", "1d-basic"], "cudnn": ["2d-stride-dilation", "1d-basic"],
+                       "depthwise": ["2d-depthwise"]}
+
+
+@pytest.fixture(autouse=True)
+def _strict_fp32():
+    """PyTorch's references in strict fp32, as convtune's fp32 plans are."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def make_runtime(strategies, timer=None):
+    return Runtime(store=MemoryPlanStore(), planner_options={"timer": timer or FakeTimer(),
+                                                             "strategies": list(strategies)})
+
+
+def _cuda_input(cls, kind, channels):
+    size = (13, 11) if cls is nn.Conv2d else (29,)
+    x = torch.randn(3, channels, *size, device="cuda")
+    if kind == "channels_last":
+        return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else None
+    if kind == "sliced":
+        return torch.randn(6, channels, *size[:-1], size[-1] + 2, device="cuda")[::2, ..., 1:-1]
+    if kind == "unbatched":
+        return x[0]
+    return x
+
+
+CASES = [(s, f) for s in FAST_STRATEGIES for f in sorted(FORMS)] + \
+    [(s, f) for s, forms in SLOW_STRATEGY_FORMS.items() for f in forms]
+
+
+@pytest.mark.parametrize("kind", ["batched", "channels_last", "sliced", "unbatched"])
+@pytest.mark.parametrize("strategy, form", CASES)
+def test_conv_forms_on_cuda_match_pytorch(strategy, form, kind):
+    cls, kwargs = FORMS[form]
+    torch.manual_seed(0)
+    plain = cls(**kwargs).cuda()
+    x = _cuda_input(cls, kind, kwargs["in_channels"])
+    if x is None:
+        pytest.skip("channels_last is a 4-D layout")
+    if kind == "channels_last":
+        plain = plain.to(memory_format=torch.channels_last)
+    rt = make_runtime([strategy])
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt)
+    assert_same_training(plain, patched, x)
+    labels = [label for route in rt.layer_memo("torch").values() for label in route.labels().values()]
+    assert labels and all(label.startswith(strategy) for label in labels), labels
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_train_like_pytorch_on_cuda(name):
+    factory, shape = MODELS[name]
+    torch.manual_seed(0)
+    plain = factory().cuda()
+    rt = make_runtime(["torch", "im2col", "depthwise"], FakeTimer(times={"torch": 2.0}, default=1.0))
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt)
+    x = torch.randn(shape, device="cuda")
+    assert_same_training(plain, patched, x, rtol=2e-4, atol=2e-5)
+    if x.dim() == 4:  # the whole model channels_last, as AMP users run it (here in fp32)
+        plain_cl, patched_cl = plain.to(memory_format=torch.channels_last), patched.to(memory_format=torch.channels_last)
+        assert_same_training(plain_cl, patched_cl, x.contiguous(memory_format=torch.channels_last), rtol=2e-4,
+                             atol=2e-5)
+
+
+def _spy_streams(route, seen):
+    """Wrap the forward plan of ``route`` so that it records CuPy's and PyTorch's current streams."""
+    import cupy as cp
+    plan = route.fwd_exec.plan
+    inner = plan.run
+
+    def spy(a, b, out=None):
+        seen.append((cp.cuda.get_current_stream().ptr, torch.cuda.current_stream().cuda_stream))
+        return inner(a, b, out)
+    route.fwd_exec.plan = dataclasses.replace(plan, run=spy)
+
+
+@pytest.mark.parametrize("strategy", ["im2col", "fft", "cudnn"])
+def test_work_runs_on_pytorchs_current_stream(strategy):
+    """On a side stream, convtune's kernels run on that stream: they see the input that stream's earlier
+    (slow) work produced, and PyTorch's later work sees their output, with no synchronisation between."""
+    rt = make_runtime([strategy])
+    layer = ct.Conv2d(16, 16, 3, padding=1, runtime=rt).cuda()
+    x0 = torch.randn(8, 16, 32, 32, device="cuda")
+    layer(x0)  # plans made on the default stream
+    (route,) = rt.layer_memo("torch").values()
+    seen = []
+    _spy_streams(route, seen)
+    side = torch.cuda.Stream()
+    big = torch.randn(4096, 4096, device="cuda")
+    expected = nn.functional.conv2d(x0 * 2, layer.weight, layer.bias, padding=1)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        for _ in range(20):  # keep the side stream busy before the input is written
+            big = big @ big / 64
+        x = x0 * 2
+        y = layer(x)
+        out = y * 1  # PyTorch work after convtune's, on the same stream
+    side.synchronize()
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert seen == [(side.cuda_stream, side.cuda_stream)]
+    import cupy as cp
+    assert cp.cuda.get_current_stream().ptr == torch.cuda.current_stream().cuda_stream  # put back after the call
+
+
+def test_convtune_memory_comes_from_pytorchs_allocator():
+    """The output, the FFT plan's buffers and the contiguous copies come from PyTorch's caching allocator:
+    CuPy's own pool does not grow, and PyTorch's peak counts them."""
+    import cupy as cp
+    rt = make_runtime(["fft"])
+    layer = ct.Conv2d(32, 32, 9, padding=4, runtime=rt).cuda()
+    x = torch.randn(8, 32, 64, 64, device="cuda")
+    layer(x)  # tune and build
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    pool_bytes = pool.total_bytes()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y = layer(x.contiguous(memory_format=torch.channels_last))  # + a contiguous copy of the input
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    assert pool.total_bytes() == pool_bytes
+    # at least the output, the input's copy and the spectra of the FFT plan's workspace
+    assert peak > y.numel() * 4 + x.numel() * 4
+    assert torch.cuda.memory_allocated() - before == y.numel() * 4  # only the output is still held
+
+
+def test_opcheck_on_cuda():
+    rt = make_runtime(["im2col"])
+    previous = convtune.set_default_runtime(rt)
+    try:
+        x = torch.randn(2, 4, 9, 8, device="cuda")
+        w = torch.randn(6, 2, 3, 3, device="cuda")
+        geometry = ([2, 1], [1, 2], [1, 2], 2, "fp32")
+        for layout in (x, x.contiguous(memory_format=torch.channels_last)):
+            args = (layout.clone().requires_grad_(), w.clone().requires_grad_(), None, *geometry)
+            torch.library.opcheck(torch.ops.convtune.conv_fwd.default, args)
+    finally:
+        convtune.set_default_runtime(previous)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("tf32", [False, True])
+def test_compiled_patched_model_on_cuda(backend, tf32):
+    rt = make_runtime(["torch", "im2col"], FakeTimer(times={"torch": 2.0}, default=1.0))
+    previous = convtune.set_default_runtime(rt)
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        torch.manual_seed(0)
+        plain = MODELS["resnet_like"][0]().cuda()
+        patched = copy.deepcopy(plain)
+        ct.patch(patched)  # math='auto': follows allow_tf32
+        compiled = torch.compile(patched, fullgraph=True, backend=backend)
+        x = torch.randn(2, 3, 32, 32, device="cuda")
+        torch.testing.assert_close(compiled(x), plain(x), rtol=1e-2 if tf32 else 1e-4, atol=1e-2 if tf32 else 1e-5)
+        compiled(x).square().sum().backward()
+        maths = {route.problem.math for route in rt.layer_memo("torch").values()}
+        assert maths == {"tf32" if tf32 else "fp32"}
+    finally:
+        convtune.set_default_runtime(previous)
+        torch._dynamo.reset()
+
+
+def test_tune_ahead_on_cuda_then_cache_hits():
+    from conftest import FailingTimer
+    rt = make_runtime(["torch", "im2col", "depthwise"])
+    model = MODELS["convnext_like"][0]().cuda()
+    ct.patch(model, runtime=rt)
+    x = torch.randn(2, 3, 32, 32, device="cuda")
+    report = ct.tune(model, x, runtime=rt, progress=False)
+    assert report.tuned == len(report.problems) > 0 and not report.failed
+    rt.planner_options["timer"] = FailingTimer()
+    model(x).sum().backward()
+    assert rt.tuned == report.tuned
