@@ -94,6 +94,11 @@ class NumpyBackend(Backend):
         import numpy
         return numpy
 
+    def free_memory_bytes(self) -> int | None:
+        """Host memory this process can still take: the kernel's MemAvailable, bounded by the cgroup's
+        memory limit (v2 or v1) less what the cgroup uses; ``None`` where neither can be read."""
+        return host_memory_available()
+
     @functools.cache
     def device_info(self) -> DeviceInfo:
         import numpy
@@ -156,6 +161,32 @@ class CupyBackend(Backend):
             cublas=version(lambda: importlib.import_module("cupy_backends.cuda.libs.cublas").getVersion(
                 cp.cuda.device.get_cublas_handle())),
             cudnn=_cudnn_version(), numpy=importlib.import_module("numpy").__version__, cupy=cp.__version__)
+
+
+def host_memory_available() -> int | None:
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file) as fh:
+                limit = fh.read().strip()
+            with open(usage_file) as fh:
+                usage = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < (1 << 60):  # "max", or v1's huge number: no limit
+            found.append(max(int(limit) - usage, 0))
+        break
+    return min(found) if found else None
 
 
 def _cudnn_version() -> str:

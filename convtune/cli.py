@@ -13,12 +13,19 @@ import time
 import click
 
 from .errors import ConvtuneError, TuningError
+from .text import printable
 
 PASS_NAMES = ("fwd", "dgrad", "wgrad")
 _SIZE = re.compile(r"^\s*([0-9.eE+]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
           "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40, "KI": 2 ** 10, "MI": 2 ** 20,
           "GI": 2 ** 30, "TI": 2 ** 40}
+
+
+def _echo(text="", **kwargs) -> None:
+    """``click.echo`` with every control character but the newline escaped: labels, names and keys can
+    come from an imported file or a shared database, and must not drive the terminal."""
+    click.echo("\n".join(printable(line) for line in str(text).split("\n")), **kwargs)
 
 
 class _Group(click.Group):
@@ -29,7 +36,8 @@ class _Group(click.Group):
             sys.stderr.close()
             sys.exit(0)
         except (ConvtuneError, ValueError, OSError) as exc:
-            raise click.ClickException(" ".join(str(exc).split("\n")[0].split()) or type(exc).__name__) from None
+            raise click.ClickException(printable(" ".join(str(exc).split("\n")[0].split())) or type(exc).__name__) \
+                from None
 
 
 def parse_size(text: str) -> int | None:
@@ -149,14 +157,14 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     device = be.device_info()
     planner = Planner(be, workspace_limit=parse_size(workspace_limit), time_budget_s=time_budget,
                       strategies=[s.strip() for s in strategies.split(",")] if strategies else None)
-    click.echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
+    _echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
                f"cache {cache.display_url}", err=True)
     sources, failures = {}, []
     started = time.perf_counter()
     current = [""]
     try:
         with click.progressbar(problems, label="tuning", file=sys.stderr,
-                               item_show_func=lambda item: item and f"{item[1][0]} {item[0].pass_}") as bar:
+                               item_show_func=lambda item: item and printable(f"{item[1][0]} {item[0].pass_}")) as bar:
             for problem, names in bar:
                 current[0] = names[0]
                 if not retune and cache.get(problem, device.key()) is not None:
@@ -184,15 +192,15 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
         speedup = f"{plan['speedup_next']:.2f}x" if plan["speedup_next"] else "-"
         rows.append((layer, problem.pass_, plan["label"], _ms(plan["time_median_s"]), speedup,
                      sources[problem.key()]))
-    click.echo(_table(("layer", "pass", "winner", "time ms", "vs next", "source"), rows))
+    _echo(_table(("layer", "pass", "winner", "time ms", "vs next", "source"), rows))
     tuned = sum(1 for s in sources.values() if s == "tuned")
     hits = sum(1 for s in sources.values() if s == "cache")
     if hits == len(problems):
-        click.echo(f"all {hits} plans came from the cache; nothing was timed ({elapsed:.2f} s)")
+        _echo(f"all {hits} plans came from the cache; nothing was timed ({elapsed:.2f} s)")
     else:
-        click.echo(f"{tuned} tuned, {hits} from the cache, {len(failures)} failed in {elapsed:.1f} s")
+        _echo(f"{tuned} tuned, {hits} from the cache, {len(failures)} failed in {elapsed:.1f} s")
     for name, problem, exc in failures:
-        click.echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `convtune explain {name}`", err=True)
+        _echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `convtune explain {name}`", err=True)
     if keep_spectra:
         _tune_round_trips(problems, cache, be, planner, retune, parse_size(keep_limit))
     if failures:
@@ -211,7 +219,7 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
                                        "time_budget_s": planner.time_budget_s, "strategies": planner.strategy_names})
     rows = []
     with click.progressbar(list(layers.values()), label="round trips", file=sys.stderr,
-                           item_show_func=lambda item: item and item[1][0]) as bar:
+                           item_show_func=lambda item: item and printable(item[1][0])) as bar:
         for problem, names in bar:
             stored = cache.get_trip(problem, backend.device_info().key())
             decision = runtime.round_trip_for(problem, backend, refresh=retune)
@@ -219,7 +227,7 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
             trip = decision.winner.timing.median_s if decision.winner is not None and decision.winner.timing else None
             rows.append((names[0], decision.winner.label if decision.winner else "-", _ms(trip),
                          _ms(decision.per_pass_s), "keep spectra" if decision.pays else "per-pass plans", source))
-    click.echo(_table(("layer", "round trip", "time ms", "per-pass ms", "layers run", "source"), rows))
+    _echo(_table(("layer", "round trip", "time ms", "per-pass ms", "layers run", "source"), rows))
 
 
 @main.command()
@@ -253,10 +261,10 @@ def show(db, device, strategy, pass_, math_mode, problem, current):
         rows.append((r["problem_key"].split(":", 1)[1], r["model"], r["label"], _ms(r["time_median_s"]), err,
                      speedup, status))
     if not rows:
-        click.echo(f"no plans match in {cache.display_url}")
+        _echo(f"no plans match in {cache.display_url}")
         return
-    click.echo(_table(("problem", "device", "winner", "time ms", "error", "vs next", "status"), rows))
-    click.echo(f"{len(rows)} plan(s) in {cache.display_url}")
+    _echo(_table(("problem", "device", "winner", "time ms", "error", "vs next", "status"), rows))
+    _echo(f"{len(rows)} plan(s) in {cache.display_url}")
 
 
 @main.command()
@@ -298,28 +306,28 @@ def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
     else:
         fps = _machine_fingerprints()
     for problem in problems:
-        click.echo(f"== {problem.describe()}  [{problem.key()}]")
+        _echo(f"== {problem.describe()}  [{problem.key()}]")
         found = [(fp, rows) for fp in fps if (rows := cache.measurement_rows(problem.key(), fp))]
         if not found:
             others = sorted({r["fingerprint"] for r in cache.measurement_rows(problem.key())})
             hint = f"; measured on: {', '.join(others)} (use --device)" if others else ""
-            click.echo(f"   no measurements on {' or '.join(fps)}{hint}")
+            _echo(f"   no measurements on {' or '.join(fps)}{hint}")
             for fp in fps:
                 plan = cache.plan_row(problem.key(), fp)
                 if plan:
-                    click.echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
+                    _echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
             continue
         for fp, rows in found:
             if len(fps) > 1:
-                click.echo(f"   on {fp}")
+                _echo(f"   on {fp}")
             order = {"winner": 0, "ok": 1, "skipped": 2, "rejected": 3, "failed": 4, "over_budget": 5,
                      "unsupported": 6}
             rows.sort(key=lambda r: (order.get(r["status"], 9), r["time_median_s"] or math.inf))
             table = [(r["label"], r["status"], _ms(r["time_median_s"]), _ms(r["time_spread_s"]),
                       f"{r['error']:.1e}" if r["error"] is not None else "-",
                       f"{r['workspace_bytes'] / 2 ** 20:.1f}", r["reason"]) for r in rows]
-            click.echo(_table(("candidate", "status", "median ms", "spread ms", "error", "ws MiB", "reason"), table))
-            click.echo("   " + _why(rows, problem))
+            _echo(_table(("candidate", "status", "median ms", "spread ms", "error", "ws MiB", "reason"), table))
+            _echo("   " + _why(rows, problem))
 
 
 def _machine_fingerprints() -> list[str]:
@@ -362,14 +370,14 @@ def export_cmd(db, fmt, output):
     trips = cache.trip_decisions()
     text = write_export(records, fmt, calibrations, trips)
     if (calibrations or trips) and fmt == "csv":
-        click.echo(f"note: CSV holds plans only; the {len(calibrations)} FFT calibration(s) and {len(trips)} "
+        _echo(f"note: CSV holds plans only; the {len(calibrations)} FFT calibration(s) and {len(trips)} "
                    "round-trip verdict(s) are not in it (use --format json to carry them)", err=True)
     if output:
         with open(output, "w") as fh:
             fh.write(text)
-        click.echo(f"exported {len(records)} plan(s) to {output}", err=True)
+        _echo(f"exported {len(records)} plan(s) to {output}", err=True)
     else:
-        click.echo(text, nl=False)
+        _echo(text, nl=False)
 
 
 @main.command(name="import")
@@ -401,23 +409,23 @@ def import_cmd(file, db, fmt):
             raise click.ClickException(f"{file}: {exc}") from None
     cache = PlanCache(db)
     report = cache.import_records(records)
-    click.echo(f"imported {len(records)} plan(s) into {cache.display_url}: {report['added']} added, "
+    _echo(f"imported {len(records)} plan(s) into {cache.display_url}: {report['added']} added, "
                f"{report['replaced']} replaced by better measurements, {report['kept']} kept, "
                f"{report['identical']} identical")
     for c in report["conflicts"]:
-        click.echo(f"conflict {c['problem_key']} on {c['fingerprint']}: ours {c['ours']}, theirs {c['theirs']}; "
+        _echo(f"conflict {c['problem_key']} on {c['fingerprint']}: ours {c['ours']}, theirs {c['theirs']}; "
                    f"kept {c['kept']}")
     if calibrations:
         have = cache.calibrations()
         added = {k: v for k, v in calibrations.items() if k not in have}  # a local measurement is kept
         for device_key, calibration in added.items():
             cache.put_calibration(device_key, calibration)
-        click.echo(f"FFT calibrations: {len(added)} added, {len(calibrations) - len(added)} kept as they were")
+        _echo(f"FFT calibrations: {len(added)} added, {len(calibrations) - len(added)} kept as they were")
     if trips:
         new = [t for t in trips if cache.get_trip(t.problem, t.device_key) is None]  # a local verdict is kept
         for trip in new:
             cache.put_trip(trip)
-        click.echo(f"round-trip verdicts: {len(new)} added, {len(trips) - len(new)} kept as they were")
+        _echo(f"round-trip verdicts: {len(new)} added, {len(trips) - len(new)} kept as they were")
 
 
 @main.command()
@@ -481,7 +489,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     peers = available_peers(be)
     for p in peers:
         if p.make is None:
-            click.echo(f"peer {p.name} absent: {p.absent_reason}", err=True)
+            _echo(f"peer {p.name} absent: {p.absent_reason}", err=True)
     sweep_list = None
     if sweep:
         settings = []
@@ -493,7 +501,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
         sweep_list = sweep_layers(math_mode, _ints(sweep_kernels, "--sweep-kernels"),
                                   _ints(sweep_inputs, "--sweep-inputs"), settings)
     total = len(layers) + len(sweep_list or [])
-    click.echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
+    _echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
     overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
     command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench"
     def checkpoint(doc):
@@ -504,7 +512,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 
     results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
                         sweep=sweep_list, dispatch_overhead=overhead,
-                        progress=lambda text: click.echo(f"  {text}", err=True), checkpoint=checkpoint,
+                        progress=lambda text: _echo(f"  {text}", err=True), checkpoint=checkpoint,
                         keep_spectra=keep_spectra)
     available = [p.name for p in peers if p.make is not None]
     rows = []
@@ -532,9 +540,9 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                 sp = speedup(rt, name)
                 row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
             rows.append(row)
-    click.echo(_table(["layer", "pass", "convtune plan", "convtune ms", "error"] +
+    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "error"] +
                       [f"{n} ms (ratio)" for n in available], rows))
-    click.echo(f"ratio = peer time / convtune time (above 1: convtune faster). Warm dispatch overhead: "
+    _echo(f"ratio = peer time / convtune time (above 1: convtune faster). Warm dispatch overhead: "
                f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
 
 
@@ -582,7 +590,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     try:
         doc = bench_model(model, batch=batch, input_shape=_shape(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
-                          progress=lambda text: click.echo(f"  {text}", err=True))
+                          progress=lambda text: _echo(f"  {text}", err=True))
     except KeyboardInterrupt:
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
     rows = []
@@ -596,11 +604,11 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
                      f"{mem / 2 ** 30:.2f}" if mem else "-",
                      f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached)"
                      if tuning else ""))
-    click.echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
-    click.echo(_table(("mode", "step ms", "spread ms", "first step s", "peak GiB", ""), rows))
+    _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
+    _echo(_table(("mode", "step ms", "spread ms", "first step s", "peak GiB", ""), rows))
     for name, ratio in speedups(doc).items():
-        click.echo(f"{name}: {ratio:.2f}x")
-    click.echo(f"results: {output}")
+        _echo(f"{name}: {ratio:.2f}x")
+    _echo(f"results: {output}")
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -624,7 +632,7 @@ def report(results, out_dir):
     """Turn `convtune bench` RESULTS (JSON) into PNG figures and an HTML page in a directory."""
     from .bench.report import make_report
     for path in make_report(results, out_dir):
-        click.echo(str(path))
+        _echo(str(path))
 
 
 @main.command()
@@ -640,15 +648,30 @@ def calibrate(db, backend, elements):
     from .timing import default_timer
     cache = PlanCache(db)
     be = _backend(backend)
-    click.echo(f"timing transforms on {be.device_info().key()} ...", err=True)
+    _echo(f"timing transforms on {be.device_info().key()} ...", err=True)
     result = run_calibration(be, default_timer(be), elements)
     rows = [(m["kind"], "x".join(map(str, m["shape"])), f"{m['gflop']:.3f}", _ms(m["seconds"]),
              f"{m['seconds'] / m['gflop']:.3g}") for m in result["measurements"]]
-    click.echo(_table(("kind", "length", "GFLOP", "ms", "s/GFLOP"), rows))
-    click.echo("factors (per counted flop, powers of 2 = 1): " +
+    _echo(_table(("kind", "length", "GFLOP", "ms", "s/GFLOP"), rows))
+    _echo("factors (per counted flop, powers of 2 = 1): " +
                ", ".join(f"{k} {result[k]:.2f}" for k in ("pow2", "smooth", "other")))
     cache.put_calibration(be.device_info().key(), result)
-    click.echo(f"stored in {cache.display_url}")
+    _echo(f"stored in {cache.display_url}")
+
+
+@main.command()
+@click.argument("output", type=click.Path(dir_okay=False))
+@db_option
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+def backup(output, db, force):
+    """Write a consistent copy of the plan cache to OUTPUT: one SQLite file (no -wal beside it), fit to
+    ship with a model or to open read-only, made while others keep reading and writing (a PostgreSQL
+    cache is copied into a SQLite file too)."""
+    from .cache import PlanCache
+    from .cache.backup import backup as make_backup
+    cache = PlanCache(db, create=False)
+    counts = make_backup(cache, output, force=force)
+    _echo(f"wrote {output}: " + ", ".join(f"{n} {t}" for t, n in counts.items()) + f" (from {cache.display_url})")
 
 
 @main.command()
@@ -664,27 +687,27 @@ def info(db):
         try:
             dev = get_backend(name).device_info()
         except BackendError as exc:
-            click.echo(f"{name}: unavailable ({' '.join(str(exc).split())[:160]})")
+            _echo(f"{name}: unavailable ({' '.join(str(exc).split())[:160]})")
             continue
-        click.echo(f"{name}: {dev.key()}")
+        _echo(f"{name}: {dev.key()}")
         for field, value in dev.as_dict().items():
             if value not in ("", 0):
-                click.echo(f"    {field:20s} {value}")
+                _echo(f"    {field:20s} {value}")
     try:
         import cudnn  # noqa: F401
-        click.echo(f"cudnn frontend: {getattr(cudnn, '__version__', 'present')}")
+        _echo(f"cudnn frontend: {getattr(cudnn, '__version__', 'present')}")
     except Exception as exc:  # optional; any import failure means unavailable
-        click.echo(f"cudnn frontend: unavailable ({type(exc).__name__})")
-    click.echo("strategies: " + ", ".join(f"{s.name} v{s.version}" for s in all_strategies(True)))
+        _echo(f"cudnn frontend: unavailable ({type(exc).__name__})")
+    _echo("strategies: " + ", ".join(f"{s.name} v{s.version}" for s in all_strategies(True)))
     url = resolve_url(db)
-    click.echo(f"plan cache: {url}" + ("" if db else f" (set by --db or ${ENV_VAR})"))
+    _echo(f"plan cache: {url}" + ("" if db else f" (set by --db or ${ENV_VAR})"))
     if db or os.environ.get(ENV_VAR) or url.startswith("sqlite:///") and os.path.exists(url[len("sqlite:///"):]):
         try:
             cache = PlanCache(db, create=False)
-            click.echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
+            _echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
                        f", {cache.trip_count()} round-trip verdicts (kept spectra)")
             for device_key, cal in cache.calibrations().items():
-                click.echo(f"    FFT calibration for {device_key}: " +
+                _echo(f"    FFT calibration for {device_key}: " +
                            ", ".join(f"{k} {cal[k]:.2f}" for k in ("pow2", "smooth", "other")))
         except ConvtuneError as exc:
-            click.echo(f"    {exc}")
+            _echo(f"    {exc}")

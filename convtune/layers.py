@@ -28,7 +28,7 @@ from __future__ import annotations
 import math as _math
 
 from .backend import get_backend
-from .runtime import Runtime, conv, conv_backward_data, conv_backward_filter
+from .runtime import Runtime, conv, conv_backward_data, conv_backward_filter, padding_sides
 
 #: ``keep_spectra`` values: keep the FFT spectra between a layer's passes never, always, or where it pays.
 KEEP_SPECTRA = (False, True, "auto")
@@ -50,8 +50,11 @@ class _ConvNd:
                              f"by groups ({groups})")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = per_axis(kernel_size, "kernel_size")
-        self.stride, self.padding = per_axis(stride, "stride"), per_axis(padding, "padding")
-        self.dilation = per_axis(dilation, "dilation")
+        self.stride, self.dilation = per_axis(stride, "stride"), per_axis(dilation, "dilation")
+        # 'valid' and 'same' as PyTorch has them: symmetric padding where it is, else the string
+        sides = padding_sides(padding, self.kernel_size, self.dilation, self.stride)
+        symmetric = all(left == right for left, right in sides)
+        self.padding = tuple(left for left, _ in sides) if symmetric else padding
         if keep_spectra not in KEEP_SPECTRA:
             raise ValueError(f"keep_spectra must be one of {', '.join(map(repr, KEEP_SPECTRA))}, got {keep_spectra!r}")
         self.math, self.runtime, self.keep_spectra = math, runtime, keep_spectra
@@ -72,15 +75,16 @@ class _ConvNd:
                     math=self.math, runtime=self.runtime)
 
     def forward(self, x):
-        """``y = conv(x, weight) + bias``; keeps ``x`` for :meth:`backward`."""
-        if x.ndim != self.rank + 2:
-            raise ValueError(f"{type(self).__name__} expects input of rank {self.rank + 2} (N, C, *spatial), "
-                             f"got shape {tuple(x.shape)}")
+        """``y = conv(x, weight) + bias``; keeps ``x`` for :meth:`backward`. ``x`` is (N, C, *spatial)
+        or, unbatched, (C, *spatial)."""
+        if x.ndim not in (self.rank + 1, self.rank + 2):
+            raise ValueError(f"{type(self).__name__} expects input of rank {self.rank + 2} (N, C, *spatial) or "
+                             f"{self.rank + 1} (C, *spatial), got shape {tuple(x.shape)}")
         self._x = x
         trip = self._round_trip(x)
         y = trip.forward(x, self.weight) if trip else conv(x, self.weight, **self._args())
         if self.bias is not None:
-            y += self.bias.reshape((1, -1) + (1,) * self.rank)
+            y += self.bias.reshape((-1,) + (1,) * self.rank)
         return y
 
     __call__ = forward
@@ -96,8 +100,9 @@ class _ConvNd:
             self.grad_weight = trip.backward_filter(dy)
         else:
             self.grad_weight = conv_backward_filter(x, dy, self.weight.shape, **self._args())
-        if self.bias is not None:
-            self.grad_bias = dy.sum(axis=(0, *range(2, dy.ndim)))
+        if self.bias is not None:  # summed over every axis but the channels'
+            channel_axis = dy.ndim - self.rank - 1
+            self.grad_bias = dy.sum(axis=tuple(a for a in range(dy.ndim) if a != channel_axis))
         if kept:
             return trip.backward_data(dy)
         return conv_backward_data(dy, self.weight, x.shape, **self._args())
@@ -108,6 +113,11 @@ class _ConvNd:
         the planner measured that it pays (:meth:`~convtune.runtime.Runtime.round_trip_for`)."""
         if not self.keep_spectra:
             return None
+        if isinstance(self.padding, str) or x.ndim != self.rank + 2 or x.shape[0] == 0:
+            if self.keep_spectra is True:
+                raise ValueError("keep_spectra=True needs a batched, non-empty input and symmetric padding; "
+                                 "use keep_spectra='auto' or False")
+            return None  # per-pass plans: round trips run batched problems with symmetric padding
         shape = tuple(x.shape)
         if self._trip is not None and self._trip[0] == shape:
             return self._trip[1]

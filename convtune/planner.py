@@ -37,6 +37,7 @@ from .plan import CandidateOutcome, Decision, Plan
 from .problem import ConvProblem
 from .strategies import all_strategies, get_strategy
 from .strategies.base import Config, Strategy
+from .text import human_bytes
 from .timing import default_timer
 
 log = logging.getLogger("convtune")
@@ -134,6 +135,9 @@ class Planner:
         started = time.perf_counter()
         outcomes: list[CandidateOutcome] = []
         candidates = self._enumerate(problem, outcomes)
+        if candidates and not self._operands_fit(problem, candidates, outcomes, "the problem", 1,
+                                                 "its operands and result"):
+            candidates = []  # checked before anything is verified: it cannot be timed here
         survivors = self._verify(problem, candidates, outcomes)
         timed = self._time(problem, survivors, outcomes)
         timed = self._confirm_full_batch(problem, timed, outcomes)
@@ -173,18 +177,56 @@ class Planner:
                 if self.workspace_limit is not None and ws > self.workspace_limit:
                     outcomes.append(CandidateOutcome(strategy.name, config.as_dict(), cand.label, "over_budget",
                                                      workspace_bytes=ws,
-                                                     reason=f"workspace {ws} B over the limit {self.workspace_limit} B"))
+                                                     reason=f"workspace {human_bytes(ws)} over the limit "
+                                                            f"{human_bytes(self.workspace_limit)}"))
                     continue
                 kept.append(cand)
         return kept
+
+    def _operands_fit(self, problem, candidates, outcomes, what: str, factor: int, of: str) -> bool:
+        """Is there memory for ``factor`` times the problem's float32 operands and result? If not, every
+        candidate fails with the reason (nothing is allocated)."""
+        need = factor * problem.min_bytes()
+        available = self.backend.free_memory_bytes()
+        if available is None or need <= available:
+            return True
+        reason = (f"{what} needs {human_bytes(need)} for {of}, and only {human_bytes(available)} of "
+                  f"{'device' if self.backend.name == 'cupy' else 'host'} memory is available")
+        outcomes.extend(self._outcome(problem, c, "failed", reason=reason) for c in candidates)
+        log.warning("%s: %s", problem.describe(), reason)
+        return False
+
+    def _operands(self, problem, candidates, outcomes, what: str, seed: int, reference: bool):
+        """Random operands (and the float64 reference) of ``problem``, or ``None`` with every candidate
+        failed where memory runs out making them."""
+        xp = self.backend.xp
+        try:
+            a, b = random_operands(self.backend, problem, seed)
+            ref = get_strategy("reference").build(problem, None, self.backend)(a.astype(xp.float64),
+                                                                               b.astype(xp.float64)) \
+                if reference else None
+            return a, b, ref
+        except Exception as exc:
+            if not self.backend.is_out_of_memory(exc):
+                raise
+            reason = f"{what}: out of memory making the operands ({exc})"
+            outcomes.extend(self._outcome(problem, c, "failed", reason=reason) for c in candidates)
+            log.warning("%s: %s", problem.describe(), reason)
+            return None
 
     def _verify(self, problem, candidates, outcomes) -> list[tuple[Candidate, float]]:
         if not candidates:
             return []
         xp = self.backend.xp
         small = problem.replace(batch=min(problem.batch, self.verify_batch))
-        a, b = random_operands(self.backend, small, self.seed)
-        ref = get_strategy("reference").build(small, None, self.backend)(a.astype(xp.float64), b.astype(xp.float64))
+        # float32 operands and result, their float64 copies, the float64 reference
+        if not self._operands_fit(small, candidates, outcomes, "verification", 4,
+                                  "its operands and result, their float64 copies and the float64 reference"):
+            return []
+        made = self._operands(small, candidates, outcomes, "verification", self.seed, reference=True)
+        if made is None:
+            return []
+        a, b, ref = made
         survivors = []
         best_warm = math.inf
         for cand in candidates:
@@ -238,15 +280,28 @@ class Planner:
             return [outcome]
         if not survivors:
             return []
-        a, b = random_operands(self.backend, problem, self.seed + 1)
+        cands = [cand for cand, _err in survivors]
+        available = self.backend.free_memory_bytes()
+        if not self._operands_fit(problem, cands, outcomes, "timing the full problem", 1, "its operands and result"):
+            return []
+        made = self._operands(problem, cands, outcomes, "timing the full problem", self.seed + 1, reference=False)
+        if made is None:
+            return []
+        a, b, _ = made
         xp = self.backend.xp
         out = xp.empty(problem.result_shape, dtype=xp.float32)
+        left = None if available is None else available - problem.min_bytes()
         timed = []
         spent = 0.0
         for cand, err in survivors:
             if self.time_budget_s is not None and timed and spent > self.time_budget_s:
                 outcomes.append(self._outcome(problem, cand, "skipped", error=err,
                                               reason=f"time budget of {self.time_budget_s:g} s spent"))
+                continue
+            ws = cand.strategy.workspace_bytes(problem, cand.config)
+            if left is not None and ws > left:  # checked before it allocates
+                outcomes.append(self._outcome(problem, cand, "over_budget", error=err, reason=(
+                    f"workspace {human_bytes(ws)} over the {human_bytes(left)} of memory left beside the operands")))
                 continue
             self._report(f"time {cand.label}")
             t0 = time.perf_counter()

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
-from typing import Iterable
+from collections.abc import Iterable
 
 #: Version of the canonical key format; bump when :meth:`ConvProblem.key` changes.
 KEY_VERSION = 1
@@ -40,15 +41,20 @@ MAX_RANK = 3
 SUPPORTED_RANKS = (1, 2)
 
 
+def integral(value, name: str) -> int:
+    """``value`` as an int: any integral type (Python's, NumPy's), never a bool or a float such as
+    2.0 or 1.5 (PyTorch's convolutions refuse those too)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
 def _tuple(value, rank: int, name: str) -> tuple[int, ...]:
-    if isinstance(value, bool):
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return (int(value),) * rank
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ValueError(f"{name} must be an int or a sequence of {rank} ints, got {value!r}")
-    if isinstance(value, int):
-        return (value,) * rank
-    try:
-        out = tuple(int(v) for v in value)
-    except TypeError:
-        raise ValueError(f"{name} must be an int or a sequence of {rank} ints, got {value!r}") from None
+    out = tuple(integral(v, f"every entry of {name}") for v in value)
     if len(out) != rank:
         raise ValueError(f"{name} has {len(out)} entries but the problem has {rank} spatial dimension(s)")
     return out
@@ -91,16 +97,16 @@ class ConvProblem:
              stride=1, padding=0, dilation=1, groups=1, dtype="float32", math="fp32",
              pass_="fwd") -> "ConvProblem":
         """Build a problem, broadcasting int stride/padding/dilation/kernel to every axis."""
-        if isinstance(input_size, int):
+        if isinstance(input_size, (numbers.Number, str, bytes)) or not isinstance(input_size, Iterable):
             raise ValueError("input_size must be a sequence with one entry per spatial dimension, "
                              f"e.g. (32, 32) for 2-D or (512,) for 1-D; got {input_size!r}")
-        input_size = tuple(int(v) for v in input_size)
+        input_size = tuple(integral(v, "every entry of input_size") for v in input_size)
         rank = len(input_size)
-        return cls(batch=int(batch), in_channels=int(in_channels), out_channels=int(out_channels),
-                   input_size=input_size, kernel_size=_tuple(kernel_size, rank, "kernel_size"),
-                   stride=_tuple(stride, rank, "stride"), padding=_tuple(padding, rank, "padding"),
-                   dilation=_tuple(dilation, rank, "dilation"), groups=int(groups), dtype=str(dtype),
-                   math=str(math), pass_=str(pass_))
+        return cls(batch=integral(batch, "batch"), in_channels=integral(in_channels, "in_channels"),
+                   out_channels=integral(out_channels, "out_channels"), input_size=input_size,
+                   kernel_size=_tuple(kernel_size, rank, "kernel_size"), stride=_tuple(stride, rank, "stride"),
+                   padding=_tuple(padding, rank, "padding"), dilation=_tuple(dilation, rank, "dilation"),
+                   groups=integral(groups, "groups"), dtype=str(dtype), math=str(math), pass_=str(pass_))
 
     def __post_init__(self):
         rank = len(self.input_size)

@@ -13,20 +13,27 @@ Lookup order, the one place it is written down:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
+import time
 from typing import Protocol
 
+import numpy as np
+
 from .backend import Backend, backend_for
-from .errors import ConvtuneError, TuningError
+from .errors import CacheError, ConvtuneError, TuningError
 from .plan import Decision, Plan
 from .planner import Planner, build_from_config, build_plan, heuristic_decision
-from .problem import ConvProblem
+from .problem import ConvProblem, integral
 from .roundtrip import DEFAULT_KEEP_LIMIT
 
 log = logging.getLogger("convtune")
 
 MISS_POLICIES = ("tune", "heuristic", "error")
+#: Seconds a call served by the heuristic (or, in the PyTorch layer, by PyTorch for want of a plan)
+#: waits before its problem is looked up again.
+MISS_TTL_S = 30.0
 
 
 class PlanStore(Protocol):
@@ -84,10 +91,17 @@ class Runtime:
     keep_limit : int or None
         Most bytes one layer's round trip may keep between its passes (see :mod:`convtune.roundtrip`;
         ``None``: no limit).
+    miss_ttl_s : float
+        A call served by the ``heuristic`` policy looks its problem up again after this many seconds,
+        so that a plan another process has tuned since is picked up.
+
+    A store that fails (a database down, frozen or unreadable) does not stop a call: the failure is
+    logged once, the lookup counts as a miss, and what this runtime tunes meanwhile is kept in its
+    memory.
     """
 
     def __init__(self, store: PlanStore | None = None, miss_policy: str = "tune", planner_options: dict | None = None,
-                 keep_limit: int | None = DEFAULT_KEEP_LIMIT):
+                 keep_limit: int | None = DEFAULT_KEEP_LIMIT, miss_ttl_s: float = MISS_TTL_S):
         if miss_policy not in MISS_POLICIES:
             raise ValueError(f"unknown miss policy {miss_policy!r}; acceptable: {', '.join(MISS_POLICIES)}")
         self.store = store if store is not None else MemoryPlanStore()
@@ -97,13 +111,41 @@ class Runtime:
         self._trips: dict[tuple, object] = {}  # (device key, forward problem key) -> TripDecision or None
         self._layer_memos: dict[str, dict] = {}  # front ends' own memos (the PyTorch layer's routes)
         self.keep_limit = keep_limit
+        self.miss_ttl_s = miss_ttl_s
+        self._retry_at: dict[tuple, float] = {}  # memo signature of a heuristic plan -> when to look again
+        self._unsaved: dict[tuple[str, str], Decision] = {}  # tuned while the store failed
+        self._store_failures = 0
         self._lock = threading.Lock()
         self.tuned = 0  # problems this runtime tuned on a miss
+
+    # -- the store, and what happens when it fails -------------------------------------------------
+    def _stored(self, problem: ConvProblem, device_key: str) -> Decision | None:
+        kept = self._unsaved.get((device_key, problem.key())) if self._unsaved else None
+        if kept is not None:
+            return kept
+        try:
+            return self.store.get(problem, device_key)
+        except CacheError as exc:
+            self._store_failed("looked up", exc)
+            return None
+
+    def _save(self, decision: Decision) -> None:
+        try:
+            self.store.put(decision)
+        except CacheError as exc:
+            self._store_failed("stored", exc)
+            self._unsaved[(decision.device_key, decision.problem.key())] = decision
+
+    def _store_failed(self, what: str, exc: CacheError) -> None:
+        self._store_failures += 1
+        level = logging.WARNING if self._store_failures == 1 else logging.DEBUG
+        log.log(level, "convtune: a plan could not be %s (%s); going on without the plan cache for it: misses are "
+                "handled by the miss policy, and what is tuned stays in this process", what, exc)
 
     def plan_for(self, problem: ConvProblem, backend: Backend) -> Plan:
         """Steps 3 and 4 of the lookup order for one problem."""
         device_key = backend.device_info().key()
-        decision = self.store.get(problem, device_key)
+        decision = self._stored(problem, device_key)
         if decision is not None:
             return build_plan(decision, backend, source="cache")
         if self.miss_policy == "error":
@@ -115,14 +157,15 @@ class Runtime:
         return build_plan(self._tune_and_store(problem, backend), backend, source="measured")
 
     def _tune_and_store(self, problem: ConvProblem, backend: Backend) -> Decision:
+        log.info("convtune: tuning %s (not in the plan cache)", problem.describe())
         decision = Planner(backend, **self.planner_options).tune(problem)
-        self.store.put(decision)
+        self._save(decision)
         self.tuned += 1
         return decision
 
     def decision_for(self, problem: ConvProblem, backend: Backend) -> Decision | None:
         """The stored decision of ``problem``, tuned and stored first under the ``tune`` policy."""
-        decision = self.store.get(problem, backend.device_info().key())
+        decision = self._stored(problem, backend.device_info().key())
         if decision is None and self.miss_policy == "tune":
             decision = self._tune_and_store(problem, backend)
         return decision
@@ -139,7 +182,11 @@ class Runtime:
         if key in self._trips and not refresh:
             return self._trips[key]
         get_trip = getattr(self.store, "get_trip", None)
-        decision = get_trip(fwd, device_key) if get_trip and not refresh else None
+        try:
+            decision = get_trip(fwd, device_key) if get_trip and not refresh else None
+        except CacheError as exc:
+            self._store_failed("looked up", exc)
+            decision = None
         if decision is not None and decision.version != roundtrip.VERSION:
             log.info("round trip of %s: stored decision is of version %d, now %d; measuring again", fwd.key(),
                      decision.version, roundtrip.VERSION)
@@ -152,7 +199,10 @@ class Runtime:
                                                  timer=self.planner_options.get("timer"), keep_limit=self.keep_limit)
             put_trip = getattr(self.store, "put_trip", None)
             if put_trip is not None:
-                put_trip(decision)
+                try:
+                    put_trip(decision)
+                except CacheError as exc:
+                    self._store_failed("stored", exc)
         self._trips[key] = decision
         return decision
 
@@ -160,12 +210,14 @@ class Runtime:
         """Run one pass: explicit plan, memo, store, miss policy (see the module docstring)."""
         if plan is None:
             plan = self._memo.get(signature)
-            if plan is None:
+            if plan is None or (plan.source == "heuristic" and self._retry_at[signature] <= time.monotonic()):
                 backend = backend_for(a, b)
                 problem = make_problem()
                 with self._lock:
-                    plan = self._memo.get(signature) or self.plan_for(problem, backend)
+                    plan = self.plan_for(problem, backend)
                     self._memo[signature] = plan
+                    if plan.source == "heuristic":  # looked up again later: a tuned plan may be stored by then
+                        self._retry_at[signature] = time.monotonic() + self.miss_ttl_s
         return plan(a, b, out)
 
     def plan_in_memo(self, problem: ConvProblem) -> Plan:
@@ -185,6 +237,7 @@ class Runtime:
 
     def clear_memo(self) -> None:
         self._memo.clear()
+        self._retry_at.clear()
         self._trips.clear()
         for memo in self._layer_memos.values():
             memo.clear()
@@ -271,6 +324,9 @@ def _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pas
     if len(x_shape) < 3 or len(w_shape) != len(x_shape):
         raise ValueError(f"expected input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) of the same "
                          f"rank; got shapes {tuple(x_shape)} and {tuple(w_shape)}")
+    groups = integral(groups, "groups")
+    if groups <= 0:
+        raise ValueError(f"groups must be a positive integer, got {groups}")
     if w_shape[1] * groups != x_shape[1]:
         raise ValueError(f"weight shape {tuple(w_shape)} expects {w_shape[1] * groups} input channels with "
                          f"groups={groups}, but the input has {x_shape[1]}")
@@ -288,15 +344,111 @@ def _backward_problem(x_shape, w_shape, dy, stride, padding, dilation, groups, m
     return problem
 
 
+# -- PyTorch's argument forms: "same"/"valid" padding, unbatched input, an empty batch ------------------
+
+def padding_sides(padding, kernel, dilation, stride) -> list[tuple[int, int]]:
+    """Zeros before and after each spatial axis for ``padding``: an int, a sequence, ``'valid'`` or
+    ``'same'`` (an even kernel's extra zero after, as in PyTorch; stride 1 only)."""
+    rank = len(kernel)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * rank
+        if padding == "same":
+            if any(s != 1 for s in _per_axis(stride, rank, "stride")):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            totals = [d * (k - 1) for d, k in zip(_per_axis(dilation, rank, "dilation"), kernel)]
+            return [(t // 2, t - t // 2) for t in totals]
+        raise ValueError(f"invalid padding string {padding!r}; acceptable: 'valid', 'same', or integers")
+    return [(p, p) for p in _per_axis(padding, rank, "padding")]
+
+
+def _per_axis(value, rank, name):
+    from .problem import _tuple
+    return _tuple(value, rank, name)
+
+
+def _general(a, w, padding):
+    """Does this call need :func:`_normalized` (a string padding, an unbatched or empty input)?"""
+    return isinstance(padding, str) or a.ndim == w.ndim - 1 or (a.ndim == w.ndim and a.shape[0] == 0)
+
+
+def _normalized(x_like, w, stride, padding, dilation):
+    """``(unbatched, left pads, right extra per axis)`` of a call in PyTorch's forms."""
+    if w.ndim < 3:
+        raise ValueError(f"expected a weight (C_out, C_in/groups, *kernel); got shape {tuple(w.shape)}")
+    unbatched = len(x_like) == w.ndim - 1
+    sides = padding_sides(padding, tuple(w.shape[2:]), dilation, stride)
+    return unbatched, tuple(left for left, _ in sides), tuple(right - left for left, right in sides)
+
+
+def _xp(a):
+    return importlib.import_module("cupy") if type(a).__module__.startswith("cupy") else np
+
+
+def _pad_after(xp, a, extra):
+    if not any(extra):
+        return a
+    return xp.pad(a, [(0, 0), (0, 0)] + [(0, e) for e in extra])
+
+
+def _into(out, result):
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+def _conv_general(x, w, stride, padding, dilation, groups, math, plan, out, runtime):
+    xp = _xp(x)
+    unbatched, pads, extra = _normalized(x.shape, w, stride, padding, dilation)
+    xb = _pad_after(xp, x[None] if unbatched else x, extra)
+    if xb.shape[0] == 0:  # an empty batch: an empty result, as in PyTorch
+        problem = _layer_fields((1, *xb.shape[1:]), w.shape, stride, pads, dilation, groups, math, "fwd")
+        y = xp.zeros((0, *problem.y_shape[1:]), dtype=x.dtype)
+    else:
+        y = conv(xb, w, stride, pads, dilation, groups, math=math, plan=plan, runtime=runtime)
+    return _into(out, y[0] if unbatched else y)
+
+
+def _dgrad_general(dy, w, x_shape, stride, padding, dilation, groups, math, plan, out, runtime):
+    xp = _xp(dy)
+    unbatched, pads, extra = _normalized(x_shape, w, stride, padding, dilation)
+    full = (1, *x_shape) if unbatched else tuple(x_shape)
+    padded = (*full[:2], *(n + e for n, e in zip(full[2:], extra)))
+    dyb = dy[None] if unbatched else dy
+    if full[0] == 0:
+        dx = xp.zeros(full, dtype=dy.dtype)
+    else:
+        dx = conv_backward_data(dyb, w, padded, stride, pads, dilation, groups, math=math, plan=plan, runtime=runtime)
+        dx = dx[(slice(None), slice(None), *(slice(0, n) for n in full[2:]))]
+    return _into(out, dx[0] if unbatched else dx)
+
+
+def _wgrad_general(x, dy, w_shape, stride, padding, dilation, groups, math, plan, out, runtime):
+    xp = _xp(x)
+    w_like = np.empty(w_shape, dtype=np.uint8)  # only its shape is read
+    unbatched, pads, extra = _normalized(x.shape, w_like, stride, padding, dilation)
+    xb = _pad_after(xp, x[None] if unbatched else x, extra)
+    dyb = dy[None] if unbatched else dy
+    if xb.shape[0] == 0:  # nothing summed: a zero gradient
+        dw = xp.zeros(tuple(w_shape), dtype=x.dtype)
+    else:
+        dw = conv_backward_filter(xb, dyb, w_shape, stride, pads, dilation, groups, math=math, plan=plan,
+                                  runtime=runtime)
+    return _into(out, dw)
+
+
 def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: Plan | None = None, out=None,
          runtime: Runtime | None = None):
     """Forward convolution (cross-correlation, as in PyTorch) through a tuned plan.
 
     Parameters
     ----------
-    x : array (N, C_in, *spatial), float32, NumPy or CuPy
+    x : array (N, C_in, *spatial) or, unbatched, (C_in, *spatial); float32, NumPy or CuPy
     w : array (C_out, C_in // groups, *kernel)
-    stride, padding, dilation : int or sequence, per spatial axis
+    stride, dilation : int or sequence of ints, per spatial axis
+    padding : int, sequence of ints, ``'valid'`` or ``'same'`` (stride 1; an even kernel's extra zero
+        goes after, as in PyTorch)
     groups : int
     math : {'fp32', 'tf32'}
     plan : Plan, optional
@@ -316,6 +468,8 @@ def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: 
     >>> convtune.conv(x, w, padding=1).shape
     (2, 4, 8, 8)
     """
+    if _general(x, w, padding):
+        return _conv_general(x, w, stride, padding, dilation, groups, math, plan, out, runtime)
     sig = ("fwd", x.shape, w.shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups, math,
            type(x), x.dtype, w.dtype, _device_id(x))
     rt = runtime or default_runtime()
@@ -333,6 +487,8 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
     ``x_shape`` is needed because with a stride several input sizes give the same output size.
     """
     x_shape = tuple(x_shape)
+    if isinstance(padding, str) or dy.ndim == w.ndim - 1 or (x_shape and x_shape[0] == 0):
+        return _dgrad_general(dy, w, x_shape, stride, padding, dilation, groups, math, plan, out, runtime)
     sig = ("dgrad", dy.shape, w.shape, x_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
            math, type(dy), dy.dtype, w.dtype, _device_id(dy))
     rt = runtime or default_runtime()
@@ -347,6 +503,8 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
                          plan: Plan | None = None, out=None, runtime: Runtime | None = None):
     """Gradient with respect to the weight: ``dw`` of shape ``w_shape`` from ``x`` and ``dy``."""
     w_shape = tuple(w_shape)
+    if isinstance(padding, str) or x.ndim == len(w_shape) - 1 or (x.ndim == len(w_shape) and x.shape[0] == 0):
+        return _wgrad_general(x, dy, w_shape, stride, padding, dilation, groups, math, plan, out, runtime)
     sig = ("wgrad", x.shape, dy.shape, w_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
            math, type(x), x.dtype, dy.dtype, _device_id(x))
     rt = runtime or default_runtime()

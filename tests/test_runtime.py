@@ -117,7 +117,9 @@ def test_backward_functions_match_reference(runtime):
 @pytest.mark.parametrize("call, message", [
     (lambda rt: convtune.conv(randn(2, 3, 8, 8).astype(np.float64), randn(4, 3, 3, 3), runtime=rt), "float32"),
     (lambda rt: convtune.conv(randn(2, 3, 8, 8), randn(4, 2, 3, 3), runtime=rt), "expects 2 input channels"),
-    (lambda rt: convtune.conv(randn(2, 3, 8), randn(4, 3, 3, 3), runtime=rt), "same rank"),
+    (lambda rt: convtune.conv(randn(3, 8), randn(4, 3, 3, 3), runtime=rt), "same rank"),
+    # a 3-D input to a 2-D convolution is an unbatched one, as in PyTorch: here with the wrong channels
+    (lambda rt: convtune.conv(randn(2, 3, 8), randn(4, 3, 3, 3), runtime=rt), "expects 3 input channels"),
     (lambda rt: convtune.conv(randn(2, 3, 2, 2), randn(4, 3, 3, 3), runtime=rt), "dilated kernel spans"),
     (lambda rt: convtune.conv(randn(2, 3, 8, 8), randn(4, 3, 3, 3), stride=(1, 1, 1), runtime=rt), "stride has 3"),
     (lambda rt: convtune.conv_backward_data(randn(2, 4, 5, 5), randn(4, 3, 3, 3), (2, 3, 8, 8), runtime=rt),
@@ -181,8 +183,8 @@ def test_layer_errors():
     with pytest.raises(ValueError, match="kernel_size must be"):
         Conv2d(3, 4, (3, 3, 3))
     layer = Conv2d(3, 4, 3)
-    with pytest.raises(ValueError, match="expects input of rank 4"):
-        layer(randn(2, 3, 8))
+    with pytest.raises(ValueError, match="expects input of rank 4 .* or 3"):
+        layer(randn(3, 8))
     with pytest.raises(RuntimeError, match="before forward"):
         layer.backward(randn(1, 4, 1, 1))
 

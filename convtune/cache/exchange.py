@@ -1,6 +1,8 @@
 """Export and import of plan tables, as JSON or CSV (one flat record per plan).
 
-A JSON export also carries the FFT cost-model calibrations (``fft_calibrations``: device key ->
+Every text cell of an import is checked: control characters (terminal escape sequences) are refused,
+with the record's number; CSV cells that a spreadsheet would run as formulas are written with a
+leading ``'`` and read back without it (:mod:`convtune.text`). A JSON export also carries the FFT cost-model calibrations (``fft_calibrations``: device key ->
 factors, as ``convtune calibrate`` stored them) and the layers' round-trip verdicts
 (``round_trips``: :class:`~convtune.roundtrip.TripDecision` dicts); CSV holds plans only.
 """
@@ -13,6 +15,7 @@ import json
 from datetime import datetime, timezone
 
 from ..errors import CacheError
+from ..text import control_characters, from_spreadsheet_cell, printable, spreadsheet_cell
 from .schema import DEVICE_FIELDS, PLAN_FIELDS
 
 FORMAT_NAME = "convtune-plans"
@@ -38,24 +41,35 @@ def write_export(records: list[dict], fmt: str, calibrations: dict | None = None
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
-        for r in records:
-            writer.writerow({c: ("" if r[c] is None else r[c]) for c in COLUMNS})
+        for r in records:  # no cell a spreadsheet would run as a formula (read_export undoes the guard)
+            writer.writerow({c: ("" if r[c] is None else spreadsheet_cell(r[c])) for c in COLUMNS})
         return buf.getvalue()
     raise ValueError(f"unknown export format {fmt!r}; acceptable formats: {', '.join(FORMATS)}")
 
 
-def _typed(row: dict) -> dict:
+def _typed(row: dict, number: int, csv_row: bool) -> dict:
+    """One record with its columns' types; ``number`` (1-based) names it in errors."""
+    if not isinstance(row, dict):
+        raise CacheError(f"plan {number} of the export is not a mapping of columns")
     out = {}
     for c in COLUMNS:
-        if c not in row:
-            raise CacheError(f"the export lacks column {c!r}")
+        if c not in row or (csv_row and row[c] is None):
+            raise CacheError(f"plan {number} of the export lacks column {c!r}" +
+                             (" (a truncated file?)" if csv_row else ""))
         v = row[c]
-        if c in _INT:
-            out[c] = None if v in ("", None) else int(v)
-        elif c in _FLOAT:
-            out[c] = None if v in ("", None) else float(v)
-        else:
-            out[c] = "" if v is None else str(v)
+        try:
+            if c in _INT:
+                out[c] = None if v in ("", None) else int(v)
+            elif c in _FLOAT:
+                out[c] = None if v in ("", None) else float(v)
+            else:
+                text = "" if v is None else str(v)
+                if control_characters(text):
+                    raise CacheError(f"plan {number} of the export has control characters in {c!r} "
+                                     f"({printable(text)[:80]}); refused")
+                out[c] = from_spreadsheet_cell(text) if csv_row else text
+        except (TypeError, ValueError) as exc:
+            raise CacheError(f"plan {number} of the export: column {c!r}: {exc}") from None
     return out
 
 
@@ -69,11 +83,25 @@ def _json_entry(text: str, name: str, empty):
         raise CacheError(f"the export is not valid JSON: {exc}") from exc
 
 
+def _refuse_control(value, where: str) -> None:
+    """Refuse control characters anywhere in a JSON value's strings (keys included)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_control(k, where)
+            _refuse_control(v, where)
+    elif isinstance(value, list):
+        for v in value:
+            _refuse_control(v, where)
+    elif control_characters(value):
+        raise CacheError(f"{where} has control characters ({printable(value)[:80]}); refused")
+
+
 def read_calibrations(text: str) -> dict:
     """The FFT calibrations of a JSON export (none in CSV, or in exports made before they were kept)."""
     found = _json_entry(text, "fft_calibrations", {})
     if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
         raise CacheError("the export's \"fft_calibrations\" entry is not a mapping of device keys to factors")
+    _refuse_control(found, "the export's \"fft_calibrations\" entry")
     return found
 
 
@@ -85,6 +113,7 @@ def read_round_trips(text: str) -> list:
         raise CacheError("the export's \"round_trips\" entry is not a list")
     decisions = []
     for i, item in enumerate(found):
+        _refuse_control(item, f"round-trip verdict {i} of the export")
         try:
             decisions.append(TripDecision.from_dict(item))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -94,8 +123,10 @@ def read_round_trips(text: str) -> list:
 
 def read_export(text: str, fmt: str | None = None) -> list[dict]:
     """Parse an export (format detected from the content when ``fmt`` is None)."""
+    if not text.strip():
+        raise CacheError("the file is empty: not a convtune plan export")
     if fmt is None:
-        fmt = "json" if text.lstrip().startswith("{") else "csv"
+        fmt = "json" if text.lstrip().startswith(("{", "[")) else "csv"
     try:
         if fmt == "json":
             doc = json.loads(text)
@@ -108,13 +139,14 @@ def read_export(text: str, fmt: str | None = None) -> list[dict]:
             if not isinstance(rows, list):
                 raise CacheError("the export's \"plans\" entry is not a list")
         elif fmt == "csv":
-            rows = list(csv.DictReader(io.StringIO(text)))
-            if rows and set(COLUMNS) - set(rows[0]):
-                raise CacheError(f"not a convtune plan export: CSV columns {sorted(set(COLUMNS) - set(rows[0]))} "
-                                 "are missing")
+            reader = csv.DictReader(io.StringIO(text))
+            missing = sorted(set(COLUMNS) - set(reader.fieldnames or ()))
+            if missing:
+                raise CacheError(f"not a convtune plan export: CSV columns {missing} are missing")
+            rows = list(reader)
         else:
             raise ValueError(f"unknown export format {fmt!r}; acceptable formats: {', '.join(FORMATS)}")
-        return [_typed(r) for r in rows]
+        return [_typed(r, number, fmt == "csv") for number, r in enumerate(rows, 1)]
     except json.JSONDecodeError as exc:
         raise CacheError(f"the export is not valid JSON: {exc}") from exc
     except (TypeError, ValueError) as exc:

@@ -1,10 +1,11 @@
 """The persistent plan cache: SQLite by default, PostgreSQL for a shared cache.
 
 :class:`PlanCache` implements the runtime's plan-store interface (``get``/``put``)
-and reads each key from the database once per process, then from memory.
-Writes are portable upserts (``INSERT ... ON CONFLICT``) in short transactions,
-so concurrent writers never lose each other's rows; SQLite runs in WAL mode
-with a busy timeout and takes its write lock up front (``BEGIN IMMEDIATE``).
+and reads each key from the database once per process, then from memory (a key found
+missing is asked again after :data:`MISS_TTL_S` seconds). Writes are portable upserts
+(``INSERT ... ON CONFLICT``) in short transactions, so concurrent writers never lose each
+other's rows; how reads, writes, read-only databases and PostgreSQL's timeouts work is
+:mod:`convtune.cache.connect`'s part.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, inspect, select
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError, \
-    ProgrammingError, SQLAlchemyError
+from sqlalchemy import inspect, select
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from ..backend import DeviceInfo
 from ..errors import CacheError
@@ -30,13 +29,15 @@ from ..plan import CandidateOutcome, Decision
 from ..problem import ConvProblem
 from ..strategies import strategy_versions
 from ..timing import TimingStats
-from . import schema
+from . import connect, schema
 from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, measurements, meta, plans, problems
 
 log = logging.getLogger("convtune")
 
 ENV_VAR = "CONVTUNE_DB"
-DIALECTS = ("sqlite", "postgresql")
+DIALECTS = connect.DIALECTS
+#: Seconds a key found missing stays missing in a process's memory before the database is asked again.
+MISS_TTL_S = 30.0
 
 
 #: Meta-table keys of FFT cost-model calibrations.
@@ -111,6 +112,15 @@ class PlanCache:
         ``~/.cache/convtune/plans.db``.
     create : bool
         Create the tables in an empty database (else a missing schema is an error).
+    read_only : bool, optional
+        Open without writing (``None``: read-only where the SQLite file cannot be written). A
+        read-only cache serves lookups; what the runtime tunes stays in this process's memory, and
+        it says so once.
+    miss_ttl_s : float
+        A key found missing is looked up again after this many seconds, so plans another process
+        stored since are picked up (:data:`MISS_TTL_S`).
+    timeout_s : float
+        Most seconds one PostgreSQL call may take (see :mod:`convtune.cache.connect`).
 
     Examples
     --------
@@ -120,101 +130,73 @@ class PlanCache:
     1
     """
 
-    def __init__(self, url: str | None = None, *, create: bool = True, busy_timeout_s: float = 60.0):
+    def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool | None = None,
+                 busy_timeout_s: float = 60.0, miss_ttl_s: float | None = None,
+                 timeout_s: float = connect.DEFAULT_TIMEOUT_S):
+        default_location = url is None and not os.environ.get(ENV_VAR)
         self.url = resolve_url(url)
-        try:
-            parsed = make_url(self.url)
-        except ArgumentError as exc:
-            raise CacheError(f"not a database URL: {url!r} ({exc}); use a file path, sqlite:///PATH or "
-                             "postgresql://USER@HOST/DB") from exc
-        self.dialect = parsed.get_backend_name()
-        if self.dialect not in DIALECTS:
-            raise CacheError(f"unsupported database {self.dialect!r}; acceptable: {', '.join(DIALECTS)}")
-        self.display_url = parsed.render_as_string(hide_password=True)
-        if (not create and self.dialect == "sqlite" and parsed.database not in (None, "", ":memory:")
-                and not Path(parsed.database).exists()):
-            raise CacheError(f"no plan cache at {parsed.database}; run `convtune tune` first or give --db")
-        self._busy_timeout_s = busy_timeout_s
-        self.engine = self._make_engine(parsed)
-        self._memo: dict[tuple[str, str], Decision | None] = {}
+        self.db = connect.Database(self.url, create=create, read_only=read_only, busy_timeout_s=busy_timeout_s,
+                                   timeout_s=timeout_s, default_location=default_location)
+        self.dialect, self.display_url, self.engine = self.db.dialect, self.db.display_url, self.db.engine
+        self.miss_ttl_s = MISS_TTL_S if miss_ttl_s is None else miss_ttl_s
+        self._memo: dict[tuple[str, str], Decision] = {}
+        self._misses: dict[tuple[str, str], float] = {}  # key -> when to look again
         self._lock = threading.Lock()
+        self._said_read_only = False
         self.reads = 0
         self._ensure_schema(create)
         self._register_calibrations()
 
-    # -- connection ----------------------------------------------------------------
-    def _make_engine(self, parsed):
+    @property
+    def read_only(self) -> bool:
+        return self.db.read_only
+
+    def _transaction(self, fn):
+        """``fn(conn)`` in one write transaction (see :meth:`convtune.cache.connect.Database.write`)."""
+        return self.db.write(fn)
+
+    def _read_rows(self, fn):
+        """``fn(conn)`` in one read transaction, its errors as :class:`CacheError`."""
         try:
-            if self.dialect == "sqlite":
-                if parsed.database and parsed.database != ":memory:":
-                    Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-                engine = create_engine(parsed, connect_args={"timeout": self._busy_timeout_s})
-                timeout_ms = int(self._busy_timeout_s * 1000)
-
-                @event.listens_for(engine, "connect")
-                def _sqlite_connect(dbapi_conn, _record):
-                    dbapi_conn.isolation_level = None  # we issue BEGIN ourselves, below
-                    cur = dbapi_conn.cursor()
-                    cur.execute(f"PRAGMA busy_timeout={timeout_ms}")
-                    cur.execute("PRAGMA journal_mode=WAL")
-                    cur.execute("PRAGMA foreign_keys=ON")
-                    cur.close()
-
-                @event.listens_for(engine, "begin")
-                def _sqlite_begin(conn):
-                    # take the write lock at the start: a deferred transaction that later upgrades can fail
-                    # at once with SQLITE_BUSY under concurrent writers, whatever the busy timeout
-                    conn.exec_driver_sql("BEGIN IMMEDIATE")
-                return engine
-            return create_engine(parsed, pool_pre_ping=True)
-        except (NoSuchModuleError, ImportError) as exc:
-            raise CacheError(f"no driver for {self.display_url}: {exc}; for PostgreSQL install "
-                             "'convtune[postgres]' (psycopg 3)") from exc
-        except OSError as exc:
-            raise CacheError(f"cannot create the plan cache at {self.display_url}: {exc}") from exc
-
-    def _transaction(self, fn, retries: int = 5):
-        """Run ``fn(conn)`` in one transaction, retrying on lock contention."""
-        for attempt in range(retries):
-            try:
-                with self.engine.begin() as conn:
-                    return fn(conn)
-            except OperationalError as exc:
-                if "locked" in str(exc).lower() and attempt < retries - 1:
-                    time.sleep(0.1 * (attempt + 1))
-                    continue
-                raise CacheError(f"plan cache {self.display_url}: {exc.orig or exc}") from exc
-            except IntegrityError:
-                if attempt < retries - 1:  # a concurrent writer inserted the same unique row first
-                    continue
-                raise
-            except DBAPIError as exc:
-                raise CacheError(f"plan cache {self.display_url}: {exc.orig or exc}") from exc
+            return self.db.read(fn)
+        except SQLAlchemyError as exc:
+            raise CacheError(f"cannot read the plan cache {self.display_url}: {getattr(exc, 'orig', exc)}") from exc
 
     def _ensure_schema(self, create: bool):
         try:
-            names = set(inspect(self.engine).get_table_names())
-        except SQLAlchemyError as exc:
-            raise CacheError(f"cannot open the plan cache at {self.display_url}: {getattr(exc, 'orig', exc)}; "
+            names = set(self.db.tables) if self.dialect == "sqlite" and self.db.tables else \
+                set(self.db.read(lambda conn: inspect(conn).get_table_names()))
+        except (SQLAlchemyError, CacheError) as exc:
+            reason = getattr(exc, "orig", None) or exc
+            raise CacheError(f"cannot open the plan cache at {self.display_url}: {reason}; "
                              f"check --db or ${ENV_VAR}") from exc
         ours = {t.name for t in schema.metadata.sorted_tables}
         if meta.name not in names:
             if names & ours:
                 raise CacheError(f"{self.display_url} has convtune's tables but no schema version: it was not "
                                  "made by convtune or is damaged; use another --db")
+            if names:
+                shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+                raise CacheError(f"{self.display_url} is a database of another application (tables: {shown}); "
+                                 "convtune keeps its plans in a database of its own: give another --db")
             if not create:
                 raise CacheError(f"{self.display_url} holds no plan cache")
-            def create(conn):
+            if self.read_only:
+                raise CacheError(f"{self.display_url} holds no plan cache, and it is read-only "
+                                 f"({self.db.read_only_reason})")
+
+            def make(conn):
                 # tables and version row in one transaction: no other process ever sees one without the other
                 schema.metadata.create_all(conn)
                 conn.execute(self._insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
                              .on_conflict_do_nothing(index_elements=["key"]))
             for attempt in range(5):
                 try:
-                    with self.engine.begin() as conn:
-                        create(conn)
+                    self.db.write(make)
                     break
-                except (OperationalError, IntegrityError, ProgrammingError):
+                except (CacheError, OperationalError, IntegrityError, ProgrammingError):
+                    if attempt == 4:
+                        raise
                     time.sleep(0.1 * (attempt + 1))  # a concurrent creator won; the version check decides
         found = self.schema_version()
         if found != SCHEMA_VERSION:
@@ -223,8 +205,8 @@ class PlanCache:
                              f"this convtune reads version {SCHEMA_VERSION}. Upgrade convtune, or use another --db")
 
     def schema_version(self) -> int:
-        with self.engine.connect() as conn:
-            value = conn.execute(select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
+        value = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == "schema_version"))
+                                .scalar())
         try:
             return int(value)
         except (TypeError, ValueError):
@@ -236,6 +218,16 @@ class PlanCache:
         else:
             from sqlalchemy.dialects.postgresql import insert
         return insert(table)
+
+    def _not_stored(self, what: str) -> bool:
+        """On a read-only cache: say once that nothing is stored, and return True."""
+        if not self.read_only:
+            return False
+        if not self._said_read_only:
+            self._said_read_only = True
+            log.warning("plan cache %s is read-only (%s): %s and what else this process tunes stay in its memory, "
+                        "nothing is stored", self.display_url, self.db.read_only_reason, what)
+        return True
 
     # -- ids --------------------------------------------------------------------------
     def _device_id(self, conn, device: DeviceInfo | dict, fingerprint: str | None = None) -> int:
@@ -255,8 +247,14 @@ class PlanCache:
         return conn.execute(select(problems.c.id).where(problems.c.key == p.key())).scalar_one()
 
     # -- the plan-store interface ----------------------------------------------------------
-    def put(self, decision: Decision) -> str:
-        """Record every outcome of ``decision`` and, if it has a winner, upsert its plan. Returns the run id."""
+    def put(self, decision: Decision) -> str | None:
+        """Record every outcome of ``decision`` and, if it has a winner, upsert its plan. Returns the run id
+        (``None`` on a read-only cache, which keeps the decision in memory only)."""
+        if self._not_stored(f"the plan of {decision.problem.key()}"):
+            if decision.winner.status == "winner":
+                with self._lock:
+                    self._memo[(decision.device_key, decision.problem.key())] = decision
+            return None
         run_id = str(uuid.uuid4())
         versions = strategy_versions()
         now, version = _now(), _version()
@@ -292,11 +290,16 @@ class PlanCache:
         """The stored decision for this problem on this device and strategy versions, or ``None``."""
         memo_key = (device_key, problem.key())
         with self._lock:
-            if memo_key in self._memo:
-                return self._memo[memo_key]
+            found = self._memo.get(memo_key)
+            if found is not None or self._misses.get(memo_key, 0.0) > time.monotonic():
+                return found
         decision = self._read(problem, device_key)
         with self._lock:
-            self._memo[memo_key] = decision
+            if decision is None:  # a miss is asked again later: another process may store the plan meanwhile
+                self._misses[memo_key] = time.monotonic() + self.miss_ttl_s
+            else:
+                self._memo[memo_key] = decision
+                self._misses.pop(memo_key, None)
         return decision
 
     def _read(self, problem: ConvProblem, device_key: str) -> Decision | None:
@@ -306,11 +309,7 @@ class PlanCache:
                  .join(devices, plans.c.device_id == devices.c.id)
                  .where(problems.c.key == problem.key(), devices.c.fingerprint == device_key,
                         plans.c.strategy_versions == strategy_versions()))
-        try:
-            with self.engine.connect() as conn:
-                row = conn.execute(query).mappings().first()
-        except SQLAlchemyError as exc:
-            raise CacheError(f"cannot read the plan cache {self.display_url}: {getattr(exc, 'orig', exc)}") from exc
+        row = self._read_rows(lambda conn: conn.execute(query).mappings().first())
         if row is None:
             return None
         timing = None
@@ -325,6 +324,7 @@ class PlanCache:
     def forget_memo(self) -> None:
         with self._lock:
             self._memo.clear()
+            self._misses.clear()
 
     # -- listings ------------------------------------------------------------------------
     def plan_rows(self, problem_key: str | None = None, fingerprint: str | None = None) -> list[dict]:
@@ -340,8 +340,7 @@ class PlanCache:
         if fingerprint is not None:
             query = query.where(devices.c.fingerprint == fingerprint)
         versions = strategy_versions()
-        with self.engine.connect() as conn:
-            rows = [dict(r) for r in conn.execute(query).mappings()]
+        rows = self._read_rows(lambda conn: [dict(r) for r in conn.execute(query).mappings()])
         for r in rows:
             r["current_versions"] = r["strategy_versions"] == versions
         return rows
@@ -362,16 +361,15 @@ class PlanCache:
                 .where(problems.c.key == problem_key))
         if fingerprint:
             base = base.where(devices.c.fingerprint == fingerprint)
-        with self.engine.connect() as conn:
-            rows = [dict(r) for r in conn.execute(base.order_by(measurements.c.id)).mappings()]
+        rows = self._read_rows(lambda conn: [dict(r) for r in conn.execute(base.order_by(measurements.c.id)).mappings()])
         if not rows:
             return []
         latest = max(rows, key=lambda r: (r["measured_at"], r["id"]))["run_id"]
         return [r for r in rows if r["run_id"] == latest]
 
     def device_rows(self) -> list[dict]:
-        with self.engine.connect() as conn:
-            return [dict(r) for r in conn.execute(select(devices).order_by(devices.c.id)).mappings()]
+        return self._read_rows(lambda conn: [dict(r) for r in conn.execute(select(devices).order_by(devices.c.id))
+                                             .mappings()])
 
     # -- FFT cost-model calibrations ---------------------------------------------------
     # Stored as rows of the key/value meta table (``fft_cost:`` + a hash of the device key), so a
@@ -391,9 +389,8 @@ class PlanCache:
     def _meta_docs(self, prefix: str, what: str) -> list:
         """The JSON values of the meta rows whose keys start with ``prefix``, in key order; an
         unreadable one is skipped with a warning that names ``what`` it is."""
-        with self.engine.connect() as conn:
-            values = conn.execute(select(meta.c.value).where(meta.c.key.like(prefix + "%"))
-                                  .order_by(meta.c.key)).scalars().all()
+        values = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key.like(prefix + "%"))
+                                                           .order_by(meta.c.key)).scalars().all())
         docs = []
         for value in values:
             try:
@@ -438,14 +435,17 @@ class PlanCache:
         return cls._hashed_key(TRIP_PREFIX, f"{device_key}|{problem.for_pass('fwd').key()}", 64 - len(TRIP_PREFIX))
 
     def put_trip(self, decision) -> None:
-        """Store (replacing) a layer's round-trip decision (:class:`~convtune.roundtrip.TripDecision`)."""
+        """Store (replacing) a layer's round-trip decision (:class:`~convtune.roundtrip.TripDecision`);
+        on a read-only cache, nothing (and that is said once)."""
+        if self._not_stored(f"the round-trip verdict of {decision.problem.key()}"):
+            return
         self._put_meta(self._trip_key(decision.device_key, decision.problem), json.dumps(decision.as_dict()))
 
     def get_trip(self, problem: ConvProblem, device_key: str):
         """The stored round-trip decision of ``problem``'s layer on the device, or ``None``."""
         from ..roundtrip import TripDecision
-        with self.engine.connect() as conn:
-            value = conn.execute(select(meta.c.value).where(meta.c.key == self._trip_key(device_key, problem))).scalar()
+        key = self._trip_key(device_key, problem)
+        value = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar())
         if value is None:
             return None
         try:
@@ -461,15 +461,13 @@ class PlanCache:
 
     def trip_count(self) -> int:
         from sqlalchemy import func
-        with self.engine.connect() as conn:
-            return conn.execute(select(func.count()).select_from(meta)
-                                .where(meta.c.key.like(TRIP_PREFIX + "%"))).scalar_one()
+        return self._read_rows(lambda conn: conn.execute(select(func.count()).select_from(meta)
+                                                         .where(meta.c.key.like(TRIP_PREFIX + "%"))).scalar_one())
 
     def counts(self) -> dict:
         from sqlalchemy import func
-        with self.engine.connect() as conn:
-            return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
-                    for t in (devices, problems, measurements, plans)}
+        return self._read_rows(lambda conn: {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+                                             for t in (devices, problems, measurements, plans)})
 
     # -- export / import ---------------------------------------------------------------
     def export_records(self) -> list[dict]:
@@ -480,43 +478,46 @@ class PlanCache:
                  .join(problems, plans.c.problem_id == problems.c.id)
                  .join(devices, plans.c.device_id == devices.c.id)
                  .order_by(devices.c.fingerprint, problems.c.key, plans.c.strategy_versions))
-        with self.engine.connect() as conn:
-            return [dict(r) for r in conn.execute(query).mappings()]
+        return self._read_rows(lambda conn: [dict(r) for r in conn.execute(query).mappings()])
 
     def import_records(self, records: list[dict]) -> dict:
-        """Merge exported records: new plans are added; where a plan exists, the better-measured one is kept
-        (timed beats untimed, then the faster median). Returns counts and the list of conflicts."""
+        """Merge exported records, all or nothing (one transaction, every record checked first): new plans
+        are added; where a plan exists, the better-measured one is kept (timed beats untimed, then the
+        faster median). Returns counts and the list of conflicts."""
+        checked = []
+        for number, rec in enumerate(records, 1):
+            try:
+                checked.append((rec, ConvProblem.from_key(rec["problem_key"]), {f: rec.get(f) for f in PLAN_FIELDS}))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CacheError(f"plan {number} of the import: {exc}; nothing was imported") from None
+
+        def merge(conn, rec, problem, incoming):
+            dev = self._device_id(conn, {f: rec[f] for f in DEVICE_FIELDS}, rec["fingerprint"])
+            prob = self._problem_id(conn, problem)
+            where = ((plans.c.problem_id == prob) & (plans.c.device_id == dev)
+                     & (plans.c.strategy_versions == rec["strategy_versions"]))
+            existing = conn.execute(select(*[plans.c[f] for f in PLAN_FIELDS]).where(where)).mappings().first()
+            if existing is None:
+                conn.execute(self._insert(plans).values(problem_id=prob, device_id=dev,
+                                                        strategy_versions=rec["strategy_versions"], **incoming)
+                             .on_conflict_do_nothing(index_elements=["problem_id", "device_id", "strategy_versions"]))
+                return "added", None
+            existing = dict(existing)
+            if existing == incoming:
+                return "identical", None
+            same_choice = (existing["strategy"], existing["config"]) == (incoming["strategy"], incoming["config"])
+            take = _better(incoming, existing)
+            if take:
+                conn.execute(plans.update().where(where).values(**incoming))
+            conflict = None if same_choice else {
+                "problem_key": rec["problem_key"], "fingerprint": rec["fingerprint"],
+                "ours": existing["label"], "theirs": incoming["label"],
+                "kept": incoming["label"] if take else existing["label"]}
+            return ("replaced" if take else "kept"), conflict
+
+        results = self._transaction(lambda conn: [merge(conn, *item) for item in checked])
         report = {"added": 0, "replaced": 0, "kept": 0, "identical": 0, "conflicts": []}
-        for rec in records:
-            problem = ConvProblem.from_key(rec["problem_key"])
-            incoming = {f: rec.get(f) for f in PLAN_FIELDS}
-
-            def merge(conn, rec=rec, problem=problem, incoming=incoming):
-                dev = self._device_id(conn, {f: rec[f] for f in DEVICE_FIELDS}, rec["fingerprint"])
-                prob = self._problem_id(conn, problem)
-                where = ((plans.c.problem_id == prob) & (plans.c.device_id == dev)
-                         & (plans.c.strategy_versions == rec["strategy_versions"]))
-                existing = conn.execute(select(*[plans.c[f] for f in PLAN_FIELDS]).where(where)).mappings().first()
-                if existing is None:
-                    conn.execute(self._insert(plans).values(problem_id=prob, device_id=dev,
-                                                            strategy_versions=rec["strategy_versions"], **incoming)
-                                 .on_conflict_do_nothing(index_elements=["problem_id", "device_id",
-                                                                         "strategy_versions"]))
-                    return "added", None
-                existing = dict(existing)
-                if existing == incoming:
-                    return "identical", None
-                same_choice = (existing["strategy"], existing["config"]) == (incoming["strategy"], incoming["config"])
-                take = _better(incoming, existing)
-                if take:
-                    conn.execute(plans.update().where(where).values(**incoming))
-                conflict = None if same_choice else {
-                    "problem_key": rec["problem_key"], "fingerprint": rec["fingerprint"],
-                    "ours": existing["label"], "theirs": incoming["label"],
-                    "kept": incoming["label"] if take else existing["label"]}
-                return ("replaced" if take else "kept"), conflict
-
-            outcome, conflict = self._transaction(merge)
+        for outcome, conflict in results:
             report[outcome] += 1
             if conflict:
                 report["conflicts"].append(conflict)
@@ -524,23 +525,36 @@ class PlanCache:
         return report
 
     def close(self) -> None:
-        self.engine.dispose()
+        """Fold SQLite's WAL into the main file and let the connections go."""
+        self.db.close()
 
     def __repr__(self):
         return f"<PlanCache {self.display_url} memo={len(self._memo)} reads={self.reads}>"
 
 
 class LazyPlanCache:
-    """Opens the default :class:`PlanCache` on first use, so importing convtune touches no file."""
+    """Opens the default :class:`PlanCache` on first use, so importing convtune touches no file. An open
+    that fails is not tried again for a cool-down (a training process then runs without the cache,
+    see :class:`~convtune.runtime.Runtime`, instead of waiting on it at every lookup)."""
 
-    def __init__(self, url: str | None = None):
+    def __init__(self, url: str | None = None, cooldown_s: float = connect.DEFAULT_COOLDOWN_S):
         self._url = url
         self._cache: PlanCache | None = None
+        self._cooldown_s = cooldown_s
+        self._failed_until = 0.0
+        self._failure = ""
 
     @property
     def cache(self) -> PlanCache:
         if self._cache is None:
-            self._cache = PlanCache(self._url)
+            now = time.monotonic()
+            if now < self._failed_until:
+                raise CacheError(f"{self._failure} (not tried again for {self._failed_until - now:.0f} s)")
+            try:
+                self._cache = PlanCache(self._url)
+            except CacheError as exc:
+                self._failed_until, self._failure = now + self._cooldown_s, str(exc)
+                raise
         return self._cache
 
     def get(self, problem, device_key):

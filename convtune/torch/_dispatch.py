@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import torch
 
+from ..errors import ConvtuneError
 from ..problem import ConvProblem
 from ..runtime import Runtime, default_runtime
 from ..strategies import get_strategy
@@ -68,10 +70,11 @@ def dense(t):
 class Native:
     """PyTorch's convolution, the plan's winner (or, as :class:`Fallback`, the way out)."""
 
-    __slots__ = ("fn", "label")
+    __slots__ = ("fn", "label", "retry_at")
 
     def __init__(self, fn, label: str):
         self.fn, self.label = fn, label
+        self.retry_at = None  # when to look the plan up again (for want of a tuned plan), or never
 
     def __call__(self, a, b, bias=None):
         return self.fn(dense(a), dense(b), bias)
@@ -90,12 +93,13 @@ class Fallback(Native):
 class ArrayPlan:
     """A convtune plan of another strategy, on zero-copy array views of the tensors."""
 
-    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label")
+    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at")
 
     def __init__(self, plan, bridge_, problem: ConvProblem):
         self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
         self.bias_shape = (1, -1) + (1,) * problem.rank
         self.label = plan.label
+        self.retry_at = None
 
     def __call__(self, a, b, bias=None):
         a, b = a.contiguous(), b.contiguous()
@@ -119,6 +123,8 @@ class Route:
     # -- running -----------------------------------------------------------------------
     def run(self, pass_: str, a, b, bias=None):
         executor = getattr(self, f"{pass_}_exec") or self.resolve(pass_)
+        if executor.retry_at is not None and executor.retry_at <= time.monotonic():
+            executor = self.resolve(pass_)  # served for want of a tuned plan: is there one now?
         fmt = result_format(a, b)
         try:
             out = executor(a, b, bias)
@@ -132,8 +138,13 @@ class Route:
         return out
 
     def native(self, passes) -> bool:
-        """Do these passes all run PyTorch's own convolution (so autograd needs nothing of convtune)?"""
-        return all(isinstance(getattr(self, f"{p}_exec") or self.resolve(p), Native) for p in passes)
+        """Do these passes all run PyTorch's own convolution for good (so autograd needs nothing of
+        convtune)? Not where one waits to be looked up again."""
+        for p in passes:
+            executor = getattr(self, f"{p}_exec") or self.resolve(p)
+            if not isinstance(executor, Native) or executor.retry_at is not None:
+                return False
+        return True
 
     # -- resolving -------------------------------------------------------------------------
     def resolve(self, pass_: str):
@@ -153,16 +164,22 @@ class Route:
                 executor = Native(get_strategy("torch").native(problem, plan.config), plan.label)
             else:
                 executor = ArrayPlan(plan, br, problem)
-        except Exception as exc:  # no plan, no backend, a failed tuning: PyTorch runs it
+            if plan.source == "heuristic":
+                executor.retry_at = time.monotonic() + runtime.miss_ttl_s
+        except ConvtuneError as exc:  # no plan (a miss the policy does not tune), a failed tuning: PyTorch runs it
+            return self._fall_back(pass_, f"{type(exc).__name__}: {exc}", retry=True)
+        except Exception as exc:  # no backend, a library that fails: PyTorch runs it
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
         setattr(self, f"{pass_}_exec", executor)
         return executor
 
-    def _fall_back(self, pass_: str, reason: str):
+    def _fall_back(self, pass_: str, reason: str, retry: bool = False):
         problem = self.problem.for_pass(pass_)
         say_once(f"fallback:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %s",
                  problem.describe(), self.device, reason)
         executor = Fallback(problem, reason)
+        if retry:  # a plan may be tuned by another process meanwhile
+            executor.retry_at = time.monotonic() + self.runtime.miss_ttl_s
         setattr(self, f"{pass_}_exec", executor)
         return executor
 
