@@ -28,7 +28,6 @@ import time
 from datetime import datetime, timezone
 
 import torch
-from torch import nn
 
 import convtune
 import convtune.torch as ct

@@ -77,6 +77,16 @@ def _passes(text: str) -> tuple[str, ...]:
     return passes
 
 
+def _writable_cache(db):
+    """The plan cache of ``--db`` for a command that stores: a read-only one is an error before any work."""
+    from .cache import PlanCache
+    cache = PlanCache(db)
+    if cache.read_only:
+        raise click.ClickException(f"the plan cache {cache.display_url} is read-only ({cache.db.read_only_reason}): "
+                                   "this command stores into it; give a writable --db")
+    return cache
+
+
 def _backend(name: str):
     from .backend import get_backend, gpu_available
     if name == "auto":
@@ -143,7 +153,6 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     Shapes repeated across layers are tuned once. A second run finds every plan in
     the cache and times nothing (use --retune to measure again).
     """
-    from .cache import PlanCache
     from .network import load_network, unique_problems
     from .planner import Planner
 
@@ -152,7 +161,7 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
                                    "use it with --passes fwd,dgrad,wgrad")
     layers = load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape))
     problems = unique_problems(layers, _passes(passes))
-    cache = PlanCache(db)
+    cache = _writable_cache(db)
     be = _backend(backend)
     device = be.device_info()
     planner = Planner(be, workspace_limit=parse_size(workspace_limit), time_budget_s=time_budget,
@@ -388,7 +397,7 @@ def import_cmd(file, db, fmt):
     """Merge an exported plan table into the cache: new plans are added; where both have a plan,
     the better-measured one is kept (timed beats untimed, then the faster median) and differing
     choices are reported as conflicts."""
-    from .cache import PlanCache, read_export
+    from .cache import read_export
     from .cache.exchange import read_calibrations, read_round_trips
     try:
         with open(file) as fh:
@@ -407,7 +416,7 @@ def import_cmd(file, db, fmt):
             check_calibration(device_key, calibration)
         except ValueError as exc:
             raise click.ClickException(f"{file}: {exc}") from None
-    cache = PlanCache(db)
+    cache = _writable_cache(db)
     report = cache.import_records(records)
     _echo(f"imported {len(records)} plan(s) into {cache.display_url}: {report['added']} added, "
                f"{report['replaced']} replaced by better measurements, {report['kept']} kept, "
@@ -643,10 +652,9 @@ def report(results, out_dir):
 def calibrate(db, backend, elements):
     """Measure this device's FFT cost model (transform lengths: powers of 2, 2·3·5·7-smooth, other)
     and store it in the plan cache, which then ranks transform sizes with it on this device."""
-    from .cache import PlanCache
     from .fft.calibrate import calibrate as run_calibration
     from .timing import default_timer
-    cache = PlanCache(db)
+    cache = _writable_cache(db)
     be = _backend(backend)
     _echo(f"timing transforms on {be.device_info().key()} ...", err=True)
     result = run_calibration(be, default_timer(be), elements)

@@ -8,7 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-import convtune  # noqa: E402
 import convtune.torch as ct  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
 from convtune.torch import _dispatch  # noqa: E402

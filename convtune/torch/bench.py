@@ -147,7 +147,7 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
         record["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
     if mode.startswith("convtune"):
         record["routes"] = _routes(runtime)
-    del model, opt
+    model = opt = step = None  # the memory goes back below
     _give_back(device)
     return record
 
