@@ -12,7 +12,8 @@ Steps, each recorded per candidate:
    the same device, with the output poisoned with NaN first so an unwritten
    element fails; past the math mode's tolerance it is ``rejected``, an
    exception is ``failed`` (out-of-memory included) and tuning goes on; one
-   whose run is ``SLOW_FACTOR`` times slower than the best so far is ``skipped``;
+   whose run is ``SLOW_FACTOR`` times slower than the best so far is ``skipped`` (never one of
+   an ``always_timed`` strategy: PyTorch's own convolution, the point of reference);
 4. the survivors are timed on the full problem, fastest first by a warm run on
    the reduced batch (so a time budget goes to the likely winners); a lone
    survivor is not timed;
@@ -243,7 +244,8 @@ class Planner:
                     continue
                 # A first run also pays one-time costs (CUDA loads kernel modules lazily, FFT plans are made),
                 # so it only rules a candidate out past a hard floor; otherwise the warm run decides.
-                if first_s > max(SLOW_FACTOR * best_warm, FIRST_RUN_FLOOR_S):
+                reference_point = cand.strategy.always_timed  # what the user had: never ruled out unmeasured
+                if not reference_point and first_s > max(SLOW_FACTOR * best_warm, FIRST_RUN_FLOOR_S):
                     outcomes.append(self._outcome(problem, cand, "skipped", error=err,
                                                   reason=f"first run on the verification batch took {first_s:.2f} s, "
                                                          f"{first_s / best_warm:.0f}x the best; not timed"))
@@ -251,7 +253,7 @@ class Planner:
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
                 warm_s = self._synchronized_run(run, a, b, out)
-                if warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
+                if not reference_point and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
                     outcomes.append(self._outcome(problem, cand, "skipped", error=err,
                                                   reason=f"{warm_s / best_warm:.0f}x slower than the best candidate "
                                                          f"on the verification batch; not timed"))
@@ -294,7 +296,8 @@ class Planner:
         timed = []
         spent = 0.0
         for cand, err in survivors:
-            if self.time_budget_s is not None and timed and spent > self.time_budget_s:
+            if self.time_budget_s is not None and timed and spent > self.time_budget_s and \
+                    not cand.strategy.always_timed:
                 outcomes.append(self._outcome(problem, cand, "skipped", error=err,
                                               reason=f"time budget of {self.time_budget_s:g} s spent"))
                 continue

@@ -224,3 +224,27 @@ def test_heuristic_runtime_serves_pytorchs_convolution(caplog):
         layer(torch.randn(1, 3, 8, 8, requires_grad=True)).sum().backward()
     (route,) = rt.layer_memo("torch").values()
     assert set(route.labels().values()) == {"torch[]"} and "fallback" not in caplog.text
+
+
+def test_pytorchs_candidate_is_timed_even_when_its_verification_run_is_slow(monkeypatch):
+    """The reference point of a tuned plan is never ruled out unmeasured: not by a slow run on the
+    verification batch, not by a spent time budget (any other candidate would be)."""
+    import convtune.planner as planner_module
+    from convtune.strategies.pytorch import TorchStrategy
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+
+    def synchronized_run(self, run, a, b, out):
+        run(a, b, out)
+        return 1000.0 if run.__qualname__.startswith("TorchStrategy") else 0.001  # PyTorch looks very slow
+    monkeypatch.setattr(Planner, "_synchronized_run", synchronized_run)
+
+    def tuned():
+        timer = FakeTimer()
+        d = Planner("numpy", timer, strategies=["im2col", "torch"], time_budget_s=0.0).tune(p)
+        return next(o for o in d.outcomes if o.strategy == "torch"), timer.labels
+    outcome, labels = tuned()
+    assert outcome.status in ("ok", "winner") and any(label.startswith("torch") for label in labels)
+    monkeypatch.setattr(TorchStrategy, "always_timed", False)  # as any other candidate: skipped
+    outcome, labels = tuned()
+    assert outcome.status == "skipped" and not any(label.startswith("torch") for label in labels)
+    assert planner_module.SLOW_FACTOR < 1000

@@ -56,6 +56,9 @@ class Strategy:
     #: Its executor makes its own result (PyTorch's convolution does): an ``out`` given is filled by a
     #: copy, so the planner times it without ``out``, as the PyTorch layer calls it.
     allocates_result: ClassVar[bool] = False
+    #: Timed whenever it is correct: neither a slow run on the verification batch nor a spent time budget
+    #: rules it out (PyTorch's own convolution, the reference point a tuned plan must not fall behind).
+    always_timed: ClassVar[bool] = False
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         """``None`` when the problem can run here, else the reason it cannot."""

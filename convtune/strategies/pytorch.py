@@ -122,6 +122,7 @@ class TorchStrategy(Strategy):
     version = 1
     config_type = TorchConfig
     allocates_result = True
+    always_timed = True
 
     def version_tag(self) -> str:
         return f"{self.name}{self.version}@{torch_version() or 'absent'}"
