@@ -6,8 +6,6 @@ immutable :class:`Plan` that executes. :func:`conv` and the layer objects
 dispatch through a plan lookup (see :mod:`convtune.runtime`).
 """
 
-import logging
-
 from .errors import BackendError, CacheError, ConvtuneError, NetworkError, TuningError, UnsupportedProblem
 from .problem import ConvProblem
 from .plan import CandidateOutcome, Decision, Plan
@@ -19,7 +17,8 @@ from .layers import Conv1d, Conv2d
 
 __version__ = "0.1.0"
 
-logging.getLogger("convtune").addHandler(logging.NullHandler())
+# No NullHandler: where the application configures no logging, Python's last-resort handler shows
+# convtune's warnings (a tuning stall, a fallback, a read-only cache) on stderr, and nothing below WARNING.
 
 __all__ = ["ConvProblem", "Planner", "Plan", "Decision", "CandidateOutcome", "TimingStats", "CpuTimer",
            "CudaEventTimer", "Runtime", "MemoryPlanStore", "conv", "conv_backward_data", "conv_backward_filter",

@@ -5,15 +5,18 @@ Every error a user can cause ends in a one-line message and a non-zero exit.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
+import shlex
 import sys
 import time
 
 import click
 
 from .errors import ConvtuneError, TuningError
-from .text import printable
+from .text import human_bytes, printable
 
 PASS_NAMES = ("fwd", "dgrad", "wgrad")
 _SIZE = re.compile(r"^\s*([0-9.eE+]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -98,6 +101,10 @@ def _ms(seconds) -> str:
     return _ms_value(None if seconds is None else seconds * 1e3)
 
 
+def _ms_value(ms) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
 def _table(headers, rows) -> str:
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
@@ -105,6 +112,39 @@ def _table(headers, rows) -> str:
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(out)
+
+
+@contextlib.contextmanager
+def _progress(items, label: str, describe):
+    """Progress over ``items`` on stderr: click's bar on a terminal; elsewhere (a pipe, a log file) one
+    line per item with the time so far, so that a log shows where a long run is."""
+    if getattr(sys.stderr, "isatty", lambda: False)():
+        with click.progressbar(items, label=label, file=sys.stderr,
+                               item_show_func=lambda item: item and printable(describe(item))) as bar:
+            yield bar
+        return
+    started = time.perf_counter()
+
+    def lines():
+        for number, item in enumerate(items, 1):
+            _echo(f"{label} {number}/{len(items)}: {describe(item)} ({time.perf_counter() - started:.0f} s so far)",
+                  err=True)
+            yield item
+    yield lines()
+
+
+def _explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mode="fp32", db=None) -> str:
+    """The ``convtune explain`` command that shows one layer's candidates, as it must be typed."""
+    args = ["convtune", "explain", name, "--net", network, "--pass", pass_]
+    if batch is not None:
+        args += ["--batch", str(batch)]
+    if input_shape is not None:
+        args += ["--input-shape", input_shape]
+    if math_mode != "fp32":
+        args += ["--math", math_mode]
+    if db is not None:
+        args += ["--db", db]
+    return " ".join(shlex.quote(str(a)) for a in args)
 
 
 db_option = click.option("--db", "db", metavar="URL", default=None,
@@ -156,24 +196,26 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     from .network import load_network, unique_problems
     from .planner import Planner
 
-    if keep_spectra and set(_passes(passes)) != {"fwd", "dgrad", "wgrad"}:
+    # every option is checked before any work
+    pass_list, shape = _passes(passes), _shape(input_shape)
+    limit, trip_limit = parse_size(workspace_limit), parse_size(keep_limit)
+    strategy_list = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
+    if keep_spectra and set(pass_list) != {"fwd", "dgrad", "wgrad"}:
         raise click.ClickException("--keep-spectra compares a round trip with the three per-pass plans: "
                                    "use it with --passes fwd,dgrad,wgrad")
-    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape))
-    problems = unique_problems(layers, _passes(passes))
-    cache = _writable_cache(db)
     be = _backend(backend)
+    planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list)
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=shape)
+    problems = unique_problems(layers, pass_list)
+    cache = _writable_cache(db)
     device = be.device_info()
-    planner = Planner(be, workspace_limit=parse_size(workspace_limit), time_budget_s=time_budget,
-                      strategies=[s.strip() for s in strategies.split(",")] if strategies else None)
     _echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
-               f"cache {cache.display_url}", err=True)
+          f"cache {cache.display_url}", err=True)
     sources, failures = {}, []
     started = time.perf_counter()
     current = [""]
     try:
-        with click.progressbar(problems, label="tuning", file=sys.stderr,
-                               item_show_func=lambda item: item and printable(f"{item[1][0]} {item[0].pass_}")) as bar:
+        with _progress(problems, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
             for problem, names in bar:
                 current[0] = names[0]
                 if not retune and cache.get(problem, device.key()) is not None:
@@ -198,9 +240,10 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
         if plan is None:
             rows.append((layer, problem.pass_, "-", "-", "-", sources[problem.key()]))
             continue
-        speedup = f"{plan['speedup_next']:.2f}x" if plan["speedup_next"] else "-"
-        rows.append((layer, problem.pass_, plan["label"], _ms(plan["time_median_s"]), speedup,
-                     sources[problem.key()]))
+        untimed = plan["time_median_s"] is None  # the only candidate left after verification
+        speedup = f"{plan['speedup_next']:.2f}x" if plan["speedup_next"] else ("only one" if untimed else "-")
+        rows.append((layer, problem.pass_, plan["label"], "not timed" if untimed else _ms(plan["time_median_s"]),
+                     speedup, sources[problem.key()]))
     _echo(_table(("layer", "pass", "winner", "time ms", "vs next", "source"), rows))
     tuned = sum(1 for s in sources.values() if s == "tuned")
     hits = sum(1 for s in sources.values() if s == "cache")
@@ -209,9 +252,11 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     else:
         _echo(f"{tuned} tuned, {hits} from the cache, {len(failures)} failed in {elapsed:.1f} s")
     for name, problem, exc in failures:
-        _echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `convtune explain {name}`", err=True)
+        hint = _explain_hint(name, network, problem.pass_, batch=batch, input_shape=input_shape, math_mode=math_mode,
+                             db=db)
+        _echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `{hint}`", err=True)
     if keep_spectra:
-        _tune_round_trips(problems, cache, be, planner, retune, parse_size(keep_limit))
+        _tune_round_trips(problems, cache, be, planner, retune, trip_limit)
     if failures:
         sys.exit(1)
 
@@ -227,8 +272,7 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
                       planner_options={"workspace_limit": planner.workspace_limit,
                                        "time_budget_s": planner.time_budget_s, "strategies": planner.strategy_names})
     rows = []
-    with click.progressbar(list(layers.values()), label="round trips", file=sys.stderr,
-                           item_show_func=lambda item: item and printable(item[1][0])) as bar:
+    with _progress(list(layers.values()), "round trips", lambda item: item[1][0]) as bar:
         for problem, names in bar:
             stored = cache.get_trip(problem, backend.device_info().key())
             decision = runtime.round_trip_for(problem, backend, refresh=retune)
@@ -237,6 +281,49 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
             rows.append((names[0], decision.winner.label if decision.winner else "-", _ms(trip),
                          _ms(decision.per_pass_s), "keep spectra" if decision.pays else "per-pass plans", source))
     _echo(_table(("layer", "round trip", "time ms", "per-pass ms", "layers run", "source"), rows))
+
+
+@main.command()
+@click.option("--net", "network", default="starter", show_default=True,
+              help="The network to tune (any NETWORK `tune` takes; the built-in 'starter' has one layer of each kind).")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
+@click.option("--db", "db", metavar="URL", default=None,
+              help="Plan cache (default: a new file in a temporary directory, so that the first run tunes).")
+@click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
+@click.pass_context
+def demo(ctx, network, batch, db, backend):
+    """The whole idea in about a minute on two CPU cores: tune a network, tune it again (every plan
+    comes from the cache, nothing is timed), and explain the layer whose winner won by the most.
+
+    `convtune demo --net resnet18 --batch 8` does the same for ResNet-18 (about 13 minutes on two
+    CPU cores).
+    """
+    import tempfile
+    from .cache import PlanCache
+    from .network import load_network, unique_problems
+    if db is None:
+        db = os.path.join(tempfile.mkdtemp(prefix="convtune-demo-"), "plans.db")
+    runs = []
+    for title in ("1. tune: every candidate is checked against float64, the survivors are timed, the winners "
+                  "stored", "2. the same again: every plan comes from the cache, nothing is timed"):
+        _echo(f"\n{title}")
+        started = time.perf_counter()
+        ctx.invoke(tune, network=network, db=db, batch=batch, backend=backend)
+        runs.append(time.perf_counter() - started)
+    cache = PlanCache(db, create=False)
+    layers = load_network(network, batch=batch)
+    device = _backend(backend).device_info().key()
+    best = None
+    for problem, names in unique_problems(layers, PASS_NAMES):
+        row = cache.plan_row(problem.key(), device)
+        if row and row["speedup_next"] and (best is None or row["speedup_next"] > best[0]):
+            best = (row["speedup_next"], names[0], problem.pass_)
+    if best is not None:
+        _echo(f"\n3. why {best[1]} {best[2]} got its plan: every candidate of its tuning run")
+        ctx.invoke(explain, layer=best[1], network=network, pass_=best[2], batch=batch, db=db)
+    _echo(f"\nfirst run {runs[0]:.1f} s, second {runs[1]:.1f} s; the plans are in {db}.")
+    _echo("Next: `convtune show --db DB`; from Python, convtune.use_cache(DB) and convtune.conv(x, w, ...); from "
+          "PyTorch, convtune.torch.patch(model) (README: \"Use it from PyTorch\").")
 
 
 @main.command()
@@ -314,29 +401,54 @@ def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
             raise click.ClickException(f"--device {device!r} matches {len(fps)} devices; be more specific")
     else:
         fps = _machine_fingerprints()
+    shown_legend = False
     for problem in problems:
         _echo(f"== {problem.describe()}  [{problem.key()}]")
         found = [(fp, rows) for fp in fps if (rows := cache.measurement_rows(problem.key(), fp))]
         if not found:
             others = sorted({r["fingerprint"] for r in cache.measurement_rows(problem.key())})
-            hint = f"; measured on: {', '.join(others)} (use --device)" if others else ""
-            _echo(f"   no measurements on {' or '.join(fps)}{hint}")
-            for fp in fps:
-                plan = cache.plan_row(problem.key(), fp)
-                if plan:
-                    _echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
-            continue
+            if device is None and len(others) == 1:  # measured on one other device (a shipped cache): show it
+                _echo(f"   not measured on this machine; measured on {others[0]} (--device chooses a device):")
+                found = [(others[0], cache.measurement_rows(problem.key(), others[0]))]
+            else:
+                _explain_nothing(cache, problem, fps, others, layer, network, batch, input_shape, db)
+                continue
         for fp, rows in found:
-            if len(fps) > 1:
+            if len(found) > 1 or len(fps) > 1:
                 _echo(f"   on {fp}")
             order = {"winner": 0, "ok": 1, "skipped": 2, "rejected": 3, "failed": 4, "over_budget": 5,
                      "unsupported": 6}
             rows.sort(key=lambda r: (order.get(r["status"], 9), r["time_median_s"] or math.inf))
             table = [(r["label"], r["status"], _ms(r["time_median_s"]), _ms(r["time_spread_s"]),
-                      f"{r['error']:.1e}" if r["error"] is not None else "-",
-                      f"{r['workspace_bytes'] / 2 ** 20:.1f}", r["reason"]) for r in rows]
-            _echo(_table(("candidate", "status", "median ms", "spread ms", "error", "ws MiB", "reason"), table))
+                      f"{r['error']:.1e}" if r["error"] is not None else "-", human_bytes(r["workspace_bytes"]),
+                      r["reason"]) for r in rows]
+            _echo(_table(("candidate", "status", "median ms", "spread ms", "error", "workspace", "reason"), table))
             _echo("   " + _why(rows, problem))
+        if not shown_legend:
+            shown_legend = True
+            _echo("   (median: of the timed runs, each after an L2 flush on a GPU; spread: their interquartile "
+                  "range; error: ||out - ref|| / ||ref|| against float64; workspace: temporary memory)")
+
+
+def _explain_nothing(cache, problem, fps, others, layer, network, batch, input_shape, db) -> None:
+    """What ``explain`` says where this problem has no measurements here: plans, other devices, other
+    batch sizes of the layer, each with a command that shows them."""
+    _echo(f"   no measurements on {' or '.join(fps)}")
+    if others:
+        _echo(f"   measured on: {', '.join(others)}; give --device with a part of one of them")
+    for fp in fps:
+        plan = cache.plan_row(problem.key(), fp)
+        if plan:
+            _echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
+    batches = cache.measured_batches(problem)
+    if batches:
+        hints = [_explain_hint(layer, network, problem.pass_, batch=b, input_shape=input_shape, math_mode=problem.math,
+                               db=db) if network else
+                 f"convtune explain {shlex.quote(problem.replace(batch=b).key())}" + (f" --db {shlex.quote(db)}" if db else "")
+                 for b in batches]
+        _echo(f"   measured at batch size {', '.join(map(str, batches))}" + (f" (not {batch})" if batch else "") + ":")
+        for hint in hints:
+            _echo(f"     {hint}")
 
 
 def _machine_fingerprints() -> list[str]:
@@ -360,6 +472,11 @@ def _why(rows, problem) -> str:
         why = (f"winner {winner['label']}: fastest of {len(timed) + 1} timed candidates, "
                f"{nxt['time_median_s'] / winner['time_median_s']:.2f}x faster than {nxt['label']}, "
                f"error {winner['error']:.1e} within the {problem.math} tolerance {problem.tolerance:g}")
+        gap = nxt["time_median_s"] - winner["time_median_s"]
+        noise = max(winner["time_spread_s"] or 0.0, nxt["time_spread_s"] or 0.0)
+        if gap <= noise:
+            why += (f" (WITHIN NOISE: the medians differ by {gap * 1e3:.3f} ms, less than the spread of "
+                    f"{noise * 1e3:.3f} ms; either would do)")
     else:
         why = f"winner {winner['label']}: the only candidate timed"
     return why + (f"; {tail}" if tail else "")
@@ -438,213 +555,6 @@ def import_cmd(file, db, fmt):
 
 
 @main.command()
-@click.argument("network", required=False)
-@db_option
-@click.option("--sweep", is_flag=True, help="Also run the fbfft-style synthetic sweep (kernel x input size).")
-@click.option("--sweep-kernels", default="3,5,7,9,11,13", show_default=True, help="Sweep kernel sizes.")
-@click.option("--sweep-inputs", default="16,32,64,128", show_default=True, help="Sweep input sizes.")
-@click.option("--sweep-settings", default="32x64", show_default=True,
-              help="Sweep batch x channels settings, comma-separated (e.g. 32x64,128x16).")
-@click.option("--passes", default="fwd,dgrad,wgrad", show_default=True)
-@click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
-@input_shape_option
-@click.option("--layers", "only", default=None, help="Comma-separated layer names to run (default: all).")
-@click.option("--repeats", type=click.IntRange(min=3), default=25, show_default=True, help="Timed runs per measurement.")
-@click.option("--time-budget", type=click.FloatRange(min=0), default=None,
-              help="Seconds of timing per problem when a plan must be tuned (see `tune`).")
-@click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True,
-              help="JSON results file.")
-@click.option("--keep-spectra/--no-keep-spectra", default=True, show_default=True,
-              help="With all three passes, also measure each layer's FFT round trip with kept spectra.")
-def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, batch, input_shape, only,
-          repeats, time_budget, backend, output, keep_spectra):
-    """Time convtune's runtime dispatch against its peers on NETWORK's layers (and/or --sweep).
-
-    Peers, in the same process on the same arrays: PyTorch with cudnn.benchmark=True, TF32
-    off and on, and the best single cuDNN engine; a peer that cannot run here is reported
-    absent with the reason. Plans come from the cache (tuned on a miss, then stored).
-
-    With all three passes, each layer's round trip with kept spectra is also decided (tuned on a
-    miss, stored) and timed, each pass after an L2 flush. convtune's round trip is then what a
-    layer with keep_spectra='auto' runs: the kept-spectra round trip where it pays, else the sum
-    of the three per-pass plans.
-    """
-    import json
-    import os
-    import shlex
-    from .bench.dispatch import measure_dispatch_overhead
-    from .bench.peers import available_peers
-    from .bench.runner import run_bench, speedup, sweep_layers
-    from .cache import PlanCache
-    from .network import load_network
-    from .runtime import Runtime
-    from .timing import CpuTimer, CudaEventTimer
-
-    if not network and not sweep:
-        raise click.ClickException("give a NETWORK, --sweep, or both")
-    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape)) if network else []
-    if only:
-        wanted = [n.strip() for n in only.split(",") if n.strip()]
-        missing = [n for n in wanted if n not in {l.name for l in layers}]
-        if missing:
-            raise click.ClickException(f"no layer(s) named {', '.join(missing)} in {network}")
-        layers = [l for l in layers if l.name in wanted]
-    pass_list = _passes(passes)
-    be = _backend(backend)
-    timer = CudaEventTimer(repeats=repeats) if be.name == "cupy" else CpuTimer(repeats=min(repeats, 7))
-    runtime = Runtime(store=PlanCache(db), miss_policy="tune", planner_options={"time_budget_s": time_budget})
-    peers = available_peers(be)
-    for p in peers:
-        if p.make is None:
-            _echo(f"peer {p.name} absent: {p.absent_reason}", err=True)
-    sweep_list = None
-    if sweep:
-        settings = []
-        for item in sweep_settings.split(","):
-            b, _, c = item.strip().partition("x")
-            if not (b.isdigit() and c.isdigit() and int(b) > 0 and int(c) > 0):
-                raise click.ClickException(f"--sweep-settings item {item!r} is not BATCHxCHANNELS (e.g. 32x64)")
-            settings.append({"batch": int(b), "channels": int(c)})
-        sweep_list = sweep_layers(math_mode, _ints(sweep_kernels, "--sweep-kernels"),
-                                  _ints(sweep_inputs, "--sweep-inputs"), settings)
-    total = len(layers) + len(sweep_list or [])
-    _echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
-    overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
-    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench"
-    def checkpoint(doc):
-        # written after every layer (through a temporary file): an interrupted run keeps what it measured
-        with open(output + ".tmp", "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(output + ".tmp", output)
-
-    results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
-                        sweep=sweep_list, dispatch_overhead=overhead,
-                        progress=lambda text: _echo(f"  {text}", err=True), checkpoint=checkpoint,
-                        keep_spectra=keep_spectra)
-    available = [p.name for p in peers if p.make is not None]
-    rows = []
-    for entry in results["layers"] + (results["sweep"] or []):
-        for pass_, rec in entry["passes"].items():
-            c = rec["convtune"]
-            row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")),
-                   f"{c['error']:.1e}" if c.get("error") is not None else "-"]
-            for name in available:
-                peer = rec["peers"][name]
-                ratio = (peer["median_ms"] / c["median_ms"]) if peer.get("median_ms") and c.get("median_ms") else None
-                row.append(f"{_ms_value(peer.get('median_ms'))} ({ratio:.2f}x)" if ratio else
-                           ("failed" if "failed" in peer else "-"))
-            rows.append(row)
-        kept = entry.get("kept_spectra") or {}
-        if kept.get("median_ms") is not None:
-            errors = kept["errors"]
-            rows.append([entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), kept["plan"],
-                         _ms_value(kept["median_ms"]), f"{max(errors.values()):.1e}"] + [""] * len(available))
-        if entry.get("round_trip"):
-            rt = entry["round_trip"]
-            row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
-                   _ms_value(rt.get("convtune")), ""]
-            for name in available:
-                sp = speedup(rt, name)
-                row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
-            rows.append(row)
-    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "error"] +
-                      [f"{n} ms (ratio)" for n in available], rows))
-    _echo(f"ratio = peer time / convtune time (above 1: convtune faster). Warm dispatch overhead: "
-               f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
-
-
-@main.command(name="bench-model")
-@click.argument("model")
-@db_option
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (with the model's own input size).")
-@input_shape_option
-@click.option("--modes", default="torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32", show_default=True,
-              help="Comma-separated: torch-fp32, torch-tf32, torch-amp-bf16 (channels_last), convtune-fp32, "
-                   "convtune-tf32.")
-@click.option("--steps", type=click.IntRange(min=3), default=20, show_default=True, help="Timed training steps per mode.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed steps after the first.")
-@click.option("--device", "device_name", default=None, help="Torch device (default: cuda if PyTorch sees one, else cpu).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
-              help="JSON results file (written after every mode).")
-def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, output):
-    """Time whole training steps of MODEL, patched by convtune and not, in one process.
-
-    MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
-    module:callable. Each mode trains a fresh copy of the same weights on one random batch
-    (forward, loss, backward, SGD step): PyTorch first (cudnn.benchmark on; fp32, TF32, AMP bf16
-    channels_last), then the patched model, tuned ahead from the plan cache (tuning what is
-    missing). Reports per mode the median step time (CUDA events), the first step's time, peak
-    memory and, for convtune, the tuning time and what each layer runs.
-    """
-    import json
-    import os
-    import shlex
-    from .runtime import Runtime
-    from .cache import PlanCache
-    try:
-        from .torch.bench import bench_model, speedups
-    except ImportError as exc:
-        raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
-    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
-    runtime = Runtime(store=PlanCache(db), miss_policy="tune")
-    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench-model"
-
-    def checkpoint(doc):
-        with open(output + ".tmp", "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(output + ".tmp", output)
-
-    try:
-        doc = bench_model(model, batch=batch, input_shape=_shape(input_shape), modes=mode_list, steps=steps,
-                          warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
-                          progress=lambda text: _echo(f"  {text}", err=True))
-    except KeyboardInterrupt:
-        raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
-    rows = []
-    for m in doc["modes"]:
-        if "step_ms" not in m:
-            rows.append((m["mode"], "-", "-", "-", "-", m.get("failed") or m.get("absent", "")))
-            continue
-        mem = m.get("peak_memory_bytes")
-        tuning = m.get("tuning")
-        rows.append((m["mode"], f"{m['step_ms']:.2f}", f"{m['spread_ms']:.2f}", f"{m['first_step_s']:.2f}",
-                     f"{mem / 2 ** 30:.2f}" if mem else "-",
-                     f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached)"
-                     if tuning else ""))
-    _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
-    _echo(_table(("mode", "step ms", "spread ms", "first step s", "peak GiB", ""), rows))
-    for name, ratio in speedups(doc).items():
-        _echo(f"{name}: {ratio:.2f}x")
-    _echo(f"results: {output}")
-
-
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}")
-    return values
-
-
-def _ms_value(ms) -> str:
-    return "-" if ms is None else f"{ms:.3f}"
-
-
-@main.command()
-@click.argument("results", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="bench-report", show_default=True)
-def report(results, out_dir):
-    """Turn `convtune bench` RESULTS (JSON) into PNG figures and an HTML page in a directory."""
-    from .bench.report import make_report
-    for path in make_report(results, out_dir):
-        _echo(str(path))
-
-
-@main.command()
 @db_option
 @click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
 @click.option("--elements", type=click.IntRange(min=1 << 10), default=1 << 24, show_default=True,
@@ -695,7 +605,7 @@ def info(db):
         try:
             dev = get_backend(name).device_info()
         except BackendError as exc:
-            _echo(f"{name}: unavailable ({' '.join(str(exc).split())[:160]})")
+            _echo(f"{name}: unavailable: {' '.join(str(exc).split())}")
             continue
         _echo(f"{name}: {dev.key()}")
         for field, value in dev.as_dict().items():
@@ -708,14 +618,20 @@ def info(db):
         _echo(f"cudnn frontend: unavailable ({type(exc).__name__})")
     _echo("strategies: " + ", ".join(f"{s.name} v{s.version}" for s in all_strategies(True)))
     url = resolve_url(db)
-    _echo(f"plan cache: {url}" + ("" if db else f" (set by --db or ${ENV_VAR})"))
+    origin = "given by --db" if db else f"from ${ENV_VAR}" if os.environ.get(ENV_VAR) else \
+        f"the default location; --db or ${ENV_VAR} choose another"
+    _echo(f"plan cache: {url} ({origin})")
     if db or os.environ.get(ENV_VAR) or url.startswith("sqlite:///") and os.path.exists(url[len("sqlite:///"):]):
         try:
             cache = PlanCache(db, create=False)
             _echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
-                       f", {cache.trip_count()} round-trip verdicts (kept spectra)")
+                  f", {cache.trip_count()} round-trip verdicts (kept spectra)" +
+                  (f"; read-only ({cache.db.read_only_reason})" if cache.read_only else ""))
             for device_key, cal in cache.calibrations().items():
                 _echo(f"    FFT calibration for {device_key}: " +
                            ", ".join(f"{k} {cal[k]:.2f}" for k in ("pow2", "smooth", "other")))
         except ConvtuneError as exc:
             _echo(f"    {exc}")
+
+
+from .bench import commands as _bench_commands  # noqa: E402,F401  (registers bench, bench-model, report)

@@ -156,18 +156,27 @@ class Runtime:
             return build_from_config(problem, name, config, backend, "heuristic")
         return build_plan(self._tune_and_store(problem, backend), backend, source="measured")
 
-    def _tune_and_store(self, problem: ConvProblem, backend: Backend) -> Decision:
-        log.info("convtune: tuning %s (not in the plan cache)", problem.describe())
-        decision = Planner(backend, **self.planner_options).tune(problem)
+    def _tune_and_store(self, problem: ConvProblem, backend: Backend, ahead: bool = False) -> Decision:
+        started = time.perf_counter()
+        try:
+            decision = Planner(backend, **self.planner_options).tune(problem)
+        finally:
+            # a call that stalls for seconds deserves a word: at WARNING the first time, then at INFO
+            level = logging.WARNING if self.tuned == 0 and not ahead else logging.INFO
+            log.log(level, "convtune: %s was not in the plan cache: tuned it in %.1f s%s", problem.describe(),
+                    time.perf_counter() - started, "" if self.tuned or ahead else
+                    " (every new shape costs this once; tune ahead with `convtune tune NETWORK` or, in PyTorch, "
+                    "convtune.torch.tune(model, example_inputs))")
         self._save(decision)
         self.tuned += 1
         return decision
 
-    def decision_for(self, problem: ConvProblem, backend: Backend) -> Decision | None:
-        """The stored decision of ``problem``, tuned and stored first under the ``tune`` policy."""
+    def decision_for(self, problem: ConvProblem, backend: Backend, ahead: bool = False) -> Decision | None:
+        """The stored decision of ``problem``, tuned and stored first under the ``tune`` policy (``ahead``:
+        tuning ahead of the calls, which is then not news worth a warning)."""
         decision = self._stored(problem, backend.device_info().key())
         if decision is None and self.miss_policy == "tune":
-            decision = self._tune_and_store(problem, backend)
+            decision = self._tune_and_store(problem, backend, ahead)
         return decision
 
     def round_trip_for(self, problem: ConvProblem, backend: Backend, refresh: bool = False):

@@ -153,13 +153,8 @@ class Route:
         try:
             br = bridge(self.device.type)
             runtime = self.runtime
-            tuned_before = runtime.tuned
-            with runtime._lock:
+            with runtime._lock:  # a miss is tuned here, and the runtime says so
                 plan = br.call(self.device.index, runtime.plan_for, problem, br.backend)
-            if runtime.tuned > tuned_before:
-                say_once("tuned-in-training", "convtune tuned %s during a PyTorch call (it was not in the plan cache); "
-                         "tune ahead with convtune.torch.tune(model, example_inputs) or `convtune tune` so that "
-                         "training starts on cached plans", problem.describe())
             if plan.strategy == "torch":
                 executor = Native(get_strategy("torch").native(problem, plan.config), plan.label)
             else:

@@ -180,7 +180,7 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
             br = bridge(device.type)
             before = rt.tuned
             with rt._lock:
-                decision = br.call(device.index, rt.decision_for, problem, br.backend)
+                decision = br.call(device.index, rt.decision_for, problem, br.backend, True)
             if decision is None:
                 report.failed.append((problem, f"not in the plan cache, and the runtime's miss policy is "
                                                f"{rt.miss_policy!r}, not 'tune'"))

@@ -1,0 +1,220 @@
+"""The benchmark commands of the ``convtune`` command line: ``bench``, ``bench-model`` and ``report``
+(registered on :func:`convtune.cli.main`)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import _backend, _echo, _ms_value, _passes, _shape, _table, db_option, input_shape_option, main
+
+
+@main.command()
+@click.argument("network", required=False)
+@db_option
+@click.option("--sweep", is_flag=True, help="Also run the fbfft-style synthetic sweep (kernel x input size).")
+@click.option("--sweep-kernels", default="3,5,7,9,11,13", show_default=True, help="Sweep kernel sizes.")
+@click.option("--sweep-inputs", default="16,32,64,128", show_default=True, help="Sweep input sizes.")
+@click.option("--sweep-settings", default="32x64", show_default=True,
+              help="Sweep batch x channels settings, comma-separated (e.g. 32x64,128x16).")
+@click.option("--passes", default="fwd,dgrad,wgrad", show_default=True)
+@click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
+@input_shape_option
+@click.option("--layers", "only", default=None, help="Comma-separated layer names to run (default: all).")
+@click.option("--repeats", type=click.IntRange(min=3), default=25, show_default=True, help="Timed runs per measurement.")
+@click.option("--time-budget", type=click.FloatRange(min=0), default=None,
+              help="Seconds of timing per problem when a plan must be tuned (see `tune`).")
+@click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True,
+              help="JSON results file.")
+@click.option("--keep-spectra/--no-keep-spectra", default=True, show_default=True,
+              help="With all three passes, also measure each layer's FFT round trip with kept spectra.")
+def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, batch, input_shape, only,
+          repeats, time_budget, backend, output, keep_spectra):
+    """Time convtune's runtime dispatch against its peers on NETWORK's layers (and/or --sweep).
+
+    Peers, in the same process on the same arrays: PyTorch with cudnn.benchmark=True, TF32
+    off and on, and the best single cuDNN engine; a peer that cannot run here is reported
+    absent with the reason. Plans come from the cache (tuned on a miss, then stored).
+
+    With all three passes, each layer's round trip with kept spectra is also decided (tuned on a
+    miss, stored) and timed, each pass after an L2 flush. convtune's round trip is then what a
+    layer with keep_spectra='auto' runs: the kept-spectra round trip where it pays, else the sum
+    of the three per-pass plans.
+    """
+    import json
+    import os
+    import shlex
+    from .dispatch import measure_dispatch_overhead
+    from .peers import available_peers
+    from .runner import run_bench, speedup, sweep_layers
+    from ..cache import PlanCache
+    from ..network import load_network
+    from ..runtime import Runtime
+    from ..timing import CpuTimer, CudaEventTimer
+
+    if not network and not sweep:
+        raise click.ClickException("give a NETWORK, --sweep, or both")
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape)) if network else []
+    if only:
+        wanted = [n.strip() for n in only.split(",") if n.strip()]
+        missing = [n for n in wanted if n not in {l.name for l in layers}]
+        if missing:
+            raise click.ClickException(f"no layer(s) named {', '.join(missing)} in {network}")
+        layers = [l for l in layers if l.name in wanted]
+    pass_list = _passes(passes)
+    be = _backend(backend)
+    timer = CudaEventTimer(repeats=repeats) if be.name == "cupy" else CpuTimer(repeats=min(repeats, 7))
+    runtime = Runtime(store=PlanCache(db), miss_policy="tune", planner_options={"time_budget_s": time_budget})
+    peers = available_peers(be)
+    for p in peers:
+        if p.make is None:
+            _echo(f"peer {p.name} absent: {p.absent_reason}", err=True)
+    sweep_list = None
+    if sweep:
+        settings = []
+        for item in sweep_settings.split(","):
+            b, _, c = item.strip().partition("x")
+            if not (b.isdigit() and c.isdigit() and int(b) > 0 and int(c) > 0):
+                raise click.ClickException(f"--sweep-settings item {item!r} is not BATCHxCHANNELS (e.g. 32x64)")
+            settings.append({"batch": int(b), "channels": int(c)})
+        sweep_list = sweep_layers(math_mode, _ints(sweep_kernels, "--sweep-kernels"),
+                                  _ints(sweep_inputs, "--sweep-inputs"), settings)
+    total = len(layers) + len(sweep_list or [])
+    _echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
+    overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
+    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench"
+    def checkpoint(doc):
+        # written after every layer (through a temporary file): an interrupted run keeps what it measured
+        with open(output + ".tmp", "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(output + ".tmp", output)
+
+    try:
+        results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
+                            sweep=sweep_list, dispatch_overhead=overhead,
+                            progress=lambda text: _echo(f"  {text}", err=True), checkpoint=checkpoint,
+                            keep_spectra=keep_spectra)
+    except KeyboardInterrupt:
+        if not os.path.exists(output):
+            raise click.ClickException("interrupted before the first layer was measured; nothing was written") \
+                from None
+        raise click.ClickException(f"interrupted; the layers measured before it are in {output} "
+                                   "(\"complete\": false), which `convtune report` draws") from None
+    available = [p.name for p in peers if p.make is not None]
+    rows = []
+    for entry in results["layers"] + (results["sweep"] or []):
+        for pass_, rec in entry["passes"].items():
+            c = rec["convtune"]
+            row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")),
+                   f"{c['error']:.1e}" if c.get("error") is not None else "-"]
+            for name in available:
+                peer = rec["peers"][name]
+                ratio = (peer["median_ms"] / c["median_ms"]) if peer.get("median_ms") and c.get("median_ms") else None
+                row.append(f"{_ms_value(peer.get('median_ms'))} ({ratio:.2f}x)" if ratio else
+                           ("failed" if "failed" in peer else "-"))
+            rows.append(row)
+        kept = entry.get("kept_spectra") or {}
+        if kept.get("median_ms") is not None:
+            errors = kept["errors"]
+            rows.append([entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), kept["plan"],
+                         _ms_value(kept["median_ms"]), f"{max(errors.values()):.1e}"] + [""] * len(available))
+        if entry.get("round_trip"):
+            rt = entry["round_trip"]
+            row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
+                   _ms_value(rt.get("convtune")), ""]
+            for name in available:
+                sp = speedup(rt, name)
+                row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
+            rows.append(row)
+    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "error"] +
+                      [f"{n} ms (ratio)" for n in available], rows))
+    _echo(f"ratio = peer time / convtune time (above 1: convtune faster). Warm dispatch overhead: "
+               f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
+
+
+@main.command(name="bench-model")
+@click.argument("model")
+@db_option
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (with the model's own input size).")
+@input_shape_option
+@click.option("--modes", default="torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32", show_default=True,
+              help="Comma-separated: torch-fp32, torch-tf32, torch-amp-bf16 (channels_last), convtune-fp32, "
+                   "convtune-tf32.")
+@click.option("--steps", type=click.IntRange(min=3), default=20, show_default=True, help="Timed training steps per mode.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed steps after the first.")
+@click.option("--device", "device_name", default=None, help="Torch device (default: cuda if PyTorch sees one, else cpu).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
+              help="JSON results file (written after every mode).")
+def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, output):
+    """Time whole training steps of MODEL, patched by convtune and not, in one process.
+
+    MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
+    module:callable. Each mode trains a fresh copy of the same weights on one random batch
+    (forward, loss, backward, SGD step): PyTorch first (cudnn.benchmark on; fp32, TF32, AMP bf16
+    channels_last), then the patched model, tuned ahead from the plan cache (tuning what is
+    missing). Reports per mode the median step time (CUDA events), the first step's time, peak
+    memory and, for convtune, the tuning time and what each layer runs.
+    """
+    import json
+    import os
+    import shlex
+    from ..runtime import Runtime
+    from ..cache import PlanCache
+    try:
+        from ..torch.bench import bench_model, speedups
+    except ImportError as exc:
+        raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
+    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    runtime = Runtime(store=PlanCache(db), miss_policy="tune")
+    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench-model"
+
+    def checkpoint(doc):
+        with open(output + ".tmp", "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(output + ".tmp", output)
+
+    try:
+        doc = bench_model(model, batch=batch, input_shape=_shape(input_shape), modes=mode_list, steps=steps,
+                          warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
+                          progress=lambda text: _echo(f"  {text}", err=True))
+    except KeyboardInterrupt:
+        raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
+    rows = []
+    for m in doc["modes"]:
+        if "step_ms" not in m:
+            rows.append((m["mode"], "-", "-", "-", "-", m.get("failed") or m.get("absent", "")))
+            continue
+        mem = m.get("peak_memory_bytes")
+        tuning = m.get("tuning")
+        rows.append((m["mode"], f"{m['step_ms']:.2f}", f"{m['spread_ms']:.2f}", f"{m['first_step_s']:.2f}",
+                     f"{mem / 2 ** 30:.2f}" if mem else "-",
+                     f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached)"
+                     if tuning else ""))
+    _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
+    _echo(_table(("mode", "step ms", "spread ms", "first step s", "peak GiB", ""), rows))
+    for name, ratio in speedups(doc).items():
+        _echo(f"{name}: {ratio:.2f}x")
+    _echo(f"results: {output}")
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}")
+    return values
+
+
+@main.command()
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="bench-report", show_default=True)
+def report(results, out_dir):
+    """Turn `convtune bench` RESULTS (JSON) into PNG figures and an HTML page in a directory."""
+    from .report import make_report
+    for path in make_report(results, out_dir):
+        _echo(str(path))
