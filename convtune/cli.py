@@ -53,10 +53,8 @@ def parse_size(text: str) -> int | None:
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
 
 
-def _shape(text: str | None) -> tuple[int, ...] | None:
+def _shape(text: str) -> tuple[int, ...]:
     """'32,3,224,224' or '32x3x224x224' to a tuple of positive ints."""
-    if text is None:
-        return None
     try:
         shape = tuple(int(v) for v in re.split(r"[,x]", text.strip()) if v.strip())
     except ValueError:
@@ -66,10 +64,26 @@ def _shape(text: str | None) -> tuple[int, ...] | None:
     return shape
 
 
+def _shapes(values) -> dict | None:
+    """``--input-shape`` values (``N,C,...`` or, for an ONNX model's inputs, ``NAME=N,C,...``) as a dict of input
+    name (``None``: unnamed) to shape; ``None`` where none was given."""
+    if not values:
+        return None
+    shapes = {}
+    for value in values:
+        name, sep, text = value.rpartition("=")
+        key = name.strip() if sep else None
+        if key in shapes:
+            raise ValueError(f"--input-shape gives {'input ' + key if key else 'an unnamed shape'} twice")
+        shapes[key] = _shape(text)
+    return shapes
+
+
 input_shape_option = click.option(
-    "--input-shape", default=None, metavar="N,C,...",
-    help="For a PyTorch model (torchvision:NAME, timm:NAME, convtune:NAME, module:callable): its input's "
-         "shape, batch first (default: the model's own size with --batch).")
+    "--input-shape", "input_shape", multiple=True, metavar="[NAME=]N,C,...",
+    help="For a PyTorch model (torchvision:NAME, timm:NAME, convtune:NAME, module:callable): its input's shape, "
+         "batch first (default: the model's own size with --batch). For an ONNX model, NAME=N,C,... per input "
+         "with dynamic dimensions (repeatable; NAME may be left out for a single input).")
 
 
 def _passes(text: str) -> tuple[str, ...]:
@@ -138,8 +152,8 @@ def _explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mo
     args = ["convtune", "explain", name, "--net", network, "--pass", pass_]
     if batch is not None:
         args += ["--batch", str(batch)]
-    if input_shape is not None:
-        args += ["--input-shape", input_shape]
+    for value in input_shape or ():
+        args += ["--input-shape", value]
     if math_mode != "fp32":
         args += ["--math", math_mode]
     if db is not None:
@@ -185,10 +199,12 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
          strategies, keep_spectra, keep_limit):
     """Tune every layer of NETWORK and store the plans.
 
-    NETWORK is a YAML/JSON layer list, a built-in network name, or a PyTorch model: torchvision:NAME,
-    timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or module:callable (also
-    path/file.py:callable), built without weights; its convolutions are found by one forward pass
-    on the meta device (give --batch or --input-shape), each with the passes training needs.
+    NETWORK is a YAML/JSON layer list, a built-in network name, an ONNX model (FILE.onnx: its Conv and
+    ConvTranspose nodes, shapes by ONNX shape inference; dynamic dimensions need --batch or
+    --input-shape NAME=...), or a PyTorch model: torchvision:NAME, timm:NAME, convtune:NAME
+    (replknet-31b, slak-t, longconv-1d) or module:callable (also path/file.py:callable), built
+    without weights; its convolutions are found by one forward pass on the meta device (give --batch
+    or --input-shape), each with the passes training needs.
 
     Shapes repeated across layers are tuned once. A second run finds every plan in
     the cache and times nothing (use --retune to measure again).
@@ -197,7 +213,7 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     from .planner import Planner
 
     # every option is checked before any work
-    pass_list, shape = _passes(passes), _shape(input_shape)
+    pass_list, shape = _passes(passes), _shapes(input_shape)
     limit, trip_limit = parse_size(workspace_limit), parse_size(keep_limit)
     strategy_list = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
     if keep_spectra and set(pass_list) != {"fwd", "dgrad", "wgrad"}:
@@ -205,7 +221,10 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
                                    "use it with --passes fwd,dgrad,wgrad")
     be = _backend(backend)
     planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list)
-    layers = load_network(network, batch=batch, math=math_mode, input_shape=shape)
+    skipped = []
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=shape, skipped=skipped)
+    for name, op_type, reason in skipped:
+        _echo(f"skipped {name} ({op_type}): {reason}", err=True)
     problems = unique_problems(layers, pass_list)
     cache = _writable_cache(db)
     device = be.device_info()
@@ -382,7 +401,7 @@ def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
     from .problem import ConvProblem
     cache = PlanCache(db, create=False)
     if network:
-        matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape))
+        matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape))
                    if l.name == layer]
         if not matches:
             raise click.ClickException(f"no layer named {layer!r} in {network}")

@@ -83,10 +83,12 @@ def parse_network(text: str, origin: str, batch: int | None = None, math: str = 
 
 
 def load_network(spec: str, batch: int | None = None, math: str = "fp32",
-                 input_shape: tuple[int, ...] | None = None) -> list[Layer]:
-    """Layers of a network file (YAML or JSON), of a built-in network, or of a PyTorch model
-    (``torchvision:NAME``, ``timm:NAME``, ``convtune:NAME`` or ``module:callable``; see
-    :mod:`convtune.torch.models`, which ``input_shape`` is for).
+                 input_shape: tuple[int, ...] | dict | None = None, skipped: list | None = None) -> list[Layer]:
+    """Layers of a network file (YAML or JSON), of a built-in network, of an ONNX model (``*.onnx``; see
+    :mod:`convtune.onnxnet`: ``input_shape`` a dict of input name to shape, ``skipped`` collects the
+    convolution nodes left out and why), or of a PyTorch model (``torchvision:NAME``, ``timm:NAME``,
+    ``convtune:NAME`` or ``module:callable``; see :mod:`convtune.torch.models`: ``input_shape`` one
+    shape).
 
     Examples
     --------
@@ -96,6 +98,10 @@ def load_network(spec: str, batch: int | None = None, math: str = "fp32",
     if batch is not None and (not isinstance(batch, int) or batch <= 0):
         raise NetworkError(f"batch must be a positive integer, got {batch!r}")
     path = Path(spec)
+    if path.suffix.lower() == ".onnx":
+        from .onnxnet import onnx_layers
+        shapes = input_shape if isinstance(input_shape, dict) else ({} if input_shape is None else {None: input_shape})
+        return onnx_layers(spec, batch=batch, input_shapes=shapes, math_mode=math, skipped=skipped)
     if is_model_spec(spec):
         try:
             from .torch.models import model_layers
@@ -103,8 +109,8 @@ def load_network(spec: str, batch: int | None = None, math: str = "fp32",
             raise NetworkError(f"{spec} is a PyTorch model: {exc}") from None
         return model_layers(spec, batch=batch, input_shape=input_shape, math=math)
     if input_shape is not None:
-        raise NetworkError("--input-shape is for PyTorch models (torchvision:NAME, timm:NAME, module:callable); "
-                           f"{spec} lists its layers' shapes itself")
+        raise NetworkError("--input-shape is for PyTorch and ONNX models (torchvision:NAME, timm:NAME, module:callable, "
+                           f"FILE.onnx); {spec} lists its layers' shapes itself")
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
         try:
             text = path.read_text()
@@ -121,7 +127,8 @@ def load_network(spec: str, batch: int | None = None, math: str = "fp32",
 def is_model_spec(spec: str) -> bool:
     """Does ``spec`` name a PyTorch model (``prefix:name``) rather than a file or a built-in network?"""
     head, sep, tail = spec.rpartition(":")
-    if not (sep and head and tail) or Path(spec).suffix.lower() in (".yaml", ".yml", ".json") or Path(spec).exists():
+    if not (sep and head and tail) or Path(spec).suffix.lower() in (".yaml", ".yml", ".json", ".onnx") or \
+            Path(spec).exists():
         return False
     return head.endswith(".py") or ("/" not in head and "\\" not in head)
 

@@ -16,4 +16,7 @@ case ",$extras," in
 esac
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
-.venv/bin/python -m pip install -q -e "$spec"
+# a regular install, made anew from the checkout at every set-up: the main job's `convtune` is this copy, and
+# the tests (python -m pytest from the checkout's root) import the checkout itself, which comes first on the path
+# (an editable install would do the same and print setuptools' warnings about its modes at every set-up)
+.venv/bin/python -m pip install -q "$spec"

@@ -151,7 +151,7 @@ def test_model_spec_errors_say_what_to_do(spec, kwargs, message):
 
 
 def test_input_shape_is_only_for_models():
-    with pytest.raises(NetworkError, match="input-shape is for PyTorch models"):
+    with pytest.raises(NetworkError, match="input-shape is for PyTorch and ONNX models"):
         load_network("alexnet", input_shape=(1, 3, 224, 224))
 
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..cli import _backend, _echo, _ms_value, _passes, _shape, _table, db_option, input_shape_option, main
+from ..cli import _backend, _echo, _ms_value, _passes, _shapes, _table, db_option, input_shape_option, main
 
 
 @main.command()
@@ -57,7 +57,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 
     if not network and not sweep:
         raise click.ClickException("give a NETWORK, --sweep, or both")
-    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shape(input_shape)) if network else []
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape)) if network else []
     if only:
         wanted = [n.strip() for n in only.split(",") if n.strip()]
         missing = [n for n in wanted if n not in {l.name for l in layers}]
@@ -177,7 +177,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         os.replace(output + ".tmp", output)
 
     try:
-        doc = bench_model(model, batch=batch, input_shape=_shape(input_shape), modes=mode_list, steps=steps,
+        doc = bench_model(model, batch=batch, input_shape=_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
                           progress=lambda text: _echo(f"  {text}", err=True))
     except KeyboardInterrupt:

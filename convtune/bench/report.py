@@ -2,7 +2,9 @@
 
 * a speedup heat map over kernel size x input size for the synthetic sweep,
   green where convtune is faster than the peer, red where it is slower;
-* a per-layer bar chart of round-trip (or single-pass) times, convtune vs peers.
+* a per-layer bar chart: convtune's speedup over each peer (a ratio, on a linear axis from zero,
+  with 1 marked), or convtune's times where no peer ran;
+* an HTML page with every pass of every layer (and of the sweep) and each round trip.
 
 matplotlib is an optional extra (``pip install 'convtune[report]'``).
 """
@@ -119,11 +121,15 @@ def heatmap(results: dict, out: Path, plt) -> list[Path]:
     return files
 
 
-def layer_bars(results: dict, out: Path, plt) -> list[Path]:
+def layer_figure(results: dict, plt):
+    """The per-layer chart, or ``None`` without layers: with peers, convtune's speedup over each
+    (peer time / convtune time, a ratio on a linear axis from zero, 1 marked); without them,
+    convtune's times in ms on a linear axis from zero."""
     layers = results.get("layers") or []
     if not layers:
-        return []
-    names = ["convtune"] + [p for p in PEER_ORDER if results["peers"].get(p, {}).get("available")]
+        return None
+    peers = [p for p in PEER_ORDER if results["peers"].get(p, {}).get("available")]
+    names = peers or ["convtune"]
     width = 0.8 / len(names)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(layers) + 2), 5))
     what = ""
@@ -131,49 +137,86 @@ def layer_bars(results: dict, out: Path, plt) -> list[Path]:
         xs, ys = [], []
         for j, entry in enumerate(layers):
             times, what = entry_times(entry)
-            if times.get(name):
+            ours, theirs = times.get("convtune"), times.get(name)
+            value = (theirs / ours if ours and theirs else None) if peers else ours
+            if value:
                 xs.append(j + (i - (len(names) - 1) / 2) * width)
-                ys.append(times[name])
-        ax.bar(xs, ys, width, label=name, color=COLOURS.get(name))
-    ax.set_yscale("log")
+                ys.append(value)
+        ax.bar(xs, ys, width, label=f"vs {name}" if peers else name, color=COLOURS.get(name))
+    ax.set_yscale("linear")
+    ax.set_ylim(bottom=0)
+    if peers:
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="same speed")
+        ax.set_ylabel(f"convtune's speedup over the peer, {what} (x; above 1: convtune faster)")
+    else:
+        ax.set_ylabel(f"convtune {what} time, ms (lower is better)")
     ax.set_xticks(range(len(layers)), [e["name"] for e in layers], rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel(f"{what} time, ms (log scale; lower is better)")
     absent = [p for p in PEER_ORDER if not results["peers"].get(p, {}).get("available")]
     note = f"\nabsent peers: {', '.join(absent)} (see index.html)" if absent else ""
-    ax.set_title(f"{what} time per layer, {results['math']}, {results['device'].get('model', '')}{note}", fontsize=10)
+    title = "speedup per layer" if peers else "time per layer"
+    ax.set_title(f"{title} ({what}), {results['math']}, {results['device'].get('model', '')}{note}", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def layer_bars(results: dict, out: Path, plt) -> list[Path]:
+    fig = layer_figure(results, plt)
+    if fig is None:
+        return []
     path = out / "layers.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return [path]
 
 
+def _pass_rows(entries, peers) -> str:
+    """Table rows: every pass of every entry, then its round trip, with each peer's time and ratio."""
+    e = html.escape
+    rows = []
+
+    def row(name, what, plan, ours, theirs):
+        cells = [f"<td>{e(name)}</td>", f"<td>{e(what)}</td>", f"<td>{e(plan)}</td>",
+                 f"<td>{ours:.3f}</td>" if ours else "<td>failed</td>"]
+        for t in theirs:
+            cells.append(f"<td>{t:.3f} ({t / ours:.2f}x)</td>" if t and ours else "<td>-</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    for entry in entries:
+        for pass_, rec in entry["passes"].items():
+            c = rec["convtune"]
+            row(entry["name"], pass_, c.get("plan", c.get("failed", "")), c.get("median_ms"),
+                [rec["peers"].get(p, {}).get("median_ms") for p in peers])
+        if entry.get("round_trip"):
+            rt = entry["round_trip"]
+            row(entry["name"], "round trip", entry.get("round_trip_plan", "the per-pass plans"), rt.get("convtune"),
+                [rt.get(p) for p in peers])
+    return "".join(rows)
+
+
 def write_html(results: dict, images: list[Path], out: Path) -> Path:
     e = html.escape
     peers = [p for p in PEER_ORDER if p in results["peers"]]
-    rows = []
-    for entry in results.get("layers") or []:
-        times, what = entry_times(entry)
-        cells = [f"<td>{e(entry['name'])}</td>", f"<td>{e(what)}</td>",
-                 f"<td>{times.get('convtune') or float('nan'):.3f}</td>"]
-        for p in peers:
-            t = times.get(p)
-            ratio = f" ({t / times['convtune']:.2f}x)" if t and times.get("convtune") else ""
-            cells.append(f"<td>{t:.3f}{ratio}</td>" if t else "<td>-</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+    head = ("<tr><th>layer</th><th>pass</th><th>convtune plan</th><th>convtune ms</th>" +
+            "".join(f"<th>{e(p)} ms (its time / convtune's)</th>" for p in peers) + "</tr>")
+    sections = []
+    for key, title in (("layers", "Layers"), ("sweep", "Synthetic sweep")):
+        entries = results.get(key) or []
+        if entries:  # no empty section
+            sections.append(f"<h2>{title}: every pass, and the round trip</h2><table>{head}"
+                            f"{_pass_rows(entries, peers)}</table>")
     absent = "".join(f"<li>{e(p)}: {e(v['reason'])}</li>" for p, v in results["peers"].items() if not v["available"])
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>convtune benchmark</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
-padding:3px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>
+padding:3px 8px;text-align:right}}td:first-child,td:nth-child(2),td:nth-child(3){{text-align:left}}</style></head><body>
 <h1>convtune benchmark{'' if results.get('complete', True) else ' (incomplete run: cut off before the end)'}</h1>
 <p>{e(results['device'].get('model', ''))} &middot; {e(results['date'])} &middot; math mode {e(results['math'])}<br>
-command: <code>{e(results['command'])}</code><br>device key: <code>{e(results['device_key'])}</code></p>
+command: <code>{e(results['command'])}</code><br>device key: <code>{e(results['device_key'])}</code><br>
+times are medians in ms; a ratio above 1 means convtune is faster than that peer</p>
 {'<p>absent peers:</p><ul>' + absent + '</ul>' if absent else ''}
 {''.join(f'<p><img src="{e(p.name)}" alt="{e(p.stem)}"></p>' for p in images)}
-<table><tr><th>layer</th><th>what</th><th>convtune ms</th>{''.join(f'<th>{e(p)} ms (vs convtune)</th>' for p in peers)}</tr>
-{''.join(rows)}</table></body></html>
+{''.join(sections) or '<p>no layers were measured</p>'}
+</body></html>
 """
     path = out / "index.html"
     path.write_text(doc)

@@ -283,6 +283,11 @@ def default_input_shape(spec: str, model: nn.Module | None = None) -> tuple[int,
 def input_shape_for(spec: str, model: nn.Module, batch: int | None, input_shape) -> tuple[int, ...]:
     """The full input shape: ``input_shape`` (its batch replaced by ``batch`` when both are given), or
     the model's default shape with ``batch``."""
+    if isinstance(input_shape, dict):  # the command line's form: {None: shape}
+        if set(input_shape) != {None}:
+            raise NetworkError(f"{spec}: a PyTorch model takes one --input-shape, N,C,... (NAME=... is for ONNX "
+                               "models)")
+        input_shape = input_shape[None]
     if input_shape is not None:
         shape = tuple(int(v) for v in input_shape)
         if len(shape) < 2 or min(shape) <= 0:
