@@ -401,10 +401,13 @@ def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
     from .problem import ConvProblem
     cache = PlanCache(db, create=False)
     if network:
-        matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape))
-                   if l.name == layer]
+        skipped = []
+        matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape),
+                                           skipped=skipped) if l.name == layer]
         if not matches:
-            raise click.ClickException(f"no layer named {layer!r} in {network}")
+            why = next((f": it is a {op} node convtune leaves out ({reason})" for name, op, reason in skipped
+                        if name == layer), "")
+            raise click.ClickException(f"no layer named {layer!r} in {network}{why}")
         base = matches[0].problem
         problems = [base.for_pass(p) for p in ([pass_] if pass_ else PASS_NAMES)]
     else:

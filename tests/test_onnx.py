@@ -172,3 +172,21 @@ def test_without_the_onnx_package_the_error_names_the_extra(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "onnx", None)
     result = CliRunner().invoke(main, ["tune", path, "--db", str(tmp_path / "p.db"), "--backend", "numpy"])
     assert result.exit_code == 1 and "pip install 'convtune[onnx]'" in result.output
+
+
+def test_skipped_nodes_are_named_by_tune_bench_and_explain(tmp_path, fake_default_timer):
+    w = helper.make_tensor("w2", TensorProto.FLOAT, [6, 6, 3, 3], [0.0] * 324)
+    uneven = helper.make_node("Conv", ["y", "w2"], ["z"], name="uneven", pads=[1, 0, 2, 0])
+    path = conv_model(tmp_path / "m.onnx", [2, 4, 11, 10], [6, 4, 3, 3], pads=[1, 1, 1, 1], extra_nodes=[uneven])
+    model = onnx.load(path)
+    model.graph.initializer.append(w)
+    model.graph.output[0].name = "z"
+    onnx.save(model, path)
+    db = str(tmp_path / "p.db")
+    common = ["--passes", "fwd", "--db", db, "--backend", "numpy"]
+    for args in (["tune", path, *common], ["bench", path, *common, "--repeats", "3", "-o", str(tmp_path / "r.json")]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert "skipped uneven (Conv): asymmetric pads" in result.output
+    result = CliRunner().invoke(main, ["explain", "uneven", "--net", path, "--db", str(db)])
+    assert result.exit_code == 1 and "it is a Conv node convtune leaves out (asymmetric pads" in result.output

@@ -57,7 +57,11 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 
     if not network and not sweep:
         raise click.ClickException("give a NETWORK, --sweep, or both")
-    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape)) if network else []
+    skipped = []
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape),
+                          skipped=skipped) if network else []
+    for name, op_type, reason in skipped:
+        _echo(f"skipped {name} ({op_type}): {reason}", err=True)
     if only:
         wanted = [n.strip() for n in only.split(",") if n.strip()]
         missing = [n for n in wanted if n not in {l.name for l in layers}]
