@@ -3,11 +3,28 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
 import sys
 
 import click
 
 from ..cli import _backend, _echo, _ms_value, _passes, _shapes, _table, db_option, input_shape_option, main
+
+
+def _command_line(name: str) -> str:
+    """This process's command line as the results file records it."""
+    return "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else f"convtune {name}"
+
+
+def _json_writer(output: str):
+    """``write(doc)``: the results document to ``output``, through a temporary file (never half written)."""
+    def write(doc):
+        with open(output + ".tmp", "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(output + ".tmp", output)
+    return write
 
 
 @main.command()
@@ -44,9 +61,6 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     layer with keep_spectra='auto' runs: the kept-spectra round trip where it pays, else the sum
     of the three per-pass plans.
     """
-    import json
-    import os
-    import shlex
     from .dispatch import measure_dispatch_overhead
     from .peers import available_peers
     from .runner import run_bench, speedup, sweep_layers
@@ -89,13 +103,8 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     total = len(layers) + len(sweep_list or [])
     _echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
     overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
-    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench"
-    def checkpoint(doc):
-        # written after every layer (through a temporary file): an interrupted run keeps what it measured
-        with open(output + ".tmp", "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(output + ".tmp", output)
-
+    command = _command_line("bench")
+    checkpoint = _json_writer(output)  # after every layer: an interrupted run keeps what it measured
     try:
         results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
                             sweep=sweep_list, dispatch_overhead=overhead,
@@ -162,9 +171,6 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     missing). Reports per mode the median step time (CUDA events), the first step's time, peak
     memory and, for convtune, the tuning time and what each layer runs.
     """
-    import json
-    import os
-    import shlex
     from ..runtime import Runtime
     from ..cache import PlanCache
     try:
@@ -173,13 +179,8 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
     runtime = Runtime(store=PlanCache(db), miss_policy="tune")
-    command = "convtune " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "convtune bench-model"
-
-    def checkpoint(doc):
-        with open(output + ".tmp", "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(output + ".tmp", output)
-
+    command = _command_line("bench-model")
+    checkpoint = _json_writer(output)  # after every mode
     try:
         doc = bench_model(model, batch=batch, input_shape=_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,

@@ -156,22 +156,22 @@ def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     return run(input, weight, bias, geom, groups, math, runtime)
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
-           math="auto", runtime: Runtime | None = None):
-    """``torch.nn.functional.conv1d`` through convtune's plans."""
-    if weight.dim() != 3:
-        raise ValueError(f"conv1d expects a 3-D weight (C_out, C_in/groups, L), got shape {tuple(weight.shape)}")
-    return conv(input, weight, bias, stride, padding, dilation, groups, padding_mode=padding_mode, math=math,
-                runtime=runtime)
+def _of_rank(rank: int, name: str):
+    """``torch.nn.functional.conv1d``/``conv2d`` through convtune's plans (the weight's rank is checked)."""
+    def conv_nd(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
+                math="auto", runtime: Runtime | None = None):
+        if weight.dim() != rank + 2:
+            raise ValueError(f"{name} expects a {rank + 2}-D weight (C_out, C_in/groups, *kernel), got shape "
+                             f"{tuple(weight.shape)}")
+        return conv(input, weight, bias, stride, padding, dilation, groups, padding_mode=padding_mode, math=math,
+                    runtime=runtime)
+    conv_nd.__name__ = conv_nd.__qualname__ = name
+    conv_nd.__doc__ = f"``torch.nn.functional.{name}`` through convtune's plans (see the module docstring)."
+    return conv_nd
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
-           math="auto", runtime: Runtime | None = None):
-    """``torch.nn.functional.conv2d`` through convtune's plans."""
-    if weight.dim() != 4:
-        raise ValueError(f"conv2d expects a 4-D weight (C_out, C_in/groups, H, W), got shape {tuple(weight.shape)}")
-    return conv(input, weight, bias, stride, padding, dilation, groups, padding_mode=padding_mode, math=math,
-                runtime=runtime)
+conv1d = _of_rank(1, "conv1d")
+conv2d = _of_rank(2, "conv2d")
 
 
 def _pytorch(x, weight, bias, geom: Geometry, groups):
