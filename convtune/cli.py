@@ -230,7 +230,7 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     device = be.device_info()
     _echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
           f"cache {cache.display_url}", err=True)
-    sources, failures = {}, []
+    sources, failures, decisions = {}, [], []
     started = time.perf_counter()
     current = [""]
     try:
@@ -241,12 +241,15 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
                     sources[problem.key()] = "cache"
                     continue
                 try:
-                    cache.put(planner.tune(problem))  # saved at once: an interrupted run loses nothing
+                    decision = planner.tune(problem)
+                    cache.put(decision)  # saved at once: an interrupted run loses nothing
                     sources[problem.key()] = "tuned"
                 except TuningError as exc:
-                    cache.put(exc.decision)
+                    decision = exc.decision
+                    cache.put(decision)
                     sources[problem.key()] = "FAILED"
                     failures.append((names[0], problem, exc))
+                decisions.append(decision)
     except KeyboardInterrupt:
         done = sum(1 for s in sources.values() if s == "tuned")
         raise click.ClickException(f"interrupted at {current[0]}; the {done} problem(s) tuned so far are saved")
@@ -270,6 +273,8 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
         _echo(f"all {hits} plans came from the cache; nothing was timed ({elapsed:.2f} s)")
     else:
         _echo(f"{tuned} tuned, {hits} from the cache, {len(failures)} failed in {elapsed:.1f} s")
+    if decisions:
+        _echo(_where_the_time_went(decisions, elapsed))
     for name, problem, exc in failures:
         hint = _explain_hint(name, network, problem.pass_, batch=batch, input_shape=input_shape, math_mode=math_mode,
                              db=db)
@@ -278,6 +283,31 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
         _tune_round_trips(problems, cache, be, planner, retune, trip_limit)
     if failures:
         sys.exit(1)
+
+
+def _where_the_time_went(decisions, elapsed: float) -> str:
+    """``tune``'s closing table: per strategy, its candidates and the seconds spent building, verifying and
+    timing them; then the search's own phases (listing candidates, operands, float64 references)."""
+    per, phases = {}, {}
+    for decision in decisions:
+        for o in decision.outcomes:
+            row = per.setdefault(o.strategy, {"candidates": 0, "timed": 0, "not tried": 0, "build": 0.0,
+                                              "verify": 0.0, "timing": 0.0})
+            row["candidates"] += 1
+            row["timed"] += o.timing is not None
+            row["not tried"] += o.status in ("unsupported", "over_budget") or o.reason.startswith("pruned")
+            for what in ("build", "verify", "timing"):
+                row[what] += getattr(o, f"{what}_s") or 0.0
+        for what, seconds in decision.phases.items():
+            phases[what] = phases.get(what, 0.0) + seconds
+    rows = [(name, r["candidates"], r["not tried"], r["timed"], f"{r['build']:.1f}", f"{r['verify']:.1f}",
+             f"{r['timing']:.1f}", f"{r['build'] + r['verify'] + r['timing']:.1f}")
+            for name, r in sorted(per.items(), key=lambda kv: -(kv[1]["build"] + kv[1]["verify"] + kv[1]["timing"]))]
+    rows += [(what, "", "", "", "", "", "", f"{seconds:.1f}") for what, seconds in
+             sorted(phases.items(), key=lambda kv: -kv[1]) if seconds >= 0.05]
+    return (f"where the {elapsed:.1f} s of tuning went (seconds; 'not tried': unsupported, over the workspace limit "
+            "or pruned by a rule):\n" + _table(("strategy / phase", "candidates", "not tried", "timed", "build",
+                                                  "verify", "timing", "total"), rows))
 
 
 def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
@@ -329,7 +359,7 @@ def demo(ctx, network, batch, db, backend):
         started = time.perf_counter()
         ctx.invoke(tune, network=network, db=db, batch=batch, backend=backend)
         runs.append(time.perf_counter() - started)
-    cache = PlanCache(db, create=False)
+    cache = PlanCache(db, create=False, read_only=True)
     layers = load_network(network, batch=batch)
     device = _backend(backend).device_info().key()
     best = None
@@ -356,7 +386,7 @@ def demo(ctx, network, batch, db, backend):
 def show(db, device, strategy, pass_, math_mode, problem, current):
     """List the plan table (plans of other devices and older strategy versions too, marked)."""
     from .cache import PlanCache
-    cache = PlanCache(db, create=False)
+    cache = PlanCache(db, create=False, read_only=True)
     here = set(_machine_fingerprints())
     rows = []
     for r in cache.plan_rows():
@@ -399,7 +429,7 @@ def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
     from .cache import PlanCache
     from .network import load_network
     from .problem import ConvProblem
-    cache = PlanCache(db, create=False)
+    cache = PlanCache(db, create=False, read_only=True)
     if network:
         skipped = []
         matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape),
@@ -443,13 +473,15 @@ def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
             rows.sort(key=lambda r: (order.get(r["status"], 9), r["time_median_s"] or math.inf))
             table = [(r["label"], r["status"], _ms(r["time_median_s"]), _ms(r["time_spread_s"]),
                       f"{r['error']:.1e}" if r["error"] is not None else "-", human_bytes(r["workspace_bytes"]),
-                      r["reason"]) for r in rows]
-            _echo(_table(("candidate", "status", "median ms", "spread ms", "error", "workspace", "reason"), table))
+                      _search_cost(r), r["reason"]) for r in rows]
+            _echo(_table(("candidate", "status", "median ms", "spread ms", "error", "workspace", "search s", "reason"),
+                         table))
             _echo("   " + _why(rows, problem))
         if not shown_legend:
             shown_legend = True
             _echo("   (median: of the timed runs, each after an L2 flush on a GPU; spread: their interquartile "
-                  "range; error: ||out - ref|| / ||ref|| against float64; workspace: temporary memory)")
+                  "range; error: ||out - ref|| / ||ref|| against float64; workspace: temporary memory; search: "
+                  "seconds spent building / verifying / timing the candidate, and its rank in its strategy's list)")
 
 
 def _explain_nothing(cache, problem, fps, others, layer, network, batch, input_shape, db) -> None:
@@ -471,6 +503,16 @@ def _explain_nothing(cache, problem, fps, others, layer, network, batch, input_s
         _echo(f"   measured at batch size {', '.join(map(str, batches))}" + (f" (not {batch})" if batch else "") + ":")
         for hint in hints:
             _echo(f"     {hint}")
+
+
+def _search_cost(row) -> str:
+    """What searching a candidate cost, as ``build/verify/timing #rank`` (``-`` where not recorded: tuned by a
+    convtune before schema 2)."""
+    parts = [row.get(k) for k in ("build_s", "verify_s", "timing_s")]
+    if all(p is None for p in parts):
+        return "-"
+    text = "/".join("-" if p is None else f"{p:.2f}" for p in parts)
+    return text + (f" #{row['rank']}" if row.get("rank") is not None else "")
 
 
 def _machine_fingerprints() -> list[str]:
@@ -512,7 +554,7 @@ def _why(rows, problem) -> str:
 def export_cmd(db, fmt, output):
     """Write the plan table as JSON or CSV, to share with other machines."""
     from .cache import PlanCache, write_export
-    cache = PlanCache(db, create=False)
+    cache = PlanCache(db, create=False, read_only=True)
     records = cache.export_records()
     calibrations = cache.calibrations()
     trips = cache.trip_decisions()
@@ -609,7 +651,7 @@ def backup(output, db, force):
     cache is copied into a SQLite file too)."""
     from .cache import PlanCache
     from .cache.backup import backup as make_backup
-    cache = PlanCache(db, create=False)
+    cache = PlanCache(db, create=False, read_only=True)
     counts = make_backup(cache, output, force=force)
     _echo(f"wrote {output}: " + ", ".join(f"{n} {t}" for t, n in counts.items()) + f" (from {cache.display_url})")
 
@@ -620,6 +662,7 @@ def info(db):
     """This machine's fingerprint, the backends and strategies available, and the cache."""
     from .backend import BackendError, get_backend
     from .cache import PlanCache, resolve_url
+    from .cache.schema import SCHEMA_VERSION
     from .cache.store import ENV_VAR
     from .strategies import all_strategies
     import os
@@ -645,10 +688,11 @@ def info(db):
     _echo(f"plan cache: {url} ({origin})")
     if db or os.environ.get(ENV_VAR) or url.startswith("sqlite:///") and os.path.exists(url[len("sqlite:///"):]):
         try:
-            cache = PlanCache(db, create=False)
+            cache = PlanCache(db, create=False, read_only=True)
             _echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
-                  f", {cache.trip_count()} round-trip verdicts (kept spectra)" +
-                  (f"; read-only ({cache.db.read_only_reason})" if cache.read_only else ""))
+                  f", {cache.trip_count()} round-trip verdicts (kept spectra); schema {cache.found_version}" +
+                  ("" if cache.found_version == SCHEMA_VERSION else
+                   f" (a command that stores into it upgrades it to {SCHEMA_VERSION}, after a backup)"))
             for device_key, cal in cache.calibrations().items():
                 _echo(f"    FFT calibration for {device_key}: " +
                            ", ".join(f"{k} {cal[k]:.2f}" for k in ("pow2", "smooth", "other")))

@@ -34,6 +34,12 @@ class CandidateOutcome:
     error: float | None = None
     timing: TimingStats | None = None
     reason: str = ""
+    #: what it cost to search: seconds spent building, verifying (build and runs on the small batch,
+    #: the error check) and timing it, and its place in its strategy's list (the heuristics' order for cuDNN)
+    build_s: float | None = None
+    verify_s: float | None = None
+    timing_s: float | None = None
+    rank: int | None = None
 
     @property
     def median_s(self) -> float | None:
@@ -62,6 +68,9 @@ class Decision:
     outcomes: tuple[CandidateOutcome, ...] = ()
     source: str = "measured"
     tuning_s: float = 0.0
+    #: seconds of the search not spent on one candidate: listing each strategy's candidates, making the
+    #: operands and the float64 reference, the full-batch check
+    phases: dict = field(default_factory=dict)
 
     @property
     def device_key(self) -> str:

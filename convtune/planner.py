@@ -3,10 +3,14 @@
 Shapes only come in; a :class:`~convtune.plan.Decision` goes out. Arrays never
 reach the planner's callers: it makes its own random operands on the backend.
 
-Steps, each recorded per candidate:
+Steps, each recorded per candidate, with what it cost (seconds spent building, verifying and
+timing it, and its rank in its strategy's list, which for cuDNN is the heuristics' order):
 
 1. every registered strategy says whether it supports the problem (else
-   ``unsupported`` with its reason) and lists configurations;
+   ``unsupported`` with its reason) and lists configurations; a configuration
+   that a strategy's rules say cannot win here is ``skipped`` with the rule as
+   its reason (:meth:`~convtune.strategies.base.Strategy.pruned`; not in an
+   ``exhaustive`` search);
 2. a configuration whose workspace exceeds the budget is ``over_budget``;
 3. verification on a reduced batch against the float64 reference computed on
    the same device, with the output poisoned with NaN first so an unwritten
@@ -16,20 +20,28 @@ Steps, each recorded per candidate:
    an ``always_timed`` strategy: PyTorch's own convolution, the point of reference);
 4. the survivors are timed on the full problem, fastest first by a warm run on
    the reduced batch (so a time budget goes to the likely winners); a lone
-   survivor is not timed;
+   survivor is not timed; a candidate whose first timed run is ``EARLY_STOP``
+   times the best median so far is not run again (early stopping; not in an
+   ``exhaustive`` search, never for an ``always_timed`` strategy), and the
+   timers repeat only until the runs agree (:mod:`convtune.timing`);
 5. backward-filter sums over the batch, so its error grows with the batch: when
    the verification batch was smaller, the fastest timed candidate is checked
    again on the full batch (and ``rejected`` if it now misses the tolerance,
    the next fastest then checked in turn);
 6. the fastest that passed wins; with no survivor, :class:`~convtune.errors.TuningError`.
+
+The decision also says where the search's own time went (:attr:`Decision.phases`: listing, the
+float64 reference, the operands, the full-batch check).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .backend import Backend, get_backend
@@ -51,16 +63,39 @@ SLOW_FACTOR = 50.0
 SLOW_FLOOR_S = 0.01
 #: A first run (one-time costs included) rules a candidate out only past this.
 FIRST_RUN_FLOOR_S = 1.0
+#: A candidate whose first timed run takes this many times the best median so far is not run again.
+#: (Of 2151 candidates timed for resnet50 on the H100 in plans.db.example, 1775 were more than 1.5x the
+#: best so far when timed, and none of those came within 3% of the winner.)
+EARLY_STOP = 1.5
 
 
 @dataclass(frozen=True)
 class Candidate:
     strategy: Strategy
     config: Config
+    rank: int = 0  # its place in its strategy's list of candidates
 
     @property
     def label(self) -> str:
         return self.strategy.describe(self.config)
+
+
+@dataclass
+class _Search:
+    """One :meth:`Planner.tune` call's state: its outcomes and what each candidate and phase cost."""
+
+    problem: ConvProblem
+    outcomes: list = field(default_factory=list)
+    costs: dict = field(default_factory=dict)  # label -> {"build_s", "verify_s", "timing_s"}
+    phases: dict = field(default_factory=dict)  # phase -> seconds
+    full_operands: tuple | None = None  # the timing operands, for the full-batch check
+
+    def spend(self, cand, what: str, seconds: float) -> None:
+        entry = self.costs.setdefault(cand.label, {})
+        entry[what] = entry.get(what, 0.0) + seconds
+
+    def phase(self, what: str, seconds: float) -> None:
+        self.phases[what] = self.phases.get(what, 0.0) + seconds
 
 
 def relative_error(xp, out, ref) -> float:
@@ -86,6 +121,14 @@ def _failure_reason(backend: Backend, exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _takes_stop_above(timer) -> bool:
+    try:
+        params = inspect.signature(timer).parameters
+    except (TypeError, ValueError):
+        return False
+    return "stop_above" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 class Planner:
     """Explores candidates for a problem and returns a :class:`Decision`.
 
@@ -94,7 +137,8 @@ class Planner:
     backend : Backend or str
         Where candidates run (``'numpy'`` or ``'cupy'``).
     timer : callable, optional
-        ``timer(fn, backend, label) -> TimingStats``; defaults to the backend's real timer.
+        ``timer(fn, backend, label[, stop_above=seconds]) -> TimingStats``; defaults to the backend's
+        real timer (adaptive repeats, early stopping; fixed repeats in an exhaustive search).
     workspace_limit : int, optional
         Candidates needing more temporary bytes are skipped (``over_budget``).
     time_budget_s : float, optional
@@ -104,6 +148,8 @@ class Planner:
         Restrict the search to these strategies.
     verify_batch : int
         Batch size of the verification run.
+    exhaustive : bool
+        Time every correct candidate in full: no strategy rules, no early stopping, fixed repeats.
 
     Examples
     --------
@@ -117,9 +163,11 @@ class Planner:
     def __init__(self, backend: Backend | str = "numpy", timer: Callable | None = None, *,
                  workspace_limit: int | None = DEFAULT_WORKSPACE_LIMIT, time_budget_s: float | None = None,
                  strategies: list[str] | None = None, verify_batch: int = 2, seed: int = 0,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, exhaustive: bool = False):
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
-        self.timer = timer if timer is not None else default_timer(self.backend)
+        self.exhaustive = exhaustive
+        self.timer = timer if timer is not None else default_timer(self.backend, adaptive=not exhaustive)
+        self._early_stop = not exhaustive and _takes_stop_above(self.timer)
         self.workspace_limit = workspace_limit
         self.time_budget_s = time_budget_s
         self.strategy_names = list(strategies) if strategies else None
@@ -134,17 +182,18 @@ class Planner:
     def tune(self, problem: ConvProblem) -> Decision:
         """Verify and time every candidate for ``problem``; return the decision."""
         started = time.perf_counter()
-        outcomes: list[CandidateOutcome] = []
-        candidates = self._enumerate(problem, outcomes)
-        if candidates and not self._operands_fit(problem, candidates, outcomes, "the problem", 1,
-                                                 "its operands and result"):
+        s = _Search(problem)
+        candidates = self._enumerate(s)
+        if candidates and not self._operands_fit(s, candidates, "the problem", 1, "its operands and result"):
             candidates = []  # checked before anything is verified: it cannot be timed here
-        survivors = self._verify(problem, candidates, outcomes)
-        timed = self._time(problem, survivors, outcomes)
-        timed = self._confirm_full_batch(problem, timed, outcomes)
+        survivors = self._verify(s, candidates)
+        timed = self._time(s, survivors)
+        timed = self._confirm_full_batch(s, timed)
+        s.full_operands = None
+        outcomes = s.outcomes
         if not timed:
             decision = Decision(problem, self.backend.device_info(), _NO_WINNER, tuple(outcomes),
-                                "measured", time.perf_counter() - started)
+                                "measured", time.perf_counter() - started, dict(s.phases))
             raise TuningError(f"no candidate survived for {problem.describe()}:\n" + _summary(outcomes), decision)
         best = min(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
         winner = _with(best, status="winner")
@@ -152,7 +201,7 @@ class Planner:
         log.info("tuned %s: %s (%s)", problem.key(), winner.label,
                  f"{winner.timing.median_s * 1e3:.3f} ms" if winner.timing else "only candidate, not timed")
         return Decision(problem, self.backend.device_info(), winner, tuple(outcomes), "measured",
-                        time.perf_counter() - started)
+                        time.perf_counter() - started, dict(s.phases))
 
     def plan(self, problem: ConvProblem) -> Plan:
         """Tune and build the winner."""
@@ -164,43 +213,50 @@ class Planner:
             return [get_strategy(n) for n in self.strategy_names if get_strategy(n).selectable]
         return all_strategies(selectable_only=True)
 
-    def _enumerate(self, problem, outcomes) -> list[Candidate]:
-        kept = []
+    def _enumerate(self, s: _Search) -> list[Candidate]:
+        problem, kept = s.problem, []
         for strategy in self._strategies():
+            t0 = time.perf_counter()
             reason = strategy.supports(problem, self.backend)
             if reason is not None:
-                outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "unsupported",
-                                                 reason=reason))
+                s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
+                s.outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "unsupported",
+                                                   reason=reason))
                 continue
-            for config in strategy.candidates(problem, self.backend):
-                cand = Candidate(strategy, config)
+            configs = strategy.candidates(problem, self.backend)
+            s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
+            for rank, config in enumerate(configs):
+                cand = Candidate(strategy, config, rank)
                 ws = strategy.workspace_bytes(problem, config)
-                if self.workspace_limit is not None and ws > self.workspace_limit:
-                    outcomes.append(CandidateOutcome(strategy.name, config.as_dict(), cand.label, "over_budget",
-                                                     workspace_bytes=ws,
-                                                     reason=f"workspace {human_bytes(ws)} over the limit "
-                                                            f"{human_bytes(self.workspace_limit)}"))
-                    continue
-                kept.append(cand)
+                rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend)
+                if rule is not None:
+                    s.outcomes.append(self._outcome(s, cand, "skipped", reason=f"pruned: {rule}"))
+                elif self.workspace_limit is not None and ws > self.workspace_limit:
+                    s.outcomes.append(self._outcome(s, cand, "over_budget", reason=(
+                        f"workspace {human_bytes(ws)} over the limit {human_bytes(self.workspace_limit)}")))
+                else:
+                    kept.append(cand)
         return kept
 
-    def _operands_fit(self, problem, candidates, outcomes, what: str, factor: int, of: str) -> bool:
+    def _operands_fit(self, s: _Search, candidates, what: str, factor: int, of: str, problem=None) -> bool:
         """Is there memory for ``factor`` times the problem's float32 operands and result? If not, every
         candidate fails with the reason (nothing is allocated)."""
+        problem = problem or s.problem
         need = factor * problem.min_bytes()
         available = self.backend.free_memory_bytes()
         if available is None or need <= available:
             return True
         reason = (f"{what} needs {human_bytes(need)} for {of}, and only {human_bytes(available)} of "
                   f"{'device' if self.backend.name == 'cupy' else 'host'} memory is available")
-        outcomes.extend(self._outcome(problem, c, "failed", reason=reason) for c in candidates)
-        log.warning("%s: %s", problem.describe(), reason)
+        s.outcomes.extend(self._outcome(s, c, "failed", reason=reason) for c in candidates)
+        log.warning("%s: %s", s.problem.describe(), reason)
         return False
 
-    def _operands(self, problem, candidates, outcomes, what: str, seed: int, reference: bool):
+    def _operands(self, s: _Search, problem, candidates, what: str, seed: int, reference: bool):
         """Random operands (and the float64 reference) of ``problem``, or ``None`` with every candidate
         failed where memory runs out making them."""
         xp = self.backend.xp
+        t0 = time.perf_counter()
         try:
             a, b = random_operands(self.backend, problem, seed)
             ref = get_strategy("reference").build(problem, None, self.backend)(a.astype(xp.float64),
@@ -211,20 +267,22 @@ class Planner:
             if not self.backend.is_out_of_memory(exc):
                 raise
             reason = f"{what}: out of memory making the operands ({exc})"
-            outcomes.extend(self._outcome(problem, c, "failed", reason=reason) for c in candidates)
-            log.warning("%s: %s", problem.describe(), reason)
+            s.outcomes.extend(self._outcome(s, c, "failed", reason=reason) for c in candidates)
+            log.warning("%s: %s", s.problem.describe(), reason)
             return None
+        finally:
+            s.phase("the float64 reference" if reference else "operands", time.perf_counter() - t0)
 
-    def _verify(self, problem, candidates, outcomes) -> list[tuple[Candidate, float]]:
+    def _verify(self, s: _Search, candidates) -> list[tuple[Candidate, float]]:
         if not candidates:
             return []
-        xp = self.backend.xp
+        problem, xp = s.problem, self.backend.xp
         small = problem.replace(batch=min(problem.batch, self.verify_batch))
         # float32 operands and result, their float64 copies, the float64 reference
-        if not self._operands_fit(small, candidates, outcomes, "verification", 4,
-                                  "its operands and result, their float64 copies and the float64 reference"):
+        if not self._operands_fit(s, candidates, "verification", 4,
+                                  "its operands and result, their float64 copies and the float64 reference", small):
             return []
-        made = self._operands(small, candidates, outcomes, "verification", self.seed, reference=True)
+        made = self._operands(s, small, candidates, "verification", self.seed, reference=True)
         if made is None:
             return []
         a, b, ref = made
@@ -232,35 +290,41 @@ class Planner:
         best_warm = math.inf
         for cand in candidates:
             self._report(f"verify {cand.label}")
+            started = time.perf_counter()
             try:
                 out = xp.full(small.result_shape, xp.nan, dtype=xp.float32)
                 run = cand.strategy.build(small, cand.config, self.backend)
+                s.spend(cand, "build_s", time.perf_counter() - started)
                 first_s = self._synchronized_run(run, a, b, out)
                 err = relative_error(xp, out, ref)
                 if not err <= problem.tolerance:
-                    outcomes.append(self._outcome(problem, cand, "rejected", error=err,
-                                                  reason=f"error {err:.3g} over the {problem.math} tolerance "
-                                                         f"{problem.tolerance:g}"))
+                    s.spend(cand, "verify_s", time.perf_counter() - started)
+                    s.outcomes.append(self._outcome(s, cand, "rejected", error=err,
+                                                    reason=f"error {err:.3g} over the {problem.math} tolerance "
+                                                           f"{problem.tolerance:g}"))
                     continue
                 # A first run also pays one-time costs (CUDA loads kernel modules lazily, FFT plans are made),
                 # so it only rules a candidate out past a hard floor; otherwise the warm run decides.
                 reference_point = cand.strategy.always_timed  # what the user had: never ruled out unmeasured
                 if not reference_point and first_s > max(SLOW_FACTOR * best_warm, FIRST_RUN_FLOOR_S):
-                    outcomes.append(self._outcome(problem, cand, "skipped", error=err,
-                                                  reason=f"first run on the verification batch took {first_s:.2f} s, "
-                                                         f"{first_s / best_warm:.0f}x the best; not timed"))
+                    s.spend(cand, "verify_s", time.perf_counter() - started)
+                    s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(
+                        f"first run on the verification batch took {first_s:.2f} s, {first_s / best_warm:.0f}x the "
+                        "best; not timed")))
                     continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
                 warm_s = self._synchronized_run(run, a, b, out)
+                s.spend(cand, "verify_s", time.perf_counter() - started)
                 if not reference_point and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
-                    outcomes.append(self._outcome(problem, cand, "skipped", error=err,
-                                                  reason=f"{warm_s / best_warm:.0f}x slower than the best candidate "
-                                                         f"on the verification batch; not timed"))
+                    s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(
+                        f"{warm_s / best_warm:.0f}x slower than the best candidate on the verification batch; "
+                        "not timed")))
                     continue
                 best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on
-                outcomes.append(self._outcome(problem, cand, "failed", reason=_failure_reason(self.backend, exc)))
+                s.spend(cand, "verify_s", time.perf_counter() - started)
+                s.outcomes.append(self._outcome(s, cand, "failed", reason=_failure_reason(self.backend, exc)))
                 log.debug("candidate %s failed verification", cand.label, exc_info=True)
                 continue
             survivors.append((cand, err, warm_s))
@@ -274,96 +338,120 @@ class Planner:
         self.backend.synchronize()
         return time.perf_counter() - t0
 
-    def _time(self, problem, survivors, outcomes) -> list[CandidateOutcome]:
+    def _time(self, s: _Search, survivors) -> list[CandidateOutcome]:
+        problem = s.problem
         if len(survivors) == 1:
             cand, err = survivors[0]
-            outcome = self._outcome(problem, cand, "ok", error=err, reason="only candidate; not timed")
-            outcomes.append(outcome)
+            outcome = self._outcome(s, cand, "ok", error=err, reason="only candidate; not timed")
+            s.outcomes.append(outcome)
             return [outcome]
         if not survivors:
             return []
         cands = [cand for cand, _err in survivors]
         available = self.backend.free_memory_bytes()
-        if not self._operands_fit(problem, cands, outcomes, "timing the full problem", 1, "its operands and result"):
+        if not self._operands_fit(s, cands, "timing the full problem", 1, "its operands and result"):
             return []
-        made = self._operands(problem, cands, outcomes, "timing the full problem", self.seed + 1, reference=False)
+        made = self._operands(s, problem, cands, "timing the full problem", self.seed + 1, reference=False)
         if made is None:
             return []
         a, b, _ = made
+        s.full_operands = (a, b)
         xp = self.backend.xp
         out = xp.empty(problem.result_shape, dtype=xp.float32)
         left = None if available is None else available - problem.min_bytes()
         timed = []
-        spent = 0.0
+        spent, best = 0.0, math.inf
         for cand, err in survivors:
-            if self.time_budget_s is not None and timed and spent > self.time_budget_s and \
-                    not cand.strategy.always_timed:
-                outcomes.append(self._outcome(problem, cand, "skipped", error=err,
-                                              reason=f"time budget of {self.time_budget_s:g} s spent"))
+            reference_point = cand.strategy.always_timed
+            if self.time_budget_s is not None and timed and spent > self.time_budget_s and not reference_point:
+                s.outcomes.append(self._outcome(s, cand, "skipped", error=err,
+                                                reason=f"time budget of {self.time_budget_s:g} s spent"))
                 continue
             ws = cand.strategy.workspace_bytes(problem, cand.config)
             if left is not None and ws > left:  # checked before it allocates
-                outcomes.append(self._outcome(problem, cand, "over_budget", error=err, reason=(
+                s.outcomes.append(self._outcome(s, cand, "over_budget", error=err, reason=(
                     f"workspace {human_bytes(ws)} over the {human_bytes(left)} of memory left beside the operands")))
                 continue
             self._report(f"time {cand.label}")
-            t0 = time.perf_counter()
+            stop_above = EARLY_STOP * best if self._early_stop and math.isfinite(best) and not reference_point \
+                else None
+            t0 = t_timing = time.perf_counter()
             try:
                 run = cand.strategy.build(problem, cand.config, self.backend)
+                t_timing = time.perf_counter()
+                s.spend(cand, "build_s", t_timing - t0)
                 # timed as the runtime calls it: into ``out``, or making its own result where it does
                 target = None if cand.strategy.allocates_result else out
-                stats = self.timer(lambda: run(a, b, target), self.backend, cand.label)
+                fn = lambda: run(a, b, target)  # noqa: E731
+                stats = self.timer(fn, self.backend, cand.label, stop_above=stop_above) if stop_above is not None \
+                    else self.timer(fn, self.backend, cand.label)
             except Exception as exc:
-                outcomes.append(self._outcome(problem, cand, "failed", error=err,
-                                              reason=_failure_reason(self.backend, exc)))
+                s.outcomes.append(self._outcome(s, cand, "failed", error=err,
+                                                reason=_failure_reason(self.backend, exc)))
                 log.debug("candidate %s failed timing", cand.label, exc_info=True)
                 continue
             finally:
-                spent += time.perf_counter() - t0
-            outcome = self._outcome(problem, cand, "ok", error=err, timing=stats)
-            outcomes.append(outcome)
+                now = time.perf_counter()
+                spent += now - t0
+                s.spend(cand, "timing_s", now - t_timing)
+            reason = ""
+            if stop_above is not None and stats.median_s > stop_above:
+                reason = (f"timing stopped after {stats.repeats} run(s): {stats.median_s / best:.2f}x the best so far "
+                          f"(more than {EARLY_STOP:g}x)")
+            best = min(best, stats.median_s)
+            outcome = self._outcome(s, cand, "ok", error=err, timing=stats, reason=reason)
+            s.outcomes.append(outcome)
             timed.append(outcome)
         return timed
 
-    def _confirm_full_batch(self, problem, timed, outcomes) -> list[CandidateOutcome]:
+    def _confirm_full_batch(self, s: _Search, timed) -> list[CandidateOutcome]:
         """Timed outcomes, fastest first, from the first one whose full-batch error is within tolerance
         (wgrad only, when verification used a smaller batch); the ones ahead of it become ``rejected``."""
+        problem, outcomes = s.problem, s.outcomes
         ranked = sorted(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
         if problem.pass_ != "wgrad" or problem.batch <= self.verify_batch or not ranked:
             return ranked
         xp = self.backend.xp
+        started = time.perf_counter()
         try:
-            a, b = random_operands(self.backend, problem, self.seed + 1)
+            a, b = s.full_operands or random_operands(self.backend, problem, self.seed + 1)
             ref = get_strategy("reference").build(problem, None, self.backend)(a.astype(xp.float64),
                                                                                 b.astype(xp.float64))
         except Exception as exc:  # e.g. the float64 reference does not fit: keep the verification's word
             log.warning("full-batch check of %s skipped: %s", problem.key(), _failure_reason(self.backend, exc))
             return ranked
-        for i, outcome in enumerate(ranked):
-            self._report(f"check {outcome.label} at the full batch")
-            try:
-                out = xp.full(problem.result_shape, xp.nan, dtype=xp.float32)
-                strategy = get_strategy(outcome.strategy)
-                config = strategy.config_type.from_dict(outcome.config)
-                strategy.build(problem, config, self.backend)(a, b, out)
-                err = relative_error(xp, out, ref)
-            except Exception as exc:
-                err, failure = math.inf, _failure_reason(self.backend, exc)
-            else:
-                failure = None
-            index = next(k for k, o in enumerate(outcomes) if o is outcome)
-            if err <= problem.tolerance:
-                ranked[i] = outcomes[index] = _with(outcome, error=err)
-                return ranked[i:]
-            outcomes[index] = _with(outcome, status="failed" if failure else "rejected", error=None if failure else err,
-                                    reason=failure or f"error {err:.3g} on the full batch of {problem.batch} is over "
-                                    f"the {problem.math} tolerance {problem.tolerance:g} (the filter gradient sums "
-                                    f"over the batch; the verification batch passed)")
-        return []
+        try:
+            for i, outcome in enumerate(ranked):
+                self._report(f"check {outcome.label} at the full batch")
+                try:
+                    out = xp.full(problem.result_shape, xp.nan, dtype=xp.float32)
+                    strategy = get_strategy(outcome.strategy)
+                    config = strategy.config_type.from_dict(outcome.config)
+                    strategy.build(problem, config, self.backend)(a, b, out)
+                    err = relative_error(xp, out, ref)
+                except Exception as exc:
+                    err, failure = math.inf, _failure_reason(self.backend, exc)
+                else:
+                    failure = None
+                index = next(k for k, o in enumerate(outcomes) if o is outcome)
+                if err <= problem.tolerance:
+                    ranked[i] = outcomes[index] = _with(outcome, error=err)
+                    return ranked[i:]
+                outcomes[index] = _with(outcome, status="failed" if failure else "rejected",
+                                        error=None if failure else err, reason=failure or (
+                                            f"error {err:.3g} on the full batch of {problem.batch} is over the "
+                                            f"{problem.math} tolerance {problem.tolerance:g} (the filter gradient "
+                                            "sums over the batch; the verification batch passed)"))
+            return []
+        finally:
+            s.phase("the full-batch check", time.perf_counter() - started)
 
-    def _outcome(self, problem, cand, status, **fields) -> CandidateOutcome:
+    def _outcome(self, s: _Search, cand, status, **fields) -> CandidateOutcome:
+        cost = s.costs.get(cand.label, {})
         return CandidateOutcome(cand.strategy.name, cand.config.as_dict(), cand.label, status,
-                                workspace_bytes=cand.strategy.workspace_bytes(problem, cand.config), **fields)
+                                workspace_bytes=cand.strategy.workspace_bytes(s.problem, cand.config),
+                                build_s=cost.get("build_s"), verify_s=cost.get("verify_s"),
+                                timing_s=cost.get("timing_s"), rank=cand.rank, **fields)
 
     def _report(self, text: str) -> None:
         if self.progress is not None:
@@ -371,7 +459,6 @@ class Planner:
 
 
 def _with(outcome: CandidateOutcome, **changes) -> CandidateOutcome:
-    import dataclasses
     return dataclasses.replace(outcome, **changes)
 
 

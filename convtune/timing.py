@@ -3,6 +3,14 @@
 ``timer(fn, backend, label) -> TimingStats`` runs ``fn()`` (one execution of
 a candidate, ``label`` names it) several times and reports the median and
 spread per call.
+
+Two ways the planner's timers save time (both off in an exhaustive search):
+
+* ``stop_above=seconds``: after the first timed run, a candidate slower than that is not run again
+  (its statistics are of that one run; early stopping);
+* ``adaptive=True``: repeats stop once ``min_repeats`` runs agree within ``stable`` (their range,
+  relative to the median, on the CPU; their interquartile range on the GPU), instead of always
+  making ``repeats`` runs.
 """
 
 from __future__ import annotations
@@ -38,12 +46,14 @@ class TimingStats:
 class CpuTimer:
     """Wall-clock timer: grows the loop count until one measurement lasts ``min_time_s``."""
 
-    def __init__(self, repeats: int = 5, min_time_s: float = 0.02, max_loops: int = 1 << 16):
+    def __init__(self, repeats: int = 5, min_time_s: float = 0.02, max_loops: int = 1 << 16, *,
+                 adaptive: bool = False, min_repeats: int = 3, stable: float = 0.02):
         self.repeats = repeats
         self.min_time_s = min_time_s
         self.max_loops = max_loops
+        self.adaptive, self.min_repeats, self.stable = adaptive, min_repeats, stable
 
-    def __call__(self, fn, backend=None, label: str = "") -> TimingStats:
+    def __call__(self, fn, backend=None, label: str = "", stop_above: float | None = None) -> TimingStats:
         fn()  # warm-up: first-call costs (FFT plans, allocations) stay out of the numbers
         loops = 1
         while True:
@@ -51,7 +61,14 @@ class CpuTimer:
             if elapsed >= self.min_time_s or loops >= self.max_loops:
                 break
             loops = min(self.max_loops, loops * max(2, int(self.min_time_s / max(elapsed, 1e-9) * 1.2)))
-        samples = [elapsed / loops] + [self._run(fn, loops) / loops for _ in range(self.repeats - 1)]
+        samples = [elapsed / loops]
+        if stop_above is not None and samples[0] > stop_above:
+            return TimingStats.from_samples(samples)
+        while len(samples) < self.repeats:
+            samples.append(self._run(fn, loops) / loops)
+            if self.adaptive and len(samples) >= self.min_repeats and \
+                    max(samples) - min(samples) <= self.stable * statistics.median(samples):
+                break
         return TimingStats.from_samples(samples)
 
     @staticmethod
@@ -62,17 +79,19 @@ class CpuTimer:
         return time.perf_counter() - start
 
     def __repr__(self):
-        return f"CpuTimer(repeats={self.repeats}, min_time_s={self.min_time_s})"
+        return f"CpuTimer(repeats={self.repeats}, min_time_s={self.min_time_s}, adaptive={self.adaptive})"
 
 
 class CudaEventTimer:
     """CUDA-event timer: warm-up, L2 flush before every timed run, median of ``repeats``."""
 
-    def __init__(self, warmup: int = 3, repeats: int = 25, flush_l2: bool = True, max_total_s: float = 1.0):
+    def __init__(self, warmup: int = 3, repeats: int = 25, flush_l2: bool = True, max_total_s: float = 1.0, *,
+                 adaptive: bool = False, min_repeats: int = 5, stable: float = 0.01):
         self.warmup = warmup
         self.repeats = repeats
         self.flush_l2 = flush_l2
         self.max_total_s = max_total_s
+        self.adaptive, self.min_repeats, self.stable = adaptive, min_repeats, stable
         self._flush_buffer = None
 
     def _flush(self, cp):
@@ -82,10 +101,10 @@ class CudaEventTimer:
             self._flush_buffer = cp.empty(max(2 * l2, 64 << 20) // 4, dtype=cp.float32)
         self._flush_buffer.fill(1.0)  # a write pass over twice the L2 evicts what the last run left
 
-    def __call__(self, fn, backend, label: str = "") -> TimingStats:
-        return self.sequence([fn], backend, label)
+    def __call__(self, fn, backend, label: str = "", stop_above: float | None = None) -> TimingStats:
+        return self.sequence([fn], backend, label, stop_above)
 
-    def sequence(self, steps, backend, label: str = "") -> TimingStats:
+    def sequence(self, steps, backend, label: str = "", stop_above: float | None = None) -> TimingStats:
         """Time a sequence of dependent calls (a layer's passes) as one run: each step after its own
         L2 flush, between its own pair of events; a run's time is the sum of its steps' times.
         Timing one call is the sequence of that call alone."""
@@ -111,15 +130,25 @@ class CudaEventTimer:
                 end.record(stream)
             events[-1][1].synchronize()
             samples.append(sum(cp.cuda.get_elapsed_time(start, end) for start, end in events) / 1e3)
+            if stop_above is not None and i == 0 and samples[0] > stop_above:
+                break  # early stopping: clearly slower than the best so far
             # a slow candidate still gets enough repeats for a median, not the full count
             if i >= 4 and time.perf_counter() - budget_start > self.max_total_s:
                 break
+            if self.adaptive and len(samples) >= self.min_repeats:
+                stats = TimingStats.from_samples(samples)
+                if stats.spread_s <= self.stable * stats.median_s:
+                    break
         return TimingStats.from_samples(samples)
 
     def __repr__(self):
-        return f"CudaEventTimer(warmup={self.warmup}, repeats={self.repeats}, flush_l2={self.flush_l2})"
+        return (f"CudaEventTimer(warmup={self.warmup}, repeats={self.repeats}, flush_l2={self.flush_l2}, "
+                f"adaptive={self.adaptive})")
 
 
-def default_timer(backend):
-    """The planner's timer: enough repeats to rank candidates (``convtune bench`` reports with more)."""
-    return CudaEventTimer(repeats=10, max_total_s=0.5) if backend.name == "cupy" else CpuTimer()
+def default_timer(backend, adaptive: bool = True):
+    """The planner's timer: enough repeats to rank candidates (``convtune bench`` reports with more);
+    ``adaptive``: repeats stop once the runs agree."""
+    if backend.name == "cupy":
+        return CudaEventTimer(repeats=10, max_total_s=0.5, adaptive=adaptive)
+    return CpuTimer(adaptive=adaptive)

@@ -57,7 +57,7 @@ def fake_timer():
 @pytest.fixture
 def fake_default_timer(monkeypatch):
     """Every planner made without a timer (the CLI's, the runtime's) gets a fake one: quick tuning."""
-    monkeypatch.setattr("convtune.planner.default_timer", lambda backend: FakeTimer())
+    monkeypatch.setattr("convtune.planner.default_timer", lambda backend, adaptive=True: FakeTimer())
 
 
 @pytest.fixture

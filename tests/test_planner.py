@@ -18,11 +18,14 @@ class EmptyConfig(Config):
     pass
 
 
-def make_strategy(name, behaviour, workspace=0, supported=True):
-    """A test strategy whose executor does ``behaviour(a, b, out, problem)``."""
+def make_strategy(name, behaviour, workspace=0, supported=True, pruned=None):
+    """A test strategy whose executor does ``behaviour(a, b, out, problem)`` (``pruned``: its rule)."""
 
     class TestStrategy(Strategy):
         config_type = EmptyConfig
+
+        def pruned(self, p, config, backend):
+            return pruned(p, config, backend) if pruned else None
 
         def supports(self, p, backend):
             return None if supported else "not for this test"
@@ -182,9 +185,10 @@ def test_a_lone_survivor_is_not_timed(extra_strategies):
 def test_time_budget_skips_the_rest_but_times_at_least_one():
     timer = FakeTimer()
     d = Planner("numpy", timer, time_budget_s=0.0).tune(problem("2d-large-kernel"))
-    # one candidate, and PyTorch's convolution (where PyTorch is installed: the reference point is always timed)
+    # the first candidate, and PyTorch's convolution (where PyTorch is installed, the reference point is always
+    # timed: first, where its run on the verification batch was the fastest, or after the first)
     reference = [label for label in timer.labels if label.startswith("torch[")]
-    assert len(timer.labels) - len(reference) == 1
+    assert len(timer.labels) - len(reference) == (0 if timer.labels[0].startswith("torch[") else 1)
     assert len(reference) == (get_strategy("torch").supports(problem("2d-large-kernel"), Planner("numpy").backend)
                               is None)
     skipped = [o for o in d.outcomes if o.status == "skipped"]

@@ -21,10 +21,10 @@ from ..errors import CacheError
 from . import schema
 
 
-def backup(cache, out: str | os.PathLike, force: bool = False) -> dict:
+def backup(cache, out: str | os.PathLike, force: bool = False, schema_version: int | None = None) -> dict:
     """Write a consistent single-file SQLite copy of ``cache`` (a :class:`~convtune.cache.PlanCache`) to
-    ``out``; returns the copy's row counts."""
-    from .store import PlanCache
+    ``out``; returns the copy's row counts. ``schema_version``: the source's, where it is older than this
+    convtune's (the copy is then of that version too)."""
     out = Path(out)
     if out.exists() and not force:
         raise CacheError(f"{out} exists; give a new file name (or --force to replace it)")
@@ -37,16 +37,21 @@ def backup(cache, out: str | os.PathLike, force: bool = False) -> dict:
         if cache.dialect == "sqlite":
             _sqlite_backup(cache, part)
         else:
-            _copy_tables(cache, part)
+            _copy_tables(cache, part, schema_version or schema.SCHEMA_VERSION)
         os.replace(part, out)
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    copy = PlanCache(str(out), create=False, read_only=True)
+    return _counts(out)
+
+
+def _counts(path: Path) -> dict:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return copy.counts()
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in ("devices", "problems", "measurements", "plans")}
     finally:
-        copy.close()
+        conn.close()
 
 
 def _sqlite_backup(cache, part: Path) -> None:
@@ -64,18 +69,29 @@ def _sqlite_backup(cache, part: Path) -> None:
         raw.close()
 
 
-def _copy_tables(cache, part: Path) -> None:
-    """Every row of every table (ids kept, so the references hold), read in one transaction."""
+def _copy_tables(cache, part: Path, version: int) -> None:
+    """Every row of every table (ids kept, so the references hold), read in one transaction, into a SQLite
+    file of the source's schema ``version``."""
+    from .migrate import columns_missing
+    missing = columns_missing(version)
+
+    def columns(table):
+        return [c for c in table.columns if c.name not in missing.get(table.name, ())]
+
     def read(conn):
-        return {t.name: [dict(r) for r in conn.execute(select(t)).mappings()] for t in schema.metadata.sorted_tables}
+        return {t.name: [dict(r) for r in conn.execute(select(*columns(t))).mappings()]
+                for t in schema.metadata.sorted_tables}
     rows = cache._read_rows(read)
     from sqlalchemy import create_engine
     engine = create_engine(f"sqlite:///{part}")
     try:
         with engine.begin() as conn:
             schema.metadata.create_all(conn)
+            for table, names in missing.items():  # the copy is of the source's version
+                for name in names:
+                    conn.exec_driver_sql(f'ALTER TABLE {table} DROP COLUMN "{name}"')
             for table in schema.metadata.sorted_tables:  # parents before children
-                if rows[table.name]:
+                if rows[table.name]:  # the rows' keys name the columns written: a lacking one is not
                     conn.execute(insert(table), rows[table.name])
         with engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=DELETE")

@@ -3,7 +3,8 @@
 * ``meta``: the schema version.
 * ``devices``: one row per device fingerprint, every field a column.
 * ``problems``: one row per problem key, with typed columns.
-* ``measurements``: every candidate outcome of every tuning run (append-only).
+* ``measurements``: every candidate outcome of every tuning run (append-only), with what searching
+  it cost (schema 2).
 * ``plans``: the winner per problem (pass and math mode are in the problem) x
   device fingerprint x strategy versions.
 """
@@ -13,8 +14,11 @@ from __future__ import annotations
 from sqlalchemy import (BigInteger, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
                         UniqueConstraint)
 
-#: Bump on any table change; a database of another version is refused, never altered.
-SCHEMA_VERSION = 1
+#: Bump on any table change, with its migration in :mod:`convtune.cache.migrate` (an older database is
+#: upgraded after a backup, never discarded; a newer one is refused, never altered).
+SCHEMA_VERSION = 2
+#: The columns each version added to the tables (what a migration adds, and what an older database lacks).
+COLUMNS_ADDED = {2: {"measurements": ("build_s", "verify_s", "timing_s", "rank")}}
 
 metadata = MetaData()
 
@@ -83,6 +87,11 @@ measurements = Table(
     Column("reason", Text, nullable=False, default=""),
     Column("measured_at", String(32), nullable=False),
     Column("convtune_version", String(32), nullable=False),
+    # schema 2: what the search spent on the candidate, and its place in its strategy's list
+    Column("build_s", Float),
+    Column("verify_s", Float),
+    Column("timing_s", Float),
+    Column("rank", Integer),
 )
 
 plans = Table(

@@ -29,7 +29,7 @@ from ..plan import CandidateOutcome, Decision
 from ..problem import ConvProblem
 from ..strategies import strategy_versions
 from ..timing import TimingStats
-from . import connect, schema
+from . import connect, migrate, schema
 from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, measurements, meta, plans, problems
 
 log = logging.getLogger("convtune")
@@ -99,7 +99,8 @@ def _measurement_row(o: CandidateOutcome, run_id, problem_id, device_id, version
                 # a non-finite error (NaN or unwritten output) is stored as NULL with the fact in the reason
                 error=o.error if finite else None,
                 reason=o.reason if finite else f"{o.reason} (error not finite)".strip(),
-                measured_at=now, convtune_version=version)
+                measured_at=now, convtune_version=version, build_s=o.build_s, verify_s=o.verify_s,
+                timing_s=o.timing_s, rank=o.rank)
 
 
 class PlanCache:
@@ -144,6 +145,9 @@ class PlanCache:
         self._lock = threading.Lock()
         self._said_read_only = False
         self.reads = 0
+        self.upgraded = None  # (old version, new version, backup path) where opening upgraded the schema
+        self.found_version = SCHEMA_VERSION
+        self._missing: dict[str, set[str]] = {}  # columns an older, read-only database lacks
         self._ensure_schema(create)
         self._register_calibrations()
 
@@ -199,10 +203,15 @@ class PlanCache:
                         raise
                     time.sleep(0.1 * (attempt + 1))  # a concurrent creator won; the version check decides
         found = self.schema_version()
-        if found != SCHEMA_VERSION:
-            newer = "a newer" if found > SCHEMA_VERSION else "an older"
-            raise CacheError(f"{self.display_url} has plan-cache schema version {found}, made by {newer} convtune; "
+        if found > SCHEMA_VERSION:
+            raise CacheError(f"{self.display_url} has plan-cache schema version {found}, made by a newer convtune; "
                              f"this convtune reads version {SCHEMA_VERSION}. Upgrade convtune, or use another --db")
+        if found < SCHEMA_VERSION:
+            if self.read_only:  # read as it is: what it lacks reads as unknown
+                self._missing = migrate.columns_missing(found)
+                self.found_version = found
+            else:  # backed up, then upgraded: every plan and measurement kept
+                self.upgraded = (found, SCHEMA_VERSION, migrate.upgrade(self, found))
 
     def schema_version(self) -> int:
         value = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == "schema_version"))
@@ -355,13 +364,15 @@ class PlanCache:
 
     def measurement_rows(self, problem_key: str, fingerprint: str | None = None) -> list[dict]:
         """Every candidate of the latest tuning run for a problem (on one device if given)."""
-        base = (select(measurements, devices.c.fingerprint)
+        lacking = self._missing.get("measurements", ())
+        base = (select(*[c for c in measurements.columns if c.name not in lacking], devices.c.fingerprint)
                 .join(problems, measurements.c.problem_id == problems.c.id)
                 .join(devices, measurements.c.device_id == devices.c.id)
                 .where(problems.c.key == problem_key))
         if fingerprint:
             base = base.where(devices.c.fingerprint == fingerprint)
-        rows = self._read_rows(lambda conn: [dict(r) for r in conn.execute(base.order_by(measurements.c.id)).mappings()])
+        rows = self._read_rows(lambda conn: [{**dict.fromkeys(lacking), **dict(r)}
+                                             for r in conn.execute(base.order_by(measurements.c.id)).mappings()])
         if not rows:
             return []
         latest = max(rows, key=lambda r: (r["measured_at"], r["id"]))["run_id"]

@@ -71,6 +71,11 @@ class Strategy:
         """Bytes of temporary device memory beyond operands and result."""
         raise NotImplementedError
 
+    def pruned(self, problem: ConvProblem, config: Config, backend) -> str | None:
+        """Why ``config`` cannot win ``problem`` by this strategy's rules (fitted on stored measurements),
+        so that it is not verified or timed; ``None``: it is tried. An exhaustive search ignores this."""
+        return None
+
     def heuristic_config(self, problem: ConvProblem, backend) -> Config:
         """A sensible configuration without timing (the first candidate by default)."""
         return self.candidates(problem, backend)[0]

@@ -1,0 +1,72 @@
+"""Schema upgrades of the plan cache: an older database is backed up, then upgraded in place.
+
+Each step adds what its version added (:data:`~convtune.cache.schema.COLUMNS_ADDED`) and nothing is
+rewritten: every stored plan and measurement stays as it was. Before the first step the database is
+copied (:func:`convtune.cache.backup.backup`): a SQLite file next to itself, as
+``NAME.schemaN-TIMESTAMP.bak``; a PostgreSQL database into a SQLite file under
+``$XDG_CACHE_HOME/convtune/backups/``. The steps then run in one transaction, the version row last.
+A database that cannot be written (read-only) is not upgraded: it is read as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import Float, Integer, update
+from sqlalchemy.engine import make_url
+
+from ..errors import CacheError
+from .schema import COLUMNS_ADDED, SCHEMA_VERSION, measurements, meta
+
+log = logging.getLogger("convtune")
+
+#: The type of each added column, as the DDL writes it (the tables' own definitions say the same).
+_TYPES = {"build_s": Float(), "verify_s": Float(), "timing_s": Float(), "rank": Integer()}
+_TABLES = {"measurements": measurements}
+
+
+def backup_path(cache, found: int) -> Path:
+    """Where the copy made before upgrading from schema ``found`` goes."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    if cache.dialect == "sqlite":
+        db = Path(make_url(cache.url).database)
+        return db.with_name(f"{db.name}.schema{found}-{stamp}.bak")
+    from .store import default_path
+    folder = default_path().parent / "backups"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = make_url(cache.url).database or "postgres"
+    return folder / f"{name}.schema{found}-{stamp}.db"
+
+
+def upgrade(cache, found: int) -> Path:
+    """Back ``cache`` (a :class:`~convtune.cache.PlanCache` at schema ``found``) up, then upgrade it to
+    :data:`SCHEMA_VERSION`; returns the backup's path."""
+    from .backup import backup
+    if found >= SCHEMA_VERSION:
+        raise CacheError(f"nothing to upgrade: {cache.display_url} is at schema {found}")
+    copy = backup_path(cache, found)
+    backup(cache, copy, schema_version=found)
+
+    def steps(conn):
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            for table, columns in COLUMNS_ADDED.get(version, {}).items():
+                for column in columns:
+                    kind = _TYPES[column].compile(dialect=conn.dialect)
+                    name = conn.dialect.identifier_preparer.quote(column)
+                    conn.exec_driver_sql(f"ALTER TABLE {_TABLES[table].name} ADD COLUMN {name} {kind}")
+        conn.execute(update(meta).where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
+    cache.db.write(steps)
+    log.warning("plan cache %s upgraded from schema %d to %d (every plan and measurement kept); the database as it "
+                "was is at %s", cache.display_url, found, SCHEMA_VERSION, copy)
+    return copy
+
+
+def columns_missing(found: int) -> dict[str, set[str]]:
+    """The columns a database at schema ``found`` lacks, by table."""
+    missing: dict[str, set[str]] = {}
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        for table, columns in COLUMNS_ADDED.get(version, {}).items():
+            missing.setdefault(table, set()).update(columns)
+    return missing

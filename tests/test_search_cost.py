@@ -1,0 +1,180 @@
+"""What the search costs, measured and stored; rules, early stopping and adaptive repeats that cut it;
+the schema upgrade that keeps every stored row."""
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from convtune import CpuTimer, CudaEventTimer, Planner, TimingStats
+from convtune.cache import PlanCache
+from convtune.cache.schema import SCHEMA_VERSION
+from convtune.cli import main
+from convtune.strategies import register, unregister
+from cases import problem
+from test_planner import correct, make_strategy
+from test_timing import _FakeCuda
+
+EXAMPLE_DB = Path(__file__).resolve().parent.parent / "plans.db.example"
+
+
+class StopAwareTimer:
+    """Times by label prefix; honours ``stop_above`` as the real timers do (one run, then no more)."""
+
+    def __init__(self, times, default=1.0):
+        self.times, self.default = dict(times), default
+        self.calls = []
+
+    def __call__(self, fn, backend=None, label="", stop_above=None):
+        fn()
+        t = next((v for k, v in self.times.items() if label.startswith(k)), self.default)
+        stopped = stop_above is not None and t > stop_above
+        self.calls.append((label, stop_above, stopped))
+        return TimingStats(t, 0.0, t, 1 if stopped else 5)
+
+
+@pytest.fixture
+def strategies():
+    names = []
+
+    def add(name, behaviour=correct, **kw):
+        register(make_strategy(name, behaviour, **kw))
+        names.append(name)
+        return name
+    yield add
+    for n in names:
+        unregister(n)
+
+
+def test_every_outcome_says_what_searching_it_cost():
+    d = Planner("numpy", CpuTimer(repeats=3, min_time_s=0.001)).tune(problem("2d-odd"))
+    tried = [o for o in d.outcomes if o.status in ("winner", "ok")]
+    assert tried and all(o.build_s is not None and o.build_s >= 0 and o.verify_s > 0 for o in tried)
+    assert all(o.timing_s > 0 for o in tried if o.timing is not None)
+    assert all(o.rank is not None for o in d.outcomes if o.status != "unsupported")
+    assert {"the float64 reference", "operands"} <= set(d.phases)
+    assert any(k.startswith("listing ") for k in d.phases)
+
+
+def test_costs_are_stored_and_shown_by_explain_and_tune(tmp_path):
+    db = tmp_path / "p.db"
+    result = CliRunner().invoke(main, ["tune", "starter", "--passes", "fwd", "--strategies", "im2col,torch",
+                                       "--db", str(db), "--backend", "numpy"])
+    assert result.exit_code == 0, result.output
+    assert "where the" in result.output and "strategy / phase" in result.output and "im2col" in result.output
+    rows = PlanCache(str(db)).measurement_rows(PlanCache(str(db)).plan_rows()[0]["problem_key"])
+    assert rows and all(r["verify_s"] is not None for r in rows if r["status"] in ("winner", "ok"))
+    shown = CliRunner().invoke(main, ["explain", "conv3x3", "--net", "starter", "--pass", "fwd", "--db", str(db)])
+    assert "search s" in shown.output and " #0" in shown.output
+
+
+@pytest.mark.parametrize("order", [("t-fast", "t-close", "t-slow"), ("t-close", "t-slow", "t-fast")])
+def test_a_clearly_slower_candidate_is_not_timed_again_and_the_winner_never_stops(strategies, monkeypatch, order):
+    for name in ("t-fast", "t-slow", "t-close"):
+        strategies(name)
+    # verification hands the candidates to timing in the order of their warm runs: here, ``order``
+    monkeypatch.setattr(Planner, "_verify", lambda self, s, candidates: [
+        (c, 1e-7) for c in sorted(candidates, key=lambda c: order.index(c.strategy.name))])
+    timer = StopAwareTimer({"t-fast": 1.0, "t-slow": 2.0, "t-close": 1.2})
+    d = Planner("numpy", timer, strategies=list(order)).tune(problem("2d-odd"))
+    assert [label.split("[")[0] for label, _s, _st in timer.calls] == list(order)
+    assert d.winner.strategy == "t-fast"
+    outcomes = {o.strategy: o for o in d.outcomes}
+    stopped = {label.split("[")[0] for label, _stop, was in timer.calls if was}
+    assert stopped == {"t-slow"}  # 2.0 against the best so far, 1.0 or 1.2: over 1.5x
+    assert outcomes["t-slow"].reason.startswith("timing stopped after 1 run(s): ")
+    assert outcomes["t-close"].reason == ""
+
+
+def test_an_exhaustive_search_times_every_candidate_in_full(strategies):
+    fast, slow = strategies("t-fast"), strategies("t-slow")
+    timer = StopAwareTimer({"t-fast": 1.0, "t-slow": 5.0})
+    Planner("numpy", timer, strategies=[fast, slow], exhaustive=True).tune(problem("2d-odd"))
+    assert all(stop_above is None for _label, stop_above, _stopped in timer.calls)
+
+
+def test_strategy_rules_prune_with_their_reason_but_not_in_an_exhaustive_search(strategies):
+    pruned = strategies("t-pruned", pruned=lambda problem, config, backend: "it cannot win here (a test rule)")
+    kept = strategies("t-kept")
+    d = Planner("numpy", StopAwareTimer({}), strategies=[pruned, kept]).tune(problem("2d-odd"))
+    outcome = next(o for o in d.outcomes if o.strategy == "t-pruned")
+    assert outcome.status == "skipped" and outcome.reason == "pruned: it cannot win here (a test rule)"
+    d = Planner("numpy", StopAwareTimer({}), strategies=[pruned, kept], exhaustive=True).tune(problem("2d-odd"))
+    assert next(o for o in d.outcomes if o.strategy == "t-pruned").status in ("ok", "winner")
+
+
+def test_the_cpu_timer_stops_repeating_once_its_runs_agree(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("convtune.timing.time.perf_counter", lambda: clock[0])
+
+    def fn():
+        clock[0] += 0.05  # every run 50 ms: the runs agree
+    assert CpuTimer(repeats=9, adaptive=True)(fn).repeats == 3
+    assert CpuTimer(repeats=9)(fn).repeats == 9
+    stopped = CpuTimer(repeats=9, adaptive=True)(fn, stop_above=0.01)
+    assert stopped.repeats == 1 and stopped.median_s == pytest.approx(0.05)
+
+
+def test_the_cuda_timer_stops_early_and_adaptively():
+    cp = _FakeCuda()
+    backend = type("B", (), {"xp": cp, "synchronize": lambda self: None})()
+    assert CudaEventTimer(warmup=1, repeats=10)(cp.step("f", 10.0), backend, stop_above=0.005).repeats == 1
+    assert CudaEventTimer(warmup=1, repeats=10, adaptive=True)(cp.step("f", 2.0), backend).repeats == 5
+    assert CudaEventTimer(warmup=1, repeats=10)(cp.step("f", 2.0), backend).repeats == 10
+
+
+# -- the schema upgrade ----------------------------------------------------------------------------------------
+def _counts(path):
+    conn = sqlite3.connect(path)
+    try:
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in ("devices", "problems", "measurements", "plans", "convtune_meta")}
+    finally:
+        conn.close()
+
+
+def test_upgrading_a_copy_of_the_example_cache_keeps_every_row(tmp_path):
+    copy = tmp_path / "plans.db"
+    shutil.copy(EXAMPLE_DB, copy)
+    before = _counts(copy)
+    cache = PlanCache(str(copy))
+    old, new, backup = cache.upgraded
+    assert (old, new) == (1, SCHEMA_VERSION) and backup.exists() and backup.parent == tmp_path
+    assert _counts(copy) == before and _counts(backup) == before
+    assert cache.schema_version() == SCHEMA_VERSION
+    columns = {r[1] for r in sqlite3.connect(copy).execute("PRAGMA table_info(measurements)")}
+    assert {"build_s", "verify_s", "timing_s", "rank"} <= columns
+    assert PlanCache(str(copy)).upgraded is None  # once
+
+
+def test_an_older_read_only_cache_is_read_as_it_is(tmp_path):
+    shown = CliRunner().invoke(main, ["explain", PlanCache(str(EXAMPLE_DB), create=False, read_only=True)
+                                      .plan_rows()[0]["problem_key"], "--db", str(EXAMPLE_DB)])
+    assert shown.exit_code == 0 and "search s" in shown.output
+    assert _counts(EXAMPLE_DB)["convtune_meta"] == 1  # nothing written: still schema 1
+    assert sqlite3.connect(EXAMPLE_DB).execute("SELECT value FROM convtune_meta").fetchone()[0] == "1"
+
+
+@pytest.mark.postgres
+def test_upgrading_a_postgres_cache_backs_it_up_first(pg_server, tmp_path, monkeypatch):
+    from sqlalchemy import text
+    from test_cache import decision, problem as cache_problem
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    url = pg_server.create_database(f"upgrade_{os.getpid()}")
+    cache = PlanCache(url)
+    cache.put(decision(cache_problem()))
+    with cache.engine.begin() as conn:  # make it a schema-1 database
+        for column in ("build_s", "verify_s", "timing_s", "rank"):
+            conn.execute(text(f'ALTER TABLE measurements DROP COLUMN "{column}"'))
+        conn.execute(text("UPDATE convtune_meta SET value = '1' WHERE key = 'schema_version'"))
+    cache.close()
+    upgraded = PlanCache(url)
+    assert upgraded.upgraded[0] == 1 and upgraded.counts()["measurements"] == 4
+    backup = upgraded.upgraded[2]
+    assert backup.parent == tmp_path / "xdg" / "convtune" / "backups"
+    assert _counts(backup)["measurements"] == 4
+    assert sqlite3.connect(backup).execute("SELECT value FROM convtune_meta WHERE key='schema_version'").fetchone()[0] \
+        == "1"
