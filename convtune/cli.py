@@ -190,13 +190,15 @@ def main():
 @click.option("--retune", is_flag=True, help="Tune again even where the cache has a plan.")
 @click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
 @click.option("--strategies", default=None, help="Comma-separated strategies to consider (default: all).")
+@click.option("--exhaustive", is_flag=True,
+              help="Time every correct candidate in full: no strategy rules, no early stopping, fixed repeats.")
 @click.option("--keep-spectra", is_flag=True,
               help="Also decide, per layer, whether an FFT round trip with kept spectra beats the three "
                    "per-pass plans (what layers with keep_spectra='auto' follow); needs all three passes.")
 @click.option("--keep-limit", default="2GiB", show_default=True,
               help="With --keep-spectra: most memory one layer's kept spectra may hold (or 'none').")
 def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, time_budget, retune, backend,
-         strategies, keep_spectra, keep_limit):
+         strategies, exhaustive, keep_spectra, keep_limit):
     """Tune every layer of NETWORK and store the plans.
 
     NETWORK is a YAML/JSON layer list, a built-in network name, an ONNX model (FILE.onnx: its Conv and
@@ -220,7 +222,8 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
         raise click.ClickException("--keep-spectra compares a round trip with the three per-pass plans: "
                                    "use it with --passes fwd,dgrad,wgrad")
     be = _backend(backend)
-    planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list)
+    planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list,
+                      exhaustive=exhaustive)
     skipped = []
     layers = load_network(network, batch=batch, math=math_mode, input_shape=shape, skipped=skipped)
     for name, op_type, reason in skipped:
