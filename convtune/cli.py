@@ -6,6 +6,7 @@ Every error a user can cause ends in a one-line message and a non-zero exit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -84,6 +85,19 @@ input_shape_option = click.option(
     help="For a PyTorch model (torchvision:NAME, timm:NAME, convtune:NAME, module:callable): its input's shape, "
          "batch first (default: the model's own size with --batch). For an ONNX model, NAME=N,C,... per input "
          "with dynamic dimensions (repeatable; NAME may be left out for a single input).")
+
+
+def _batches(text: str | None) -> list[int | None]:
+    """``--batch``: ``None`` (each layer's own), one size, or a comma-separated list of sizes."""
+    if text is None:
+        return [None]
+    try:
+        sizes = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) <= 0:
+        raise ValueError(f"--batch takes positive integers, one or a comma-separated list, got {text!r}")
+    return list(dict.fromkeys(sizes))
 
 
 def _passes(text: str) -> tuple[str, ...]:
@@ -177,13 +191,17 @@ def main():
 
 
 @main.command()
-@click.argument("network")
+@click.argument("network", required=False)
 @db_option
 @input_shape_option
 @click.option("--passes", default="fwd,dgrad,wgrad", show_default=True, help="Comma-separated passes to tune.")
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True,
               help="fp32: within 1e-5 of float64; tf32: within 1e-3.")
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
+@click.option("--batch", "batches", default=None, metavar="N[,N...]",
+              help="Override every layer's batch size; a comma-separated list tunes every layer at each.")
+@click.option("--pending", is_flag=True,
+              help="Tune the problems that runtimes served meanwhile without a plan of their own (the 'nearest' and "
+                   "'heuristic' miss policies note them), instead of a NETWORK.")
 @click.option("--workspace-limit", default="4GiB", show_default=True, help="Skip candidates needing more (or 'none').")
 @click.option("--time-budget", type=click.FloatRange(min=0), default=None,
               help="Seconds of timing per problem; later candidates are skipped once spent.")
@@ -197,8 +215,8 @@ def main():
                    "per-pass plans (what layers with keep_spectra='auto' follow); needs all three passes.")
 @click.option("--keep-limit", default="2GiB", show_default=True,
               help="With --keep-spectra: most memory one layer's kept spectra may hold (or 'none').")
-def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, time_budget, retune, backend,
-         strategies, exhaustive, keep_spectra, keep_limit):
+def tune(network, db, input_shape, passes, math_mode, batches, pending, workspace_limit, time_budget, retune,
+         backend, strategies, exhaustive, keep_spectra, keep_limit):
     """Tune every layer of NETWORK and store the plans.
 
     NETWORK is a YAML/JSON layer list, a built-in network name, an ONNX model (FILE.onnx: its Conv and
@@ -208,14 +226,20 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     without weights; its convolutions are found by one forward pass on the meta device (give --batch
     or --input-shape), each with the passes training needs.
 
-    Shapes repeated across layers are tuned once. A second run finds every plan in
-    the cache and times nothing (use --retune to measure again).
+    Several batch sizes (--batch 8,16,32) or input shapes of a PyTorch model (--input-shape repeated)
+    tune every layer at each. Shapes repeated across layers are tuned once. A second run finds every
+    plan in the cache and times nothing (use --retune to measure again).
     """
     from .network import load_network, unique_problems
     from .planner import Planner
 
     # every option is checked before any work
-    pass_list, shape = _passes(passes), _shapes(input_shape)
+    if (network is None) == (not pending):
+        raise click.ClickException("give a NETWORK to tune, or --pending (the problems runtimes served without a "
+                                   "plan), not both")
+    pass_list, batch_list = _passes(passes), _batches(batches)
+    shape_sets = [_shapes((v,)) for v in input_shape] if input_shape and all("=" not in v for v in input_shape) \
+        else [_shapes(input_shape)]
     limit, trip_limit = parse_size(workspace_limit), parse_size(keep_limit)
     strategy_list = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
     if keep_spectra and set(pass_list) != {"fwd", "dgrad", "wgrad"}:
@@ -224,13 +248,26 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     be = _backend(backend)
     planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list,
                       exhaustive=exhaustive)
-    skipped = []
-    layers = load_network(network, batch=batch, math=math_mode, input_shape=shape, skipped=skipped)
-    for name, op_type, reason in skipped:
-        _echo(f"skipped {name} ({op_type}): {reason}", err=True)
-    problems = unique_problems(layers, pass_list)
     cache = _writable_cache(db)
     device = be.device_info()
+    if pending:
+        layers = []
+        problems = [(p, [f"pending (served by {'the heuristic' if served == 'heuristic' else 'a nearby plan'})"])
+                    for p, served in cache.pending_problems(device.key())]
+        retune = True
+    else:
+        skipped, layers = [], []
+        for batch in batch_list:
+            for shape in shape_sets:
+                found = load_network(network, batch=batch, math=math_mode, input_shape=shape, skipped=skipped)
+                if len(batch_list) * len(shape_sets) > 1:  # several sets: the names say which
+                    suffix = (f"@b{batch}" if len(batch_list) > 1 else "") + \
+                        ("@" + "x".join(map(str, next(iter(shape.values())))) if len(shape_sets) > 1 else "")
+                    found = [dataclasses.replace(layer, name=layer.name + suffix) for layer in found]
+                layers += found
+        for name, op_type, reason in dict.fromkeys(skipped):
+            _echo(f"skipped {name} ({op_type}): {reason}", err=True)
+        problems = unique_problems(layers, pass_list)
     _echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
           f"cache {cache.display_url}", err=True)
     sources, failures, decisions = {}, [], []
@@ -279,8 +316,9 @@ def tune(network, db, input_shape, passes, math_mode, batch, workspace_limit, ti
     if decisions:
         _echo(_where_the_time_went(decisions, elapsed))
     for name, problem, exc in failures:
-        hint = _explain_hint(name, network, problem.pass_, batch=batch, input_shape=input_shape, math_mode=math_mode,
-                             db=db)
+        hint = _explain_hint(name, network, problem.pass_, batch=problem.batch if batches else None,
+                             input_shape=input_shape, math_mode=math_mode, db=db) if network else \
+            f"convtune explain {shlex.quote(problem.key())}" + (f" --db {shlex.quote(str(db))}" if db else "")
         _echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `{hint}`", err=True)
     if keep_spectra:
         _tune_round_trips(problems, cache, be, planner, retune, trip_limit)
@@ -360,7 +398,7 @@ def demo(ctx, network, batch, db, backend):
                   "stored", "2. the same again: every plan comes from the cache, nothing is timed"):
         _echo(f"\n{title}")
         started = time.perf_counter()
-        ctx.invoke(tune, network=network, db=db, batch=batch, backend=backend)
+        ctx.invoke(tune, network=network, db=db, batches=None if batch is None else str(batch), backend=backend)
         runs.append(time.perf_counter() - started)
     cache = PlanCache(db, create=False, read_only=True)
     layers = load_network(network, batch=batch)

@@ -484,6 +484,27 @@ def build_from_config(problem: ConvProblem, strategy_name: str, config: dict | C
     return Plan(problem, strategy.name, cfg, backend.name, source, strategy.build(problem, cfg, backend))
 
 
+def check_config(problem: ConvProblem, strategy_name: str, config: dict | Config, backend: Backend,
+                 verify_batch: int = 2, seed: int = 0) -> float:
+    """Run one configuration on ``problem`` at a small batch against float64 and return its error;
+    ``TuningError`` where it misses the math mode's tolerance (a configuration carried over from
+    another shape, say)."""
+    strategy = get_strategy(strategy_name)
+    strategy.check(problem, backend)
+    cfg = config if isinstance(config, Config) else strategy.config_type.from_dict(config)
+    small = problem.replace(batch=min(problem.batch, verify_batch))
+    xp = backend.xp
+    a, b = random_operands(backend, small, seed)
+    ref = get_strategy("reference").build(small, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    out = xp.full(small.result_shape, xp.nan, dtype=xp.float32)
+    strategy.build(small, cfg, backend)(a, b, out)
+    err = relative_error(xp, out, ref)
+    if not err <= problem.tolerance:
+        raise TuningError(f"{strategy.describe(cfg)} has error {err:.3g} on {problem.describe()}, over the "
+                          f"{problem.math} tolerance {problem.tolerance:g}")
+    return err
+
+
 def heuristic_decision(problem: ConvProblem, backend: Backend) -> tuple[str, Config]:
     """A fast default without timing: PyTorch's own convolution where PyTorch is installed (what a
     PyTorch user had anyway), else FFT for large kernels at stride 1, else im2col."""

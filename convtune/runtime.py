@@ -8,7 +8,10 @@ Lookup order, the one place it is written down:
 3. else the **plan store** (in memory, or the persistent cache) for the
    problem's key on this device: a stored decision is built, never re-timed;
 4. else the **miss policy**: ``tune`` (run the planner once and store the
-   decision), ``heuristic`` (a fast default, not stored), or ``error``.
+   decision), ``nearest`` (at once, the plan of the nearest tuned problem of the same
+   kind, checked against float64 first, else the heuristic; the problem is noted as
+   pending, for ``convtune tune --pending``), ``heuristic`` (a fast default, not stored,
+   also pending), or ``error``.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ import numpy as np
 from .backend import Backend, backend_for
 from .errors import CacheError, ConvtuneError, TuningError
 from .plan import Decision, Plan
-from .planner import Planner, build_from_config, build_plan, heuristic_decision
+from .planner import Planner, build_from_config, build_plan, check_config, heuristic_decision
 from .problem import ConvProblem, integral
 from .roundtrip import DEFAULT_KEEP_LIMIT
 
 log = logging.getLogger("convtune")
 
-MISS_POLICIES = ("tune", "heuristic", "error")
+MISS_POLICIES = ("tune", "nearest", "heuristic", "error")
 #: Seconds a call served by the heuristic (or, in the PyTorch layer, by PyTorch for want of a plan)
 #: waits before its problem is looked up again.
 MISS_TTL_S = 30.0
@@ -142,6 +145,9 @@ class Runtime:
         log.log(level, "convtune: a plan could not be %s (%s); going on without the plan cache for it: misses are "
                 "handled by the miss policy, and what is tuned stays in this process", what, exc)
 
+    #: plans that serve a call for want of the problem's own: looked up again after ``miss_ttl_s``
+    _PROVISIONAL = ("heuristic", "nearest")
+
     def plan_for(self, problem: ConvProblem, backend: Backend) -> Plan:
         """Steps 3 and 4 of the lookup order for one problem."""
         device_key = backend.device_info().key()
@@ -150,11 +156,50 @@ class Runtime:
             return build_plan(decision, backend, source="cache")
         if self.miss_policy == "error":
             raise ConvtuneError(f"no tuned plan for {problem.key()} on {device_key}; run `convtune tune` for this "
-                                "network first, or use miss_policy='tune' or 'heuristic'")
-        if self.miss_policy == "heuristic":
+                                "network first, or use miss_policy='tune', 'nearest' or 'heuristic'")
+        if self.miss_policy == "nearest":
+            plan = self._nearest_plan(problem, backend, device_key)
+            if plan is not None:
+                return plan
+        if self.miss_policy in ("heuristic", "nearest"):
             name, config = heuristic_decision(problem, backend)
+            self._note_pending(problem, backend, "heuristic")
             return build_from_config(problem, name, config, backend, "heuristic")
         return build_plan(self._tune_and_store(problem, backend), backend, source="measured")
+
+    def _nearest_plan(self, problem: ConvProblem, backend: Backend, device_key: str) -> Plan | None:
+        """The plan of the nearest tuned problem of the same kind, built for ``problem`` and checked once
+        against float64 on a small batch (a configuration is made for a shape: one that does not fit this
+        one fails to build or is wrong, and is not used); ``None`` where there is none that works."""
+        nearest = getattr(self.store, "nearest", None)
+        try:
+            decision = nearest(problem, device_key) if nearest else None
+        except CacheError as exc:
+            self._store_failed("looked up", exc)
+            return None
+        if decision is None:
+            return None
+        winner = decision.winner
+        try:
+            check_config(problem, winner.strategy, winner.config, backend)
+            plan = build_from_config(problem, winner.strategy, winner.config, backend, "nearest")
+        except Exception as exc:  # the configuration does not carry over to this shape
+            log.info("convtune: the plan of %s does not serve %s (%s)", decision.problem.describe(),
+                     problem.describe(), exc)
+            return None
+        log.info("convtune: %s served by the plan of the nearest tuned problem, %s (%s); it is pending, to be tuned "
+                 "by `convtune tune --pending`", problem.describe(), decision.problem.describe(), winner.label)
+        self._note_pending(problem, backend, decision.problem.key())
+        return plan
+
+    def _note_pending(self, problem: ConvProblem, backend: Backend, served_by: str) -> None:
+        add = getattr(self.store, "add_pending", None)
+        if add is None:
+            return
+        try:
+            add(problem, backend.device_info(), served_by)
+        except CacheError as exc:
+            self._store_failed("noted as pending", exc)
 
     def _tune_and_store(self, problem: ConvProblem, backend: Backend, ahead: bool = False) -> Decision:
         started = time.perf_counter()
@@ -219,13 +264,13 @@ class Runtime:
         """Run one pass: explicit plan, memo, store, miss policy (see the module docstring)."""
         if plan is None:
             plan = self._memo.get(signature)
-            if plan is None or (plan.source == "heuristic" and self._retry_at[signature] <= time.monotonic()):
+            if plan is None or (plan.source in self._PROVISIONAL and self._retry_at[signature] <= time.monotonic()):
                 backend = backend_for(a, b)
                 problem = make_problem()
                 with self._lock:
                     plan = self.plan_for(problem, backend)
                     self._memo[signature] = plan
-                    if plan.source == "heuristic":  # looked up again later: a tuned plan may be stored by then
+                    if plan.source in self._PROVISIONAL:  # looked up again later: a tuned plan may be stored by then
                         self._retry_at[signature] = time.monotonic() + self.miss_ttl_s
         return plan(a, b, out)
 

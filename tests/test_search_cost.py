@@ -178,3 +178,58 @@ def test_upgrading_a_postgres_cache_backs_it_up_first(pg_server, tmp_path, monke
     assert _counts(backup)["measurements"] == 4
     assert sqlite3.connect(backup).execute("SELECT value FROM convtune_meta WHERE key='schema_version'").fetchone()[0] \
         == "1"
+
+
+# -- new shapes without a stall: the nearest tuned problem, pending problems ----------------------------------
+def _conv_problem(batch, size, **kw):
+    from convtune import ConvProblem
+    return ConvProblem.make(batch=batch, in_channels=3, out_channels=4, input_size=(size, size), kernel_size=3,
+                            padding=1, **kw)
+
+
+def test_the_nearest_policy_serves_a_new_shape_at_once_and_notes_it_pending(tmp_path):
+    import numpy as np
+    import convtune
+    from conftest import FailingTimer, FakeTimer
+    db = str(tmp_path / "p.db")
+    cache = PlanCache(db)
+    tuner = Planner("numpy", FakeTimer(times={"im2col[chunk=1]": 0.5}, default=1.0), strategies=["im2col"])
+    for batch, size in ((4, 16), (16, 64)):
+        cache.put(tuner.tune(_conv_problem(batch, size)))
+    runtime = convtune.Runtime(store=PlanCache(db), miss_policy="nearest", planner_options={"timer": FailingTimer()})
+    x, w = np.ones((5, 3, 20, 20), np.float32), np.ones((4, 3, 3, 3), np.float32)
+    y = convtune.conv(x, w, padding=1, runtime=runtime)  # nothing is timed: FailingTimer would raise
+    assert y.shape == (5, 4, 20, 20)
+    plan = next(iter(runtime._memo.values()))
+    assert plan.source == "nearest" and plan.label == "im2col[chunk=1]"  # batch 4, 16x16 is the nearer
+    from convtune.backend import get_backend
+    pending = PlanCache(db).pending_problems(get_backend("numpy").device_info().key())
+    assert [(p.batch, p.input_size) for p, _ in pending] == [(5, (20, 20))]
+    assert pending[0][1] == _conv_problem(4, 16).key()
+    # a plan of the problem's own replaces the nearest one's, and the problem is no longer pending
+    result = CliRunner().invoke(main, ["tune", "--pending", "--db", db, "--backend", "numpy"])
+    assert result.exit_code == 0 and "1 tuned" in result.output, result.output
+    assert PlanCache(db).pending_problems(get_backend("numpy").device_info().key()) == []
+
+
+def test_a_nearest_plan_that_does_not_fit_falls_to_the_heuristic(tmp_path):
+    import numpy as np
+    import convtune
+    from conftest import FakeTimer
+    db = str(tmp_path / "p.db")
+    # an FFT plan made for 8x8: its transform sizes are too small for 40x40
+    PlanCache(db).put(Planner("numpy", FakeTimer(), strategies=["fft"]).tune(_conv_problem(2, 8)))
+    runtime = convtune.Runtime(store=PlanCache(db), miss_policy="nearest")
+    y = convtune.conv(np.ones((2, 3, 40, 40), np.float32), np.ones((4, 3, 3, 3), np.float32), padding=1,
+                      runtime=runtime)
+    assert y.shape == (2, 4, 40, 40) and next(iter(runtime._memo.values())).source == "heuristic"
+
+
+def test_tune_takes_several_batch_sizes(tmp_path):
+    result = CliRunner().invoke(main, ["tune", "starter", "--batch", "2,3", "--passes", "fwd", "--strategies", "torch",
+                                       "--db", str(tmp_path / "p.db"), "--backend", "numpy"])
+    assert result.exit_code == 0 and "10 tuned" in result.output and "conv3x3@b3" in result.output
+    bad = CliRunner().invoke(main, ["tune", "starter", "--batch", "2,x", "--db", str(tmp_path / "p.db")])
+    assert bad.exit_code == 1 and "--batch takes positive integers" in bad.output
+    neither = CliRunner().invoke(main, ["tune", "--db", str(tmp_path / "p.db")])
+    assert neither.exit_code == 1 and "give a NETWORK to tune, or --pending" in neither.output

@@ -72,25 +72,25 @@ def _sqlite_backup(cache, part: Path) -> None:
 def _copy_tables(cache, part: Path, version: int) -> None:
     """Every row of every table (ids kept, so the references hold), read in one transaction, into a SQLite
     file of the source's schema ``version``."""
-    from .migrate import columns_missing
-    missing = columns_missing(version)
+    from .migrate import columns_missing, tables_missing
+    missing, absent = columns_missing(version), tables_missing(version)
+    tables = [t for t in schema.metadata.sorted_tables if t.name not in absent]
 
     def columns(table):
         return [c for c in table.columns if c.name not in missing.get(table.name, ())]
 
     def read(conn):
-        return {t.name: [dict(r) for r in conn.execute(select(*columns(t))).mappings()]
-                for t in schema.metadata.sorted_tables}
+        return {t.name: [dict(r) for r in conn.execute(select(*columns(t))).mappings()] for t in tables}
     rows = cache._read_rows(read)
     from sqlalchemy import create_engine
     engine = create_engine(f"sqlite:///{part}")
     try:
         with engine.begin() as conn:
-            schema.metadata.create_all(conn)
+            schema.metadata.create_all(conn, tables=tables)
             for table, names in missing.items():  # the copy is of the source's version
                 for name in names:
                     conn.exec_driver_sql(f'ALTER TABLE {table} DROP COLUMN "{name}"')
-            for table in schema.metadata.sorted_tables:  # parents before children
+            for table in tables:  # parents before children
                 if rows[table.name]:  # the rows' keys name the columns written: a lacking one is not
                     conn.execute(insert(table), rows[table.name])
         with engine.connect() as conn:

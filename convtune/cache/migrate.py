@@ -1,7 +1,7 @@
 """Schema upgrades of the plan cache: an older database is backed up, then upgraded in place.
 
-Each step adds what its version added (:data:`~convtune.cache.schema.COLUMNS_ADDED`) and nothing is
-rewritten: every stored plan and measurement stays as it was. Before the first step the database is
+Each step adds what its version added (:data:`~convtune.cache.schema.COLUMNS_ADDED`,
+:data:`~convtune.cache.schema.TABLES_ADDED`) and nothing is rewritten: every stored plan and measurement stays as it was. Before the first step the database is
 copied (:func:`convtune.cache.backup.backup`): a SQLite file next to itself, as
 ``NAME.schemaN-TIMESTAMP.bak``; a PostgreSQL database into a SQLite file under
 ``$XDG_CACHE_HOME/convtune/backups/``. The steps then run in one transaction, the version row last.
@@ -18,7 +18,7 @@ from sqlalchemy import Float, Integer, update
 from sqlalchemy.engine import make_url
 
 from ..errors import CacheError
-from .schema import COLUMNS_ADDED, SCHEMA_VERSION, measurements, meta
+from .schema import COLUMNS_ADDED, SCHEMA_VERSION, TABLES_ADDED, measurements, meta, metadata
 
 log = logging.getLogger("convtune")
 
@@ -51,6 +51,8 @@ def upgrade(cache, found: int) -> Path:
 
     def steps(conn):
         for version in range(found + 1, SCHEMA_VERSION + 1):
+            for table in TABLES_ADDED.get(version, ()):
+                metadata.tables[table].create(conn, checkfirst=True)
             for table, columns in COLUMNS_ADDED.get(version, {}).items():
                 for column in columns:
                     kind = _TYPES[column].compile(dialect=conn.dialect)
@@ -70,3 +72,8 @@ def columns_missing(found: int) -> dict[str, set[str]]:
         for table, columns in COLUMNS_ADDED.get(version, {}).items():
             missing.setdefault(table, set()).update(columns)
     return missing
+
+
+def tables_missing(found: int) -> set[str]:
+    """The tables a database at schema ``found`` lacks."""
+    return {t for version in range(found + 1, SCHEMA_VERSION + 1) for t in TABLES_ADDED.get(version, ())}

@@ -7,6 +7,8 @@
   it cost (schema 2).
 * ``plans``: the winner per problem (pass and math mode are in the problem) x
   device fingerprint x strategy versions.
+* ``pending`` (schema 2): problems a runtime served without a plan of their own (from the nearest
+  tuned problem, or the heuristic), for ``convtune tune --pending`` to tune later.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from sqlalchemy import (BigInteger, Column, Float, ForeignKey, Integer, MetaData
 SCHEMA_VERSION = 2
 #: The columns each version added to the tables (what a migration adds, and what an older database lacks).
 COLUMNS_ADDED = {2: {"measurements": ("build_s", "verify_s", "timing_s", "rank")}}
+#: The tables each version added.
+TABLES_ADDED = {2: ("pending",)}
 
 metadata = MetaData()
 
@@ -116,6 +120,17 @@ plans = Table(
     Column("convtune_version", String(32), nullable=False),
     Column("source", String(16), nullable=False),
     UniqueConstraint("problem_id", "device_id", "strategy_versions", name="uq_plan"),
+)
+
+pending = Table(
+    "pending", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("problem_id", Integer, ForeignKey("problems.id"), nullable=False),
+    Column("device_id", Integer, ForeignKey("devices.id"), nullable=False),
+    # what served the problem meanwhile: the key of the nearest tuned problem, or "heuristic"
+    Column("served_by", String(256), nullable=False),
+    Column("first_seen", String(32), nullable=False),
+    UniqueConstraint("problem_id", "device_id", name="uq_pending"),
 )
 
 DEVICE_FIELDS = ("backend", "model", "compute_capability", "sm_count", "memory_bytes", "driver", "cuda_runtime",

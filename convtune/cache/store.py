@@ -30,7 +30,8 @@ from ..problem import ConvProblem
 from ..strategies import strategy_versions
 from ..timing import TimingStats
 from . import connect, migrate, schema
-from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, measurements, meta, plans, problems
+from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, measurements, meta, pending, plans, \
+    problems
 
 log = logging.getLogger("convtune")
 
@@ -288,6 +289,7 @@ class PlanCache:
             stmt = self._insert(plans).values(problem_id=prob, device_id=dev, strategy_versions=versions, **values)
             conn.execute(stmt.on_conflict_do_update(index_elements=["problem_id", "device_id", "strategy_versions"],
                                                     set_=values))
+            conn.execute(pending.delete().where(pending.c.problem_id == prob, pending.c.device_id == dev))
 
         self._transaction(write)
         if decision.winner.status == "winner":
@@ -377,6 +379,56 @@ class PlanCache:
             return []
         latest = max(rows, key=lambda r: (r["measured_at"], r["id"]))["run_id"]
         return [r for r in rows if r["run_id"] == latest]
+
+    # -- serving new shapes: the nearest tuned problem, and the problems pending ----------------------
+    def _same_kind(self, problem: ConvProblem):
+        """The typed-column conditions of problems of ``problem``'s kind: all but batch and input size."""
+        return (problems.c.pass_ == problem.pass_, problems.c.dtype == problem.dtype, problems.c.math == problem.math,
+                problems.c.rank == problem.rank, problems.c.in_channels == problem.in_channels,
+                problems.c.out_channels == problem.out_channels, problems.c.kernel_size == _dims(problem.kernel_size),
+                problems.c.stride == _dims(problem.stride), problems.c.padding == _dims(problem.padding),
+                problems.c.dilation == _dims(problem.dilation), problems.c.groups == problem.groups)
+
+    def nearest(self, problem: ConvProblem, device_key: str) -> Decision | None:
+        """The stored decision, on this device and strategy versions, of the tuned problem of ``problem``'s
+        kind (the same pass, channels, kernel, stride, padding, dilation, groups, dtype and math mode)
+        nearest in batch and input size (by the sum of their log ratios); ``None`` where there is none."""
+        query = (select(problems.c.key, problems.c.batch, problems.c.input_size)
+                 .join(plans, plans.c.problem_id == problems.c.id).join(devices, plans.c.device_id == devices.c.id)
+                 .where(devices.c.fingerprint == device_key, plans.c.strategy_versions == strategy_versions(),
+                        problems.c.key != problem.key(), *self._same_kind(problem)))
+        rows = self._read_rows(lambda conn: conn.execute(query).all())
+
+        def distance(row):
+            sizes = [int(v) for v in row.input_size.split("x")]
+            return abs(math.log(row.batch / problem.batch)) + sum(abs(math.log(n / m))
+                                                                  for n, m in zip(sizes, problem.input_size))
+        if not rows:
+            return None
+        best = min(rows, key=distance)
+        return self.get(ConvProblem.from_key(best.key), device_key)
+
+    def add_pending(self, problem: ConvProblem, device: DeviceInfo, served_by: str) -> None:
+        """Note that ``problem`` was served without a plan of its own (by ``served_by``), for
+        ``convtune tune --pending``; nothing where the cache is read-only or older than schema 2."""
+        if self.read_only or "pending" in migrate.tables_missing(self.found_version):
+            return
+
+        def write(conn):
+            dev, prob = self._device_id(conn, device), self._problem_id(conn, problem)
+            conn.execute(self._insert(pending).values(problem_id=prob, device_id=dev, served_by=served_by,
+                                                      first_seen=_now())
+                         .on_conflict_do_nothing(index_elements=["problem_id", "device_id"]))
+        self._transaction(write)
+
+    def pending_problems(self, device_key: str) -> list[tuple[ConvProblem, str]]:
+        """The problems pending on a device, with what served each meanwhile, oldest first."""
+        if "pending" in migrate.tables_missing(self.found_version):
+            return []
+        query = (select(problems.c.key, pending.c.served_by).join(problems, pending.c.problem_id == problems.c.id)
+                 .join(devices, pending.c.device_id == devices.c.id)
+                 .where(devices.c.fingerprint == device_key).order_by(pending.c.id))
+        return [(ConvProblem.from_key(key), served) for key, served in self._read_rows(lambda c: c.execute(query).all())]
 
     def measured_batches(self, problem: ConvProblem) -> list[int]:
         """Batch sizes other than ``problem``'s at which its layer shape (same pass and math mode) has
@@ -593,6 +645,12 @@ class LazyPlanCache:
 
     def put_trip(self, decision):
         return self.cache.put_trip(decision)
+
+    def nearest(self, problem, device_key):
+        return self.cache.nearest(problem, device_key)
+
+    def add_pending(self, problem, device, served_by):
+        return self.cache.add_pending(problem, device, served_by)
 
     def __repr__(self):
         return f"<LazyPlanCache {self._cache!r}>" if self._cache else f"<LazyPlanCache {resolve_url(self._url)} (unopened)>"

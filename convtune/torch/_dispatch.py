@@ -159,7 +159,7 @@ class Route:
                 executor = Native(get_strategy("torch").native(problem, plan.config), plan.label)
             else:
                 executor = ArrayPlan(plan, br, problem)
-            if plan.source == "heuristic":
+            if plan.source in runtime._PROVISIONAL:  # served for want of its own plan: looked up again later
                 executor.retry_at = time.monotonic() + runtime.miss_ttl_s
         except ConvtuneError as exc:  # no plan (a miss the policy does not tune), a failed tuning: PyTorch runs it
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}", retry=True)
