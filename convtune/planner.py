@@ -10,7 +10,7 @@ timing it, and its rank in its strategy's list, which for cuDNN is the heuristic
    ``unsupported`` with its reason) and lists configurations; a configuration
    that a strategy's rules say cannot win here is ``skipped`` with the rule as
    its reason (:meth:`~convtune.strategies.base.Strategy.pruned`; not in an
-   ``exhaustive`` search);
+   ``exhaustive`` search, nor where the rules would leave no candidate at all);
 2. a configuration whose workspace exceeds the budget is ``over_budget``;
 3. verification on a reduced batch against the float64 reference computed on
    the same device, with the output poisoned with NaN first so an unwritten
@@ -213,8 +213,17 @@ class Planner:
             return [get_strategy(n) for n in self.strategy_names if get_strategy(n).selectable]
         return all_strategies(selectable_only=True)
 
+    def _room(self, problem: ConvProblem) -> int | None:
+        """The workspace a candidate may have: the limit, and the free memory beside the operands."""
+        free = self.backend.free_memory_bytes()
+        if free is not None:
+            free = max(0, free - 3 * problem.min_bytes())
+        limits = [v for v in (self.workspace_limit, free) if v is not None]
+        return min(limits) if limits else None
+
     def _enumerate(self, s: _Search) -> list[Candidate]:
-        problem, kept = s.problem, []
+        problem, kept, pruned = s.problem, [], []
+        room = None if self.exhaustive else self._room(problem)
         for strategy in self._strategies():
             t0 = time.perf_counter()
             reason = strategy.supports(problem, self.backend)
@@ -227,16 +236,31 @@ class Planner:
             s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
             for rank, config in enumerate(configs):
                 cand = Candidate(strategy, config, rank)
-                ws = strategy.workspace_bytes(problem, config)
-                rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend)
+                rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend, room)
                 if rule is not None:
-                    s.outcomes.append(self._outcome(s, cand, "skipped", reason=f"pruned: {rule}"))
-                elif self.workspace_limit is not None and ws > self.workspace_limit:
-                    s.outcomes.append(self._outcome(s, cand, "over_budget", reason=(
-                        f"workspace {human_bytes(ws)} over the limit {human_bytes(self.workspace_limit)}")))
+                    outcome = self._outcome(s, cand, "skipped", reason=f"pruned: {rule}")
+                    s.outcomes.append(outcome)
+                    pruned.append((cand, outcome))
                 else:
-                    kept.append(cand)
+                    self._within_limit(s, cand, kept)
+        if pruned and not kept:
+            # a rule says another candidate will win; with none left (a search restricted to the pruned
+            # strategy, say) the rules do not hold, and the pruned candidates are tried after all
+            log.info("%s: the strategies' rules would prune every candidate left; trying them all",
+                     problem.describe())
+            for cand, outcome in pruned:
+                s.outcomes.remove(outcome)
+                self._within_limit(s, cand, kept)
         return kept
+
+    def _within_limit(self, s: _Search, cand: Candidate, kept: list) -> None:
+        """``cand`` into ``kept``, or recorded ``over_budget`` where its workspace is over the limit."""
+        ws = cand.strategy.workspace_bytes(s.problem, cand.config)
+        if self.workspace_limit is not None and ws > self.workspace_limit:
+            s.outcomes.append(self._outcome(s, cand, "over_budget", reason=(
+                f"workspace {human_bytes(ws)} over the limit {human_bytes(self.workspace_limit)}")))
+        else:
+            kept.append(cand)
 
     def _operands_fit(self, s: _Search, candidates, what: str, factor: int, of: str, problem=None) -> bool:
         """Is there memory for ``factor`` times the problem's float32 operands and result? If not, every

@@ -24,7 +24,7 @@ def make_strategy(name, behaviour, workspace=0, supported=True, pruned=None):
     class TestStrategy(Strategy):
         config_type = EmptyConfig
 
-        def pruned(self, p, config, backend):
+        def pruned(self, p, config, backend, room=None):
             return pruned(p, config, backend) if pruned else None
 
         def supports(self, p, backend):

@@ -99,7 +99,7 @@ def test_miss_policy_heuristic_times_nothing_and_stores_nothing():
 
 
 def test_unknown_miss_policy_names_the_valid_ones():
-    with pytest.raises(ValueError, match="acceptable: tune, heuristic, error"):
+    with pytest.raises(ValueError, match="acceptable: tune, nearest, heuristic, error"):
         Runtime(miss_policy="guess")
 
 

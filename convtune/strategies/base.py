@@ -34,6 +34,26 @@ class Config:
             raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; acceptable: {sorted(names)}")
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
 
+    @classmethod
+    def from_label(cls, text: str) -> "Config":
+        """The configuration whose :meth:`label` is ``text`` (as ``explain`` and logs print it)."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for part in filter(None, text.split(",")):
+            name, _, value = part.partition("=")
+            if name not in fields:
+                raise ValueError(f"{cls.__name__} has no field {name!r} (label {text!r})")
+            kind = str(fields[name].type)  # annotations are strings here (postponed evaluation)
+            if not value:
+                values[name] = True
+            elif kind.startswith("tuple"):
+                values[name] = tuple(int(v) for v in value.split("x"))
+            elif kind in ("int", "int | None"):
+                values[name] = int(value)
+            else:
+                values[name] = value
+        return cls(**values)
+
     def label(self) -> str:
         """Readable ``name=value`` list; a boolean field shows as its name when true, not at all when false."""
         def fmt(k, v):
@@ -71,9 +91,11 @@ class Strategy:
         """Bytes of temporary device memory beyond operands and result."""
         raise NotImplementedError
 
-    def pruned(self, problem: ConvProblem, config: Config, backend) -> str | None:
-        """Why ``config`` cannot win ``problem`` by this strategy's rules (fitted on stored measurements),
-        so that it is not verified or timed; ``None``: it is tried. An exhaustive search ignores this."""
+    def pruned(self, problem: ConvProblem, config: Config, backend, room: int | None = None) -> str | None:
+        """Why ``config`` cannot win ``problem`` by this strategy's rules (fitted on stored measurements:
+        ``benchmarks/check_rules.py`` checks them against any), so that it is not verified or timed;
+        ``None``: it is tried. ``room``: the workspace a candidate may have (``None``: no limit). An
+        exhaustive search ignores this."""
         return None
 
     def heuristic_config(self, problem: ConvProblem, backend) -> Config:

@@ -96,6 +96,43 @@ class FftStrategy(Strategy):
             configs += [replace(c, polyphase=True) for c in phased]
         return configs
 
+    def pruned(self, problem, config, backend, room=None):
+        """The rules fitted on measured searches (every candidate timed; ``benchmarks/check_rules.py``
+        replays them against any stored search, and reports a pruned candidate within 3% of a winner):
+
+        * 1x1 kernels: no FFT. H100 (run 21, docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt,
+          3 problems): the best FFT candidate took 2.15x the winner's time at best; 2-core CPU
+          (resnet18 at batch 8, docs/cpu-logs/2026-11-23-resnet18-b8-before-rules.txt): every FFT
+          candidate of its 1x1 problems was over 900x slower than the best on the verification batch.
+        * GPU, kernels of at most 3 per axis: only convtune's own transforms. Run 21's 15 such problems:
+          FFT won 2, both with its own transforms; the best of the rest took 1.21x the winner's time.
+        * GPU, a batch chunk smaller than the batch (not tiled): only where the whole-batch form's workspace
+          is over the room the planner has. Run 21: 97 chunked candidates, none faster than its whole-batch
+          form, the best 1.94x the winner. (On the CPU the chunks stay: they were up to 24% faster there.)
+        * CPU, 2-D kernels of at most 3 per axis, and dense (one group) 2-D kernels of at most 7 per axis:
+          no FFT. 2-core CPU sweep (benchmarks/fft_crossover.yaml, docs/cpu-logs/2026-11-23-fft-crossover.txt)
+          and resnet18 at batch 8: the best FFT candidate took at least 5.4x the winner's time on 3x3
+          kernels (21 problems), at least 3.8x on dense 5x5 (6), at least 1.9x on dense 7x7 (9, stride 2
+          included); FFT first won at depthwise 5x5 (wgrad), dense 9x9 and depthwise 1-D kernels of 9.
+        """
+        kernel = problem.kernel_size
+        if all(k == 1 for k in kernel):
+            return "1x1 kernel: FFT has never come within 2x of the best there"
+        small = all(k <= 3 for k in kernel)
+        if backend.name == "cupy":
+            if small and not config.own:
+                return "kernel of at most 3 per axis on the GPU: only convtune's own transforms have won there"
+            if 1 <= config.chunk < problem.batch and not config.tiled and room is not None:
+                whole = replace(config, chunk=problem.batch)
+                if self.workspace_bytes(problem, whole) <= room:
+                    return ("batch chunks on the GPU: the whole-batch form fits the workspace and has always "
+                            "been faster")
+            return None
+        if problem.rank == 2 and (small or (problem.groups == 1 and all(k <= 7 for k in kernel))):
+            return (f"{'x'.join(map(str, kernel))} kernel on the CPU: FFT starts winning at larger kernels "
+                    "(depthwise 5x5, dense 9x9)")
+        return None
+
     def _tiled_configs(self, problem, backend):
         """Overlap-save tilings of a stride-1 problem: the cheapest :data:`KEEP_TILES` tile lengths within
         :data:`TILE_SLACK` of the best untiled size by the cost model, each with its tiles' products."""

@@ -1,0 +1,133 @@
+"""Replay the strategies' pruning rules (Strategy.pruned) against stored searches.
+
+For every problem of a plan cache (``--db``, its latest tuning run per problem) or of ``convtune
+explain`` output saved to a file (``--explain``, e.g. the device logs under docs/device-logs), each
+measured candidate is put to its strategy's rules as the planner would (with the default workspace
+limit as the room). A rule is safe on that evidence when every candidate it prunes was slower than
+the problem's best by more than ``--margin``; a pruned candidate within the margin is printed as a
+violation and the exit status is 1. Where the database recorded the search's cost (schema 2), the
+seconds the pruned candidates took are summed: what the rules save.
+
+Best evidence is an exhaustive search (``convtune tune --exhaustive``): a normal search's early
+stopping leaves slow candidates with one timed run, and its rules leave pruned ones unmeasured.
+
+    python benchmarks/check_rules.py --db plans.db
+    python benchmarks/check_rules.py --explain docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+
+from convtune.planner import DEFAULT_WORKSPACE_LIMIT
+from convtune.problem import ConvProblem
+from convtune.strategies import get_strategy
+from convtune.strategies.base import Strategy
+
+
+@dataclass
+class Measured:
+    strategy: str
+    config: object
+    label: str
+    median_s: float
+    cost_s: float | None
+
+
+class _Backend:
+    """What the rules look at: the backend's name."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+def has_rules(name: str) -> bool:
+    return type(get_strategy(name)).pruned is not Strategy.pruned
+
+
+def from_db(url):
+    from convtune.cache import PlanCache
+    cache = PlanCache(url, create=False, read_only=True)
+    for row in cache.plan_rows():
+        backend = row["backend"]
+        measured = []
+        for m in cache.measurement_rows(row["problem_key"], row["fingerprint"]):
+            if m["status"] not in ("ok", "winner") or not m["time_median_s"]:
+                continue
+            strategy = get_strategy(m["strategy"])
+            config = strategy.config_type(**{k: tuple(v) if isinstance(v, list) else v
+                                             for k, v in json.loads(m["config"]).items()})
+            costs = [m.get(k) for k in ("build_s", "verify_s", "timing_s")]
+            cost = None if all(c is None for c in costs) else sum(c or 0.0 for c in costs)
+            measured.append(Measured(m["strategy"], config, m["label"], m["time_median_s"], cost))
+        yield ConvProblem.from_key(row["problem_key"]), backend, measured
+
+
+def from_explain(path):
+    text = open(path).read()
+    for block in text.split("\n== ")[1:]:
+        lines = block.splitlines()
+        key = re.search(r"\[(ck\d+:[^\]]+)\]", lines[0]).group(1)
+        backend = "cupy" if lines[1].strip().startswith("on gpu:") else "numpy"
+        measured = []
+        for line in lines[2:]:
+            parts = line.split()
+            if len(parts) < 3 or parts[1] not in ("ok", "winner"):
+                continue
+            name, _, rest = parts[0].partition("[")
+            config = get_strategy(name).config_type.from_label(rest[:-1]) if has_rules(name) else None
+            measured.append(Measured(name, config, parts[0], float(parts[2]) * 1e-3, None))
+        yield ConvProblem.from_key(key), backend, measured
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", action="append", default=[], help="a plan cache (repeatable)")
+    ap.add_argument("--explain", action="append", default=[], help="saved `convtune explain` output (repeatable)")
+    ap.add_argument("--margin", type=float, default=0.03, help="a pruned candidate this close to the best "
+                    "(relative) is a violation [0.03]")
+    args = ap.parse_args(argv)
+    if not args.db and not args.explain:
+        ap.error("give --db or --explain")
+    sources = [(u, from_db(u)) for u in args.db] + [(p, from_explain(p)) for p in args.explain]
+    rules = defaultdict(lambda: {"pruned": 0, "problems": set(), "closest": float("inf"), "cost": 0.0})
+    violations, problems, total_cost = [], 0, 0.0
+    for where, found in sources:
+        for problem, backend, measured in found:
+            if not measured:
+                continue
+            problems += 1
+            best = min(m.median_s for m in measured)
+            total_cost += sum(m.cost_s or 0.0 for m in measured)
+            for m in measured:
+                if not has_rules(m.strategy):
+                    continue
+                rule = get_strategy(m.strategy).pruned(problem, m.config, _Backend(backend), DEFAULT_WORKSPACE_LIMIT)
+                if rule is None:
+                    continue
+                r = rules[f"{m.strategy}: {rule.split(':')[0]}"]
+                r["pruned"] += 1
+                r["problems"].add(problem.key())
+                r["closest"] = min(r["closest"], m.median_s / best)
+                r["cost"] += m.cost_s or 0.0
+                if m.median_s <= best * (1 + args.margin):
+                    violations.append((where, problem.describe(), m.label, m.median_s / best))
+    print(f"{problems} problems with measured candidates")
+    for name, r in sorted(rules.items()):
+        print(f"  {name}\n    pruned {r['pruned']} candidates in {len(r['problems'])} problems; the closest took "
+              f"{r['closest']:.2f}x the best" + (f"; their search cost {r['cost']:.1f} s of {total_cost:.1f} s"
+                                                 if total_cost else ""))
+    for where, problem, label, ratio in violations:
+        print(f"VIOLATION {where}: {problem}: {label} pruned at {ratio:.3f}x the best")
+    if not violations:
+        print(f"no pruned candidate within {args.margin:.0%} of its problem's best")
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
