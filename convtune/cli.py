@@ -16,7 +16,7 @@ import time
 
 import click
 
-from .errors import ConvtuneError, TuningError
+from .errors import ConvtuneError
 from .text import human_bytes, printable
 
 PASS_NAMES = ("fwd", "dgrad", "wgrad")
@@ -215,8 +215,10 @@ def main():
                    "per-pass plans (what layers with keep_spectra='auto' follow); needs all three passes.")
 @click.option("--keep-limit", default="2GiB", show_default=True,
               help="With --keep-spectra: most memory one layer's kept spectra may hold (or 'none').")
+@click.option("--devices", default=None, metavar="I,J,...",
+              help="Spread the problems over these GPUs (one worker process each, GPUs of one kind, one plan cache).")
 def tune(network, db, input_shape, passes, math_mode, batches, pending, workspace_limit, time_budget, retune,
-         backend, strategies, exhaustive, keep_spectra, keep_limit):
+         backend, strategies, exhaustive, keep_spectra, keep_limit, devices):
     """Tune every layer of NETWORK and store the plans.
 
     NETWORK is a YAML/JSON layer list, a built-in network name, an ONNX model (FILE.onnx: its Conv and
@@ -229,9 +231,15 @@ def tune(network, db, input_shape, passes, math_mode, batches, pending, workspac
     Several batch sizes (--batch 8,16,32) or input shapes of a PyTorch model (--input-shape repeated)
     tune every layer at each. Shapes repeated across layers are tuned once. A second run finds every
     plan in the cache and times nothing (use --retune to measure again).
+
+    Runs that share a plan cache (--devices workers, several machines on one PostgreSQL cache) never
+    tune a problem twice at once: each takes a lease on the problem it tunes, and waits for the plans
+    of problems others hold (or takes them over once a dead worker's lease runs out).
     """
     from .network import load_network, unique_problems
+    from .parallel import parse_devices
     from .planner import Planner
+    from .worklist import Worklist
 
     # every option is checked before any work
     if (network is None) == (not pending):
@@ -245,7 +253,11 @@ def tune(network, db, input_shape, passes, math_mode, batches, pending, workspac
     if keep_spectra and set(pass_list) != {"fwd", "dgrad", "wgrad"}:
         raise click.ClickException("--keep-spectra compares a round trip with the three per-pass plans: "
                                    "use it with --passes fwd,dgrad,wgrad")
+    device_list = parse_devices(devices) if devices is not None else None
     be = _backend(backend)
+    if device_list is not None and be.name != "cupy":
+        raise click.ClickException("--devices spreads the problems over GPUs; on the NumPy backend the workers "
+                                   "would share the CPU's cores and disturb each other's timings (tune without it)")
     planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list,
                       exhaustive=exhaustive)
     cache = _writable_cache(db)
@@ -273,48 +285,63 @@ def tune(network, db, input_shape, passes, math_mode, batches, pending, workspac
     sources, failures, decisions = {}, [], []
     started = time.perf_counter()
     current = [""]
+    names_of = {p.key(): names for p, names in problems}
+    device_key = device.key()
+
+    def settle(outcome):
+        sources[outcome.problem.key()] = outcome.source
+        if outcome.decision is not None:
+            decisions.append(outcome.decision)
+        if outcome.error is not None:
+            failures.append((names_of[outcome.problem.key()][0], outcome.problem, outcome.error))
+
     try:
-        with _progress(problems, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
-            for problem, names in bar:
-                current[0] = names[0]
-                if not retune and cache.get(problem, device.key()) is not None:
-                    sources[problem.key()] = "cache"
-                    continue
-                try:
-                    decision = planner.tune(problem)
-                    cache.put(decision)  # saved at once: an interrupted run loses nothing
-                    sources[problem.key()] = "tuned"
-                except TuningError as exc:
-                    decision = exc.decision
-                    cache.put(decision)
-                    sources[problem.key()] = "FAILED"
-                    failures.append((names[0], problem, exc))
-                decisions.append(decision)
+        if device_list is not None:
+            device_key = _tune_on_devices(problems, names_of, cache, device_list, dict(
+                workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list, exhaustive=exhaustive),
+                retune, sources, decisions, failures, started)
+        else:
+            with Worklist(cache, device, planner.tune, retune=retune) as work:
+                with _progress(problems, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
+                    for problem, names in bar:
+                        current[0] = names[0]
+                        outcome = work.attempt(problem)
+                        if outcome is not None:
+                            settle(outcome)
+                if work.deferred:
+                    _echo(f"{len(work.deferred)} problem(s) are being tuned by other workers on this cache; "
+                          "waiting for their plans (or for their leases to run out, to tune them here)", err=True)
+                for outcome in work.finish():
+                    settle(outcome)
     except KeyboardInterrupt:
         done = sum(1 for s in sources.values() if s == "tuned")
-        raise click.ClickException(f"interrupted at {current[0]}; the {done} problem(s) tuned so far are saved")
+        raise click.ClickException(f"interrupted at {current[0] or 'the start'}; the {done} problem(s) tuned so "
+                                   "far are saved")
     elapsed = time.perf_counter() - started
 
     rows = []
     for problem, names in problems:
-        plan = cache.plan_row(problem.key(), device.key())
+        plan = cache.plan_row(problem.key(), device_key)
         layer = names[0] + (f" (+{len(names) - 1})" if len(names) > 1 else "")
         if plan is None:
             rows.append((layer, problem.pass_, "-", "-", "-", sources[problem.key()]))
             continue
         untimed = plan["time_median_s"] is None  # the only candidate left after verification
         speedup = f"{plan['speedup_next']:.2f}x" if plan["speedup_next"] else ("only one" if untimed else "-")
+        source = {"elsewhere": "another worker"}.get(sources[problem.key()], sources[problem.key()])
         rows.append((layer, problem.pass_, plan["label"], "not timed" if untimed else _ms(plan["time_median_s"]),
-                     speedup, sources[problem.key()]))
+                     speedup, source))
     _echo(_table(("layer", "pass", "winner", "time ms", "vs next", "source"), rows))
     tuned = sum(1 for s in sources.values() if s == "tuned")
     hits = sum(1 for s in sources.values() if s == "cache")
     if hits == len(problems):
         _echo(f"all {hits} plans came from the cache; nothing was timed ({elapsed:.2f} s)")
     else:
-        _echo(f"{tuned} tuned, {hits} from the cache, {len(failures)} failed in {elapsed:.1f} s")
+        others = sum(1 for s in sources.values() if s == "elsewhere")
+        _echo(f"{tuned} tuned, {hits} from the cache, " + (f"{others} by another worker, " if others else "") +
+              f"{len(failures)} failed in {elapsed:.1f} s")
     if decisions:
-        _echo(_where_the_time_went(decisions, elapsed))
+        _echo(_where_the_time_went(decisions, elapsed, len(device_list or ())))
     for name, problem, exc in failures:
         hint = _explain_hint(name, network, problem.pass_, batch=problem.batch if batches else None,
                              input_shape=input_shape, math_mode=math_mode, db=db) if network else \
@@ -326,9 +353,43 @@ def tune(network, db, input_shape, passes, math_mode, batches, pending, workspac
         sys.exit(1)
 
 
-def _where_the_time_went(decisions, elapsed: float) -> str:
+def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune, sources, decisions, failures,
+                     started):
+    """``tune --devices``: one worker per GPU (:mod:`convtune.parallel`), progress as they report; fills
+    ``sources``, ``decisions`` and ``failures`` as the serial loop does."""
+    from .parallel import Job, tune_parallel
+    job = Job(cache.url, "cupy", tuple(p.key() for p, _n in problems), planner_options, retune)
+    settled = [0]
+
+    def on_event(kind, device, key, detail):
+        if kind == "start":
+            names = names_of[key]
+            _echo(f"tuning on GPU {device}: {names[0]} {key.split(':')[2]} ({settled[0]}/{len(problems)} done, "
+                  f"{time.perf_counter() - started:.0f} s so far)", err=True)
+        elif kind == "settled":
+            settled[0] += 1
+        elif kind == "failed":
+            _echo(f"the worker on GPU {device} failed ({detail}); the others take its problems", err=True)
+    _echo(f"{len(devices)} workers, on GPUs {', '.join(devices)}", err=True)
+    result = tune_parallel(job, devices, on_event)
+    for problem, names in problems:
+        source = result.sources.get(problem.key(), "FAILED")
+        sources[problem.key()] = source
+        if source == "FAILED":
+            failures.append((names[0], problem, None))
+    decisions.extend(result.decisions)
+    per_device = {}
+    for device in result.tuned_by.values():
+        per_device[device] = per_device.get(device, 0) + 1
+    if per_device:
+        _echo("problems tuned per GPU: " + ", ".join(f"GPU {d}: {n}" for d, n in sorted(per_device.items())),
+              err=True)
+    return result.device_key
+
+def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
     """``tune``'s closing table: per strategy, its candidates and the seconds spent building, verifying and
-    timing them; then the search's own phases (listing candidates, operands, float64 references)."""
+    timing them; then the search's own phases (listing candidates, operands, float64 references). With
+    ``workers`` (``--devices``), the seconds are summed over them."""
     per, phases = {}, {}
     for decision in decisions:
         for o in decision.outcomes:
@@ -346,8 +407,9 @@ def _where_the_time_went(decisions, elapsed: float) -> str:
             for name, r in sorted(per.items(), key=lambda kv: -(kv[1]["build"] + kv[1]["verify"] + kv[1]["timing"]))]
     rows += [(what, "", "", "", "", "", "", f"{seconds:.1f}") for what, seconds in
              sorted(phases.items(), key=lambda kv: -kv[1]) if seconds >= 0.05]
-    return (f"where the {elapsed:.1f} s of tuning went (seconds; 'not tried': unsupported, over the workspace limit "
-            "or pruned by a rule):\n" + _table(("strategy / phase", "candidates", "not tried", "timed", "build",
+    summed = f", summed over the {workers} workers" if workers > 1 else ""
+    return (f"where the {elapsed:.1f} s of tuning went (seconds{summed}; 'not tried': unsupported, over the "
+            "workspace limit or pruned by a rule):\n" + _table(("strategy / phase", "candidates", "not tried", "timed", "build",
                                                   "verify", "timing", "total"), rows))
 
 

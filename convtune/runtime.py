@@ -8,7 +8,9 @@ Lookup order, the one place it is written down:
 3. else the **plan store** (in memory, or the persistent cache) for the
    problem's key on this device: a stored decision is built, never re-timed;
 4. else the **miss policy**: ``tune`` (run the planner once and store the
-   decision), ``nearest`` (at once, the plan of the nearest tuned problem of the same
+   decision; where another process sharing the cache is tuning the problem, as the ranks of a
+   ``torch.distributed`` job do with one model's shapes, wait for its plan instead, see
+   :mod:`convtune.worklist`), ``nearest`` (at once, the plan of the nearest tuned problem of the same
    kind, checked against float64 first, else the heuristic; the problem is noted as
    pending, for ``convtune tune --pending``), ``heuristic`` (a fast default, not stored,
    also pending), or ``error``.
@@ -30,6 +32,7 @@ from .plan import Decision, Plan
 from .planner import Planner, build_from_config, build_plan, check_config, heuristic_decision
 from .problem import ConvProblem, integral
 from .roundtrip import DEFAULT_KEEP_LIMIT
+from .worklist import POLL_S, store_leases
 
 log = logging.getLogger("convtune")
 
@@ -37,6 +40,16 @@ MISS_POLICIES = ("tune", "nearest", "heuristic", "error")
 #: Seconds a call served by the heuristic (or, in the PyTorch layer, by PyTorch for want of a plan)
 #: waits before its problem is looked up again.
 MISS_TTL_S = 30.0
+
+
+class _Held:
+    """:meth:`Runtime.decision_for`'s answer, with ``wait=False``, for a problem another process is tuning."""
+
+    def __init__(self, holder: str):
+        self.holder = holder
+
+    def __repr__(self):
+        return f"<held by {self.holder}>"
 
 
 class PlanStore(Protocol):
@@ -120,6 +133,8 @@ class Runtime:
         self._store_failures = 0
         self._lock = threading.Lock()
         self.tuned = 0  # problems this runtime tuned on a miss
+        self._lease_keeper = None  # Leases on the store, made on the first tuning (None: it keeps none)
+        self._leases_checked = False
 
     # -- the store, and what happens when it fails -------------------------------------------------
     def _stored(self, problem: ConvProblem, device_key: str) -> Decision | None:
@@ -201,27 +216,72 @@ class Runtime:
         except CacheError as exc:
             self._store_failed("noted as pending", exc)
 
-    def _tune_and_store(self, problem: ConvProblem, backend: Backend, ahead: bool = False) -> Decision:
+    def _leases(self):
+        if not self._leases_checked:
+            self._leases_checked = True
+            self._lease_keeper = store_leases(self.store)
+        return self._lease_keeper
+
+    def _lease(self, problem: ConvProblem, backend: Backend, wait: bool):
+        """Take ``problem``'s lease where the store keeps leases: ``None`` (tune it here: the lease is this
+        runtime's, or there are no leases), a :class:`Decision` (another process tuned it meanwhile), or,
+        with ``wait=False``, :class:`_Held` where another process is tuning it now."""
+        leases = self._leases()
+        if leases is None:
+            return None
+        device = backend.device_info()
+        said = False
+        while True:
+            try:
+                other = leases.take(problem, device)
+                found = self.store.get(problem, device.key(), fresh=True)
+            except CacheError as exc:
+                self._store_failed("leased", exc)
+                return None
+            if found is not None:  # stored by the other process (before this lease, or while waiting)
+                if other is None:
+                    leases.release(problem, device.key())
+                return found
+            if other is None:
+                return None
+            if not wait:
+                return _Held(other)
+            if not said:
+                said = True
+                log.info("convtune: %s is being tuned by %s (another process on this plan cache); waiting for its "
+                         "plan", problem.describe(), other)
+            time.sleep(POLL_S)
+
+    def _tune_and_store(self, problem: ConvProblem, backend: Backend, ahead: bool = False, wait: bool = True):
+        held = self._lease(problem, backend, wait)
+        if held is not None:
+            return held
         started = time.perf_counter()
         try:
-            decision = Planner(backend, **self.planner_options).tune(problem)
-        finally:
-            # a call that stalls for seconds deserves a word: at WARNING the first time, then at INFO
-            level = logging.WARNING if self.tuned == 0 and not ahead else logging.INFO
-            log.log(level, "convtune: %s was not in the plan cache: tuned it in %.1f s%s", problem.describe(),
-                    time.perf_counter() - started, "" if self.tuned or ahead else
-                    " (every new shape costs this once; tune ahead with `convtune tune NETWORK` or, in PyTorch, "
-                    "convtune.torch.tune(model, example_inputs))")
-        self._save(decision)
+            try:
+                decision = Planner(backend, **self.planner_options).tune(problem)
+            finally:
+                # a call that stalls for seconds deserves a word: at WARNING the first time, then at INFO
+                level = logging.WARNING if self.tuned == 0 and not ahead else logging.INFO
+                log.log(level, "convtune: %s was not in the plan cache: tuned it in %.1f s%s", problem.describe(),
+                        time.perf_counter() - started, "" if self.tuned or ahead else
+                        " (every new shape costs this once; tune ahead with `convtune tune NETWORK` or, in "
+                        "PyTorch, convtune.torch.tune(model, example_inputs))")
+            self._save(decision)
+        finally:  # given back once the plan is stored: a process waiting on it then finds the plan
+            if self._lease_keeper is not None:
+                self._lease_keeper.release(problem, backend.device_info().key())
         self.tuned += 1
         return decision
 
-    def decision_for(self, problem: ConvProblem, backend: Backend, ahead: bool = False) -> Decision | None:
+    def decision_for(self, problem: ConvProblem, backend: Backend, ahead: bool = False, wait: bool = True):
         """The stored decision of ``problem``, tuned and stored first under the ``tune`` policy (``ahead``:
-        tuning ahead of the calls, which is then not news worth a warning)."""
+        tuning ahead of the calls, which is then not news worth a warning). Where another process on the
+        same cache is tuning it, its plan is waited for; with ``wait=False`` a ``_Held`` marker is
+        returned instead (tuning ahead then comes back to it later)."""
         decision = self._stored(problem, backend.device_info().key())
         if decision is None and self.miss_policy == "tune":
-            decision = self._tune_and_store(problem, backend, ahead)
+            decision = self._tune_and_store(problem, backend, ahead, wait)
         return decision
 
     def round_trip_for(self, problem: ConvProblem, backend: Backend, refresh: bool = False):

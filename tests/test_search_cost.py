@@ -221,6 +221,8 @@ def test_upgrading_a_copy_of_the_example_cache_keeps_every_row(tmp_path):
     assert cache.schema_version() == SCHEMA_VERSION
     columns = {r[1] for r in sqlite3.connect(copy).execute("PRAGMA table_info(measurements)")}
     assert {"build_s", "verify_s", "timing_s", "rank"} <= columns
+    tables = {r[0] for r in sqlite3.connect(copy).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"pending", "leases"} <= tables
     assert PlanCache(str(copy)).upgraded is None  # once
 
 

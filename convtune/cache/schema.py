@@ -9,6 +9,9 @@
   device fingerprint x strategy versions.
 * ``pending`` (schema 2): problems a runtime served without a plan of their own (from the nearest
   tuned problem, or the heuristic), for ``convtune tune --pending`` to tune later.
+* ``leases`` (schema 3): which worker is tuning a problem now, until when (:mod:`convtune.worklist`):
+  workers sharing a cache (processes, GPUs, machines, DDP ranks) never tune one problem twice at once,
+  and a dead worker's lease runs out.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from sqlalchemy import (BigInteger, Column, Float, ForeignKey, Integer, MetaData
 
 #: Bump on any table change, with its migration in :mod:`convtune.cache.migrate` (an older database is
 #: upgraded after a backup, never discarded; a newer one is refused, never altered).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: The columns each version added to the tables (what a migration adds, and what an older database lacks).
 COLUMNS_ADDED = {2: {"measurements": ("build_s", "verify_s", "timing_s", "rank")}}
 #: The tables each version added.
-TABLES_ADDED = {2: ("pending",)}
+TABLES_ADDED = {2: ("pending",), 3: ("leases",)}
 
 metadata = MetaData()
 
@@ -131,6 +134,18 @@ pending = Table(
     Column("served_by", String(256), nullable=False),
     Column("first_seen", String(32), nullable=False),
     UniqueConstraint("problem_id", "device_id", name="uq_pending"),
+)
+
+leases = Table(
+    "leases", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("problem_id", Integer, ForeignKey("problems.id"), nullable=False),
+    Column("device_id", Integer, ForeignKey("devices.id"), nullable=False),
+    Column("holder", String(160), nullable=False),  # host:pid:token of the worker tuning the problem
+    # seconds since the epoch by the database's own clock (workers' clocks may disagree)
+    Column("expires_at", Float, nullable=False),
+    Column("taken_at", String(32), nullable=False),
+    UniqueConstraint("problem_id", "device_id", name="uq_lease"),
 )
 
 DEVICE_FIELDS = ("backend", "model", "compute_capability", "sm_count", "memory_bytes", "driver", "cuda_runtime",

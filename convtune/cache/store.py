@@ -20,7 +20,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import inspect, select
+from sqlalchemy import inspect, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from ..backend import DeviceInfo
@@ -30,8 +30,8 @@ from ..problem import ConvProblem
 from ..strategies import strategy_versions
 from ..timing import TimingStats
 from . import connect, migrate, schema
-from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, measurements, meta, pending, plans, \
-    problems
+from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, leases, measurements, meta, pending, \
+    plans, problems
 
 log = logging.getLogger("convtune")
 
@@ -297,12 +297,13 @@ class PlanCache:
                 self._memo[(decision.device_key, decision.problem.key())] = decision
         return run_id
 
-    def get(self, problem: ConvProblem, device_key: str) -> Decision | None:
-        """The stored decision for this problem on this device and strategy versions, or ``None``."""
+    def get(self, problem: ConvProblem, device_key: str, fresh: bool = False) -> Decision | None:
+        """The stored decision for this problem on this device and strategy versions, or ``None``
+        (``fresh``: a miss remembered from an earlier lookup is asked again at once)."""
         memo_key = (device_key, problem.key())
         with self._lock:
             found = self._memo.get(memo_key)
-            if found is not None or self._misses.get(memo_key, 0.0) > time.monotonic():
+            if found is not None or (not fresh and self._misses.get(memo_key, 0.0) > time.monotonic()):
                 return found
         decision = self._read(problem, device_key)
         with self._lock:
@@ -429,6 +430,70 @@ class PlanCache:
                  .join(devices, pending.c.device_id == devices.c.id)
                  .where(devices.c.fingerprint == device_key).order_by(pending.c.id))
         return [(ConvProblem.from_key(key), served) for key, served in self._read_rows(lambda c: c.execute(query).all())]
+
+    # -- leases: one worker tunes a problem at a time (see convtune.worklist) ---------------------------
+    @property
+    def has_leases(self) -> bool:
+        """Can workers take leases here (a writable cache at schema 3 or later)?"""
+        return not self.read_only and "leases" not in migrate.tables_missing(self.found_version)
+
+    def _clock(self, conn) -> float:
+        """Seconds since the epoch by the database's clock: the one clock every worker of a shared
+        PostgreSQL cache agrees on (a SQLite file is on one machine)."""
+        if self.dialect == "sqlite":
+            return float(conn.exec_driver_sql("SELECT (julianday('now') - 2440587.5) * 86400.0").scalar())
+        return float(conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar())
+
+    def take_lease(self, problem: ConvProblem, device: DeviceInfo, holder: str, ttl_s: float) -> str | None:
+        """Take the lease on tuning ``problem`` on ``device`` for ``ttl_s`` seconds: ``None`` where it is
+        now ``holder``'s (it was free, ran out, or was ``holder``'s already), else who holds it."""
+        def write(conn):
+            dev, prob = self._device_id(conn, device), self._problem_id(conn, problem)
+            now = self._clock(conn)
+            mine = dict(holder=holder, expires_at=now + ttl_s, taken_at=_now())
+            inserted = conn.execute(self._insert(leases).values(problem_id=prob, device_id=dev, **mine)
+                                    .on_conflict_do_nothing(index_elements=["problem_id", "device_id"])
+                                    .returning(leases.c.id)).first()  # (rowcount is -1 here on psycopg)
+            if inserted is not None:
+                return None
+            where = (leases.c.problem_id == prob, leases.c.device_id == dev)
+            before = conn.execute(select(leases.c.holder, leases.c.expires_at).where(*where)).first()
+            # one statement decides: of workers racing for a run-out lease, one updates the row
+            if conn.execute(update(leases).where(*where, or_(leases.c.expires_at < now, leases.c.holder == holder))
+                            .values(**mine)).rowcount:
+                if before is not None and before.holder != holder:
+                    log.info("convtune: the lease of %s by %s ran out %.0f s ago (a worker that died?); taken over "
+                             "by %s", problem.describe(), before.holder, now - before.expires_at, holder)
+                return None
+            return conn.execute(select(leases.c.holder).where(*where)).scalar() or "another worker"
+        return self._transaction(write)
+
+    def renew_leases(self, holder: str, ttl_s: float) -> int:
+        """Extend every lease of ``holder`` to ``ttl_s`` seconds from now; how many there were."""
+        def write(conn):
+            now = self._clock(conn)
+            return conn.execute(update(leases).where(leases.c.holder == holder)
+                                .values(expires_at=now + ttl_s)).rowcount
+        return self._transaction(write)
+
+    def release_lease(self, problem: ConvProblem, device_key: str, holder: str) -> None:
+        """Give ``holder``'s lease on ``problem`` back (nothing where it has none)."""
+        def write(conn):
+            ids = (select(problems.c.id).where(problems.c.key == problem.key()).scalar_subquery(),
+                   select(devices.c.id).where(devices.c.fingerprint == device_key).scalar_subquery())
+            conn.execute(leases.delete().where(leases.c.problem_id == ids[0], leases.c.device_id == ids[1],
+                                               leases.c.holder == holder))
+        self._transaction(write)
+
+    def lease_holder(self, problem: ConvProblem, device_key: str) -> tuple[str, float] | None:
+        """Who holds the lease on ``problem`` and for how many more seconds (negative: run out), or ``None``."""
+        def read(conn):
+            row = conn.execute(select(leases.c.holder, leases.c.expires_at)
+                               .join(problems, leases.c.problem_id == problems.c.id)
+                               .join(devices, leases.c.device_id == devices.c.id)
+                               .where(problems.c.key == problem.key(), devices.c.fingerprint == device_key)).first()
+            return None if row is None else (row.holder, row.expires_at - self._clock(conn))
+        return self._read_rows(read)
 
     def measured_batches(self, problem: ConvProblem) -> list[int]:
         """Batch sizes other than ``problem``'s at which its layer shape (same pass and math mode) has
@@ -634,8 +699,8 @@ class LazyPlanCache:
                 raise
         return self._cache
 
-    def get(self, problem, device_key):
-        return self.cache.get(problem, device_key)
+    def get(self, problem, device_key, fresh=False):
+        return self.cache.get(problem, device_key, fresh)
 
     def put(self, decision):
         return self.cache.put(decision)
@@ -651,6 +716,22 @@ class LazyPlanCache:
 
     def add_pending(self, problem, device, served_by):
         return self.cache.add_pending(problem, device, served_by)
+
+    @property
+    def has_leases(self):
+        return self.cache.has_leases
+
+    def take_lease(self, problem, device, holder, ttl_s):
+        return self.cache.take_lease(problem, device, holder, ttl_s)
+
+    def renew_leases(self, holder, ttl_s):
+        return self.cache.renew_leases(holder, ttl_s)
+
+    def release_lease(self, problem, device_key, holder):
+        return self.cache.release_lease(problem, device_key, holder)
+
+    def lease_holder(self, problem, device_key):
+        return self.cache.lease_holder(problem, device_key)
 
     def __repr__(self):
         return f"<LazyPlanCache {self._cache!r}>" if self._cache else f"<LazyPlanCache {resolve_url(self._url)} (unopened)>"

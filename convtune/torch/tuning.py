@@ -7,6 +7,11 @@ through their own code path, plain ``nn.Conv1d``/``nn.Conv2d`` modules through a
 that goes the same way. :func:`tune` then looks every problem up in the runtime's plan cache and
 tunes what is missing, with progress, so that the first training step finds only cache hits.
 
+Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
+list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
+problem another rank holds is left to it and its plan read from the cache at the end. With one
+cache file (or PostgreSQL database) that every rank reaches, N ranks tune about N times faster.
+
 Examples
 --------
 >>> import torch, convtune, convtune.torch as ct
@@ -28,7 +33,8 @@ import torch
 from torch import nn
 
 from ..problem import PASSES, ConvProblem
-from ..runtime import Runtime, default_runtime
+from ..runtime import Runtime, _Held, default_runtime
+from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
 from ._dispatch import layer_problem
@@ -108,9 +114,11 @@ class TuneReport:
     cached: int = 0
     failed: list[tuple[ConvProblem, str]] = field(default_factory=list)
     seconds: float = 0.0
+    elsewhere: int = 0  # tuned meanwhile by another process on the cache (another rank)
 
     def __str__(self):
-        text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, "
+        others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
+        text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
                 f"{len(self.failed)} failed, in {self.seconds:.1f} s")
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
 
@@ -136,6 +144,14 @@ class _Progress:
                 self.shown = tenth
                 self.stream.write(f"convtune: tuning {done}/{self.total} {label}\n")
         self.stream.flush()
+
+
+def _distributed() -> tuple[int, int]:
+    """This process's rank and the world size under ``torch.distributed`` (``(0, 1)`` outside it)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
@@ -171,28 +187,46 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
                 p = item.problem.for_pass(pass_)
                 distinct.setdefault((p.key(), str(item.device)), (p, item.device, []))[2].append(item.name)
     report = TuneReport(problems=[(p, names) for p, _d, names in distinct.values()])
-    show = _Progress(len(distinct)) if progress is True else progress or None
-    for done, (problem, device, names) in enumerate(distinct.values()):
-        label = f"{names[0]} {problem.pass_}"
+    rank, world = _distributed()
+    items = rotated(list(distinct.values()), rank, world)
+    show = _Progress(len(items)) if progress is True else progress or None
+
+    def shown(done, label):
         if show is not None:
-            show(done, label) if isinstance(show, _Progress) else show(done, len(distinct), label)
+            show(done, label) if isinstance(show, _Progress) else show(done, len(items), label)
+
+    def settle(problem, device, wait):
         try:
             br = bridge(device.type)
             before = rt.tuned
             with rt._lock:
-                decision = br.call(device.index, rt.decision_for, problem, br.backend, True)
+                decision = br.call(device.index, rt.decision_for, problem, br.backend, True, wait)
+            if isinstance(decision, _Held):
+                return False
             if decision is None:
                 report.failed.append((problem, f"not in the plan cache, and the runtime's miss policy is "
                                                f"{rt.miss_policy!r}, not 'tune'"))
             elif rt.tuned > before:
                 report.tuned += 1
+            elif wait:
+                report.elsewhere += 1
             else:
                 report.cached += 1
         except Exception as exc:  # recorded; those layers fall back to PyTorch when they run
             report.failed.append((problem, f"{type(exc).__name__}: {exc}"))
             log.warning("convtune.torch.tune: %s: %s", problem.describe(), exc)
-    if show is not None:
-        show(len(distinct), "done") if isinstance(show, _Progress) else show(len(distinct), len(distinct), "done")
+        return True
+
+    held = []
+    for done, (problem, device, names) in enumerate(items):
+        shown(done, f"{names[0]} {problem.pass_}")
+        if not settle(problem, device, wait=False):
+            held.append((problem, device))  # another rank is tuning it: its plan is read at the end
+    if held:
+        log.info("convtune.torch.tune: waiting for %d problem(s) other processes are tuning", len(held))
+    for problem, device in held:
+        settle(problem, device, wait=True)
+    shown(len(items), "done")
     if torch.cuda.is_available() and any(d.type == "cuda" for _p, d, _n in distinct.values()):
         torch.cuda.empty_cache()  # what tuning held goes back to the device before training starts
     report.seconds = time.perf_counter() - started
