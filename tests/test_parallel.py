@@ -244,3 +244,39 @@ def test_ddp_ranks_split_the_tuning_ahead(tmp_path):
     assert all(r["tuned"] + r["cached"] + r["elsewhere"] == total for r in reports)
     assert set(runs_per_problem(f"sqlite:///{db}").values()) == {1}
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0  # all given back
+
+
+def test_cli_devices_reports_the_workers_progress_and_results(tmp_path, monkeypatch):
+    """The command's side of --devices (the workers are tune_parallel's, tested above on fake devices; here a
+    stand-in that tunes in this process and reports as the workers do)."""
+    from click.testing import CliRunner
+    import convtune.cli as cli
+    import convtune.parallel as parallel
+    monkeypatch.setattr(cli, "_backend", lambda name: type("FakeCupy", (FakeGpu,), {"name": "cupy"})("0"))
+    seen = {}
+
+    def stand_in(job, devices, on_event):
+        seen.update(job=job, devices=devices)
+        result = parallel.Result(device_key=DEVICE.key())
+        planner = Planner(FakeGpu("0"), DeterministicTimer(), strategies=["im2col", "reference"])
+        cache = PlanCache(job.cache_url)
+        for i, key in enumerate(job.problem_keys):
+            device = devices[i % len(devices)]
+            on_event("start", device, key, None)
+            decision = planner.tune(ConvProblem.from_key(key))
+            cache.put(decision)
+            result.sources[key], result.tuned_by[key] = "tuned", device
+            result.decisions.append(decision)
+            on_event("settled", device, key, "tuned")
+        return result
+    monkeypatch.setattr(parallel, "tune_parallel", stand_in)
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: a, batch: 2, in_channels: 3, out_channels: 4, input: [8, 8], kernel: 3}\n"
+                   "  - {name: b, batch: 2, in_channels: 4, out_channels: 4, input: [6, 6], kernel: 3}\n")
+    result = CliRunner().invoke(cli.main, ["tune", str(net), "--devices", "0,1", "--db", str(tmp_path / "p.db"),
+                                           "--passes", "fwd"])
+    assert result.exit_code == 0, result.output
+    assert seen["devices"] == ["0", "1"] and seen["job"].backend == "cupy" and len(seen["job"].problem_keys) == 2
+    assert "2 workers, on GPUs 0, 1" in result.output and "tuning on GPU 1: b fwd" in result.output
+    assert "problems tuned per GPU: GPU 0: 1, GPU 1: 1" in result.output
+    assert "2 tuned, 0 from the cache" in result.output and "summed over the 2 workers" in result.output
