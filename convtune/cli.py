@@ -447,8 +447,8 @@ def demo(ctx, network, batch, db, backend):
     """The whole idea in about a minute on two CPU cores: tune a network, tune it again (every plan
     comes from the cache, nothing is timed), and explain the layer whose winner won by the most.
 
-    `convtune demo --net resnet18 --batch 8` does the same for ResNet-18 (about 13 minutes on two
-    CPU cores).
+    `convtune demo --net resnet18 --batch 8` does the same for ResNet-18 (about 20 s on two CPU
+    cores).
     """
     import tempfile
     from .cache import PlanCache
