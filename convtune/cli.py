@@ -161,9 +161,14 @@ def _progress(items, label: str, describe):
     yield lines()
 
 
-def _explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mode="fp32", db=None) -> str:
+def _explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mode="fp32", db=None, dtype="float32",
+                  layout="channels_first") -> str:
     """The ``convtune explain`` command that shows one layer's candidates, as it must be typed."""
     args = ["convtune", "explain", name, "--net", network, "--pass", pass_]
+    if dtype != "float32":
+        args += ["--dtype", dtype]
+    if layout != "channels_first":
+        args += ["--layout", layout]
     if batch is not None:
         args += ["--batch", str(batch)]
     for value in input_shape or ():
@@ -174,6 +179,13 @@ def _explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mo
         args += ["--db", db]
     return " ".join(shlex.quote(str(a)) for a in args)
 
+
+dtype_option = click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
+                            show_default=True, help="The operands' and result's dtype (half precision "
+                            "accumulates in float32; its error bound is two of its rounding units).")
+layout_option = click.option("--layout", type=click.Choice(["channels_first", "channels_last"]),
+                             default="channels_first", show_default=True,
+                             help="Memory layout of the operands and result (NCHW or NHWC; NCL or NLC).")
 
 db_option = click.option("--db", "db", metavar="URL", default=None,
                          help="Plan cache: a SQLite path, sqlite:///PATH or postgresql://USER@HOST/DB "
@@ -197,6 +209,8 @@ def main():
 @click.option("--passes", default="fwd,dgrad,wgrad", show_default=True, help="Comma-separated passes to tune.")
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True,
               help="fp32: within 1e-5 of float64; tf32: within 1e-3.")
+@dtype_option
+@layout_option
 @click.option("--batch", "batches", default=None, metavar="N[,N...]",
               help="Override every layer's batch size; a comma-separated list tunes every layer at each.")
 @click.option("--pending", is_flag=True,
@@ -217,8 +231,8 @@ def main():
               help="With --keep-spectra: most memory one layer's kept spectra may hold (or 'none').")
 @click.option("--devices", default=None, metavar="I,J,...",
               help="Spread the problems over these GPUs (one worker process each, GPUs of one kind, one plan cache).")
-def tune(network, db, input_shape, passes, math_mode, batches, pending, workspace_limit, time_budget, retune,
-         backend, strategies, exhaustive, keep_spectra, keep_limit, devices):
+def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pending, workspace_limit, time_budget,
+         retune, backend, strategies, exhaustive, keep_spectra, keep_limit, devices):
     """Tune every layer of NETWORK and store the plans.
 
     NETWORK is a YAML/JSON layer list, a built-in network name, an ONNX model (FILE.onnx: its Conv and
@@ -271,7 +285,8 @@ def tune(network, db, input_shape, passes, math_mode, batches, pending, workspac
         skipped, layers = [], []
         for batch in batch_list:
             for shape in shape_sets:
-                found = load_network(network, batch=batch, math=math_mode, input_shape=shape, skipped=skipped)
+                found = load_network(network, batch=batch, math=math_mode, input_shape=shape, skipped=skipped,
+                                     dtype=dtype, layout=layout)
                 if len(batch_list) * len(shape_sets) > 1:  # several sets: the names say which
                     suffix = (f"@b{batch}" if len(batch_list) > 1 else "") + \
                         ("@" + "x".join(map(str, next(iter(shape.values())))) if len(shape_sets) > 1 else "")
@@ -344,7 +359,8 @@ def tune(network, db, input_shape, passes, math_mode, batches, pending, workspac
         _echo(_where_the_time_went(decisions, elapsed, len(device_list or ())))
     for name, problem, exc in failures:
         hint = _explain_hint(name, network, problem.pass_, batch=problem.batch if batches else None,
-                             input_shape=input_shape, math_mode=math_mode, db=db) if network else \
+                             input_shape=input_shape, math_mode=math_mode, db=db, dtype=dtype, layout=layout) \
+            if network else \
             f"convtune explain {shlex.quote(problem.key())}" + (f" --db {shlex.quote(str(db))}" if db else "")
         _echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `{hint}`", err=True)
     if keep_spectra:
@@ -484,19 +500,24 @@ def demo(ctx, network, batch, db, backend):
 @click.option("--strategy", default=None, help="Only plans of this strategy.")
 @click.option("--pass", "pass_", type=click.Choice(PASS_NAMES), default=None)
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default=None)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None)
+@click.option("--layout", type=click.Choice(["channels_first", "channels_last"]), default=None)
 @click.option("--problem", default=None, help="Only problem keys containing this text (e.g. ker7x7).")
 @click.option("--current", is_flag=True, help="Only plans usable by this convtune on this machine.")
-def show(db, device, strategy, pass_, math_mode, problem, current):
+def show(db, device, strategy, pass_, math_mode, dtype, layout, problem, current):
     """List the plan table (plans of other devices and older strategy versions too, marked)."""
     from .cache import PlanCache
+    from .problem import ConvProblem
     cache = PlanCache(db, create=False, read_only=True)
     here = set(_machine_fingerprints())
     rows = []
     for r in cache.plan_rows():
-        p_pass, p_math = r["problem_key"].split(":")[2], r["problem_key"].split(":")[4]
+        p = ConvProblem.from_key(r["problem_key"])
         if device and device not in r["fingerprint"]:
             continue
-        if strategy and r["strategy"] != strategy or pass_ and p_pass != pass_ or math_mode and p_math != math_mode:
+        if strategy and r["strategy"] != strategy or pass_ and p.pass_ != pass_ or math_mode and p.math != math_mode:
+            continue
+        if dtype and p.dtype != dtype or layout and p.layout != layout:
             continue
         if problem and problem not in r["problem_key"]:
             continue
@@ -521,10 +542,12 @@ def show(db, device, strategy, pass_, math_mode, problem, current):
 @db_option
 @click.option("--pass", "pass_", type=click.Choice(PASS_NAMES), default=None, help="One pass (default: all).")
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
+@dtype_option
+@layout_option
 @click.option("--batch", type=click.IntRange(min=1), default=None)
 @input_shape_option
 @click.option("--device", default=None, help="Device fingerprint text (default: this machine's).")
-def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
+def explain(layer, network, db, pass_, math_mode, dtype, layout, batch, input_shape, device):
     """Every candidate of LAYER's latest tuning run, and why the winner won.
 
     LAYER is a layer name of --net, or a problem key as `convtune show` prints it.
@@ -536,7 +559,7 @@ def explain(layer, network, db, pass_, math_mode, batch, input_shape, device):
     if network:
         skipped = []
         matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape),
-                                           skipped=skipped) if l.name == layer]
+                                           skipped=skipped, dtype=dtype, layout=layout) if l.name == layer]
         if not matches:
             why = next((f": it is a {op} node convtune leaves out ({reason})" for name, op, reason in skipped
                         if name == layer), "")
@@ -600,7 +623,7 @@ def _explain_nothing(cache, problem, fps, others, layer, network, batch, input_s
     batches = cache.measured_batches(problem)
     if batches:
         hints = [_explain_hint(layer, network, problem.pass_, batch=b, input_shape=input_shape, math_mode=problem.math,
-                               db=db) if network else
+                               db=db, dtype=problem.dtype, layout=problem.layout) if network else
                  f"convtune explain {shlex.quote(problem.replace(batch=b).key())}" + (f" --db {shlex.quote(db)}" if db else "")
                  for b in batches]
         _echo(f"   measured at batch size {', '.join(map(str, batches))}" + (f" (not {batch})" if batch else "") + ":")

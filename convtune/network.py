@@ -9,7 +9,7 @@ optionally ``stride, padding, dilation, groups`` (an int or one per axis) and
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -83,18 +83,28 @@ def parse_network(text: str, origin: str, batch: int | None = None, math: str = 
 
 
 def load_network(spec: str, batch: int | None = None, math: str = "fp32",
-                 input_shape: tuple[int, ...] | dict | None = None, skipped: list | None = None) -> list[Layer]:
+                 input_shape: tuple[int, ...] | dict | None = None, skipped: list | None = None,
+                 dtype: str = "float32", layout: str = "channels_first") -> list[Layer]:
     """Layers of a network file (YAML or JSON), of a built-in network, of an ONNX model (``*.onnx``; see
     :mod:`convtune.onnxnet`: ``input_shape`` a dict of input name to shape, ``skipped`` collects the
     convolution nodes left out and why), or of a PyTorch model (``torchvision:NAME``, ``timm:NAME``,
     ``convtune:NAME`` or ``module:callable``; see :mod:`convtune.torch.models`: ``input_shape`` one
-    shape).
+    shape). Every layer's problems are of ``dtype`` and ``layout`` (see :mod:`convtune.precision`).
 
     Examples
     --------
     >>> [layer.name for layer in load_network("alexnet")][:2]
     ['conv1', 'conv2']
+    >>> load_network("alexnet", dtype="bfloat16", layout="channels_last")[0].problem.describe()[-29:]
+    'bfloat16 channels_last fp32'
     """
+    layers = _load(spec, batch, math, input_shape, skipped)
+    if (dtype, layout) == ("float32", "channels_first"):
+        return layers
+    return [replace(layer, problem=layer.problem.replace(dtype=dtype, layout=layout)) for layer in layers]
+
+
+def _load(spec, batch, math, input_shape, skipped) -> list[Layer]:
     if batch is not None and (not isinstance(batch, int) or batch <= 0):
         raise NetworkError(f"batch must be a positive integer, got {batch!r}")
     path = Path(spec)

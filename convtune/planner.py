@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import precision
 from .backend import Backend, get_backend
 from .errors import TuningError
 from .plan import CandidateOutcome, Decision, Plan
@@ -109,10 +110,12 @@ def relative_error(xp, out, ref) -> float:
 
 
 def random_operands(backend: Backend, problem: ConvProblem, seed: int):
-    """Fresh standard-normal float32 operands for the problem's pass (never zeros)."""
+    """Fresh standard-normal operands for the problem's pass (never zeros), as the problem stores them:
+    rounded to its dtype, in its layout (:func:`convtune.precision.stored`)."""
     xp = backend.xp
     rng = xp.random.default_rng(seed)
-    return tuple(rng.standard_normal(shape, dtype=xp.float32) for shape in problem.operand_shapes)
+    return tuple(precision.stored(xp, rng.standard_normal(shape, dtype=xp.float32), problem)
+                 for shape in problem.operand_shapes)
 
 
 def _failure_reason(backend: Backend, exc: BaseException) -> str:
@@ -255,7 +258,7 @@ class Planner:
 
     def _within_limit(self, s: _Search, cand: Candidate, kept: list) -> None:
         """``cand`` into ``kept``, or recorded ``over_budget`` where its workspace is over the limit."""
-        ws = cand.strategy.workspace_bytes(s.problem, cand.config)
+        ws = cand.strategy.workspace(s.problem, cand.config)
         if self.workspace_limit is not None and ws > self.workspace_limit:
             s.outcomes.append(self._outcome(s, cand, "over_budget", reason=(
                 f"workspace {human_bytes(ws)} over the limit {human_bytes(self.workspace_limit)}")))
@@ -316,8 +319,8 @@ class Planner:
             self._report(f"verify {cand.label}")
             started = time.perf_counter()
             try:
-                out = xp.full(small.result_shape, xp.nan, dtype=xp.float32)
-                run = cand.strategy.build(small, cand.config, self.backend)
+                out = precision.empty_result(xp, small, fill=xp.nan)
+                run = cand.strategy.executor(small, cand.config, self.backend)
                 s.spend(cand, "build_s", time.perf_counter() - started)
                 first_s = self._synchronized_run(run, a, b, out)
                 err = relative_error(xp, out, ref)
@@ -381,7 +384,7 @@ class Planner:
         a, b, _ = made
         s.full_operands = (a, b)
         xp = self.backend.xp
-        out = xp.empty(problem.result_shape, dtype=xp.float32)
+        out = precision.empty_result(xp, problem)
         left = None if available is None else available - problem.min_bytes()
         timed = []
         spent, best = 0.0, math.inf
@@ -391,7 +394,7 @@ class Planner:
                 s.outcomes.append(self._outcome(s, cand, "skipped", error=err,
                                                 reason=f"time budget of {self.time_budget_s:g} s spent"))
                 continue
-            ws = cand.strategy.workspace_bytes(problem, cand.config)
+            ws = cand.strategy.workspace(problem, cand.config)
             if left is not None and ws > left:  # checked before it allocates
                 s.outcomes.append(self._outcome(s, cand, "over_budget", error=err, reason=(
                     f"workspace {human_bytes(ws)} over the {human_bytes(left)} of memory left beside the operands")))
@@ -401,7 +404,7 @@ class Planner:
                 else None
             t0 = t_timing = time.perf_counter()
             try:
-                run = cand.strategy.build(problem, cand.config, self.backend)
+                run = cand.strategy.executor(problem, cand.config, self.backend)
                 t_timing = time.perf_counter()
                 s.spend(cand, "build_s", t_timing - t0)
                 # timed as the runtime calls it: into ``out``, or making its own result where it does
@@ -448,10 +451,10 @@ class Planner:
             for i, outcome in enumerate(ranked):
                 self._report(f"check {outcome.label} at the full batch")
                 try:
-                    out = xp.full(problem.result_shape, xp.nan, dtype=xp.float32)
+                    out = precision.empty_result(xp, problem, fill=xp.nan)
                     strategy = get_strategy(outcome.strategy)
                     config = strategy.config_type.from_dict(outcome.config)
-                    strategy.build(problem, config, self.backend)(a, b, out)
+                    strategy.executor(problem, config, self.backend)(a, b, out)
                     err = relative_error(xp, out, ref)
                 except Exception as exc:
                     err, failure = math.inf, _failure_reason(self.backend, exc)
@@ -473,7 +476,7 @@ class Planner:
     def _outcome(self, s: _Search, cand, status, **fields) -> CandidateOutcome:
         cost = s.costs.get(cand.label, {})
         return CandidateOutcome(cand.strategy.name, cand.config.as_dict(), cand.label, status,
-                                workspace_bytes=cand.strategy.workspace_bytes(s.problem, cand.config),
+                                workspace_bytes=cand.strategy.workspace(s.problem, cand.config),
                                 build_s=cost.get("build_s"), verify_s=cost.get("verify_s"),
                                 timing_s=cost.get("timing_s"), rank=cand.rank, **fields)
 
@@ -505,7 +508,7 @@ def build_from_config(problem: ConvProblem, strategy_name: str, config: dict | C
     strategy = get_strategy(strategy_name)
     strategy.check(problem, backend)
     cfg = config if isinstance(config, Config) else strategy.config_type.from_dict(config)
-    return Plan(problem, strategy.name, cfg, backend.name, source, strategy.build(problem, cfg, backend))
+    return Plan(problem, strategy.name, cfg, backend.name, source, strategy.executor(problem, cfg, backend))
 
 
 def check_config(problem: ConvProblem, strategy_name: str, config: dict | Config, backend: Backend,
@@ -520,8 +523,8 @@ def check_config(problem: ConvProblem, strategy_name: str, config: dict | Config
     xp = backend.xp
     a, b = random_operands(backend, small, seed)
     ref = get_strategy("reference").build(small, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
-    out = xp.full(small.result_shape, xp.nan, dtype=xp.float32)
-    strategy.build(small, cfg, backend)(a, b, out)
+    out = precision.empty_result(xp, small, fill=xp.nan)
+    strategy.executor(small, cfg, backend)(a, b, out)
     err = relative_error(xp, out, ref)
     if not err <= problem.tolerance:
         raise TuningError(f"{strategy.describe(cfg)} has error {err:.3g} on {problem.describe()}, over the "

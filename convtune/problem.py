@@ -20,6 +20,9 @@ pass       operands          result
 ``dgrad``  ``dy, w``         ``dx``
 ``wgrad``  ``x, dy``         ``dw``
 =========  ================  ==========
+
+A problem's ``dtype`` (float32, bfloat16, float16) and ``layout`` (channels_first, channels_last)
+say how its operands are stored and how accurate its result must be: :mod:`convtune.precision`.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ import numbers
 from dataclasses import dataclass
 from collections.abc import Iterable
 
+from . import precision
+
 #: Version of the canonical key format; bump when :meth:`ConvProblem.key` changes.
 KEY_VERSION = 1
 
 PASSES = ("fwd", "dgrad", "wgrad")
-DTYPES = ("float32",)
+DTYPES = precision.DTYPES
+LAYOUTS = precision.LAYOUTS
 #: Math mode -> maximal relative error ``||out - ref|| / ||ref||`` against float64.
 MATH_TOLERANCE = {"fp32": 1e-5, "tf32": 1e-3}
 MAX_RANK = 3
@@ -90,12 +96,13 @@ class ConvProblem:
     dtype: str = "float32"
     math: str = "fp32"
     pass_: str = "fwd"
+    layout: str = "channels_first"
 
     # -- construction -------------------------------------------------------------
     @classmethod
     def make(cls, *, batch, in_channels, out_channels, input_size, kernel_size,
              stride=1, padding=0, dilation=1, groups=1, dtype="float32", math="fp32",
-             pass_="fwd") -> "ConvProblem":
+             pass_="fwd", layout="channels_first") -> "ConvProblem":
         """Build a problem, broadcasting int stride/padding/dilation/kernel to every axis."""
         if isinstance(input_size, (numbers.Number, str, bytes)) or not isinstance(input_size, Iterable):
             raise ValueError("input_size must be a sequence with one entry per spatial dimension, "
@@ -106,7 +113,8 @@ class ConvProblem:
                    out_channels=integral(out_channels, "out_channels"), input_size=input_size,
                    kernel_size=_tuple(kernel_size, rank, "kernel_size"), stride=_tuple(stride, rank, "stride"),
                    padding=_tuple(padding, rank, "padding"), dilation=_tuple(dilation, rank, "dilation"),
-                   groups=integral(groups, "groups"), dtype=str(dtype), math=str(math), pass_=str(pass_))
+                   groups=integral(groups, "groups"), dtype=str(dtype), math=str(math), pass_=str(pass_),
+                   layout=str(layout))
 
     def __post_init__(self):
         rank = len(self.input_size)
@@ -131,8 +139,7 @@ class ConvProblem:
         if self.in_channels % self.groups or self.out_channels % self.groups:
             raise ValueError(f"in_channels ({self.in_channels}) and out_channels ({self.out_channels}) "
                              f"must both be divisible by groups ({self.groups})")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; acceptable dtypes: {', '.join(DTYPES)}")
+        precision.check(self.dtype, self.layout)
         if self.math not in MATH_TOLERANCE:
             raise ValueError(f"unknown math mode {self.math!r}; acceptable modes: {', '.join(MATH_TOLERANCE)}")
         if self.pass_ not in PASSES:
@@ -171,7 +178,8 @@ class ConvProblem:
 
     @property
     def tolerance(self) -> float:
-        return MATH_TOLERANCE[self.math]
+        """The bound on the relative error against float64: the math mode's, or the dtype's where looser."""
+        return precision.tolerance(self.dtype, MATH_TOLERANCE[self.math])
 
     @property
     def x_shape(self) -> tuple[int, ...]:
@@ -202,6 +210,11 @@ class ConvProblem:
     def for_pass(self, pass_: str) -> "ConvProblem":
         return self.replace(pass_=pass_)
 
+    def in_float32(self) -> "ConvProblem":
+        """The float32 channels-first problem of the same shape, pass and math mode (what a strategy
+        that reads neither this dtype nor this layout runs, see :func:`convtune.precision.bounded`)."""
+        return self.replace(dtype="float32", layout="channels_first")
+
     # -- keys and reports ----------------------------------------------------------
     def layer_key(self) -> str:
         """Key of the layer shape alone, without pass, dtype and math mode."""
@@ -210,16 +223,19 @@ class ConvProblem:
                 f"p{_fmt(self.padding)}:d{_fmt(self.dilation)}:g{self.groups}")
 
     def key(self) -> str:
-        """Canonical, human-readable key; ``ck<KEY_VERSION>`` leads so old keys never collide."""
+        """Canonical, human-readable key; ``ck<KEY_VERSION>`` leads so old keys never collide. A
+        channels-last problem ends in ``:channels_last`` (a channels-first one's key is as it always was)."""
         head, rest = self.layer_key().split(":", 1)
-        return f"ck{KEY_VERSION}:{head}:{self.pass_}:{self.dtype}:{self.math}:{rest}"
+        tail = "" if self.layout == "channels_first" else f":{self.layout}"
+        return f"ck{KEY_VERSION}:{head}:{self.pass_}:{self.dtype}:{self.math}:{rest}{tail}"
 
     @classmethod
     def from_key(cls, key: str) -> "ConvProblem":
         """Inverse of :meth:`key`."""
         parts = key.split(":")
-        if len(parts) != 14 or parts[0] != f"ck{KEY_VERSION}":
+        if len(parts) not in (14, 15) or parts[0] != f"ck{KEY_VERSION}":
             raise ValueError(f"not a convtune problem key of format version {KEY_VERSION}: {key!r}")
+        layout = parts.pop() if len(parts) == 15 else "channels_first"
         _, _conv, pass_, dtype, math_, n, c, k, inp, ker, s, p, d, g = parts
 
         def dims(text, prefix):
@@ -228,7 +244,7 @@ class ConvProblem:
         return cls(batch=int(n[1:]), in_channels=int(c[1:]), out_channels=int(k[1:]),
                    input_size=dims(inp, "in"), kernel_size=dims(ker, "ker"), stride=dims(s, "s"),
                    padding=dims(p, "p"), dilation=dims(d, "d"), groups=int(g[1:]), dtype=dtype,
-                   math=math_, pass_=pass_)
+                   math=math_, pass_=pass_, layout=layout)
 
     def flops(self) -> int:
         """Multiply-adds x 2 of the direct algorithm (the same for every pass)."""
@@ -238,11 +254,13 @@ class ConvProblem:
 
     def min_bytes(self) -> int:
         """Fewest bytes a pass must move: each operand read once, the result written once."""
-        item = 4  # float32
+        item = precision.ITEMSIZE[self.dtype]
         a, b = self.operand_shapes
         return item * (math.prod(a) + math.prod(b) + math.prod(self.result_shape))
 
     def describe(self) -> str:
         return (f"conv{self.rank}d {self.pass_} N={self.batch} C={self.in_channels}->{self.out_channels} "
                 f"in={_fmt(self.input_size)} k={_fmt(self.kernel_size)} s={_fmt(self.stride)} "
-                f"p={_fmt(self.padding)} d={_fmt(self.dilation)} g={self.groups} {self.math}")
+                f"p={_fmt(self.padding)} d={_fmt(self.dilation)} g={self.groups}"
+                + ("" if self.dtype == "float32" else f" {self.dtype}")
+                + ("" if self.layout == "channels_first" else f" {self.layout}") + f" {self.math}")

@@ -85,6 +85,9 @@ def held_bytes(problem: ConvProblem, sizes) -> int:
 
 def unsupported_reason(problem: ConvProblem) -> str | None:
     """Why the round trip (the frequency-major executor's) cannot run ``problem``, or ``None``."""
+    if problem.dtype != "float32" or problem.layout != "channels_first":
+        return (f"kept spectra run float32 channels-first layers; this one is {problem.dtype} {problem.layout} "
+                "(its passes keep their own plans)")
     reason = freqmajor.unsupported_reason(problem)
     return reason and reason + " (depthwise layers keep their per-pass pointwise FFT plans)"
 

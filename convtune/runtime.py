@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from . import precision
 from .backend import Backend, backend_for
 from .errors import CacheError, ConvtuneError, TuningError
 from .plan import Decision, Plan
@@ -428,13 +429,16 @@ def _device_id(a):
     return getattr(getattr(a, "device", None), "id", None)
 
 
-def _check_dtype(*arrays):
-    for a in arrays:
-        if str(a.dtype) != "float32":
-            raise ValueError(f"convtune runs float32 arrays; got {a.dtype}. Convert with .astype('float32')")
+def _precision(a, b) -> dict:
+    """The dtype and layout of a call's operands (they must share a dtype; the layout is ``a``'s)."""
+    dtype = precision.dtype_of(a)
+    if precision.dtype_of(b) != dtype:
+        raise ValueError(f"the operands have dtypes {a.dtype} and {b.dtype}; convtune runs both in one dtype")
+    return {"dtype": dtype, "layout": precision.layout_of(a)}
 
 
-def _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pass_):
+def _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pass_, dtype="float32",
+                  layout="channels_first"):
     if len(x_shape) < 3 or len(w_shape) != len(x_shape):
         raise ValueError(f"expected input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) of the same "
                          f"rank; got shapes {tuple(x_shape)} and {tuple(w_shape)}")
@@ -446,12 +450,13 @@ def _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pas
                          f"groups={groups}, but the input has {x_shape[1]}")
     return ConvProblem.make(batch=x_shape[0], in_channels=x_shape[1], out_channels=w_shape[0],
                             input_size=tuple(x_shape[2:]), kernel_size=tuple(w_shape[2:]), stride=stride,
-                            padding=padding, dilation=dilation, groups=groups, math=math, pass_=pass_)
+                            padding=padding, dilation=dilation, groups=groups, math=math, pass_=pass_, dtype=dtype,
+                            layout=layout)
 
 
-def _backward_problem(x_shape, w_shape, dy, stride, padding, dilation, groups, math, pass_):
+def _backward_problem(x_shape, w_shape, dy, stride, padding, dilation, groups, math, pass_, **kinds):
     """The problem of a backward pass, checking that ``dy`` has the forward output's shape."""
-    problem = _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pass_)
+    problem = _layer_fields(x_shape, w_shape, stride, padding, dilation, groups, math, pass_, **kinds)
     if tuple(dy.shape) != problem.y_shape:
         raise ValueError(f"dy has shape {tuple(dy.shape)} but input {tuple(x_shape)} and weight {tuple(w_shape)} "
                          f"give outputs of shape {problem.y_shape}")
@@ -558,8 +563,9 @@ def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: 
 
     Parameters
     ----------
-    x : array (N, C_in, *spatial) or, unbatched, (C_in, *spatial); float32, NumPy or CuPy
-    w : array (C_out, C_in // groups, *kernel)
+    x : array (N, C_in, *spatial) or, unbatched, (C_in, *spatial); NumPy or CuPy; float32 or float16;
+        channels-last strides make a channels_last problem (see :mod:`convtune.precision`)
+    w : array (C_out, C_in // groups, *kernel), of ``x``'s dtype
     stride, dilation : int or sequence of ints, per spatial axis
     padding : int, sequence of ints, ``'valid'`` or ``'same'`` (stride 1; an even kernel's extra zero
         goes after, as in PyTorch)
@@ -585,12 +591,11 @@ def conv(x, w, stride=1, padding=0, dilation=1, groups=1, *, math="fp32", plan: 
     if _general(x, w, padding):
         return _conv_general(x, w, stride, padding, dilation, groups, math, plan, out, runtime)
     sig = ("fwd", x.shape, w.shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups, math,
-           type(x), x.dtype, w.dtype, _device_id(x))
+           type(x), x.dtype, w.dtype, x.strides, _device_id(x))
     rt = runtime or default_runtime()
 
     def make():
-        _check_dtype(x, w)
-        return _layer_fields(x.shape, w.shape, stride, padding, dilation, groups, math, "fwd")
+        return _layer_fields(x.shape, w.shape, stride, padding, dilation, groups, math, "fwd", **_precision(x, w))
     return rt.dispatch(sig, make, x, w, plan, out)
 
 
@@ -604,12 +609,12 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
     if isinstance(padding, str) or dy.ndim == w.ndim - 1 or (x_shape and x_shape[0] == 0):
         return _dgrad_general(dy, w, x_shape, stride, padding, dilation, groups, math, plan, out, runtime)
     sig = ("dgrad", dy.shape, w.shape, x_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
-           math, type(dy), dy.dtype, w.dtype, _device_id(dy))
+           math, type(dy), dy.dtype, w.dtype, dy.strides, _device_id(dy))
     rt = runtime or default_runtime()
 
     def make():
-        _check_dtype(dy, w)
-        return _backward_problem(x_shape, w.shape, dy, stride, padding, dilation, groups, math, "dgrad")
+        return _backward_problem(x_shape, w.shape, dy, stride, padding, dilation, groups, math, "dgrad",
+                                 **_precision(dy, w))
     return rt.dispatch(sig, make, dy, w, plan, out)
 
 
@@ -620,12 +625,12 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
     if isinstance(padding, str) or x.ndim == len(w_shape) - 1 or (x.ndim == len(w_shape) and x.shape[0] == 0):
         return _wgrad_general(x, dy, w_shape, stride, padding, dilation, groups, math, plan, out, runtime)
     sig = ("wgrad", x.shape, dy.shape, w_shape, _hashable(stride), _hashable(padding), _hashable(dilation), groups,
-           math, type(x), x.dtype, dy.dtype, _device_id(x))
+           math, type(x), x.dtype, dy.dtype, x.strides, _device_id(x))
     rt = runtime or default_runtime()
 
     def make():
-        _check_dtype(x, dy)
-        return _backward_problem(x.shape, w_shape, dy, stride, padding, dilation, groups, math, "wgrad")
+        return _backward_problem(x.shape, w_shape, dy, stride, padding, dilation, groups, math, "wgrad",
+                                 **_precision(x, dy))
     return rt.dispatch(sig, make, x, dy, plan, out)
 
 

@@ -245,6 +245,7 @@ def test_upgrading_a_postgres_cache_backs_it_up_first(pg_server, tmp_path, monke
     with cache.engine.begin() as conn:  # make it a schema-1 database
         for column in ("build_s", "verify_s", "timing_s", "rank"):
             conn.execute(text(f'ALTER TABLE measurements DROP COLUMN "{column}"'))
+        conn.execute(text('ALTER TABLE problems DROP COLUMN "layout"'))
         conn.execute(text("UPDATE convtune_meta SET value = '1' WHERE key = 'schema_version'"))
     cache.close()
     upgraded = PlanCache(url)

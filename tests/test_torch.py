@@ -237,12 +237,18 @@ def test_float64_falls_back_with_one_message(caplog):
     assert caplog.text.count("float64") == 1 and "PyTorch's convolution runs" in caplog.text
 
 
-def test_autocast_falls_back_to_pytorchs_autocast_convolution(caplog):
-    layer = ct.Conv2d(3, 4, 3, runtime=make_runtime(["im2col"]))
+def test_autocast_runs_the_plan_tuned_for_its_dtype(caplog):
+    rt = make_runtime(["im2col"])
+    layer = ct.Conv2d(3, 4, 3, runtime=rt)
+    plain = nn.Conv2d(3, 4, 3)
+    plain.load_state_dict(layer.state_dict())
     x = torch.randn(2, 3, 8, 8)
     with caplog.at_level(logging.WARNING, logger="convtune"), torch.autocast("cpu", dtype=torch.bfloat16):
-        y = layer(x)
-    assert y.dtype == torch.bfloat16 and "autocast" in caplog.text
+        y, expected = layer(x), plain(x)
+    assert y.dtype == expected.dtype == torch.bfloat16 and "PyTorch's convolution runs" not in caplog.text
+    (route,) = rt.layer_memo("torch").values()
+    assert route.problem.dtype == "bfloat16" and route.labels()["fwd"].startswith("im2col[")
+    torch.testing.assert_close(y.float(), expected.float(), rtol=2 ** -7, atol=2 ** -7 * float(expected.abs().max()))
 
 
 def test_a_runtime_that_cannot_plan_falls_back(caplog):

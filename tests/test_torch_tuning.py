@@ -248,3 +248,20 @@ def test_pytorchs_candidate_is_timed_even_when_its_verification_run_is_slow(monk
     outcome, labels = tuned()
     assert outcome.status == "skipped" and not any(label.startswith("torch") for label in labels)
     assert planner_module.SLOW_FACTOR < 1000
+
+
+def test_cli_bench_model_amp_modes_on_the_cpu(tmp_path, fake_default_timer):
+    out = tmp_path / "bench.json"
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
+                 "torch-amp-bf16,convtune-amp-bf16", "--steps", "3", "--warmup", "0", "--db", tmp_path / "plans.db",
+                 "-o", out)
+    assert result.exit_code == 0, result.output
+    torch_mode, ours = json.loads(out.read_text())["modes"]
+    assert ours["tuning"]["tuned"] == ours["tuning"]["problems"] > 0 and not ours["tuning"]["failed"]
+    assert all(":bfloat16:" in key and key.endswith(":channels_last") for key in _tuned_keys(tmp_path / "plans.db"))
+    assert ours["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=5e-2)  # both in bfloat16
+
+
+def _tuned_keys(db):
+    from convtune.cache import PlanCache
+    return [r["problem_key"] for r in PlanCache(str(db), create=False, read_only=True).plan_rows()]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -10,7 +11,8 @@ import sys
 
 import click
 
-from ..cli import _backend, _echo, _ms_value, _passes, _shapes, _table, db_option, input_shape_option, main
+from ..cli import (_backend, _echo, _ms_value, _passes, _shapes, _table, db_option, dtype_option, input_shape_option,
+                   layout_option, main)
 
 
 def _command_line(name: str) -> str:
@@ -37,6 +39,8 @@ def _json_writer(output: str):
               help="Sweep batch x channels settings, comma-separated (e.g. 32x64,128x16).")
 @click.option("--passes", default="fwd,dgrad,wgrad", show_default=True)
 @click.option("--math", "math_mode", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True)
+@dtype_option
+@layout_option
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
 @input_shape_option
 @click.option("--layers", "only", default=None, help="Comma-separated layer names to run (default: all).")
@@ -48,8 +52,8 @@ def _json_writer(output: str):
               help="JSON results file.")
 @click.option("--keep-spectra/--no-keep-spectra", default=True, show_default=True,
               help="With all three passes, also measure each layer's FFT round trip with kept spectra.")
-def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, batch, input_shape, only,
-          repeats, time_budget, backend, output, keep_spectra):
+def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passes, math_mode, dtype, layout, batch,
+          input_shape, only, repeats, time_budget, backend, output, keep_spectra):
     """Time convtune's runtime dispatch against its peers on NETWORK's layers (and/or --sweep).
 
     Peers, in the same process on the same arrays: PyTorch with cudnn.benchmark=True, TF32
@@ -73,7 +77,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
         raise click.ClickException("give a NETWORK, --sweep, or both")
     skipped = []
     layers = load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape),
-                          skipped=skipped) if network else []
+                          skipped=skipped, dtype=dtype, layout=layout) if network else []
     for name, op_type, reason in skipped:
         _echo(f"skipped {name} ({op_type}): {reason}", err=True)
     if only:
@@ -100,6 +104,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
             settings.append({"batch": int(b), "channels": int(c)})
         sweep_list = sweep_layers(math_mode, _ints(sweep_kernels, "--sweep-kernels"),
                                   _ints(sweep_inputs, "--sweep-inputs"), settings)
+        sweep_list = [dataclasses.replace(l, problem=l.problem.replace(dtype=dtype, layout=layout)) for l in sweep_list]
     total = len(layers) + len(sweep_list or [])
     _echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
     overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
@@ -155,7 +160,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @input_shape_option
 @click.option("--modes", default="torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32", show_default=True,
               help="Comma-separated: torch-fp32, torch-tf32, torch-amp-bf16 (channels_last), convtune-fp32, "
-                   "convtune-tf32.")
+                   "convtune-tf32, convtune-amp-bf16 (channels_last).")
 @click.option("--steps", type=click.IntRange(min=3), default=20, show_default=True, help="Timed training steps per mode.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed steps after the first.")
 @click.option("--device", "device_name", default=None, help="Torch device (default: cuda if PyTorch sees one, else cpu).")

@@ -2,6 +2,9 @@
 
 * ``torch-fp32``: PyTorch with ``cudnn.benchmark = True`` and TF32 off;
 * ``torch-tf32``: the same with TF32 allowed;
+
+(both in the problem's dtype and layout: for a bfloat16 channels_last problem, PyTorch's bfloat16
+channels_last convolution, whose accumulation TF32 does not change);
 * ``cudnn-best``: the fastest single cuDNN engine (engine id + knobs) for the
   problem in its math mode: a search of its own over the cuDNN strategy's
   candidates only (float64 check first, as for any candidate), then the winner
@@ -46,6 +49,8 @@ def _torch_peer(name: str, tf32: bool) -> Peer:
         conv, conv_input, conv_weight = {1: (F.conv1d, grad.conv1d_input, grad.conv1d_weight),
                                          2: (F.conv2d, grad.conv2d_input, grad.conv2d_weight)}[problem.rank]
         ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)  # zero-copy views of the CuPy arrays
+        if problem.dtype == "bfloat16":  # stored in float32 (convtune.precision): PyTorch runs it in bfloat16
+            ta, tb = ta.to(torch.bfloat16), tb.to(torch.bfloat16)
         kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation, groups=problem.groups)
 
         def run():

@@ -14,17 +14,19 @@ import logging
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import Float, Integer, update
+from sqlalchemy import Float, Integer, String, update
 from sqlalchemy.engine import make_url
 
 from ..errors import CacheError
-from .schema import COLUMNS_ADDED, SCHEMA_VERSION, TABLES_ADDED, measurements, meta, metadata
+from .schema import COLUMNS_ADDED, SCHEMA_VERSION, TABLES_ADDED, measurements, meta, metadata, problems
 
 log = logging.getLogger("convtune")
 
 #: The type of each added column, as the DDL writes it (the tables' own definitions say the same).
-_TYPES = {"build_s": Float(), "verify_s": Float(), "timing_s": Float(), "rank": Integer()}
-_TABLES = {"measurements": measurements}
+_TYPES = {"build_s": Float(), "verify_s": Float(), "timing_s": Float(), "rank": Integer(), "layout": String(16)}
+#: What an added column holds in the rows that were there before it (none: NULL).
+_DEFAULTS = {"layout": "'channels_first' NOT NULL"}
+_TABLES = {"measurements": measurements, "problems": problems}
 
 
 def backup_path(cache, found: int) -> Path:
@@ -57,7 +59,8 @@ def upgrade(cache, found: int) -> Path:
                 for column in columns:
                     kind = _TYPES[column].compile(dialect=conn.dialect)
                     name = conn.dialect.identifier_preparer.quote(column)
-                    conn.exec_driver_sql(f"ALTER TABLE {_TABLES[table].name} ADD COLUMN {name} {kind}")
+                    default = f" DEFAULT {_DEFAULTS[column]}" if column in _DEFAULTS else ""
+                    conn.exec_driver_sql(f"ALTER TABLE {_TABLES[table].name} ADD COLUMN {name} {kind}{default}")
         conn.execute(update(meta).where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
     cache.db.write(steps)
     log.warning("plan cache %s upgraded from schema %d to %d (every plan and measurement kept); the database as it "

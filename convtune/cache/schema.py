@@ -2,7 +2,8 @@
 
 * ``meta``: the schema version.
 * ``devices``: one row per device fingerprint, every field a column.
-* ``problems``: one row per problem key, with typed columns.
+* ``problems``: one row per problem key, with typed columns (``layout`` since schema 4; the
+  problems of an older database are all channels-first).
 * ``measurements``: every candidate outcome of every tuning run (append-only), with what searching
   it cost (schema 2).
 * ``plans``: the winner per problem (pass and math mode are in the problem) x
@@ -21,9 +22,10 @@ from sqlalchemy import (BigInteger, Column, Float, ForeignKey, Integer, MetaData
 
 #: Bump on any table change, with its migration in :mod:`convtune.cache.migrate` (an older database is
 #: upgraded after a backup, never discarded; a newer one is refused, never altered).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: The columns each version added to the tables (what a migration adds, and what an older database lacks).
-COLUMNS_ADDED = {2: {"measurements": ("build_s", "verify_s", "timing_s", "rank")}}
+COLUMNS_ADDED = {2: {"measurements": ("build_s", "verify_s", "timing_s", "rank")},
+                 4: {"problems": ("layout",)}}
 #: The tables each version added.
 TABLES_ADDED = {2: ("pending",), 3: ("leases",)}
 
@@ -72,6 +74,7 @@ problems = Table(
     Column("dilation", String(64), nullable=False),
     Column("groups", Integer, nullable=False),
     Column("flops", BigInteger, nullable=False),
+    Column("layout", String(16), nullable=False, server_default="channels_first"),
 )
 
 measurements = Table(

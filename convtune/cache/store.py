@@ -20,7 +20,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import inspect, or_, select, update
+from sqlalchemy import false, inspect, or_, select, true, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from ..backend import DeviceInfo
@@ -253,7 +253,8 @@ class PlanCache:
             key=p.key(), rank=p.rank, pass_=p.pass_, dtype=p.dtype, math=p.math, batch=p.batch,
             in_channels=p.in_channels, out_channels=p.out_channels, input_size=_dims(p.input_size),
             kernel_size=_dims(p.kernel_size), stride=_dims(p.stride), padding=_dims(p.padding),
-            dilation=_dims(p.dilation), groups=p.groups, flops=p.flops()).on_conflict_do_nothing(index_elements=["key"]))
+            dilation=_dims(p.dilation), groups=p.groups, flops=p.flops(), layout=p.layout)
+            .on_conflict_do_nothing(index_elements=["key"]))
         return conn.execute(select(problems.c.id).where(problems.c.key == p.key())).scalar_one()
 
     # -- the plan-store interface ----------------------------------------------------------
@@ -382,9 +383,17 @@ class PlanCache:
         return [r for r in rows if r["run_id"] == latest]
 
     # -- serving new shapes: the nearest tuned problem, and the problems pending ----------------------
+    def _layout_is(self, problem: ConvProblem):
+        """The condition that a stored problem has ``problem``'s layout (an older, read-only database
+        without the column holds channels-first problems only)."""
+        if "layout" in self._missing.get("problems", ()):
+            return true() if problem.layout == "channels_first" else false()
+        return problems.c.layout == problem.layout
+
     def _same_kind(self, problem: ConvProblem):
         """The typed-column conditions of problems of ``problem``'s kind: all but batch and input size."""
-        return (problems.c.pass_ == problem.pass_, problems.c.dtype == problem.dtype, problems.c.math == problem.math,
+        return (self._layout_is(problem),
+                problems.c.pass_ == problem.pass_, problems.c.dtype == problem.dtype, problems.c.math == problem.math,
                 problems.c.rank == problem.rank, problems.c.in_channels == problem.in_channels,
                 problems.c.out_channels == problem.out_channels, problems.c.kernel_size == _dims(problem.kernel_size),
                 problems.c.stride == _dims(problem.stride), problems.c.padding == _dims(problem.padding),
@@ -499,7 +508,7 @@ class PlanCache:
         """Batch sizes other than ``problem``'s at which its layer shape (same pass and math mode) has
         measurements, on any device."""
         query = (select(problems.c.batch).distinct().join(measurements, measurements.c.problem_id == problems.c.id)
-                 .where(problems.c.pass_ == problem.pass_, problems.c.dtype == problem.dtype,
+                 .where(self._layout_is(problem), problems.c.pass_ == problem.pass_, problems.c.dtype == problem.dtype,
                         problems.c.math == problem.math, problems.c.in_channels == problem.in_channels,
                         problems.c.out_channels == problem.out_channels,
                         problems.c.input_size == _dims(problem.input_size),

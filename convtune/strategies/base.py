@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, ClassVar
 
+from .. import precision
 from ..errors import UnsupportedProblem
 from ..problem import ConvProblem
 
@@ -73,6 +74,10 @@ class Strategy:
     #: Never chosen by the planner (the float64 reference).
     selectable: ClassVar[bool] = True
     config_type: ClassVar[type[Config]] = Config
+    #: The dtypes and layouts the strategy's executors read and write themselves; other problems run
+    #: through float32 channels-first conversions (:meth:`executor`, :func:`convtune.precision.bounded`).
+    native_dtypes: ClassVar[tuple[str, ...]] = ("float32",)
+    native_layouts: ClassVar[tuple[str, ...]] = ("channels_first",)
     #: Its executor makes its own result (PyTorch's convolution does): an ``out`` given is filled by a
     #: copy, so the planner times it without ``out``, as the PyTorch layer calls it.
     allocates_result: ClassVar[bool] = False
@@ -103,7 +108,24 @@ class Strategy:
         return self.candidates(problem, backend)[0]
 
     def build(self, problem: ConvProblem, config: Config, backend) -> Executor:
+        """The executor of ``config`` for ``problem`` (of a dtype and layout the strategy reads)."""
         raise NotImplementedError
+
+    def reads(self, problem: ConvProblem) -> bool:
+        """Do this strategy's executors read ``problem``'s dtype and layout themselves?"""
+        return problem.dtype in self.native_dtypes and problem.layout in self.native_layouts
+
+    def executor(self, problem: ConvProblem, config: Config, backend) -> Executor:
+        """The executor the planner times and plans run: :meth:`build`'s where the strategy reads the
+        problem's dtype and layout, else its float32 channels-first executor between conversions."""
+        if self.reads(problem):
+            return self.build(problem, config, backend)
+        return precision.bounded(self.build(problem.in_float32(), config, backend), problem, backend.xp)
+
+    def workspace(self, problem: ConvProblem, config: Config) -> int:
+        """:meth:`workspace_bytes`, plus the float32 copies of operands and result that conversions make."""
+        extra = 0 if self.reads(problem) else problem.in_float32().min_bytes()
+        return self.workspace_bytes(problem, config) + extra
 
     def check(self, problem: ConvProblem, backend) -> None:
         """Raise :class:`UnsupportedProblem` unless the problem is supported."""

@@ -123,6 +123,9 @@ class TorchStrategy(Strategy):
     config_type = TorchConfig
     allocates_result = True
     always_timed = True
+    # PyTorch runs every dtype and layout itself (bfloat16 arrives in float32 storage and is converted)
+    native_dtypes = ("float32", "bfloat16", "float16")
+    native_layouts = ("channels_first", "channels_last")
 
     def version_tag(self) -> str:
         return f"{self.name}{self.version}@{torch_version() or 'absent'}"
@@ -154,11 +157,19 @@ class TorchStrategy(Strategy):
         if torch is None:
             raise RuntimeError(reason)
         fn = self.native(problem, config)
+        # bfloat16 is stored in float32 arrays (convtune.precision): converted on the way in and out
+        as_dtype = getattr(torch, problem.dtype) if problem.dtype == "bfloat16" else None
         if backend.name == "numpy":
             import numpy
 
+            def tensor(a):
+                t = torch.from_numpy(a if a.strides and min(a.strides) >= 0 else numpy.ascontiguousarray(a))
+                return t if as_dtype is None else t.to(as_dtype)
+
             def run(a, b, out=None):
-                result = fn(torch.from_numpy(numpy.ascontiguousarray(a)), torch.from_numpy(numpy.ascontiguousarray(b)))
+                result = fn(tensor(a), tensor(b))
+                if as_dtype is not None:
+                    result = result.float()
                 if out is None:
                     return result.numpy()
                 numpy.copyto(out, result.numpy())
@@ -167,18 +178,24 @@ class TorchStrategy(Strategy):
         cp = backend.xp
         streams = {}
 
+        def view(a):
+            t = torch.from_dlpack(a)
+            return t if as_dtype is None else t.to(as_dtype)
+
         def run(a, b, out=None):
             # PyTorch works on CuPy's current stream (the events that time this run are recorded there)
             ptr = cp.cuda.get_current_stream().ptr
             device = a.device.id
             if torch._C._cuda_getCurrentRawStream(device) == ptr:
-                result = fn(torch.from_dlpack(a), torch.from_dlpack(b))
+                result = fn(view(a), view(b))
             else:
                 stream = streams.get((device, ptr))
                 if stream is None:
                     stream = streams[(device, ptr)] = torch.cuda.ExternalStream(ptr, device=device)
                 with torch.cuda.stream(stream):
-                    result = fn(torch.from_dlpack(a), torch.from_dlpack(b))
+                    result = fn(view(a), view(b))
+            if as_dtype is not None:
+                result = result.float()
             result = cp.from_dlpack(result)
             if out is None:
                 return result

@@ -31,7 +31,7 @@ class CpuBridge:
 
     @staticmethod
     def array(t):
-        """A NumPy view of a contiguous CPU tensor."""
+        """A NumPy view of a dense float32 or float16 CPU tensor (strides kept)."""
         return t.detach().numpy()
 
     @staticmethod
@@ -51,17 +51,22 @@ class CudaBridge:
         self._get_allocator = getattr(memory, "_get_thread_local_allocator", None)
         self._set_allocator = getattr(memory, "_set_thread_local_allocator", None)
         self._unowned, self._pointer, self._ndarray = cp.cuda.UnownedMemory, cp.cuda.MemoryPointer, cp.ndarray
-        self._float32 = cp.float32
+        self._float32, self._float16 = cp.float32, cp.float16
         self._get_device, self._set_device = cp.cuda.runtime.getDevice, cp.cuda.runtime.setDevice
         self._raw_stream = torch._C._cuda_getCurrentRawStream
         self._streams: dict[tuple[int, int], object] = {}
         self._torch_devices: dict[int, torch.device] = {}
 
     def array(self, t):
-        """A CuPy view of a contiguous float32 CUDA tensor; the tensor owns the memory."""
+        """A CuPy view of a dense (contiguous or channels_last) float32 or float16 CUDA tensor, strides
+        kept; the tensor owns the memory."""
         index = t.device.index
-        mem = self._unowned(t.data_ptr(), t.numel() * 4, t, index)
-        return self._ndarray(tuple(t.shape), self._float32, self._pointer(mem, 0))
+        item = t.element_size()
+        mem = self._unowned(t.data_ptr(), t.numel() * item, t, index)
+        dtype = self._float32 if item == 4 else self._float16
+        if t.is_contiguous():
+            return self._ndarray(tuple(t.shape), dtype, self._pointer(mem, 0))
+        return self._ndarray(tuple(t.shape), dtype, self._pointer(mem, 0), strides=tuple(s * item for s in t.stride()))
 
     def _stream(self, index: int, ptr: int):
         stream = self._streams.get((index, ptr))

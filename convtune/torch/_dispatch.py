@@ -11,10 +11,13 @@ order (memo, plan cache, miss policy) and kept:
 * :class:`Fallback`: convtune cannot run this (no plan, no CuPy, a failure): PyTorch's
   convolution with the process's own settings. The reason is logged once.
 
-Every executor takes operands dense in the format they arrive in (``channels_last`` stays
-``channels_last`` for PyTorch; convtune's own strategies read NCHW copies) and the result has the
-memory format :func:`result_format` says (channels_last where an operand is), which the fake tensors
-of the registered ops promise too.
+Every executor takes operands dense in the format they arrive in and the result has the memory
+format :func:`result_format` says (channels_last where an operand is), which the fake tensors of the
+registered ops promise too. A route's problem carries the call's dtype (float32, bfloat16, float16)
+and layout (:func:`tensor_layout`): its plan was tuned for them, PyTorch's own convolution running
+them natively and convtune's strategies through conversions (:mod:`convtune.precision`).
+bfloat16 tensors reach convtune's arrays as float32 copies (NumPy and CuPy have no bfloat16) and
+their results are converted back, exactly.
 """
 
 from __future__ import annotations
@@ -60,6 +63,20 @@ def result_format(a, b):
     return _CHANNELS_LAST if is_channels_last(a) or is_channels_last(b) else _CONTIGUOUS
 
 
+#: PyTorch's dtypes convtune runs, by the problem's name for them.
+DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def tensor_layout(x, w=None) -> str:
+    """A call's layout: ``channels_last`` where the input (or, 2-D, the weight) is laid out channels-last
+    (NHWC; NLC for a 1-D convolution's input), else ``channels_first``."""
+    if x.dim() == 4:
+        return "channels_last" if is_channels_last(x) or (w is not None and is_channels_last(w)) else "channels_first"
+    if x.dim() == 3 and x.size(1) > 1 and x.size(2) > 1 and x.stride(1) == 1 and x.stride(2) == x.size(1):
+        return "channels_last"
+    return "channels_first"
+
+
 def dense(t):
     """``t`` as it is where it is dense (contiguous or channels_last), else a contiguous copy."""
     if t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=_CHANNELS_LAST)):
@@ -91,21 +108,32 @@ class Fallback(Native):
 
 
 class ArrayPlan:
-    """A convtune plan of another strategy, on zero-copy array views of the tensors."""
+    """A convtune plan of another strategy, on zero-copy array views of the tensors (bfloat16 ones
+    converted to float32 and back: :mod:`convtune.precision`)."""
 
-    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at")
+    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last")
 
     def __init__(self, plan, bridge_, problem: ConvProblem):
         self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
         self.bias_shape = (1, -1) + (1,) * problem.rank
         self.label = plan.label
         self.retry_at = None
+        self.storage = torch.float16 if problem.dtype == "float16" else torch.float32
+        self.channels_last = problem.layout == "channels_last" and problem.rank == 2
+
+    def _operand(self, t):
+        t = t.contiguous(memory_format=_CHANNELS_LAST) if self.channels_last else t.contiguous()
+        return t if t.dtype == self.storage else t.to(self.storage)
 
     def __call__(self, a, b, bias=None):
-        a, b = a.contiguous(), b.contiguous()
-        out = torch.empty(self.shape, dtype=torch.float32, device=a.device)
+        dtype = a.dtype
+        a, b = self._operand(a), self._operand(b)
+        out = torch.empty(self.shape, dtype=self.storage, device=a.device,
+                          memory_format=_CHANNELS_LAST if self.channels_last else _CONTIGUOUS)
         br = self.bridge
         br.call(a.device.index, self.plan, br.array(a), br.array(b), br.array(out))
+        if dtype != self.storage:
+            out = out.to(dtype)
         if bias is not None:
             out += bias.view(self.bias_shape)
         return out
@@ -186,21 +214,23 @@ class Route:
         return f"<Route {self.problem.describe()} on {self.device} {self.labels()}>"
 
 
-def layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math) -> ConvProblem:
+def layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math, dtype=torch.float32,
+                  layout="channels_first") -> ConvProblem:
     """The forward problem of a layer signature (``ValueError`` where the geometry is invalid)."""
     return ConvProblem.make(batch=x_shape[0], in_channels=x_shape[1], out_channels=w_shape[0],
                             input_size=tuple(x_shape[2:]), kernel_size=tuple(w_shape[2:]), stride=stride,
-                            padding=padding, dilation=dilation, groups=groups, math=math)
+                            padding=padding, dilation=dilation, groups=groups, math=math, dtype=DTYPES[dtype],
+                            layout=layout)
 
 
 def route_for(x_shape, w_shape, stride, padding, dilation, groups, math: str, device,
-              runtime: Runtime | None = None) -> Route:
+              runtime: Runtime | None = None, dtype=torch.float32, layout: str = "channels_first") -> Route:
     """The route of a layer signature, made once per runtime (its memo ``'torch'``)."""
     rt = runtime or default_runtime()
     memo = rt.layer_memo("torch")
-    key = (x_shape, w_shape, stride, padding, dilation, groups, math, device)
+    key = (x_shape, w_shape, stride, padding, dilation, groups, math, device, dtype, layout)
     route = memo.get(key)
     if route is None:
-        problem = layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math)
+        problem = layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math, dtype, layout)
         route = memo.setdefault(key, Route(problem, rt, device))
     return route

@@ -22,11 +22,10 @@ from __future__ import annotations
 import torch
 
 from ..strategies.pytorch import native_pass
-from ._dispatch import result_format, route_for
+from ._dispatch import DTYPES, result_format, route_for, tensor_layout
 
 __all__ = ["gradients", "conv_fwd", "conv_dgrad", "conv_wgrad", "eager_forward"]
 
-_F32 = torch.float32
 
 
 def gradients(pass_: str, needs, a, b, grad, fwd, dgrad, wgrad):
@@ -54,23 +53,23 @@ def _out_size(n, k, s, p, d):
 
 
 def _direct(pass_, a, b, bias, x_shape, w_shape, stride, padding, dilation, groups):
-    """PyTorch's own computation, for what no route serves: empty tensors, dtypes other than float32,
+    """PyTorch's own computation, for what no route serves: empty tensors, dtypes convtune does not run,
     and geometry PyTorch itself refuses (its error is the user's)."""
     out = native_pass(pass_, x_shape, w_shape, stride, padding, dilation, groups)(a, b, bias)
     return out.contiguous(memory_format=result_format(a, b))
 
 
 def _runs_here(a, b) -> bool:
-    return a.dtype == _F32 and b.dtype == _F32 and a.numel() > 0 and b.numel() > 0
+    return a.dtype in DTYPES and b.dtype == a.dtype and a.numel() > 0 and b.numel() > 0
 
 
 # -- the implementations (shared by the ops and the eager functions) ------------------------------
 def conv_fwd(input, weight, bias, stride, padding, dilation, groups, math, runtime=None):
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
-    if _runs_here(input, weight) and (bias is None or bias.dtype == _F32):
+    if _runs_here(input, weight) and (bias is None or bias.dtype == input.dtype):
         try:
             route = route_for(input.shape, weight.shape, stride, padding, dilation, groups, math, input.device,
-                              runtime)
+                              runtime, input.dtype, tensor_layout(input, weight))
         except ValueError:
             pass
         else:
@@ -83,7 +82,7 @@ def conv_dgrad(grad_output, weight, input_size, stride, padding, dilation, group
     if _runs_here(grad_output, weight):
         try:
             route = route_for(torch.Size(input_size), weight.shape, stride, padding, dilation, groups, math,
-                              grad_output.device, runtime)
+                              grad_output.device, runtime, grad_output.dtype, tensor_layout(grad_output, weight))
         except ValueError:
             pass
         else:
@@ -96,7 +95,7 @@ def conv_wgrad(input, grad_output, weight_size, stride, padding, dilation, group
     if _runs_here(input, grad_output):
         try:
             route = route_for(input.shape, torch.Size(weight_size), stride, padding, dilation, groups, math,
-                              input.device, runtime)
+                              input.device, runtime, input.dtype, tensor_layout(input))
         except ValueError:
             pass
         else:

@@ -8,7 +8,9 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
 * ``torch-amp-bf16``: PyTorch AMP (``torch.autocast`` bf16) on a channels_last model and input;
 * ``convtune-fp32`` / ``convtune-tf32``: the model patched (:func:`convtune.torch.patch`,
   ``math='auto'``) under the flags of the matching PyTorch mode, its plans tuned ahead first
-  (:func:`convtune.torch.tune`; from the plan cache where they are there).
+  (:func:`convtune.torch.tune`; from the plan cache where they are there);
+* ``convtune-amp-bf16``: the patched model as ``torch-amp-bf16`` runs it (autocast bf16,
+  channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast.
 
 The PyTorch modes run before convtune tunes anything (PyTorch's ``cudnn.benchmark`` skips
 algorithms whose workspace it cannot allocate, so it must not run beside memory that tuning holds),
@@ -41,7 +43,7 @@ from .tuning import tune
 
 log = logging.getLogger("convtune")
 
-MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32")
+MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32", "convtune-amp-bf16")
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
 FORMAT = "convtune-bench-model"
 FORMAT_VERSION = 1
@@ -86,7 +88,7 @@ def _target(output, generator, device):
 def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None) -> dict:
     """Train a copy of ``base`` for ``warmup + steps`` steps in ``mode``; returns the mode's record."""
     _flags(mode, device)
-    amp = mode == "torch-amp-bf16"
+    amp = mode.endswith("amp-bf16")
     model = copy.deepcopy(base).to(device)
     inp = x
     if amp and x.dim() == 4:
@@ -97,7 +99,8 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
         record["patched_layers"] = len(patch(model, math="auto", runtime=runtime))
         if progress:
             progress(f"{mode}: tuning ahead")
-        report = tune(model, inp, runtime=runtime, progress=False)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            report = tune(model, inp, runtime=runtime, progress=False)
         record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
                             "cached": report.cached, "failed": [(p.key(), r) for p, r in report.failed]}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
@@ -183,7 +186,7 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
            "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "modes": [], "complete": False}
     for mode in modes:
-        if mode == "torch-amp-bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        if mode.endswith("amp-bf16") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             doc["modes"].append({"mode": mode, "absent": "this GPU has no bf16"})
             continue
         try:

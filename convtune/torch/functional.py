@@ -10,11 +10,15 @@ modules have it) and ``math``:
 * ``math="auto"`` (the default): ``tf32`` on CUDA tensors when ``torch.backends.cudnn.allow_tf32``
   is on (PyTorch's own default), else ``fp32``; or ``"fp32"``/``"tf32"``.
 
+float32, bfloat16 and float16 tensors run, channels_last ones too: the plan is the one tuned for
+the call's dtype and layout. Under autocast (AMP) the operands are cast first as autocast casts a
+convolution's (to its lower-precision dtype), so the plan of that dtype runs.
+
 What convtune cannot run goes to PyTorch's own convolution, with the reason logged once (never an
-error where PyTorch would have run): dtypes other than float32 (half precision is a later
-issue), autocast (AMP) regions, devices other than CPU and CUDA, CUDA tensors without CuPy, 3-D
-convolutions. In eager mode a layer whose passes all tuned to PyTorch's convolution runs it
-directly, autograd included, so its only cost is one lookup.
+error where PyTorch would have run): other dtypes, or operands of different dtypes, devices other
+than CPU and CUDA, CUDA tensors without CuPy, 3-D convolutions. In eager mode a layer whose passes
+all tuned to PyTorch's convolution runs it directly, autograd included, so its only cost is one
+lookup.
 
 Examples
 --------
@@ -34,13 +38,12 @@ import torch.nn.functional as F
 
 from ..runtime import Runtime
 from . import _ops
-from ._dispatch import route_for, say_once
+from ._dispatch import DTYPES, route_for, say_once, tensor_layout
 from ._bridge import bridge
 
 __all__ = ["conv1d", "conv2d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
 
 MATH_MODES = ("auto", "fp32", "tf32")
-_F32 = torch.float32
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 #: While tune-ahead collects a model's problems (:mod:`convtune.torch.tuning`), the list it records
@@ -123,16 +126,16 @@ def _unsupported(x, weight, bias, rank, compiling: bool, device_check: bool = Tr
     off asks about everything but the device (shapes found on the meta device)."""
     if rank not in (1, 2):
         return f"{rank}-D convolutions are not supported yet"
-    if x.dtype != _F32 or weight.dtype != _F32 or (bias is not None and bias.dtype != _F32):
-        return (f"dtype {x.dtype}: convtune runs float32 tensors (half precision comes with the mixed-precision "
-                "issue)")
+    if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        kinds = ", ".join(str(t.dtype) for t in (x, weight, bias) if t is not None)
+        return f"operands of dtypes {kinds}: convtune runs convolutions whose operands share one dtype"
+    if x.dtype not in DTYPES:
+        return f"dtype {x.dtype}: convtune runs float32, bfloat16 and float16 convolutions"
     device = x.device.type
     if not device_check:
         return None
     if device not in ("cpu", "cuda"):
         return f"device {device}: convtune runs CPU and CUDA tensors"
-    if torch.is_autocast_enabled(device):
-        return "autocast (AMP) is on: convtune runs float32 convolutions, so PyTorch runs the autocast ones"
     if device == "cuda" and not compiling:
         return _cuda_reason()
     return None
@@ -174,6 +177,17 @@ conv1d = _of_rank(1, "conv1d")
 conv2d = _of_rank(2, "conv2d")
 
 
+def autocast(x, weight, bias):
+    """The operands as autocast gives them to a convolution where it is on for their device (cast to its
+    lower-precision dtype, as ``torch.autocast`` casts ``conv2d``'s), else as they are."""
+    device = x.device.type
+    if device in ("cpu", "cuda") and x.is_floating_point() and torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+    return x, weight, bias
+
+
 def _pytorch(x, weight, bias, geom: Geometry, groups):
     conv_fn = F.conv1d if geom.rank == 1 else F.conv2d
     return conv_fn(x, weight, bias, geom.stride, geom.padding, geom.dilation, groups)
@@ -188,6 +202,7 @@ def run(input, weight, bias, geom: Geometry, groups: int, math: str, runtime: Ru
     if geom.pre_pad is not None:
         x = F.pad(x, geom.pre_pad, mode="constant" if geom.pad_mode == "zeros" else geom.pad_mode)
     compiling = torch.compiler.is_compiling()
+    x, weight, bias = autocast(x, weight, bias)
     reason = _unsupported(x, weight, bias, rank, compiling) if x.dim() == rank + 2 else None
     if reason is not None or x.dim() != rank + 2:
         if reason is not None and not compiling:
@@ -218,7 +233,7 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
         return _pytorch(x, weight, bias, geom, groups)
     try:
         route = route_for(x.shape, weight.shape, geom.stride, geom.padding, geom.dilation, groups, math, x.device,
-                          runtime)
+                          runtime, x.dtype, tensor_layout(x, weight))
     except ValueError:  # geometry PyTorch refuses too: its error is the user's
         return _pytorch(x, weight, bias, geom, groups)
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or

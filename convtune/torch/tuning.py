@@ -37,7 +37,7 @@ from ..runtime import Runtime, _Held, default_runtime
 from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
-from ._dispatch import layer_problem
+from ._dispatch import layer_problem, tensor_layout
 
 log = logging.getLogger("convtune")
 
@@ -77,7 +77,8 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
         if geom.pre_pad is not None:
             x = torch.nn.functional.pad(x, geom.pre_pad,
                                         mode="constant" if geom.pad_mode == "zeros" else geom.pad_mode)
-        records.append((module, x, module.weight, geom, module.groups, functional.resolve_math(math, x)))
+        x, weight, _ = functional.autocast(x, module.weight, None)  # what autocast hands the convolution
+        records.append((module, x, weight, geom, module.groups, functional.resolve_math(math, x)))
 
     from .modules import _Convtune
     for module in model.modules():
@@ -97,7 +98,7 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
             continue  # PyTorch runs it: nothing to tune
         try:
             problem = layer_problem(tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation,
-                                    groups, math_mode)
+                                    groups, math_mode, x.dtype, tensor_layout(x, weight))
         except ValueError:
             continue
         passes = ("fwd",) + (("dgrad",) if x.requires_grad else ()) + (("wgrad",) if weight.requires_grad else ())

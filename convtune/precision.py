@@ -1,0 +1,140 @@
+"""Data types and memory layouts of a problem: what they mean, how they are stored, how they are checked.
+
+**dtypes.** ``float32``, and the half-precision ``bfloat16`` and ``float16``: the dtype of the
+operands and the result. Every strategy accumulates in float32 or better.
+
+* Storage: ``float32`` and ``float16`` arrays are what they say. ``bfloat16`` is kept in float32
+  arrays whose values are bfloat16 numbers (NumPy and CuPy have no bfloat16; PyTorch's bfloat16
+  tensors convert to and from them exactly). The array API (``convtune.conv``) therefore reads
+  float32 and float16 arrays; bfloat16 problems come from PyTorch, the command line, or a plan
+  called on float32 arrays of bfloat16 values.
+* Accuracy, as for the math modes: the relative error ``||out - ref|| / ||ref||`` against a float64
+  reference computed from the same (half-rounded) operands. Rounding the exact result to the dtype
+  alone costs up to one unit roundoff ``u`` (bfloat16: 2^-8, float16: 2^-11); a half-precision
+  problem's bound is ``2u`` (bfloat16 7.8e-3, float16 9.8e-4), or the math mode's where that is
+  looser (``tf32``: 1e-3). An fp32-accumulating result lands near ``u/2``; a half-accumulating one
+  misses the bound on any long reduction. These bounds are this definition's, not yet checked
+  against what cuDNN's own half engines reach on the public suite (that needs a GPU run).
+
+**Layouts.** ``channels_first`` (NCHW, NCL; the default) or ``channels_last`` (NHWC, NLC): the memory
+order of every operand and of the result. Arrays keep their logical shape ``(N, C, *spatial)``, as
+PyTorch's tensors do; the layout is in their strides.
+
+**Reading what a strategy cannot.** A strategy reads the dtypes and layouts it lists
+(``native_dtypes``, ``native_layouts``; float32 channels-first for most). Any other problem runs
+through :func:`bounded`: the operands are converted to float32 channels-first, the strategy's
+float32 executor runs, and its result is rounded to the dtype and written in the layout. The
+planner times that whole, conversions included, as the candidate.
+"""
+
+from __future__ import annotations
+
+DTYPES = ("float32", "bfloat16", "float16")
+LAYOUTS = ("channels_first", "channels_last")
+#: Unit roundoff (half the spacing of numbers in [1, 2)) of each dtype.
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+#: The bound on a half-precision problem's relative error: two unit roundoffs (see the module docstring).
+DTYPE_TOLERANCE = {"bfloat16": 2 * UNIT_ROUNDOFF["bfloat16"], "float16": 2 * UNIT_ROUNDOFF["float16"]}
+ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: The array dtype a problem's dtype is stored in.
+STORAGE = {"float32": "float32", "bfloat16": "float32", "float16": "float16"}
+
+
+def check(dtype: str, layout: str) -> None:
+    """``ValueError`` naming the acceptable values where ``dtype`` or ``layout`` is unknown."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; acceptable dtypes: {', '.join(DTYPES)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; acceptable layouts: {', '.join(LAYOUTS)}")
+
+
+def tolerance(dtype: str, math_tolerance: float) -> float:
+    """The bound on a problem's relative error: its math mode's, or its dtype's where that is looser."""
+    return max(math_tolerance, DTYPE_TOLERANCE.get(dtype, 0.0))
+
+
+def dtype_of(array) -> str:
+    """The problem dtype of an array (``ValueError`` for one convtune does not run)."""
+    name = str(array.dtype)
+    if name in ("float32", "float16"):
+        return name
+    raise ValueError(f"convtune runs float32 and float16 arrays; got {name}. Convert with .astype('float32')"
+                     + (" (a bfloat16 problem takes float32 arrays of bfloat16 values: see convtune.precision)"
+                        if name == "bfloat16" else ""))
+
+
+def layout_of(array) -> str:
+    """``channels_last`` where the array's strides are those of a dense channels-last array (and not also
+    those of a channels-first one, as with one channel), else ``channels_first``."""
+    shape, strides = array.shape, array.strides
+    if len(shape) < 3 or shape[1] == 1:
+        return "channels_first"
+    item = array.itemsize
+    order = (0, *range(2, len(shape)), 1)  # memory order of channels_last: N, spatial..., C
+    expected, step = [0] * len(shape), item
+    for axis in reversed(order):
+        expected[axis] = step
+        step *= shape[axis]
+    if all(s == e or n == 1 for s, e, n in zip(strides, expected, shape)):
+        return "channels_last"
+    return "channels_first"
+
+
+def laid_out(xp, a, layout: str):
+    """``a`` (logical shape ``(N, C, *spatial)``) with the memory order of ``layout``: itself where it has
+    it already, else a copy."""
+    if layout == "channels_first" or a.ndim < 3:
+        return xp.ascontiguousarray(a)
+    if layout_of(a) == "channels_last":
+        return a
+    order = (0, *range(2, a.ndim), 1)
+    inverse = [order.index(axis) for axis in range(a.ndim)]
+    return xp.ascontiguousarray(a.transpose(order)).transpose(inverse)
+
+
+def round_to(xp, a, dtype: str):
+    """``a`` (float32) rounded to ``dtype`` (to nearest, ties to even), in the dtype's storage: a new array
+    for half precision, ``a`` itself for float32."""
+    if dtype == "float32":
+        return a
+    if dtype == "float16":  # beyond float16's range is infinity, as rounding says (NumPy would warn too)
+        errstate = getattr(xp, "errstate", None)
+        if errstate is None:
+            return a.astype(xp.float16)
+        with errstate(over="ignore"):
+            return a.astype(xp.float16)
+    bits = xp.ascontiguousarray(a, dtype=xp.float32).view(xp.uint32)
+    bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+    return bits.view(xp.float32).reshape(a.shape)
+
+
+def empty_result(xp, problem, fill=None):
+    """An array for ``problem``'s result in its storage dtype and layout (filled with ``fill`` if given)."""
+    out = xp.empty(problem.result_shape, dtype=getattr(xp, STORAGE[problem.dtype]))
+    out = laid_out(xp, out, problem.layout)
+    if fill is not None:
+        out[...] = fill
+    return out
+
+
+def stored(xp, a, problem):
+    """A float32 channels-first array as ``problem`` stores its operands: rounded to its dtype, in its
+    layout."""
+    return laid_out(xp, round_to(xp, a, problem.dtype), problem.layout)
+
+
+def bounded(run, problem, xp):
+    """``run`` (the float32 channels-first executor of ``problem``'s strategy) as an executor of ``problem``
+    in its dtype and layout: operands converted to float32 channels-first, the result rounded to the
+    dtype and written in the layout (see the module docstring)."""
+    dtype, layout = problem.dtype, problem.layout
+    f32 = xp.float32
+
+    def call(a, b, out=None):
+        result = run(xp.ascontiguousarray(a, dtype=f32), xp.ascontiguousarray(b, dtype=f32))
+        result = round_to(xp, result, dtype)
+        if out is None:
+            return laid_out(xp, result, layout)
+        out[...] = result
+        return out
+    return call

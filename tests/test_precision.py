@@ -1,0 +1,314 @@
+"""Half precision and channels_last: problem keys and bounds, storage and rounding, the planner through
+conversions, the cache, the array API, the command line, and the PyTorch layer under autocast."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import convtune
+from convtune import ConvProblem, Planner, precision
+from convtune.cache import PlanCache
+from convtune.cli import main
+from convtune.planner import random_operands, relative_error
+from convtune.strategies import get_strategy, register, unregister
+from convtune.strategies.reference import reference
+from test_planner import make_strategy
+
+KINDS = list(itertools.product(precision.DTYPES, precision.LAYOUTS))
+EXAMPLE_DB = Path(__file__).resolve().parent.parent / "plans.db.example"
+
+
+def layer(**kw):
+    return ConvProblem.make(**{**dict(batch=2, in_channels=4, out_channels=6, input_size=(9, 10), kernel_size=3,
+                                      padding=1), **kw})
+
+
+# -- the problem ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, layout", KINDS)
+def test_keys_say_dtype_and_layout_and_read_back(dtype, layout):
+    p = layer(dtype=dtype, layout=layout, pass_="wgrad")
+    assert ConvProblem.from_key(p.key()) == p
+    assert f":{dtype}:" in p.key() and p.key().endswith(":channels_last") == (layout == "channels_last")
+    assert (dtype in p.describe()) == (dtype != "float32") and (layout in p.describe()) == (layout == "channels_last")
+    assert p.min_bytes() == precision.ITEMSIZE[dtype] * layer().min_bytes() // 4
+
+
+def test_a_float32_channels_first_key_is_as_it_always_was():
+    assert layer().key() == "ck1:conv2d:fwd:float32:fp32:n2:c4:k6:in9x10:ker3x3:s1x1:p1x1:d1x1:g1"
+
+
+def test_bounds_are_two_rounding_units_or_the_math_modes():
+    assert layer(dtype="bfloat16").tolerance == 2 ** -7 and layer(dtype="float16").tolerance == 2 ** -10
+    assert layer().tolerance == 1e-5 and layer(math="tf32").tolerance == 1e-3
+    assert layer(dtype="float16", math="tf32").tolerance == 1e-3  # the looser of the two
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(dtype="float64"), "unknown dtype 'float64'; acceptable dtypes: float32, bfloat16, float16"),
+    (dict(layout="nhwc"), "unknown layout 'nhwc'; acceptable layouts: channels_first, channels_last"),
+])
+def test_bad_dtype_or_layout_is_a_clear_error(kw, message):
+    with pytest.raises(ValueError, match=message):
+        layer(**kw)
+
+
+# -- storage and rounding ----------------------------------------------------------------------------------------
+def test_bfloat16_rounding_is_to_nearest_even_as_pytorchs():
+    torch = pytest.importorskip("torch")
+    values = np.concatenate([np.random.default_rng(0).standard_normal(10000).astype(np.float32) * 100,
+                             np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 3.4e38, np.inf, -np.inf, 0.0,
+                                       1e-40], dtype=np.float32)])
+    ours = precision.round_to(np, values, "bfloat16")
+    theirs = torch.from_numpy(values).to(torch.bfloat16).float().numpy()
+    assert ours.dtype == np.float32 and np.array_equal(ours, theirs)
+    assert np.isnan(precision.round_to(np, np.array([np.nan], np.float32), "bfloat16")).all()
+    assert precision.round_to(np, values, "float16").dtype == np.float16
+
+
+def test_layout_is_read_from_the_strides():
+    x = np.zeros((2, 3, 4, 5), np.float32)
+    cl = precision.laid_out(np, x, "channels_last")
+    assert precision.layout_of(x) == "channels_first" and precision.layout_of(cl) == "channels_last"
+    assert cl.shape == x.shape and cl.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert precision.layout_of(np.zeros((2, 1, 4, 5), np.float32)) == "channels_first"  # one channel: both
+    nlc = np.zeros((2, 5, 3), np.float32).transpose(0, 2, 1)
+    assert precision.layout_of(nlc) == "channels_last"
+    out = precision.empty_result(np, layer(dtype="float16", layout="channels_last"))
+    assert out.dtype == np.float16 and precision.layout_of(out) == "channels_last"
+
+
+@pytest.mark.parametrize("dtype, layout", KINDS)
+def test_operands_are_stored_rounded_and_laid_out(dtype, layout):
+    p = layer(dtype=dtype, layout=layout)
+    a, b = random_operands(convtune.backend.get_backend("numpy"), p, 0)
+    assert a.dtype == np.dtype(precision.STORAGE[dtype]) and precision.layout_of(a) == layout
+    assert np.array_equal(precision.round_to(np, a.astype(np.float32), dtype).astype(np.float32),
+                          a.astype(np.float32))
+
+
+# -- the planner through conversions -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, layout", KINDS)
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("strategy", ["im2col", "fft"])
+def test_numpy_strategies_run_half_and_channels_last_within_the_bound(dtype, layout, pass_, strategy, fake_timer):
+    p = layer(dtype=dtype, layout=layout, pass_=pass_, kernel_size=5, padding=2)
+    decision = Planner("numpy", fake_timer, strategies=[strategy]).tune(p)
+    assert decision.winner.error <= p.tolerance
+    if dtype != "float32":  # the result's own rounding: near half a unit, far from nothing
+        assert precision.UNIT_ROUNDOFF[dtype] / 8 < decision.winner.error
+    plan = convtune.planner.build_plan(decision, "numpy")
+    a, b = random_operands(convtune.backend.get_backend("numpy"), p, 7)
+    out = plan(a, b)
+    assert out.dtype == np.dtype(precision.STORAGE[dtype]) and precision.layout_of(out) == layout or \
+        out.shape[1] == 1
+    ref = reference(np, p, a.astype(np.float64), b.astype(np.float64))
+    assert relative_error(np, out, ref) <= p.tolerance
+    exact32 = get_strategy(strategy).build(p.in_float32(), plan.config, convtune.backend.get_backend("numpy"))(
+        np.ascontiguousarray(a, dtype=np.float32), np.ascontiguousarray(b, dtype=np.float32))
+    assert np.array_equal(out.astype(np.float32), precision.round_to(np, exact32, dtype).astype(np.float32))
+
+
+def test_a_result_that_misses_its_dtypes_bound_is_rejected(fake_timer):
+    """A candidate off by 3 rounding units (what accumulating in half precision does) is rejected with
+    its error recorded; one off by half a unit passes."""
+    def noisy(units):
+        def behaviour(a, b, out, problem, _reference):
+            exact = reference(np, problem, np.asarray(a, np.float64), np.asarray(b, np.float64))
+            noise = np.random.default_rng(0).choice([-1.0, 1.0], size=exact.shape)
+            off = (exact * (1 + units * precision.UNIT_ROUNDOFF[problem.dtype] * noise)).astype(np.float32)
+            out[...] = precision.round_to(np, off, problem.dtype)
+            return out
+        return behaviour
+    names = []
+    try:
+        for name, units in (("t-half-accum", 3.0), ("t-fp32-accum", 0.5)):
+            strategy = make_strategy(name, noisy(units))
+            strategy.native_dtypes = precision.DTYPES  # it reads and writes half precision itself
+            register(strategy)
+            names.append(name)
+        for dtype in ("bfloat16", "float16"):
+            d = Planner("numpy", fake_timer, strategies=names).tune(layer(dtype=dtype))
+            outcomes = {o.strategy: o for o in d.outcomes}
+            assert outcomes["t-half-accum"].status == "rejected" and outcomes["t-half-accum"].error > 2.5 * \
+                precision.UNIT_ROUNDOFF[dtype]
+            assert d.winner.strategy == "t-fp32-accum"
+    finally:
+        for name in names:
+            unregister(name)
+
+
+def test_the_torch_candidate_runs_half_precision_natively(fake_timer):
+    pytest.importorskip("torch")
+    torch_strategy = get_strategy("torch")
+    for dtype, layout in KINDS:
+        p = layer(dtype=dtype, layout=layout)
+        assert torch_strategy.reads(p) and torch_strategy.workspace(p, None) == 0
+        assert get_strategy("im2col").workspace(p, get_strategy("im2col").candidates(p, None)[0]) >= \
+            (0 if (dtype, layout) == ("float32", "channels_first") else p.in_float32().min_bytes())
+        d = Planner("numpy", fake_timer, strategies=["torch"]).tune(p)
+        assert d.winner.strategy == "torch" and d.winner.error <= p.tolerance
+
+
+# -- the cache ----------------------------------------------------------------------------------------------------
+def test_plans_of_every_dtype_and_layout_are_stored_apart(cache_url, fake_timer):
+    cache = PlanCache(cache_url)
+    planner = Planner("numpy", fake_timer, strategies=["im2col"])
+    device = planner.backend.device_info().key()
+    for dtype, layout in KINDS:
+        cache.put(planner.tune(layer(dtype=dtype, layout=layout)))
+    fresh = PlanCache(cache_url)
+    for dtype, layout in KINDS:
+        got = fresh.get(layer(dtype=dtype, layout=layout), device)
+        assert got is not None and got.problem.dtype == dtype and got.problem.layout == layout
+    assert len(fresh.plan_rows()) == len(KINDS)
+    # the nearest tuned problem of a channels_last bfloat16 problem is of its kind, never another layout's
+    near = fresh.nearest(layer(dtype="bfloat16", layout="channels_last", batch=3), device)
+    assert near.problem == layer(dtype="bfloat16", layout="channels_last")
+
+
+def test_upgrading_to_schema_4_reads_old_problems_as_channels_first(tmp_path):
+    copy = tmp_path / "plans.db"
+    shutil.copy(EXAMPLE_DB, copy)
+    cache = PlanCache(str(copy))
+    layouts = {r[0] for r in sqlite3.connect(copy).execute("SELECT layout FROM problems")}
+    assert layouts == {"channels_first"}
+    key = cache.plan_rows()[0]["problem_key"]
+    assert ConvProblem.from_key(key).layout == "channels_first"
+    read_only = PlanCache(str(EXAMPLE_DB), create=False, read_only=True)  # schema 1, no layout column
+    p = ConvProblem.from_key(key)
+    assert read_only.measured_batches(p) == [] or all(isinstance(b, int) for b in read_only.measured_batches(p))
+    assert read_only.nearest(p.replace(layout="channels_last"), read_only.plan_rows()[0]["fingerprint"]) is None
+
+
+# -- the array API ----------------------------------------------------------------------------------------------
+def test_conv_takes_float16_and_channels_last_arrays(fake_default_timer):
+    rt = convtune.Runtime()
+    rng = np.random.default_rng(0)
+    x32, w32 = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    ref = reference(np, layer(in_channels=3, out_channels=4, input_size=(9, 9)), x32.astype(np.float64),
+                    w32.astype(np.float64))
+    y16 = convtune.conv(x32.astype(np.float16), w32.astype(np.float16), padding=1, runtime=rt)
+    assert y16.dtype == np.float16
+    ref16 = reference(np, layer(in_channels=3, out_channels=4, input_size=(9, 9)),
+                      x32.astype(np.float16).astype(np.float64), w32.astype(np.float16).astype(np.float64))
+    assert relative_error(np, y16, ref16) <= 2 ** -10
+    xl, wl = precision.laid_out(np, x32, "channels_last"), precision.laid_out(np, w32, "channels_last")
+    yl = convtune.conv(xl, wl, padding=1, runtime=rt)
+    assert precision.layout_of(yl) == "channels_last" and relative_error(np, yl, ref) <= 1e-5
+    problems = {p.problem.key() for p in rt._memo.values()}
+    assert any(k.endswith(":channels_last") for k in problems) and any(":float16:" in k for k in problems)
+    with pytest.raises(ValueError, match="dtypes float16 and float32"):
+        convtune.conv(x32.astype(np.float16), w32, runtime=rt)
+    with pytest.raises(ValueError, match="convtune runs float32 and float16 arrays; got float64"):
+        convtune.conv(x32.astype(np.float64), w32.astype(np.float64), runtime=rt)
+
+
+# -- the command line ------------------------------------------------------------------------------------------
+def test_tune_show_and_explain_take_dtype_and_layout(tmp_path, fake_default_timer):
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: a, batch: 2, in_channels: 3, out_channels: 4, input: [8, 8], kernel: 5}\n")
+    db = str(tmp_path / "plans.db")
+    run = CliRunner().invoke
+    done = run(main, ["tune", str(net), "--db", db, "--dtype", "bfloat16", "--layout", "channels_last",
+                      "--passes", "fwd", "--backend", "numpy"])
+    assert done.exit_code == 0, done.output
+    shown = run(main, ["show", "--db", db, "--dtype", "bfloat16", "--layout", "channels_last"])
+    assert "bfloat16" in shown.output and "channels_last" in shown.output and "1 plan(s)" in shown.output
+    assert "no plans match" in run(main, ["show", "--db", db, "--dtype", "float16"]).output
+    explained = run(main, ["explain", "a", "--net", str(net), "--db", db, "--dtype", "bfloat16", "--layout",
+                           "channels_last", "--pass", "fwd"])
+    assert explained.exit_code == 0 and "bfloat16 channels_last" in explained.output and "winner" in explained.output
+    bad = run(main, ["tune", str(net), "--db", db, "--dtype", "float64"])
+    assert bad.exit_code != 0 and "Invalid value for '--dtype'" in bad.output
+
+
+# -- PyTorch ----------------------------------------------------------------------------------------------------
+def test_pytorch_layers_run_the_plan_of_their_dtype_and_layout(fake_default_timer):
+    torch = pytest.importorskip("torch")
+    import convtune.torch as ct
+    rt = convtune.Runtime(planner_options={"strategies": ["im2col", "fft"]})
+    torch.manual_seed(0)
+    layer_ = ct.Conv2d(3, 8, 5, padding=2, runtime=rt)
+    plain = torch.nn.Conv2d(3, 8, 5, padding=2)
+    plain.load_state_dict(layer_.state_dict())
+    x = torch.randn(2, 3, 12, 12)
+    for dtype, fmt in itertools.product((torch.float16, torch.bfloat16), (torch.contiguous_format,
+                                                                          torch.channels_last)):
+        lay, pl = layer_.to(dtype=dtype, memory_format=fmt), plain.to(dtype=dtype, memory_format=fmt)
+        xx = x.to(dtype=dtype, memory_format=fmt).requires_grad_()
+        xp = xx.detach().clone().requires_grad_()
+        y, expected = lay(xx), pl(xp)
+        assert y.dtype == dtype and y.is_contiguous(memory_format=fmt)
+        bound = 4 * precision.UNIT_ROUNDOFF[str(dtype).split(".")[1]]  # both rounded: two roundings apart at most
+        assert float((y - expected).detach().float().norm() / expected.detach().float().norm()) <= bound, (dtype, fmt)
+        y.float().square().sum().backward()
+        expected.float().square().sum().backward()
+        assert float((xx.grad.float() - xp.grad.float()).norm() / xp.grad.float().norm()) <= 4 * bound
+    kinds = {(r.problem.dtype, r.problem.layout) for r in rt.layer_memo("torch").values()}
+    assert kinds == {("float16", "channels_first"), ("float16", "channels_last"), ("bfloat16", "channels_first"),
+                     ("bfloat16", "channels_last")}
+    labels = {label for r in rt.layer_memo("torch").values() for label in r.labels().values()}
+    assert labels and all(label.startswith(("im2col", "fft")) for label in labels)  # convtune's own, converted
+
+
+def test_tune_ahead_under_autocast_tunes_the_autocast_dtype(fake_default_timer):
+    torch = pytest.importorskip("torch")
+    import convtune.torch as ct
+    rt = convtune.Runtime()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 3, padding=1))
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        report = ct.tune(model, x, runtime=rt, progress=False)
+    assert report.tuned == len(report.problems) == 5 and not report.failed
+    assert {(p.dtype, p.layout) for p, _names in report.problems} == {("bfloat16", "channels_last")}
+    ct.patch(model, runtime=rt)
+    tuned = rt.tuned
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(x).float().sum().backward()
+    assert rt.tuned == tuned  # training finds every plan tuned ahead
+
+
+# -- the GPU (run by scripts/gpu-tests.sh on the device machine) -----------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, layout", KINDS)
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_every_gpu_strategy_runs_half_and_channels_last_within_the_bound(dtype, layout, pass_):
+    """Every candidate of every strategy, on CuPy arrays: none fails, and each that is timed is within
+    the bound (the conversions are CuPy's; PyTorch's candidate runs natively)."""
+    import cupy as cp
+    for kw in (dict(kernel_size=3, padding=1), dict(kernel_size=9, padding=4), dict(kernel_size=7, padding=3,
+                                                                                     in_channels=6, out_channels=6,
+                                                                                     groups=6)):
+        p = layer(dtype=dtype, layout=layout, pass_=pass_, input_size=(20, 24), **kw)
+        d = Planner("cupy", exhaustive=True, time_budget_s=2).tune(p)
+        assert not [o for o in d.outcomes if o.status in ("failed", "rejected")], d.outcomes
+        plan = convtune.planner.build_plan(d, "cupy")
+        a, b = random_operands(convtune.backend.get_backend("cupy"), p, 3)
+        out = plan(a, b)
+        ref = reference(cp, p, a.astype(cp.float64), b.astype(cp.float64))
+        assert relative_error(cp, out, ref) <= p.tolerance and precision.layout_of(out) == layout
+
+
+@pytest.mark.gpu
+def test_pytorch_layers_on_cuda_run_bfloat16_channels_last_plans():
+    torch = pytest.importorskip("torch")
+    import convtune.torch as ct
+    rt = convtune.Runtime()
+    layer_ = ct.Conv2d(8, 8, 7, padding=3, runtime=rt).cuda().to(memory_format=torch.channels_last)
+    plain = torch.nn.Conv2d(8, 8, 7, padding=3).cuda().to(memory_format=torch.channels_last)
+    plain.load_state_dict(layer_.state_dict())
+    x = torch.randn(4, 8, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y, expected = layer_(x), plain(x)
+    assert y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last)
+    assert float((y - expected).float().norm() / expected.float().norm()) <= 4 * 2 ** -8
+    (route,) = rt.layer_memo("torch").values()
+    assert (route.problem.dtype, route.problem.layout) == ("bfloat16", "channels_last")
