@@ -37,6 +37,31 @@ def sqlite_url(tmp_path, name="plans.db"):
 
 
 # -- 1. readers never wait on a writer ---------------------------------------------------------------
+def test_a_read_answered_locked_at_once_is_read_again(tmp_path):
+    # SQLite may answer "database is locked" without waiting (another process making the file a WAL
+    # database, or recovering its WAL): two tuning workers opening a new cache at once met this
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+    from convtune.cache.connect import Database
+    db = Database(sqlite_url(tmp_path))
+    calls = []
+
+    def flaky(conn):
+        calls.append(1)
+        if len(calls) < 3:
+            raise OperationalError("SELECT", {}, sqlite3.OperationalError("database is locked"))
+        return conn.execute(text("SELECT 7")).scalar()
+    assert db.read(flaky) == 7 and len(calls) == 3
+
+    def always_locked(conn):
+        raise OperationalError("SELECT", {}, sqlite3.OperationalError("database is locked"))
+    impatient = Database(sqlite_url(tmp_path), busy_timeout_s=0.2)  # past its busy timeout the error stands
+    start = time.monotonic()
+    with pytest.raises(CacheError, match="locked"):
+        impatient.read(always_locked)
+    assert 0.2 <= time.monotonic() - start < 5
+
+
 def test_a_lookup_returns_while_another_process_holds_the_write_lock(tmp_path):
     url = sqlite_url(tmp_path)
     PlanCache(url).put(decision(problem()))

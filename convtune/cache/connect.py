@@ -168,8 +168,19 @@ class Database:
     def read(self, fn):
         """``fn(conn)`` in a read transaction."""
         def run():
-            with self.engine.connect() as conn:
-                return fn(conn)
+            deadline = time.monotonic() + self._busy_timeout_s
+            delay = 0.01
+            while True:
+                try:
+                    with self.engine.connect() as conn:
+                        return fn(conn)
+                except OperationalError as exc:
+                    # SQLite can answer "locked" without waiting for its busy timeout: while another
+                    # process turns a new file into a WAL database, or recovers a WAL; wait and read again
+                    if self.dialect != "sqlite" or "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                        raise
+                    time.sleep(delay)
+                    delay = min(2 * delay, 0.5)
         return self._guarded(run, write=False)
 
     def write(self, fn, retries: int = 5):
