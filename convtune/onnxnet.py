@@ -124,8 +124,8 @@ def _conv_layer(onnx, node, shapes, types, index):
         name = onnx.TensorProto.DataType.Name(types.get(x_name) if types.get(x_name) != _FLOAT else types.get(w_name))
         return None, f"element type {name}: convtune tunes float32 convolutions"
     rank = len(x) - 2
-    if rank not in (1, 2):
-        return None, f"{rank}-D convolutions are not supported yet"
+    if rank not in (1, 2, 3):
+        return None, f"{rank}-D convolutions are not supported"
     stride = tuple(attrs.get("strides", [1] * rank))
     dilation = tuple(attrs.get("dilations", [1] * rank))
     group = int(attrs.get("group", 1))

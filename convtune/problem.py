@@ -44,7 +44,7 @@ LAYOUTS = precision.LAYOUTS
 #: Math mode -> maximal relative error ``||out - ref|| / ||ref||`` against float64.
 MATH_TOLERANCE = {"fp32": 1e-5, "tf32": 1e-3}
 MAX_RANK = 3
-SUPPORTED_RANKS = (1, 2)
+SUPPORTED_RANKS = (1, 2, 3)
 
 
 def integral(value, name: str) -> int:

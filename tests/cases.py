@@ -1,4 +1,4 @@
-"""Problem shapes shared by the correctness tests: 1-D, 2-D, odd sizes, stride,
+"""Problem shapes shared by the correctness tests: 1-D, 2-D, 3-D, odd sizes, stride,
 padding, dilation, groups and depthwise; small enough for the CPU."""
 
 from convtune import ConvProblem
@@ -38,6 +38,13 @@ CASES = {
                             padding=1),
     "2d-stride-tail": dict(batch=2, in_channels=3, out_channels=2, input_size=(9, 10), kernel_size=(2, 5),
                            stride=(2, 3)),
+    # 3-D: odd sizes and padding; stride, dilation and groups per axis; depthwise; a strided 1x1x1 downsample
+    "3d-basic": dict(batch=2, in_channels=3, out_channels=4, input_size=(5, 6, 7), kernel_size=3, padding=1),
+    "3d-stride-dil-groups": dict(batch=2, in_channels=4, out_channels=6, input_size=(7, 6, 9), kernel_size=(3, 2, 3),
+                                 stride=(2, 1, 2), padding=(1, 0, 2), dilation=(1, 2, 1), groups=2),
+    "3d-depthwise": dict(batch=1, in_channels=3, out_channels=3, input_size=(8, 7, 8), kernel_size=5, padding=2,
+                         groups=3),
+    "3d-1x1-stride": dict(batch=2, in_channels=4, out_channels=5, input_size=(5, 7, 9), kernel_size=1, stride=2),
 }
 
 

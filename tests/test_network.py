@@ -24,6 +24,25 @@ def test_builtin_shapes_chain():
     assert wav[0].problem.rank == 1
 
 
+def test_three_dimensional_builtins_chain():
+    r3d = {l.name: l.problem for l in load_network("r3d-18")}
+    assert all(p.rank == 3 for p in r3d.values()) and len(r3d) == 20
+    stem = r3d["stem"]
+    assert stem.kernel_size == (3, 7, 7) and stem.output_size == (16, 56, 56)
+    assert r3d["layer1.0.conv1"].input_size == stem.output_size
+    for down, conv2 in (("layer2.0.conv1", "layer2.0.conv2"), ("layer3.0.conv1", "layer3.0.conv2"),
+                        ("layer4.0.conv1", "layer4.0.conv2")):
+        assert r3d[down].output_size == r3d[conv2].input_size  # each stride-2 block halves T, H and W
+        assert r3d[down.replace("conv1", "downsample")].output_size == r3d[down].output_size
+    assert r3d["layer4.1.conv2"].y_shape == (8, 512, 2, 7, 7)
+    unet = load_network("unet3d-encoder", batch=1)
+    assert [l.problem.input_size for l in unet[::2]] == [(64,) * 3, (32,) * 3, (16,) * 3, (8,) * 3]
+    for a, b in zip(unet, unet[1:]):
+        assert b.problem.in_channels == a.problem.out_channels  # within a level and across the pooling
+        assert b.problem.input_size in (a.problem.output_size, tuple(n // 2 for n in a.problem.output_size))
+    assert {l.problem.batch for l in unet} == {1}
+
+
 def test_batch_override_and_dedup():
     layers = load_network("resnet50", batch=32)
     assert {l.problem.batch for l in layers} == {32}

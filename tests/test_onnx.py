@@ -50,6 +50,13 @@ def test_conv_attribute_forms(tmp_path, attrs, expected):
     assert layer.name == "the_conv" and layer.problem == expected
 
 
+def test_three_dimensional_convolutions(tmp_path):
+    path = conv_model(tmp_path / "m.onnx", [1, 2, 5, 6, 7], [3, 2, 3, 3, 3], strides=[1, 2, 2], pads=[1, 1, 1, 1, 1, 1])
+    (layer,) = load_network(path)
+    assert layer.problem == ConvProblem.make(batch=1, in_channels=2, out_channels=3, input_size=(5, 6, 7),
+                                             kernel_size=3, stride=(1, 2, 2), padding=1)
+
+
 def test_one_dimensional_and_math_modes(tmp_path):
     path = conv_model(tmp_path / "m.onnx", [3, 2, 50], [4, 1, 7], group=2, pads=[3, 3])
     (layer,) = load_network(path, math="tf32")
@@ -60,7 +67,7 @@ def test_one_dimensional_and_math_modes(tmp_path):
 @pytest.mark.parametrize("attrs, x_shape, w_shape, op, message", [
     (dict(pads=[1, 0, 2, 0]), [2, 4, 11, 10], [6, 4, 3, 3], "Conv", "asymmetric pads"),
     (dict(auto_pad="SAME_UPPER", strides=[2, 2]), [2, 4, 10, 10], [6, 4, 3, 3], "Conv", "unevenly"),
-    (dict(), [1, 2, 5, 6, 7], [3, 2, 3, 3, 3], "Conv", "3-D convolutions are not supported yet"),
+    (dict(), [1, 2, 5, 6, 7, 4], [3, 2, 3, 3, 3, 1], "Conv", "4-D convolutions are not supported"),
 ])
 def test_what_cannot_be_represented_is_reported_with_the_reason(tmp_path, attrs, x_shape, w_shape, op, message):
     path = conv_model(tmp_path / "m.onnx", x_shape, w_shape, op=op, **attrs)

@@ -47,7 +47,7 @@ def assert_same_training(plain, patched, *inputs, rtol=1e-4, atol=1e-5):
     def run(model):
         xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
         out = model(*xs)
-        probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.device)
         (out * probe).sum().backward()
         return out.detach(), [x.grad for x in xs], {n: p.grad for n, p in model.named_parameters()}
     out_a, gx_a, gp_a = run(plain)
@@ -83,11 +83,20 @@ FORMS = {
     "1d-same-even": (nn.Conv1d, dict(in_channels=2, out_channels=2, kernel_size=6, padding="same", groups=2)),
     "1d-stride-circular": (nn.Conv1d, dict(in_channels=3, out_channels=5, kernel_size=3, stride=3, padding=1,
                                            padding_mode="circular", bias=False)),
+    "3d-basic": (nn.Conv3d, dict(in_channels=3, out_channels=4, kernel_size=3, padding=1)),
+    "3d-stride-dilation-groups": (nn.Conv3d, dict(in_channels=4, out_channels=6, kernel_size=(3, 2, 3),
+                                                  stride=(2, 1, 2), padding=(1, 0, 2), dilation=(1, 2, 1), groups=2)),
+    "3d-depthwise-same": (nn.Conv3d, dict(in_channels=4, out_channels=4, kernel_size=3, padding="same", groups=4,
+                                          bias=False)),
 }
+
+#: A form's input size per convolution class, and the drop-in module that replaces it.
+SIZES = {nn.Conv1d: (23,), nn.Conv2d: (11, 9), nn.Conv3d: (7, 6, 5)}
+DROP_IN = {nn.Conv1d: ct.Conv1d, nn.Conv2d: ct.Conv2d, nn.Conv3d: ct.Conv3d}
 
 
 def _input(cls, kind, channels):
-    size = (11, 9) if cls is nn.Conv2d else (23,)
+    size = SIZES[cls]
     gen = torch.Generator().manual_seed(0)
     if kind == "unbatched":
         return torch.randn(channels, *size, generator=gen)
@@ -98,7 +107,8 @@ def _input(cls, kind, channels):
         return wide[::2, :, ..., 2:-1]
     x = torch.randn(3, channels, *size, generator=gen)
     if kind == "channels_last":
-        return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else None
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+        return x.contiguous(memory_format=fmt) if fmt is not None else None
     return x
 
 
@@ -110,14 +120,16 @@ def test_every_conv_form_matches_pytorch(form, kind, runtime):
     plain = cls(**kwargs)
     x = _input(cls, kind, kwargs["in_channels"])
     if x is None:
-        pytest.skip("channels_last is a 4-D layout")
+        pytest.skip("channels_last is a 4-D and 5-D layout")
+    fmt = torch.channels_last_3d if cls is nn.Conv3d else torch.channels_last
     if kind == "channels_last":
-        plain = plain.to(memory_format=torch.channels_last)
+        plain = plain.to(memory_format=fmt)
     patched = patched_copy(plain, runtime)
-    assert isinstance(patched, ct.Conv2d if cls is nn.Conv2d else ct.Conv1d)
-    assert_same_training(plain, patched, x)
+    assert isinstance(patched, DROP_IN[cls])
+    # (a 3-D weight gradient sums hundreds of products per element: float32 rounding differs by more)
+    assert_same_training(plain, patched, x, atol=1e-4 if cls is nn.Conv3d else 1e-5)
     if kind == "channels_last":
-        assert patched(x).is_contiguous(memory_format=torch.channels_last)
+        assert patched(x).is_contiguous(memory_format=fmt)
 
 
 def test_convtune_executors_ran(runtime):
@@ -203,7 +215,7 @@ def test_patch_is_in_place_keeps_hooks_and_parameters_and_unpatch_undoes_it(capl
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with caplog.at_level(logging.INFO, logger="convtune"):
         swapped = ct.patch(model, runtime=make_runtime(["im2col"]))
-    assert swapped == ["0", "1.0", "2"]  # children first; the own-forward, 3-D and lazy modules are left
+    assert swapped == ["0", "1.0", "2", "3"]  # children first; the own-forward and lazy modules are left
     assert "has a forward of its own" in caplog.text and "lazy" in caplog.text
     assert model[0] is first and first.weight is weight and isinstance(first, nn.Conv2d)
     assert isinstance(sub, PlainSubclass) and type(sub).__name__ == "ConvtunePlainSubclass"
@@ -212,7 +224,7 @@ def test_patch_is_in_place_keeps_hooks_and_parameters_and_unpatch_undoes_it(capl
     optimizer.step()
     assert calls == [torch.Size([2, 4, 7, 7])]
     assert ct.patch(model) == []  # nothing left to patch
-    assert ct.unpatch(model) == ["0", "1.0", "2"]
+    assert ct.unpatch(model) == ["0", "1.0", "2", "3"]
     assert type(first) is nn.Conv2d and type(sub) is PlainSubclass and "convtune_math" not in first.__dict__
 
 
@@ -249,6 +261,29 @@ def test_autocast_runs_the_plan_tuned_for_its_dtype(caplog):
     (route,) = rt.layer_memo("torch").values()
     assert route.problem.dtype == "bfloat16" and route.labels()["fwd"].startswith("im2col[")
     torch.testing.assert_close(y.float(), expected.float(), rtol=2 ** -7, atol=2 ** -7 * float(expected.abs().max()))
+
+
+def test_conv3d_under_autocast_and_tune_ahead():
+    """A video-style model: Conv3d layers channels_last_3d under bfloat16 autocast, tuned ahead, then trained
+    on the plans tuned for them."""
+    rt = make_runtime(["im2col"])
+    model = nn.Sequential(nn.Conv3d(3, 4, (3, 5, 5), padding=(1, 2, 2)), nn.ReLU(),
+                          nn.Conv3d(4, 4, 3, padding=1, groups=4)).to(memory_format=torch.channels_last_3d)
+    plain = copy.deepcopy(model)
+    x = torch.randn(2, 3, 4, 9, 8).contiguous(memory_format=torch.channels_last_3d)
+    problems = ct.collect(model, x)
+    assert [p.problem.rank for p in problems] == [3, 3] and {p.problem.layout for p in problems} == {"channels_last"}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        report = ct.tune(model, x, runtime=rt, progress=False)
+        assert report.tuned == len(report.problems) and not report.failed
+        ct.patch(model, runtime=rt)
+        tuned = rt.tuned
+        y, expected = model(x), plain(x)
+    assert rt.tuned == tuned  # every plan was tuned ahead
+    assert y.dtype == expected.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last_3d)
+    torch.testing.assert_close(y.float(), expected.float(), rtol=2 ** -6, atol=2 ** -6 * float(expected.abs().max()))
+    route = next(iter(rt.layer_memo("torch").values()))
+    assert (route.problem.rank, route.problem.dtype) == (3, "bfloat16")
 
 
 def test_a_runtime_that_cannot_plan_falls_back(caplog):
@@ -318,3 +353,4 @@ def test_clear_memo_drops_the_routes():
     assert len(rt.layer_memo("torch")) == 1
     rt.clear_memo()
     assert len(rt.layer_memo("torch")) == 0
+

@@ -47,7 +47,8 @@ def _torch_peer(name: str, tf32: bool) -> Peer:
         F = torch.nn.functional
         grad = torch.nn.grad
         conv, conv_input, conv_weight = {1: (F.conv1d, grad.conv1d_input, grad.conv1d_weight),
-                                         2: (F.conv2d, grad.conv2d_input, grad.conv2d_weight)}[problem.rank]
+                                         2: (F.conv2d, grad.conv2d_input, grad.conv2d_weight),
+                                         3: (F.conv3d, grad.conv3d_input, grad.conv3d_weight)}[problem.rank]
         ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)  # zero-copy views of the CuPy arrays
         if problem.dtype == "bfloat16":  # stored in float32 (convtune.precision): PyTorch runs it in bfloat16
             ta, tb = ta.to(torch.bfloat16), tb.to(torch.bfloat16)

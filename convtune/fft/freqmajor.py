@@ -76,6 +76,14 @@ class _Ops:
         return target
 
 
+def _embed_any(xp, a, sizes, steps):
+    """(B, *n) -> (B, *L): sample ``k`` of each axis at ``k * step``, zeros elsewhere (any rank, any
+    array module: a zero fill and a strided copy)."""
+    buf = xp.zeros(a.shape[:1] + tuple(sizes), dtype=xp.float32)
+    buf[(slice(None),) + tuple(slice(0, (n - 1) * s + 1, s) for n, s in zip(a.shape[1:], steps))] = a
+    return buf
+
+
 class _NumpyOps(_Ops):
     """Frequency-major transforms and batched GEMM with NumPy (explicit transposes)."""
 
@@ -84,10 +92,7 @@ class _NumpyOps(_Ops):
         self.axes = tuple(range(1, 1 + len(sizes)))
 
     def embed(self, a, steps):
-        """(B, *n) -> (B, *L): sample ``k`` of each axis at ``k * step``, zeros elsewhere."""
-        buf = self.xp.zeros(a.shape[:1] + self.sizes, dtype=self.xp.float32)
-        buf[(slice(None),) + tuple(slice(0, (n - 1) * s + 1, s) for n, s in zip(a.shape[1:], steps))] = a
-        return buf
+        return _embed_any(self.xp, a, self.sizes, steps)
 
     def rfft(self, a, steps):
         """(B, *n) real, sample ``k`` of each axis placed at ``k * step`` of L -> (F, B) complex64."""
@@ -188,7 +193,9 @@ class _CupyOps(_Ops):
 
     def embed(self, a, steps):
         """(B, *n) -> (B, *L), written once by one kernel: zeros and samples together (a zero fill
-        followed by a strided copy writes the placed samples twice)."""
+        followed by a strided copy writes the placed samples twice); 3-D: a zero fill and a copy."""
+        if a.ndim > 3:
+            return _embed_any(self.xp, a, self.sizes, steps)
         n = (1,) * (3 - a.ndim) + a.shape[1:]
         L = (1,) * (3 - a.ndim) + self.sizes
         s = (1,) * (3 - a.ndim) + tuple(steps)

@@ -27,6 +27,8 @@ class DepthwiseStrategy(Strategy):
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
             return "the direct depthwise kernels are CUDA kernels: they need the CuPy (GPU) backend"
+        if problem.rank > 2:
+            return "the direct depthwise kernels are 1-D and 2-D (3-D ones are not written yet)"
         if not (problem.groups == problem.in_channels == problem.out_channels):
             return "not a depthwise convolution with channel multiplier 1 (groups == in == out channels)"
         if math.prod(problem.kernel_size) > MAX_TAPS:

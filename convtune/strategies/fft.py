@@ -171,14 +171,17 @@ class FftStrategy(Strategy):
         tf32 = problem.math == "tf32"
         configs = [FftConfig(sizes=s, product=prod, chunk=problem.batch, tf32=tf32 and prod in GEMMS)
                    for s in ranked[:keep] for prod in products]
+        # the GPU's own variants below are 1-D and 2-D only until a GPU run has tested them on 3-D problems
+        # (3-D problems take cuFFT's n-D transforms with the gemm, fgemm and pointwise products)
+        gpu = backend.name == "cupy" and problem.rank <= 2
         # cuFFT's JIT callbacks fold the zero-extension and the crop into the transforms (GPU only)
-        fused = "fgemm" in products and backend.name == "cupy" and freqmajor.callbacks_available()
+        fused = "fgemm" in products and gpu and freqmajor.callbacks_available()
         if fused:
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, fused=True)
                         for s in ranked[:keep]]
         # no layout change at all: the product is convtune's GEMM kernel on cuFFT's packed layout (GPU only;
         # the kernel's cp.async copies need compute capability 8.0)
-        if "fgemm" in products and freqmajor.packed_available(backend):
+        if "fgemm" in products and gpu and freqmajor.packed_available(backend):
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, fused=fused, packed=True)
                         for s in ranked[:keep]]
         configs += own_transform_configs(problem, backend, ranked[:keep], products, tf32)
@@ -186,7 +189,7 @@ class FftStrategy(Strategy):
         if not variants:
             return configs
         # cuFFT's strided layouts beat the transposes on small transforms (see freqmajor); GPU only
-        if "fgemm" in products and backend.name == "cupy":
+        if "fgemm" in products and gpu:
             configs.append(FftConfig(sizes=ranked[0], product="fgemm", chunk=problem.batch, tf32=tf32, strided=True))
         # chunked variants of the cheapest size, for when whole-batch spectra exceed the budget
         if problem.batch >= 8:

@@ -2,7 +2,7 @@
 
 Being a candidate like the others, it makes a tuned plan never slower than PyTorch's convolution
 on the device where it was measured. Each pass runs the ATen operator PyTorch's autograd runs:
-``conv1d``/``conv2d`` forward, ``convolution_backward`` for the input or the weight gradient. On a
+``conv1d``/``conv2d``/``conv3d`` forward, ``convolution_backward`` for the input or the weight gradient. On a
 GPU it runs with ``cudnn.benchmark`` on (PyTorch's own algorithm search, as a tuned PyTorch user
 has it) and TF32 allowed only in ``tf32`` mode; the process's flags are set for the call and put
 back after it. NumPy and CuPy arrays reach it as zero-copy tensors (``torch.from_numpy``, DLPack).
@@ -64,7 +64,7 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
     stride, padding, dilation = list(stride), list(padding), list(dilation)
     rank = len(stride)
     if pass_ == "fwd":
-        conv = torch.conv1d if rank == 1 else torch.conv2d
+        conv = {1: torch.conv1d, 2: torch.conv2d, 3: torch.conv3d}[rank]
 
         def compute(x, w, bias=None):
             return conv(x, w, bias, stride, padding, dilation, groups)

@@ -1,4 +1,4 @@
-"""convtune for PyTorch: a drop-in for ``nn.Conv1d``/``nn.Conv2d`` (``pip install 'convtune[torch]'``).
+"""convtune for PyTorch: a drop-in for ``nn.Conv1d``/``Conv2d``/``Conv3d`` (``pip install 'convtune[torch]'``).
 
 Three lines turn a model's convolutions into convtune's tuned plans::
 
@@ -6,8 +6,9 @@ Three lines turn a model's convolutions into convtune's tuned plans::
     ct.patch(model)                                   # in place; ct.unpatch(model) undoes it
     ct.tune(model, example_batch)                     # optional: tune ahead, with progress
 
-* :mod:`~convtune.torch.modules`: ``Conv1d``/``Conv2d`` (subclasses of PyTorch's), ``patch``, ``unpatch``;
-* :mod:`~convtune.torch.functional`: ``conv1d``/``conv2d`` with PyTorch's arguments;
+* :mod:`~convtune.torch.modules`: ``Conv1d``/``Conv2d``/``Conv3d`` (subclasses of PyTorch's), ``patch``,
+  ``unpatch``;
+* :mod:`~convtune.torch.functional`: ``conv1d``/``conv2d``/``conv3d`` with PyTorch's arguments;
 * :mod:`~convtune.torch.tuning`: ``tune`` (tune ahead), ``collect`` (a model's problems);
 * the operators ``torch.ops.convtune.conv_fwd``/``conv_dgrad``/``conv_wgrad`` (for ``torch.compile``);
 * :mod:`~convtune.torch.models`: model specs (``torchvision:NAME``, ``timm:NAME``, ``module:callable``,
@@ -26,8 +27,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("convtune.torch needs PyTorch: pip install 'convtune[torch]'") from exc
 
 from . import _ops  # noqa: F401,E402  (registers torch.ops.convtune.*)
-from .functional import conv1d, conv2d  # noqa: E402
-from .modules import Conv1d, Conv2d, patch, unpatch  # noqa: E402
+from .functional import conv1d, conv2d, conv3d  # noqa: E402
+from .modules import Conv1d, Conv2d, Conv3d, patch, unpatch  # noqa: E402
 from .tuning import TuneReport, collect, tune  # noqa: E402
 
-__all__ = ["Conv1d", "Conv2d", "patch", "unpatch", "conv1d", "conv2d", "tune", "collect", "TuneReport"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "patch", "unpatch", "conv1d", "conv2d", "conv3d", "tune", "collect",
+           "TuneReport"]

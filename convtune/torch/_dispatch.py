@@ -38,6 +38,7 @@ from ._bridge import bridge
 log = logging.getLogger("convtune")
 
 _CHANNELS_LAST = torch.channels_last
+_CHANNELS_LAST_3D = torch.channels_last_3d
 _CONTIGUOUS = torch.contiguous_format
 _said: set[str] = set()
 _said_lock = threading.Lock()
@@ -52,15 +53,21 @@ def say_once(key: str, message: str, *args, level: int = logging.WARNING) -> Non
     log.log(level, message, *args)
 
 
+def channels_last_format(dim: int):
+    """PyTorch's channels-last memory format for tensors of ``dim`` dimensions (``None``: there is none)."""
+    return {4: _CHANNELS_LAST, 5: _CHANNELS_LAST_3D}.get(dim)
+
+
 def is_channels_last(t) -> bool:
-    """A 4-D tensor laid out channels_last (and not also plain contiguous, as C == 1 tensors are)."""
-    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=_CHANNELS_LAST)
+    """A 4-D or 5-D tensor laid out channels-last (and not also plain contiguous, as C == 1 tensors are)."""
+    fmt = channels_last_format(t.dim())
+    return fmt is not None and not t.is_contiguous() and t.is_contiguous(memory_format=fmt)
 
 
 def result_format(a, b):
-    """The memory format of a pass's result: channels_last where either operand is (as PyTorch's cuDNN and
+    """The memory format of a pass's result: channels-last where either operand is (as PyTorch's cuDNN and
     oneDNN convolutions decide it; in a channels_last model both are)."""
-    return _CHANNELS_LAST if is_channels_last(a) or is_channels_last(b) else _CONTIGUOUS
+    return channels_last_format(a.dim()) if is_channels_last(a) or is_channels_last(b) else _CONTIGUOUS
 
 
 #: PyTorch's dtypes convtune runs, by the problem's name for them.
@@ -68,9 +75,9 @@ DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "
 
 
 def tensor_layout(x, w=None) -> str:
-    """A call's layout: ``channels_last`` where the input (or, 2-D, the weight) is laid out channels-last
-    (NHWC; NLC for a 1-D convolution's input), else ``channels_first``."""
-    if x.dim() == 4:
+    """A call's layout: ``channels_last`` where the input (or, 2-D and 3-D, the weight) is laid out
+    channels-last (NHWC, NDHWC; NLC for a 1-D convolution's input), else ``channels_first``."""
+    if x.dim() in (4, 5):
         return "channels_last" if is_channels_last(x) or (w is not None and is_channels_last(w)) else "channels_first"
     if x.dim() == 3 and x.size(1) > 1 and x.size(2) > 1 and x.stride(1) == 1 and x.stride(2) == x.size(1):
         return "channels_last"
@@ -79,7 +86,7 @@ def tensor_layout(x, w=None) -> str:
 
 def dense(t):
     """``t`` as it is where it is dense (contiguous or channels_last), else a contiguous copy."""
-    if t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=_CHANNELS_LAST)):
+    if t.is_contiguous() or is_channels_last(t):
         return t
     return t.contiguous()
 
@@ -119,17 +126,17 @@ class ArrayPlan:
         self.label = plan.label
         self.retry_at = None
         self.storage = torch.float16 if problem.dtype == "float16" else torch.float32
-        self.channels_last = problem.layout == "channels_last" and problem.rank == 2
+        self.channels_last = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
 
     def _operand(self, t):
-        t = t.contiguous(memory_format=_CHANNELS_LAST) if self.channels_last else t.contiguous()
+        t = t.contiguous(memory_format=self.channels_last) if self.channels_last else t.contiguous()
         return t if t.dtype == self.storage else t.to(self.storage)
 
     def __call__(self, a, b, bias=None):
         dtype = a.dtype
         a, b = self._operand(a), self._operand(b)
         out = torch.empty(self.shape, dtype=self.storage, device=a.device,
-                          memory_format=_CHANNELS_LAST if self.channels_last else _CONTIGUOUS)
+                          memory_format=self.channels_last or _CONTIGUOUS)
         br = self.bridge
         br.call(a.device.index, self.plan, br.array(a), br.array(b), br.array(out))
         if dtype != self.storage:

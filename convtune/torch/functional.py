@@ -1,12 +1,13 @@
-"""``convtune.torch.conv1d`` / ``conv2d``: PyTorch's functional convolutions through convtune's plans.
+"""``convtune.torch.conv1d`` / ``conv2d`` / ``conv3d``: PyTorch's functional convolutions through convtune's
+plans.
 
-They take what ``torch.nn.functional.conv1d``/``conv2d`` take, plus ``padding_mode`` (as the
+They take what ``torch.nn.functional.conv1d``/``conv2d``/``conv3d`` take, plus ``padding_mode`` (as the
 modules have it) and ``math``:
 
 * ``padding``: an int, a tuple, ``"valid"`` or ``"same"`` (an even kernel's extra zero goes on the
   right, as in PyTorch); ``padding_mode`` other than ``"zeros"`` (``reflect``, ``replicate``,
   ``circular``) pads the input first, as ``nn.Conv2d`` does;
-* an unbatched input (``(C, L)``, ``(C, H, W)``) and an empty batch;
+* an unbatched input (``(C, L)``, ``(C, H, W)``, ``(C, D, H, W)``) and an empty batch;
 * ``math="auto"`` (the default): ``tf32`` on CUDA tensors when ``torch.backends.cudnn.allow_tf32``
   is on (PyTorch's own default), else ``fp32``; or ``"fp32"``/``"tf32"``.
 
@@ -16,7 +17,7 @@ convolution's (to its lower-precision dtype), so the plan of that dtype runs.
 
 What convtune cannot run goes to PyTorch's own convolution, with the reason logged once (never an
 error where PyTorch would have run): other dtypes, or operands of different dtypes, devices other
-than CPU and CUDA, CUDA tensors without CuPy, 3-D convolutions. In eager mode a layer whose passes
+than CPU and CUDA, CUDA tensors without CuPy. In eager mode a layer whose passes
 all tuned to PyTorch's convolution runs it directly, autograd included, so its only cost is one
 lookup.
 
@@ -41,7 +42,7 @@ from . import _ops
 from ._dispatch import DTYPES, route_for, say_once, tensor_layout
 from ._bridge import bridge
 
-__all__ = ["conv1d", "conv2d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
+__all__ = ["conv1d", "conv2d", "conv3d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
 
 MATH_MODES = ("auto", "fp32", "tf32")
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
@@ -124,8 +125,8 @@ def _unsupported(x, weight, bias, rank, compiling: bool, device_check: bool = Tr
     """Why convtune leaves this call to PyTorch (``None``: it runs it). Under ``torch.compile`` a missing
     CuPy is found when the op runs (its route falls back then), not while tracing; ``device_check``
     off asks about everything but the device (shapes found on the meta device)."""
-    if rank not in (1, 2):
-        return f"{rank}-D convolutions are not supported yet"
+    if rank not in (1, 2, 3):
+        return f"{rank}-D convolutions are not supported"
     if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         kinds = ", ".join(str(t.dtype) for t in (x, weight, bias) if t is not None)
         return f"operands of dtypes {kinds}: convtune runs convolutions whose operands share one dtype"
@@ -152,7 +153,7 @@ def _cuda_reason() -> str | None:
 
 def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
          math="auto", runtime: Runtime | None = None):
-    """A 1-D or 2-D convolution (by ``weight``'s rank) through convtune's plans; see the module docstring."""
+    """A 1-D, 2-D or 3-D convolution (by ``weight``'s rank) through convtune's plans; see the module docstring."""
     rank = weight.dim() - 2
     geom = geometry(rank, tuple(weight.shape[2:]), _hashable(stride), _hashable(padding), _hashable(dilation),
                     padding_mode)
@@ -160,7 +161,8 @@ def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
 
 
 def _of_rank(rank: int, name: str):
-    """``torch.nn.functional.conv1d``/``conv2d`` through convtune's plans (the weight's rank is checked)."""
+    """``torch.nn.functional.conv1d``/``conv2d``/``conv3d`` through convtune's plans (the weight's rank is
+    checked)."""
     def conv_nd(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, padding_mode="zeros",
                 math="auto", runtime: Runtime | None = None):
         if weight.dim() != rank + 2:
@@ -175,6 +177,7 @@ def _of_rank(rank: int, name: str):
 
 conv1d = _of_rank(1, "conv1d")
 conv2d = _of_rank(2, "conv2d")
+conv3d = _of_rank(3, "conv3d")
 
 
 def autocast(x, weight, bias):
@@ -189,7 +192,7 @@ def autocast(x, weight, bias):
 
 
 def _pytorch(x, weight, bias, geom: Geometry, groups):
-    conv_fn = F.conv1d if geom.rank == 1 else F.conv2d
+    conv_fn = (F.conv1d, F.conv2d, F.conv3d)[geom.rank - 1]
     return conv_fn(x, weight, bias, geom.stride, geom.padding, geom.dilation, groups)
 
 

@@ -220,7 +220,9 @@ def _factory(spec: str):
         models = _import("torchvision.models", "pip install torchvision")
         if name not in models.list_models():
             raise NetworkError(f"torchvision has no model {name!r}; see torchvision.models.list_models()")
-        return (lambda: models.get_model(name, weights=None)), (3, 224, 224)
+        video = getattr(models, "video", None)  # r3d_18, r2plus1d_18, ...: 16-frame 112x112 clips
+        shape = (3, 16, 112, 112) if video is not None and name in models.list_models(module=video) else (3, 224, 224)
+        return (lambda: models.get_model(name, weights=None)), shape
     if head == "timm":
         timm = _import("timm", "pip install timm")
         if not timm.is_model(name):
@@ -317,7 +319,7 @@ def model_layers(spec: str, batch: int | None = None, input_shape=None, math: st
         raise NetworkError(f"{spec}: a forward pass on an input of shape {shape} failed ({type(exc).__name__}: "
                            f"{exc}); check --input-shape") from None
     if not found:
-        raise NetworkError(f"{spec} has no Conv1d/Conv2d layer convtune can run")
+        raise NetworkError(f"{spec} has no Conv1d/Conv2d/Conv3d layer convtune can run")
     layers, counts = [], {}
     for item in found:
         counts[item.name] = counts.get(item.name, 0) + 1

@@ -1,6 +1,6 @@
-"""``convtune.torch.Conv1d``/``Conv2d`` and ``patch``/``unpatch``.
+"""``convtune.torch.Conv1d``/``Conv2d``/``Conv3d`` and ``patch``/``unpatch``.
 
-The modules subclass ``nn.Conv1d``/``nn.Conv2d``: same constructor (plus ``math`` and
+The modules subclass ``nn.Conv1d``/``nn.Conv2d``/``nn.Conv3d``: same constructor (plus ``math`` and
 ``runtime``), same parameters and ``state_dict`` both ways; only the convolution itself goes
 through convtune (:func:`convtune.torch.functional.run`).
 
@@ -26,7 +26,7 @@ from .functional import MATH_MODES, geometry, run
 
 log = logging.getLogger("convtune")
 
-__all__ = ["Conv1d", "Conv2d", "patch", "unpatch"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "patch", "unpatch"]
 
 
 def _check_math(math: str) -> str:
@@ -90,7 +90,26 @@ class Conv2d(_Convtune, nn.Conv2d):
         self.convtune_math, self.convtune_runtime = _check_math(math), runtime
 
 
-_REPLACEMENTS: dict[type, type] = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d}
+class Conv3d(_Convtune, nn.Conv3d):
+    """``nn.Conv3d`` through convtune's plans.
+
+    Examples
+    --------
+    >>> import torch, convtune, convtune.torch as ct
+    >>> layer = ct.Conv3d(3, 8, 3, padding=1, runtime=convtune.Runtime(miss_policy="heuristic"))
+    >>> layer(torch.randn(2, 3, 4, 8, 8)).shape
+    torch.Size([2, 8, 4, 8, 8])
+    """
+
+    _convtune_base = nn.Conv3d
+
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.convtune_math, self.convtune_runtime = _check_math(math), runtime
+
+
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_REPLACEMENTS: dict[type, type] = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.Conv3d: Conv3d}
 
 
 def _replacement(cls: type) -> tuple[type | None, str]:
@@ -99,9 +118,9 @@ def _replacement(cls: type) -> tuple[type | None, str]:
         return None, "already patched"
     if cls in _REPLACEMENTS:
         return _REPLACEMENTS[cls], ""
-    base = next((b for b in (nn.Conv2d, nn.Conv1d) if issubclass(cls, b)), None)
+    base = next((b for b in _CONVS if issubclass(cls, b)), None)
     if base is None:
-        return None, "not a Conv1d or Conv2d"
+        return None, "not a Conv1d, Conv2d or Conv3d"
     if issubclass(cls, LazyModuleMixin):
         return None, "a lazy module: patch it after its first forward pass has made its parameters"
     if cls.forward is not base.forward or cls._conv_forward is not base._conv_forward:
@@ -128,7 +147,7 @@ def _post_order(module: nn.Module, prefix: str = ""):
 
 def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = None, math: str = "auto",
           runtime: Runtime | None = None) -> list[str]:
-    """Make ``model``'s ``Conv1d``/``Conv2d`` modules (children first, ``model`` itself too) run through
+    """Make ``model``'s ``Conv1d``/``Conv2d``/``Conv3d`` modules (children first, ``model`` itself too) run through
     convtune, in place; returns the qualified names of those it changed (``''`` is ``model``).
 
     ``filter(module, name)`` picks among the eligible modules. ``math``: ``'auto'`` follows
@@ -146,7 +165,7 @@ def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = No
     _check_math(math)
     swapped = []
     for name, module in _post_order(model):
-        if not isinstance(module, (nn.Conv1d, nn.Conv2d)):
+        if not isinstance(module, _CONVS):
             continue
         cls, reason = _replacement(type(module))
         if cls is None:

@@ -82,7 +82,7 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
 
     from .modules import _Convtune
     for module in model.modules():
-        if isinstance(module, (nn.Conv1d, nn.Conv2d)) and not isinstance(module, _Convtune):
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not isinstance(module, _Convtune):
             hooks.append(module.register_forward_pre_hook(plain_hook))
     functional._collect.records = records
     try:
