@@ -354,3 +354,53 @@ def test_clear_memo_drops_the_routes():
     rt.clear_memo()
     assert len(rt.layer_memo("torch")) == 0
 
+
+# -- the duel: a plan must beat PyTorch's convolution in the layer itself ----------------------------------
+@pytest.mark.parametrize("native_faster", [True, False])
+def test_a_plan_duels_pytorchs_convolution_before_the_route_takes_it(monkeypatch, caplog, native_faster):
+    """(On the GPU; here the CPU stands in.) The faster per call in the layer wins; either way training
+    matches PyTorch, and PyTorch's winning is said once, with both times."""
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    seen = []
+
+    def fake_times(contenders, a, b, device):
+        seen.append((type(contenders[0]).__name__, tuple(a.shape), tuple(b.shape)))
+        return [200e-6, 150e-6] if native_faster else [150e-6, 200e-6]
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    plain = nn.Conv2d(3, 5, 3, padding=1)
+    x = torch.randn(2, 3, 9, 9)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        assert_same_training(plain, patched_copy(plain, rt), x)
+    labels = [label for route in rt.layer_memo("torch").values() for label in route.labels().values()]
+    assert len(seen) == 3 and seen[0] == ("ArrayPlan", (2, 3, 9, 9), (5, 3, 3, 3))  # every pass, its operands
+    if native_faster:
+        assert labels and all(label.startswith("torch (in the layer 150 us per call, im2col") for label in labels)
+        said = [r.getMessage() for r in caplog.records if "per call in the layer" in r.getMessage()]
+        assert len(said) == 3 and "150 us per call in the layer against 200 us" in said[0]
+    else:
+        assert labels and all(label.startswith("im2col") for label in labels)
+
+
+def test_no_duel_where_the_strategies_leave_pytorch_out_or_on_the_cpu(monkeypatch):
+    def no_duel(*args):
+        raise AssertionError("no duel expected")
+    monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
+    x = torch.randn(2, 3, 9, 9)
+    plain = nn.Conv2d(3, 5, 3, padding=1)
+    rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    assert_same_training(plain, patched_copy(plain, rt), x)  # the CPU: the planner's timing counts the host
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    plain = nn.Conv2d(3, 5, 3, padding=1)
+    rt = make_runtime(["im2col"])
+    assert_same_training(plain, patched_copy(plain, rt), x)
+
+
+def test_a_real_duel_times_both_and_keeps_the_numbers(monkeypatch):
+    """The duel's own timing on real operands (CPU here): it returns and the route it picks trains right."""
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    plain = nn.Conv2d(4, 6, 3, padding=1, stride=2)
+    assert_same_training(plain, patched_copy(plain, rt), torch.randn(2, 4, 11, 11))
+    routes = list(rt.layer_memo("torch").values())
+    assert routes and len(routes[0].labels()) == 3

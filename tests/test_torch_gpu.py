@@ -40,10 +40,11 @@ def make_runtime(strategies, timer=None):
 
 
 def _cuda_input(cls, kind, channels):
-    size = (13, 11) if cls is nn.Conv2d else (29,)
+    size = {nn.Conv1d: (29,), nn.Conv2d: (13, 11), nn.Conv3d: (7, 6, 5)}[cls]
     x = torch.randn(3, channels, *size, device="cuda")
     if kind == "channels_last":
-        return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else None
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+        return x.contiguous(memory_format=fmt) if fmt is not None else None
     if kind == "sliced":
         return torch.randn(6, channels, *size[:-1], size[-1] + 2, device="cuda")[::2, ..., 1:-1]
     if kind == "unbatched":
@@ -63,9 +64,9 @@ def test_conv_forms_on_cuda_match_pytorch(strategy, form, kind):
     plain = cls(**kwargs).cuda()
     x = _cuda_input(cls, kind, kwargs["in_channels"])
     if x is None:
-        pytest.skip("channels_last is a 4-D layout")
+        pytest.skip("channels_last is a 4-D and 5-D layout")
     if kind == "channels_last":
-        plain = plain.to(memory_format=torch.channels_last)
+        plain = plain.to(memory_format=torch.channels_last_3d if cls is nn.Conv3d else torch.channels_last)
     rt = make_runtime([strategy])
     patched = copy.deepcopy(plain)
     ct.patch(patched, runtime=rt)
@@ -137,14 +138,16 @@ def test_convtune_memory_comes_from_pytorchs_allocator():
     rt = make_runtime(["fft"])
     layer = ct.Conv2d(32, 32, 9, padding=4, runtime=rt).cuda()
     x = torch.randn(8, 32, 64, 64, device="cuda")
-    layer(x)  # tune and build
+    x_last = x.contiguous(memory_format=torch.channels_last)  # a problem of its own (its layout is in the key)
+    layer(x), layer(x_last)  # tune and build both plans
     pool = cp.get_default_memory_pool()
     pool.free_all_blocks()
     pool_bytes = pool.total_bytes()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    y = layer(x.contiguous(memory_format=torch.channels_last))  # + a contiguous copy of the input
+    with torch.no_grad():  # (with gradients on, autograd would keep the input: PyTorch's doing, not ours)
+        y = layer(x_last)  # the FFT plan's float32 channels-first executor: + a contiguous copy of the input
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
     assert pool.total_bytes() == pool_bytes
@@ -200,3 +203,15 @@ def test_tune_ahead_on_cuda_then_cache_hits():
     rt.planner_options["timer"] = FailingTimer()
     model(x).sum().backward()
     assert rt.tuned == report.tuned
+
+
+def test_a_small_layer_duel_goes_to_pytorch_on_cuda():
+    """A plan the planner preferred (a fake timer) loses the duel in the layer on a tiny problem, where the
+    bridge's host work dwarfs the GPU's: PyTorch's convolution runs it, and training matches."""
+    rt = make_runtime(["im2col", "torch"], FakeTimer(times={"torch": 2.0}, default=1.0))
+    plain = nn.Conv2d(3, 5, 3, padding=1).cuda()
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt)
+    assert_same_training(plain, patched, torch.randn(2, 3, 9, 9, device="cuda"))
+    labels = [label for route in rt.layer_memo("torch").values() for label in route.labels().values()]
+    assert len(labels) == 3 and all(label.startswith("torch (in the layer") for label in labels), labels

@@ -11,6 +11,13 @@ order (memo, plan cache, miss policy) and kept:
 * :class:`Fallback`: convtune cannot run this (no plan, no CuPy, a failure): PyTorch's
   convolution with the process's own settings. The reason is logged once.
 
+On the GPU a plan of another strategy must also win a *duel* before a route takes it: the plan and
+PyTorch's own convolution (cuDNN's benchmark on) run on random operands of the pass as the layer
+would run them, back to back, and the faster per call wins (:data:`DUEL_DEVICE_TYPES`). The planner
+times a candidate's GPU work; here the host's share counts too (the bridge, the conversions, the
+launches), which decides small layers: a plan a few microseconds faster on the GPU can cost a
+hundred more on the host. There is no duel where the runtime's strategies leave PyTorch's out.
+
 Every executor takes operands dense in the format they arrive in and the result has the memory
 format :func:`result_format` says (channels_last where an operand is), which the fake tensors of the
 registered ops promise too. A route's problem carries the call's dtype (float32, bfloat16, float16)
@@ -89,6 +96,43 @@ def dense(t):
     if t.is_contiguous() or is_channels_last(t):
         return t
     return t.contiguous()
+
+
+#: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
+#: (on the CPU the planner's wall-clock timing already counts the host's work).
+DUEL_DEVICE_TYPES = {"cuda"}
+#: Calls per timed round, and rounds per contender (the best round counts), in a duel.
+DUEL_CALLS, DUEL_ROUNDS = 5, 3
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def duel_operands(problem: ConvProblem, device):
+    """Random operands of a pass in its dtype and layout (never zeros: some kernels skip them)."""
+    fmt = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
+    gen = torch.Generator(device=device).manual_seed(0)
+    operands = []
+    for shape in problem.operand_shapes:
+        t = torch.randn(shape, generator=gen, device=device, dtype=_TORCH_DTYPES[problem.dtype])
+        operands.append(t.contiguous(memory_format=fmt) if fmt is not None and t.dim() == problem.rank + 2 else t)
+    return operands
+
+
+def per_call_seconds(contenders, a, b, device) -> list[float]:
+    """Each contender's wall time per call, issued back to back and synchronised per round (the host's
+    work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS`."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for fn in contenders:  # warm: cuDNN's benchmark, first-call allocations, lazy builds
+        fn(a, b), fn(a, b)
+    sync()
+    best = [float("inf")] * len(contenders)
+    for _ in range(DUEL_ROUNDS):
+        for i, fn in enumerate(contenders):
+            start = time.perf_counter()
+            for _ in range(DUEL_CALLS):
+                fn(a, b)
+            sync()
+            best[i] = min(best[i], (time.perf_counter() - start) / DUEL_CALLS)
+    return best
 
 
 class Native:
@@ -196,12 +240,37 @@ class Route:
                 executor = ArrayPlan(plan, br, problem)
             if plan.source in runtime._PROVISIONAL:  # served for want of its own plan: looked up again later
                 executor.retry_at = time.monotonic() + runtime.miss_ttl_s
+            elif isinstance(executor, ArrayPlan) and self._duels():
+                executor = self._duel(problem, executor)
         except ConvtuneError as exc:  # no plan (a miss the policy does not tune), a failed tuning: PyTorch runs it
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}", retry=True)
         except Exception as exc:  # no backend, a library that fails: PyTorch runs it
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
         setattr(self, f"{pass_}_exec", executor)
         return executor
+
+    def _duels(self) -> bool:
+        allowed = self.runtime.planner_options.get("strategies")
+        return self.device.type in DUEL_DEVICE_TYPES and (allowed is None or "torch" in allowed)
+
+    def _duel(self, problem: ConvProblem, plan: "ArrayPlan"):
+        """The plan, or PyTorch's convolution where that is faster per call in the layer (see the module
+        docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
+        native = Native(native_for(problem, benchmark=True, tf32=problem.math == "tf32"), "torch")
+        try:
+            a, b = duel_operands(problem, self.device)
+            t_plan, t_native = per_call_seconds([plan, native], a, b, self.device)
+        except Exception as exc:
+            log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(), self.device,
+                     type(exc).__name__, exc, plan.label)
+            return plan
+        if t_native > t_plan:
+            return plan
+        native.label = f"torch (in the layer {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
+        say_once(f"duel:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %.0f us "
+                 "per call in the layer against %.0f us for the plan %s (host work included)", problem.describe(),
+                 self.device, t_native * 1e6, t_plan * 1e6, plan.label, level=logging.INFO)
+        return native
 
     def _fall_back(self, pass_: str, reason: str, retry: bool = False):
         problem = self.problem.for_pass(pass_)
