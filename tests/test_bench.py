@@ -38,7 +38,7 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
         assert set(entry["passes"]) == {"fwd", "dgrad", "wgrad"}
         for rec in entry["passes"].values():
             assert rec["convtune"]["error"] < 1e-5 and rec["convtune"]["median_ms"] > 0
-            assert rec["peers"]["torch-fp32"] == {"absent": "no GPU: the peers are cuDNN-based and need CUDA"}
+            assert rec["peers"]["torch-fp32"] == {"absent": "no GPU: the peer is cuDNN-based and needs CUDA"}
         per_pass = sum(r["convtune"]["median_ms"] for r in entry["passes"].values())
         kept = entry["kept_spectra"]
         assert max(kept["errors"].values()) < 1e-5 and kept["median_ms"] > 0
@@ -50,6 +50,19 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
     assert doc["peers"]["cudnn-best"]["available"] is False
     assert "peer torch-fp32 absent" in res.output and "round trip" in res.output
     assert doc["dispatch_overhead"]["calls"] > 0
+    # the torch-fft peer (PyTorch is installed where the tests run): FFT-class layers only, with floors
+    small, one_d = doc["layers"]
+    assert doc["peers"]["torch-fft"] == {"available": True} and doc["copy_bandwidth_GBps"] > 0
+    for rec in small["passes"].values():
+        assert rec["peers"]["torch-fft"] == {"not_applicable": "a kernel under 7 per axis: nobody writes an FFT "
+                                                               "convolution for it"} and "floor_ms" not in rec
+    for rec in one_d["passes"].values():
+        assert rec["peers"]["torch-fft"]["error"] < 1e-5 and rec["peers"]["torch-fft"]["median_ms"] > 0
+        assert 0 < rec["floor_ms"] < rec["convtune"]["median_ms"]
+    trip = one_d["torch_fft_round_trip"]
+    assert max(trip["errors"].values()) < 1e-5 and one_d["round_trip"]["torch-fft"] == trip["median_ms"]
+    assert one_d["round_trip_floor_ms"] == pytest.approx(2 * one_d["passes"]["fwd"]["floor_ms"])
+    assert "torch-fft ms (ratio)" in res.output and "floor ms" in res.output
 
 
 def test_bench_uses_the_cache_the_second_time(tmp_path, results):
@@ -100,3 +113,50 @@ def test_bench_and_report_bad_input(tmp_path, args, message):
     args = [{"MISSING": str(tmp_path / "none.json"), "NOTBENCH": str(tmp_path / "other.json")}.get(a, a) for a in args]
     res = CliRunner().invoke(main, args + (["--db", str(tmp_path / "p.db")] if args[0] == "bench" else []))
     assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output
+
+
+# -- the torch-fft peer itself ----------------------------------------------------------------------------
+PEER_FORMS = {  # (input size, kernel, keyword arguments)
+    "2d-depthwise-same": ((2, 6, 13, 11), (6, 1, 7, 7), dict(padding=3, groups=6)),
+    "2d-depthwise-multiplier": ((2, 3, 12, 12), (6, 1, 7, 9), dict(padding=(2, 4), groups=3)),
+    "2d-dense-dilated": ((2, 4, 16, 15), (5, 4, 4, 3), dict(padding=(3, 1), dilation=(2, 3))),
+    "2d-groups": ((1, 4, 14, 14), (6, 2, 7, 7), dict(padding=0, groups=2)),
+    "1d-long-full": ((2, 3, 40), (3, 1, 40), dict(padding=39, groups=3)),
+    "3d-dense": ((1, 2, 9, 8, 10), (3, 2, 7, 7, 7), dict(padding=3)),
+}
+
+
+@pytest.mark.parametrize("form", sorted(PEER_FORMS))
+def test_the_torch_fft_peer_is_pytorchs_convolution_with_its_gradients(form):
+    torch = pytest.importorskip("torch")
+    from convtune.bench import torchfft
+    from convtune.problem import ConvProblem
+    x_shape, w_shape, kw = PEER_FORMS[form]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(x_shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(w_shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    conv = {3: torch.nn.functional.conv1d, 4: torch.nn.functional.conv2d, 5: torch.nn.functional.conv3d}[x.dim()]
+    expected = conv(x, w, **kw)
+    problem = ConvProblem.make(batch=x_shape[0], in_channels=x_shape[1], out_channels=w_shape[0],
+                               input_size=x_shape[2:], kernel_size=w_shape[2:], **kw)
+    assert torchfft.unsupported_reason(problem) is None
+    y = torchfft.fft_conv(torch, x, w, problem)
+    torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
+    dy = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    grads = torch.autograd.grad(y, (x, w), dy)
+    torch.testing.assert_close(grads, torch.autograd.grad(expected, (x, w), dy), rtol=1e-9, atol=1e-9)
+
+
+def test_the_torch_fft_peer_is_for_fft_class_layers_only():
+    from convtune.bench import torchfft
+    from convtune.problem import ConvProblem
+    big = dict(batch=2, in_channels=4, out_channels=4, input_size=(32, 32), kernel_size=9, padding=4)
+    assert torchfft.unsupported_reason(ConvProblem.make(**big)) is None
+    assert "strided" in torchfft.unsupported_reason(ConvProblem.make(**{**big, "stride": 2}))
+    assert "under 7" in torchfft.unsupported_reason(ConvProblem.make(**{**big, "kernel_size": (9, 5)}))
+    assert torchfft.unsupported_reason(ConvProblem.make(**{**big, "kernel_size": (9, 4), "dilation": 2})) is None
+    assert "float16" in torchfft.unsupported_reason(ConvProblem.make(**big, dtype="float16"))
+    # the floor: each operand and the result once, at the given bandwidth; a round trip moves six tensors
+    p = ConvProblem.make(**big)
+    assert torchfft.floor_ms(p, 1e9) == pytest.approx(p.min_bytes() / 1e9 * 1e3)
+    assert torchfft.floor_ms(p, None) is None

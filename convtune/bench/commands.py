@@ -123,11 +123,14 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                                    "(\"complete\": false), which `convtune report` draws") from None
     available = [p.name for p in peers if p.make is not None]
     rows = []
+
+    def floor(ms):
+        return _ms_value(ms) if ms is not None else ""
     for entry in results["layers"] + (results["sweep"] or []):
         for pass_, rec in entry["passes"].items():
             c = rec["convtune"]
             row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")),
-                   f"{c['error']:.1e}" if c.get("error") is not None else "-"]
+                   floor(rec.get("floor_ms")), f"{c['error']:.1e}" if c.get("error") is not None else "-"]
             for name in available:
                 peer = rec["peers"][name]
                 ratio = (peer["median_ms"] / c["median_ms"]) if peer.get("median_ms") and c.get("median_ms") else None
@@ -138,19 +141,23 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
         if kept.get("median_ms") is not None:
             errors = kept["errors"]
             rows.append([entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), kept["plan"],
-                         _ms_value(kept["median_ms"]), f"{max(errors.values()):.1e}"] + [""] * len(available))
+                         _ms_value(kept["median_ms"]), "", f"{max(errors.values()):.1e}"] + [""] * len(available))
         if entry.get("round_trip"):
             rt = entry["round_trip"]
             row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
-                   _ms_value(rt.get("convtune")), ""]
+                   _ms_value(rt.get("convtune")), floor(entry.get("round_trip_floor_ms")), ""]
             for name in available:
                 sp = speedup(rt, name)
                 row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
             rows.append(row)
-    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "error"] +
+    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "floor ms", "error"] +
                       [f"{n} ms (ratio)" for n in available], rows))
-    _echo(f"ratio = peer time / convtune time (above 1: convtune faster). Warm dispatch overhead: "
-               f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
+    bandwidth = results.get("copy_bandwidth_GBps")
+    _echo("ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
+          "pass must move once, at this device's measured copy bandwidth"
+          + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "
+          f"training step's forward and backward, timed whole. Warm dispatch overhead: "
+          f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
 
 
 @main.command(name="bench-model")

@@ -5,6 +5,8 @@
 
 (both in the problem's dtype and layout: for a bfloat16 channels_last problem, PyTorch's bfloat16
 channels_last convolution, whose accumulation TF32 does not change);
+* ``torch-fft``: the FFT convolution a PyTorch user writes by hand (:mod:`convtune.bench.torchfft`),
+  for FFT-class layers (stride 1, kernels of 7 or more per axis), on the GPU and on the CPU;
 * ``cudnn-best``: the fastest single cuDNN engine (engine id + knobs) for the
   problem in its math mode: a search of its own over the cuDNN strategy's
   candidates only (float64 check first, as for any candidate), then the winner
@@ -21,7 +23,7 @@ from typing import Callable
 
 from ..problem import ConvProblem
 
-PEERS = ("torch-fp32", "torch-tf32", "cudnn-best")
+PEERS = ("torch-fp32", "torch-tf32", "torch-fft", "cudnn-best")
 #: Seconds the cudnn-best peer may spend timing one problem's engines (the search, not the bench).
 CUDNN_SEARCH_BUDGET_S = 2.0
 
@@ -85,12 +87,35 @@ def _cudnn_peer(backend) -> Peer:
     return Peer("cudnn-best", make)
 
 
+def _torch_fft_peer(backend) -> Peer:
+    from . import torchfft
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return Peer(torchfft.NAME, None, "PyTorch is not installed")
+    if backend.name == "cupy" and not torch.cuda.is_available():
+        return Peer(torchfft.NAME, None, "PyTorch sees no CUDA device")
+
+    def make(problem: ConvProblem, a, b):
+        reason = torchfft.unsupported_reason(problem)
+        if reason is not None:
+            raise NotApplicable(reason)
+        return torchfft.make_pass(torch, problem, a, b)
+    return Peer(torchfft.NAME, make)
+
+
+class NotApplicable(Exception):
+    """A peer that does not apply to a layer (recorded as such, not as a failure)."""
+
+
 def available_peers(backend) -> list[Peer]:
     """Every peer, with ``make=None`` and a reason where it cannot run on this backend."""
     if backend.name != "cupy":
-        reason = "no GPU: the peers are cuDNN-based and need CUDA"
-        return [Peer(n, None, reason) for n in PEERS]
-    return [_torch_peer("torch-fp32", False), _torch_peer("torch-tf32", True), _cudnn_peer(backend)]
+        reason = "no GPU: the peer is cuDNN-based and needs CUDA"
+        return [Peer(n, None, reason) for n in ("torch-fp32", "torch-tf32")] + [_torch_fft_peer(backend)] + \
+            [Peer("cudnn-best", None, reason)]
+    return [_torch_peer("torch-fp32", False), _torch_peer("torch-tf32", True), _torch_fft_peer(backend),
+            _cudnn_peer(backend)]
 
 
 def as_cupy(result, xp):

@@ -24,7 +24,8 @@ from .. import precision
 from ..planner import random_operands, relative_error
 from ..problem import ConvProblem
 from ..runtime import Runtime, conv, conv_backward_data, conv_backward_filter
-from .peers import as_cupy
+from . import torchfft
+from .peers import NotApplicable, as_cupy
 
 log = logging.getLogger("convtune")
 
@@ -64,6 +65,10 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
             continue
         try:
             fn = peer.make(problem, a, b)
+        except NotApplicable as exc:
+            record["peers"][peer.name] = {"not_applicable": str(exc)}
+            continue
+        try:
             err = relative_error(xp, as_cupy(fn(), xp).reshape(problem.result_shape), ref)
             stats = timer(fn, backend, peer.name)
             record["peers"][peer.name] = {"median_ms": stats.median_s * 1e3, "spread_ms": stats.spread_s * 1e3,
@@ -138,15 +143,48 @@ def bench_kept_spectra(problem: ConvProblem, backend: Backend, runtime: Runtime,
     return rec
 
 
-def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=None, keep_spectra=True) -> dict:
+def bench_peer_round_trip(problem: ConvProblem, backend: Backend, timer, seed: int = 0) -> dict:
+    """The torch-fft peer's round trip as a training step runs it (forward with autograd, one backward
+    for both gradients), timed whole and checked against float64."""
+    import torch
+    from ..roundtrip import round_trip_operands, round_trip_references
+    p = problem.for_pass("fwd")
+    try:
+        x, w, dy = round_trip_operands(backend, p, seed)
+        fn = torchfft.round_trip(torch, p, x, w, dy)
+        xp = backend.xp
+        errors = [relative_error(xp, as_cupy(out, xp), ref)
+                  for out, ref in zip(fn(), round_trip_references(backend, p, x, w, dy))]
+        stats = timer(fn, backend, "torch-fft-trip")
+    except Exception as exc:
+        log.warning("the torch-fft round trip of %s failed: %s", problem.key(), exc)
+        return {"failed": f"{type(exc).__name__}: {exc}"}
+    return {"median_ms": stats.median_s * 1e3, "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats,
+            "errors": dict(zip(("fwd", "dgrad", "wgrad"), errors))}
+
+
+def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=None, keep_spectra=True,
+                bandwidth: float | None = None) -> dict:
     entry = {"name": layer.name, "problem": layer.problem.key(), "flops": layer.problem.flops(), "passes": {}}
+    fft_class = torchfft.unsupported_reason(layer.problem) is None
     for pass_ in passes:
         if progress:
             progress(f"{layer.name} {pass_}")
         entry["passes"][pass_] = bench_pass(layer.problem.for_pass(pass_), backend, runtime, timer, peers)
+        if fft_class and bandwidth:
+            entry["passes"][pass_]["floor_ms"] = torchfft.floor_ms(layer.problem.for_pass(pass_), bandwidth)
         _give_back_memory(backend)
     if set(passes) == {"fwd", "dgrad", "wgrad"}:
         entry["round_trip"] = round_trip(entry["passes"])
+        if fft_class and bandwidth:
+            entry["round_trip_floor_ms"] = torchfft.floor_ms(layer.problem, bandwidth, round_trip_=True)
+        if fft_class and any(p.name == torchfft.NAME and p.make is not None for p in peers):
+            if progress:
+                progress(f"{layer.name} torch-fft round trip")
+            trip = entry["torch_fft_round_trip"] = bench_peer_round_trip(layer.problem, backend, timer)
+            if trip.get("median_ms") is not None:  # what a training step with the peer runs, timed whole
+                entry["round_trip"][torchfft.NAME] = trip["median_ms"]
+            _give_back_memory(backend)
         if keep_spectra:
             if progress:
                 progress(f"{layer.name} round trip with kept spectra")
@@ -185,6 +223,23 @@ def sweep_layers(math_mode: str, kernels=SWEEP_KERNELS, inputs=SWEEP_INPUTS, set
     return layers
 
 
+def copy_bandwidth(backend, timer, nbytes: int | None = None) -> float | None:
+    """The device's measured copy bandwidth in bytes per second (an array read and another written,
+    counted as both), what a layer's floor (:func:`convtune.bench.torchfft.floor_ms`) is taken at."""
+    xp = backend.xp
+    nbytes = nbytes or ((256 << 20) if backend.name == "cupy" else (64 << 20))
+    try:
+        src = xp.ones(nbytes // 4, dtype=xp.float32)
+        dst = xp.empty_like(src)
+        stats = timer(lambda: xp.copyto(dst, src), backend, "copy")
+    except Exception as exc:  # memory: the floors are left out, not the benchmark
+        log.warning("copy bandwidth not measured: %s", exc)
+        return None
+    finally:
+        src = dst = None
+    return 2 * nbytes / stats.median_s if stats.median_s > 0 else None
+
+
 def environment(backend) -> dict:
     env = {"python": platform.python_version(), "numpy": backend.device_info().numpy}
     for name in ("torch", "cupy"):
@@ -213,9 +268,12 @@ def run_bench(layers: list[Layer], passes, backend, runtime, timer, peers, *, co
                   for p in peers},
         "dispatch_overhead": dispatch_overhead, "keep_spectra": keep_spectra, "layers": [], "sweep": [] if sweep else None, "complete": False,
     }
+    bandwidth = copy_bandwidth(backend, timer)
+    results["copy_bandwidth_GBps"] = bandwidth / 1e9 if bandwidth else None
     for key, items in (("layers", layers), ("sweep", sweep or [])):
         for layer in items:
-            results[key].append(bench_layer(layer, passes, backend, runtime, timer, peers, progress, keep_spectra))
+            results[key].append(bench_layer(layer, passes, backend, runtime, timer, peers, progress, keep_spectra,
+                                            bandwidth))
             if checkpoint:
                 checkpoint(results)
     results["complete"] = True
