@@ -22,7 +22,8 @@ from convtune.strategies.reference import reference
 from test_planner import make_strategy
 
 KINDS = list(itertools.product(precision.DTYPES, precision.LAYOUTS))
-EXAMPLE_DB = Path(__file__).resolve().parent.parent / "plans.db.example"
+#: The plan table shipped before schema 2 (resnet50 on an H100 at commit c649302): what upgrades are tested on.
+SCHEMA1_DB = Path(__file__).resolve().parent / "data" / "plans-schema1-c649302.db"
 
 
 def layer(**kw):
@@ -175,13 +176,13 @@ def test_plans_of_every_dtype_and_layout_are_stored_apart(cache_url, fake_timer)
 
 def test_upgrading_to_schema_4_reads_old_problems_as_channels_first(tmp_path):
     copy = tmp_path / "plans.db"
-    shutil.copy(EXAMPLE_DB, copy)
+    shutil.copy(SCHEMA1_DB, copy)
     cache = PlanCache(str(copy))
     layouts = {r[0] for r in sqlite3.connect(copy).execute("SELECT layout FROM problems")}
     assert layouts == {"channels_first"}
     key = cache.plan_rows()[0]["problem_key"]
     assert ConvProblem.from_key(key).layout == "channels_first"
-    read_only = PlanCache(str(EXAMPLE_DB), create=False, read_only=True)  # schema 1, no layout column
+    read_only = PlanCache(str(SCHEMA1_DB), create=False, read_only=True)  # schema 1, no layout column
     p = ConvProblem.from_key(key)
     assert read_only.measured_batches(p) == [] or all(isinstance(b, int) for b in read_only.measured_batches(p))
     assert read_only.nearest(p.replace(layout="channels_last"), read_only.plan_rows()[0]["fingerprint"]) is None

@@ -19,7 +19,8 @@ from cases import problem
 from test_planner import correct, make_strategy
 from test_timing import _FakeCuda
 
-EXAMPLE_DB = Path(__file__).resolve().parent.parent / "plans.db.example"
+#: The plan table shipped before schema 2 (resnet50 on an H100 at commit c649302): what upgrades are tested on.
+SCHEMA1_DB = Path(__file__).resolve().parent / "data" / "plans-schema1-c649302.db"
 
 
 class StopAwareTimer:
@@ -220,7 +221,7 @@ def _counts(path):
 
 def test_upgrading_a_copy_of_the_example_cache_keeps_every_row(tmp_path):
     copy = tmp_path / "plans.db"
-    shutil.copy(EXAMPLE_DB, copy)
+    shutil.copy(SCHEMA1_DB, copy)
     before = _counts(copy)
     cache = PlanCache(str(copy))
     old, new, backup = cache.upgraded
@@ -235,11 +236,11 @@ def test_upgrading_a_copy_of_the_example_cache_keeps_every_row(tmp_path):
 
 
 def test_an_older_read_only_cache_is_read_as_it_is(tmp_path):
-    shown = CliRunner().invoke(main, ["explain", PlanCache(str(EXAMPLE_DB), create=False, read_only=True)
-                                      .plan_rows()[0]["problem_key"], "--db", str(EXAMPLE_DB)])
+    shown = CliRunner().invoke(main, ["explain", PlanCache(str(SCHEMA1_DB), create=False, read_only=True)
+                                      .plan_rows()[0]["problem_key"], "--db", str(SCHEMA1_DB)])
     assert shown.exit_code == 0 and "search s" in shown.output
-    assert _counts(EXAMPLE_DB)["convtune_meta"] == 1  # nothing written: still schema 1
-    assert sqlite3.connect(EXAMPLE_DB).execute("SELECT value FROM convtune_meta").fetchone()[0] == "1"
+    assert _counts(SCHEMA1_DB)["convtune_meta"] == 1  # nothing written: still schema 1
+    assert sqlite3.connect(SCHEMA1_DB).execute("SELECT value FROM convtune_meta").fetchone()[0] == "1"
 
 
 @pytest.mark.postgres
