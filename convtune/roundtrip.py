@@ -11,6 +11,8 @@ backward-data      ``dy`` (or kept); inverse of ``dx``   spectrum of dy
 backward-filter    ``dy`` (or kept); inverse of ``dw``   (x's spectrum reused)
 =================  ===================================  ======================
 
+(depthwise and few-channel grouped layers, whose groups the frequency-major GEMMs cannot take, run
+the same split through :class:`convtune.fft.spectral.SpectralKept` with the ``pointwise`` product)
 so six of the nine transforms of three separate FFT plans remain, at the price of holding the
 three spectra (:func:`held_bytes`) from the forward pass until both backward passes have run.
 Whether that pays is measured: :func:`tune_round_trip` times round trips of a few transform
@@ -31,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from .backend import Backend, gemm_precision, get_backend
-from .fft import cost, freqmajor
+from .fft import cost, freqmajor, spectral
 from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
@@ -41,8 +43,8 @@ from .timing import TimingStats
 
 log = logging.getLogger("convtune")
 
-#: Version of the round-trip executor; part of every stored trip decision.
-VERSION = 5
+#: Version of the round-trip executor; part of every stored trip decision (6: depthwise round trips).
+VERSION = 6
 #: Default cap on the bytes a layer's kept spectra may hold between its passes.
 DEFAULT_KEEP_LIMIT = 2 << 30
 #: The cost model keeps this many transform sizes for the round trip's benchmark.
@@ -59,21 +61,25 @@ class TripConfig:
     packed: bool = False  # spectra in cuFFT's layout, convtune's GEMM kernel (see convtune.fft.freqmajor)
     own: bool = False  # convtune's own one-pass transforms instead of cuFFT's (convtune.fft.fft64)
     narrow: bool = False  # packed, few channels: the register-blocked product (convtune.fft.narrow)
+    product: str = "fgemm"  # fgemm: the frequency-major executor; pointwise: SpectralKept (depthwise, few channels)
 
     def label(self) -> str:
         parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "narrow", "own", "tf32")
                                                                 if getattr(self, n)]
+        if self.product != "fgemm":
+            parts.append(self.product)
         return "fft-trip[" + ",".join(parts) + "]"
 
     def as_dict(self) -> dict:
         return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32, "packed": self.packed,
-                "own": self.own, "narrow": self.narrow}
+                "own": self.own, "narrow": self.narrow, "product": self.product}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TripConfig":
         return cls(sizes=tuple(int(v) for v in data["sizes"]), fused=bool(data.get("fused", False)),
                    tf32=bool(data.get("tf32", False)), packed=bool(data.get("packed", False)),
-                   own=bool(data.get("own", False)), narrow=bool(data.get("narrow", False)))
+                   own=bool(data.get("own", False)), narrow=bool(data.get("narrow", False)),
+                   product=str(data.get("product", "fgemm")))
 
 
 def held_bytes(problem: ConvProblem, sizes) -> int:
@@ -88,8 +94,15 @@ def unsupported_reason(problem: ConvProblem) -> str | None:
     if problem.dtype != "float32" or problem.layout != "channels_first":
         return (f"kept spectra run float32 channels-first layers; this one is {problem.dtype} {problem.layout} "
                 "(its passes keep their own plans)")
-    reason = freqmajor.unsupported_reason(problem)
-    return reason and reason + " (depthwise layers keep their per-pass pointwise FFT plans)"
+    if freqmajor.unsupported_reason(problem) is None or _pointwise_applies(problem):
+        return None
+    return (f"{problem.groups} groups of {problem.in_per_group}->{problem.out_per_group} channels: too many groups "
+            f"for the frequency-major GEMMs (at most {freqmajor.MAX_GROUPS}) and too many channel pairs for the "
+            f"pointwise product (at most {spectral.POINTWISE_MAX_PAIRS})")
+
+
+def _pointwise_applies(problem: ConvProblem) -> bool:
+    return problem.in_per_group * problem.out_per_group <= spectral.POINTWISE_MAX_PAIRS
 
 
 class RoundTrip:
@@ -124,9 +137,23 @@ class RoundTrip:
             raise ValueError(f"{config.label()}: TF32 products need math='tf32', the problem is {self.problem.math}")
         fft_sizes.check_sizes(self.problem, config.sizes)
         self.xp = xp = self.backend.xp
-        self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
-                                           fused=config.fused and self.backend.name == "cupy", packed=config.packed,
-                                           own=config.own, narrow=config.narrow)
+        if config.product == "pointwise":
+            if config.fused or config.packed or config.own or config.narrow or config.tf32:
+                raise ValueError(f"{config.label()}: the pointwise round trip has no fused, packed, own, narrow or "
+                                 "TF32 variants")
+            if not _pointwise_applies(self.problem):
+                raise ValueError(f"{config.label()}: the pointwise product takes at most "
+                                 f"{spectral.POINTWISE_MAX_PAIRS} channel pairs per group")
+            self._ex = spectral.SpectralKept(xp, self.problem, config.sizes, "pointwise")
+        elif config.product != "fgemm":
+            raise ValueError(f"{config.label()}: unknown round-trip product {config.product!r} (fgemm, pointwise)")
+        else:
+            reason = freqmajor.unsupported_reason(self.problem)
+            if reason is not None:
+                raise ValueError(f"{config.label()}: {reason}; the pointwise round trip takes it")
+            self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
+                                               fused=config.fused and self.backend.name == "cupy",
+                                               packed=config.packed, own=config.own, narrow=config.narrow)
         self.release()
 
     @property
@@ -260,14 +287,19 @@ class TripDecision:
 def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     """The cheapest transform sizes by the cost model summed over the three passes, plain and (GPU,
     where cuFFT has JIT callbacks) fused, and on the GPU also with the packed product and, where
-    they apply, convtune's own transforms."""
+    they apply, convtune's own transforms; with the pointwise product where a group has at most
+    :data:`~convtune.fft.spectral.POINTWISE_MAX_PAIRS` channel pairs (only those for depthwise and
+    other many-group layers)."""
     p = problem.for_pass("fwd")
     calibration = cost.calibration_for(backend.device_info().key())
     ranked = sorted(fft_sizes.size_candidates(p),
                     key=lambda s: sum(cost.estimate(p.for_pass(q), s, calibration) for q in ("fwd", "dgrad", "wgrad")))
     tf32 = p.math == "tf32"
+    pointwise = [TripConfig(sizes=s, product="pointwise") for s in ranked[:KEEP_SIZES]] if _pointwise_applies(p) else []
+    if freqmajor.unsupported_reason(p) is not None:  # depthwise and other many-group layers: pointwise only
+        return pointwise
     configs = [TripConfig(sizes=s, tf32=tf32) for s in ranked[:KEEP_SIZES]]
-    if backend.name == "cupy":
+    if backend.name == "cupy" and p.rank <= 2:  # (the GPU variants are 1-D and 2-D, as in the fft strategy)
         fused = freqmajor.callbacks_available()
         if fused:
             configs = [dataclasses.replace(c, fused=True) for c in configs] + configs
@@ -278,7 +310,7 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
         configs += [TripConfig(sizes=c.sizes, tf32=c.tf32, packed=c.packed, own=True)
                     for c in own_transform_configs(p, backend, ranked[:KEEP_SIZES], ("fgemm",), tf32)]
         configs += narrow_variants(p, configs)  # few channels: the packed trips with the narrow product too
-    return configs
+    return configs + pointwise
 
 
 def time_round_trip(timer, backend: Backend, trip: RoundTrip, x, w, dy, label: str = "") -> TimingStats:

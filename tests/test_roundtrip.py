@@ -130,9 +130,20 @@ def test_tuning_records_every_candidate():
     assert tight.winner is None and not tight.pays
     assert {o.status for o in tight.outcomes} == {"over_budget"}
     assert all("over the limit 100 B" in o.reason for o in tight.outcomes)
-    depthwise = tune_round_trip(problem("2d-depthwise", in_channels=40, out_channels=40, groups=40), "numpy", 1.0,
-                                timer=FakeTimer())
-    assert depthwise.outcomes[0].status == "unsupported" and "groups" in depthwise.reason
+    # a depthwise layer (more groups than the frequency-major GEMMs take): round trips with the pointwise product
+    p_dw = problem("2d-depthwise", in_channels=40, out_channels=40, groups=40)
+    depthwise = tune_round_trip(p_dw, "numpy", 1.0, timer=FakeTimer(default=0.5))
+    assert depthwise.pays and depthwise.config.product == "pointwise"
+    assert {o.label.endswith(",pointwise]") for o in depthwise.outcomes} == {True}
+    assert TripDecision.from_dict(depthwise.as_dict()).config == depthwise.config
+    # many groups of many channels: neither product takes them, and that is recorded
+    wide = tune_round_trip(problem("2d-depthwise", in_channels=80, out_channels=160, groups=20), "numpy", 1.0,
+                           timer=FakeTimer())
+    assert wide.outcomes[0].status == "unsupported" and "20 groups of 4->8 channels" in wide.reason
+    with pytest.raises(ValueError, match="unknown round-trip product"):
+        RoundTrip(p, TripConfig(sizes=fft_sizes.size_candidates(p)[0], product="gemm"), "numpy")
+    with pytest.raises(ValueError, match="the pointwise round trip takes it"):
+        RoundTrip(p_dw, TripConfig(sizes=fft_sizes.size_candidates(p_dw)[0]), "numpy")
 
 
 def test_real_timer_round_trip(backend):
@@ -176,8 +187,8 @@ def test_layer_auto_keeps_per_pass_plans_when_the_trip_does_not_pay():
     assert stored is not None and not stored.pays and stored.winner is not None
     with pytest.raises(ValueError, match="keep_spectra"):
         Conv2d(3, 4, 5, keep_spectra="always")
-    with pytest.raises(ValueError, match="keep_spectra=True: 40 groups"):
-        Conv2d(40, 40, 3, groups=40, keep_spectra=True)(numpy.zeros((1, 40, 8, 8), numpy.float32))
+    with pytest.raises(ValueError, match="keep_spectra=True: 20 groups of 4->8 channels"):
+        Conv2d(80, 160, 3, groups=20, keep_spectra=True)(numpy.zeros((1, 80, 8, 8), numpy.float32))
 
 
 def test_own_transforms_in_round_trips(backend):

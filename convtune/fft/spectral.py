@@ -209,6 +209,51 @@ class SpectralConv:
         return {"fwd": self.forward, "dgrad": self.backward_data, "wgrad": self.backward_filter}[self.p.pass_](a, b, out)
 
 
+class SpectralKept(SpectralConv):
+    """:class:`SpectralConv` split at its spectra, for round trips that keep them between passes
+    (:mod:`convtune.roundtrip`): the whole batch at once, the interface of the frequency-major
+    executor (``x_spectrum``, ``w_spectrum``, ``dy_spectrum``, ``*_from``). With the ``pointwise``
+    product this is the kept-spectra round trip of depthwise and few-channel grouped layers, whose
+    groups the frequency-major GEMMs cannot take."""
+
+    def __init__(self, xp, problem: ConvProblem, sizes: tuple[int, ...], product: str):
+        super().__init__(xp, problem.for_pass("fwd"), sizes, product, problem.batch)
+
+    def x_spectrum(self, x):
+        return self._rfft(x)
+
+    def w_spectrum(self, w):
+        """The weight's spectrum with the inverse transforms' 1/N folded in (the forward and the input
+        gradient both divide by N; the filter gradient does not read it)."""
+        return self._weight_spectrum(w, 1.0 / math.prod(self.sizes))
+
+    def dy_spectrum(self, dy):
+        return self._rfft(_upsample(self.xp, dy, self.p))
+
+    def forward_from(self, xs, ws, out):
+        y_spec = _contract(self.xp, xs, self.xp.conj(ws), self.product)
+        gather(out, self._irfft(y_spec, self.p.out_channels, prescaled=True), self._fwd_index)
+        return out
+
+    def backward_data_from(self, dys, ws, out):
+        dx_spec = _contract(self.xp, dys, ws.transpose(0, 2, 1, 3), self.product)
+        out[...] = self._irfft(dx_spec, self.p.in_channels, prescaled=True)[
+            (slice(None), slice(None)) + self._dgrad_slices]
+        return out
+
+    def backward_filter_from(self, pairs, out):
+        """``pairs``: ``[(dy spectrum, x spectrum)]`` (batch parts, summed)."""
+        xp, p = self.xp, self.p
+        acc = None
+        for dys, xs in pairs:
+            part = _batch_correlate(xp, xp.conj(dys), xs, self.product)
+            acc = part if acc is None else acc + part
+        dw_full = self._irfft(xp.ascontiguousarray(acc).reshape(p.out_channels, p.in_per_group, self.F),
+                              p.in_per_group)
+        gather(out, dw_full, self._wgrad_index)
+        return out
+
+
 def workspace_bytes(p: ConvProblem, sizes: tuple[int, ...], chunk: int) -> int:
     """Temporary bytes: spectra (complex64) with their transposed copies, and the real transform buffers."""
     nb = max(1, min(chunk, p.batch))
