@@ -67,6 +67,7 @@ class MemoryPlanStore:
     def __init__(self):
         self._decisions: dict[tuple[str, str], Decision] = {}
         self._trips: dict = {}  # (device key, forward problem key) -> TripDecision
+        self._duels: dict = {}  # (device key, problem key, plan label, torch id) -> the PyTorch layer's duel record
         self.hits = 0
         self.misses = 0
 
@@ -86,6 +87,12 @@ class MemoryPlanStore:
 
     def put_trip(self, decision):
         self._trips[(decision.device_key, decision.problem.key())] = decision
+
+    def get_duel(self, problem, device_key, plan_label, torch_id):
+        return self._duels.get((device_key, problem.key(), plan_label, torch_id))
+
+    def put_duel(self, record):
+        self._duels[(record["device_key"], record["problem"], record["plan"], record["torch"])] = record
 
     def __len__(self):
         return len(self._decisions)

@@ -404,3 +404,40 @@ def test_a_real_duel_times_both_and_keeps_the_numbers(monkeypatch):
     assert_same_training(plain, patched_copy(plain, rt), torch.randn(2, 4, 11, 11))
     routes = list(rt.layer_memo("torch").values())
     assert routes and len(routes[0].labels()) == 3
+
+
+def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch, tmp_path):
+    from convtune.cache import PlanCache
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    duels = []
+
+    def fake_times(contenders, a, b, device):
+        duels.append(1)
+        return [200e-6, 150e-6]
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    options = {"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}), "strategies": ["im2col", "torch"]}
+    plain = nn.Conv2d(3, 5, 3, padding=1)
+    x = torch.randn(2, 3, 9, 9)
+    first = Runtime(store=PlanCache(url), planner_options=options)
+    assert_same_training(plain, patched_copy(plain, first), x)
+    assert len(duels) == 3
+    import sqlite3
+    stored = sqlite3.connect(tmp_path / "plans.db").execute(
+        "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'").fetchall()
+    assert len(stored) == 3 and all('"plan_us": 200.0' in v and '"native_us": 150.0' in v for (v,) in stored)
+
+    def no_duel(*args):
+        raise AssertionError("the stored verdict should have been used")
+    monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
+    plain = nn.Conv2d(3, 5, 3, padding=1)
+    later = Runtime(store=PlanCache(url), planner_options=options)  # as a new process would
+    assert_same_training(plain, patched_copy(plain, later), x)
+    labels = [label for route in later.layer_memo("torch").values() for label in route.labels().values()]
+    assert len(labels) == 3 and all(label.startswith("torch (in the layer 150 us per call, im2col") for label in labels)
+    monkeypatch.setattr(_dispatch, "_torch_id", lambda: "torch-another-version")  # another PyTorch: duels again
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    again = Runtime(store=PlanCache(url), planner_options=options)
+    plain = nn.Conv2d(3, 5, 3, padding=1)
+    assert_same_training(plain, patched_copy(plain, again), x)
+    assert len(duels) == 6

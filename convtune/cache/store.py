@@ -45,6 +45,7 @@ MISS_TTL_S = 30.0
 CALIBRATION_PREFIX = "fft_cost:"
 #: Meta-table keys of round-trip (kept spectra) decisions.
 TRIP_PREFIX = "trip:"
+DUEL_PREFIX = "duel:"
 
 
 def default_path() -> Path:
@@ -606,6 +607,30 @@ class PlanCache:
                         problem.key(), exc)
             return None
 
+    # -- the PyTorch layer's duels (convtune.torch._dispatch) ---------------------------------
+    # Meta rows too (``duel:`` + a hash of what the verdict depends on); the value is the record.
+    @classmethod
+    def _duel_key(cls, device_key: str, problem: ConvProblem, plan_label: str, torch_id: str) -> str:
+        return cls._hashed_key(DUEL_PREFIX, f"{device_key}|{problem.key()}|{plan_label}|{torch_id}",
+                               64 - len(DUEL_PREFIX))
+
+    def put_duel(self, record: dict) -> None:
+        """Store (replacing) a duel's verdict: ``record`` has ``problem`` (key), ``device_key``, ``plan``
+        (label), ``torch`` (PyTorch and cuDNN versions), ``plan_us``, ``native_us``; read-only: nothing."""
+        if self._not_stored(f"the duel verdict of {record['problem']}"):
+            return
+        key = self._duel_key(record["device_key"], ConvProblem.from_key(record["problem"]), record["plan"],
+                             record["torch"])
+        self._put_meta(key, json.dumps(record))
+
+    def get_duel(self, problem: ConvProblem, device_key: str, plan_label: str, torch_id: str) -> dict | None:
+        key = self._duel_key(device_key, problem, plan_label, torch_id)
+        value = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar())
+        try:
+            return json.loads(value) if value is not None else None
+        except ValueError:
+            return None
+
     def trip_decisions(self) -> list[dict]:
         """Every stored round-trip decision, as its dict (the form exports carry)."""
         return self._meta_docs(TRIP_PREFIX, "round-trip decision")
@@ -719,6 +744,12 @@ class LazyPlanCache:
 
     def put_trip(self, decision):
         return self.cache.put_trip(decision)
+
+    def get_duel(self, problem, device_key, plan_label, torch_id):
+        return self.cache.get_duel(problem, device_key, plan_label, torch_id)
+
+    def put_duel(self, record):
+        return self.cache.put_duel(record)
 
     def nearest(self, problem, device_key):
         return self.cache.nearest(problem, device_key)

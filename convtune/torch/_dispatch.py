@@ -16,7 +16,9 @@ PyTorch's own convolution (cuDNN's benchmark on) run on random operands of the p
 would run them, back to back, and the faster per call wins (:data:`DUEL_DEVICE_TYPES`). The planner
 times a candidate's GPU work; here the host's share counts too (the bridge, the conversions, the
 launches), which decides small layers: a plan a few microseconds faster on the GPU can cost a
-hundred more on the host. There is no duel where the runtime's strategies leave PyTorch's out.
+hundred more on the host. There is no duel where the runtime's strategies leave PyTorch's out. The
+verdict is stored next to the plans (keyed by device, problem, plan and the PyTorch and cuDNN
+versions), so a process that finds it runs no duel.
 
 Every executor takes operands dense in the format they arrive in and the result has the memory
 format :func:`result_format` says (channels_last where an operand is), which the fake tensors of the
@@ -115,6 +117,12 @@ def duel_operands(problem: ConvProblem, device):
         t = torch.randn(shape, generator=gen, device=device, dtype=_TORCH_DTYPES[problem.dtype])
         operands.append(t.contiguous(memory_format=fmt) if fmt is not None and t.dim() == problem.rank + 2 else t)
     return operands
+
+
+def _torch_id() -> str:
+    """What a duel's verdict depends on besides the device and the plan: PyTorch's and cuDNN's versions."""
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return f"torch{torch.__version__}+cudnn{cudnn}"
 
 
 def per_call_seconds(contenders, a, b, device) -> list[float]:
@@ -257,13 +265,29 @@ class Route:
         """The plan, or PyTorch's convolution where that is faster per call in the layer (see the module
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
         native = Native(native_for(problem, benchmark=True, tf32=problem.math == "tf32"), "torch")
+        store, device_key, torch_id = self.runtime.store, None, _torch_id()
+        stored = None
         try:
-            a, b = duel_operands(problem, self.device)
-            t_plan, t_native = per_call_seconds([plan, native], a, b, self.device)
-        except Exception as exc:
-            log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(), self.device,
-                     type(exc).__name__, exc, plan.label)
-            return plan
+            device_key = bridge(self.device.type).backend.device_info().key()
+            stored = store.get_duel(problem, device_key, plan.label, torch_id) if hasattr(store, "get_duel") else None
+        except Exception as exc:  # a cache that fails: duel anyway
+            log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
+        if stored is not None:
+            t_plan, t_native = stored["plan_us"] * 1e-6, stored["native_us"] * 1e-6
+        else:
+            try:
+                a, b = duel_operands(problem, self.device)
+                t_plan, t_native = per_call_seconds([plan, native], a, b, self.device)
+            except Exception as exc:
+                log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
+                         self.device, type(exc).__name__, exc, plan.label)
+                return plan
+            if device_key is not None and hasattr(store, "put_duel"):
+                try:
+                    store.put_duel({"problem": problem.key(), "device_key": device_key, "plan": plan.label,
+                                    "torch": torch_id, "plan_us": t_plan * 1e6, "native_us": t_native * 1e6})
+                except Exception as exc:
+                    log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
         if t_native > t_plan:
             return plan
         native.label = f"torch (in the layer {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
