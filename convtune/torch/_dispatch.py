@@ -86,6 +86,8 @@ DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "
 def tensor_layout(x, w=None) -> str:
     """A call's layout: ``channels_last`` where the input (or, 2-D and 3-D, the weight) is laid out
     channels-last (NHWC, NDHWC; NLC for a 1-D convolution's input), else ``channels_first``."""
+    if x.is_contiguous() and (w is None or w.is_contiguous()):  # (the common case, answered first)
+        return "channels_first"
     if x.dim() in (4, 5):
         return "channels_last" if is_channels_last(x) or (w is not None and is_channels_last(w)) else "channels_first"
     if x.dim() == 3 and x.size(1) > 1 and x.size(2) > 1 and x.stride(1) == 1 and x.stride(2) == x.size(1):

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from ..runtime import Runtime
 from . import _ops
-from ._dispatch import DTYPES, route_for, say_once, tensor_layout
+from ._dispatch import DTYPES, Fallback, Native, route_for, say_once, tensor_layout
 from ._bridge import bridge
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
@@ -49,7 +49,11 @@ _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 #: While tune-ahead collects a model's problems (:mod:`convtune.torch.tuning`), the list it records
 #: them in; convolutions then run as PyTorch's.
-_collect = threading.local()
+class _Collecting(threading.local):
+    records = None  # (a class default: reading it on the hot path costs no failed attribute lookup)
+
+
+_collect = _Collecting()
 
 
 class Geometry:
@@ -180,9 +184,15 @@ conv2d = _of_rank(2, "conv2d")
 conv3d = _of_rank(3, "conv3d")
 
 
+#: Is autocast on for any device? (One call, where asking per device costs several.)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
+
 def autocast(x, weight, bias):
     """The operands as autocast gives them to a convolution where it is on for their device (cast to its
     lower-precision dtype, as ``torch.autocast`` casts ``conv2d``'s), else as they are."""
+    if not _any_autocast():
+        return x, weight, bias
     device = x.device.type
     if device in ("cpu", "cuda") and x.is_floating_point() and torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
@@ -228,7 +238,7 @@ def _flags_as_measured(x, math: str) -> bool:
 
 
 def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
-    records = getattr(_collect, "records", None)
+    records = _collect.records
     if records is not None:
         records.append((owner, x, weight, geom, groups, math))
         return _pytorch(x, weight, bias, geom, groups)
@@ -241,6 +251,11 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
         return _pytorch(x, weight, bias, geom, groups)
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                          (bias is not None and bias.requires_grad))):
+        executor = route.fwd_exec
+        kind = executor.__class__
+        if (kind is Fallback or kind is Native) and executor.retry_at is None and \
+                (kind is Fallback or _flags_as_measured(x, math)):
+            return _pytorch(x, weight, bias, geom, groups)  # PyTorch's own call, as measured: no detour
         return route.run("fwd", x, weight, bias)
     passes = ["fwd"]
     if x.requires_grad:
