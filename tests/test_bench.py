@@ -38,7 +38,11 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
         assert set(entry["passes"]) == {"fwd", "dgrad", "wgrad"}
         for rec in entry["passes"].values():
             assert rec["convtune"]["error"] < 1e-5 and rec["convtune"]["median_ms"] > 0
-            assert rec["peers"]["torch-fp32"] == {"absent": "no GPU: the peer is cuDNN-based and needs CUDA"}
+            # PyTorch's CPU convolution is the CPU's peer (PyTorch is installed where the tests run)
+            assert rec["peers"]["torch-fp32"]["error"] < 1e-5 and rec["peers"]["torch-fp32"]["median_ms"] > 0
+            assert rec["peers"]["torch-tf32"] == {"absent": "TF32 is a GPU mode"}
+            assert rec["peers"]["torch-fp32-ref"] == {"not_applicable": "a float32 problem: torch-fp32 is its "
+                                                                        "PyTorch peer"}
         per_pass = sum(r["convtune"]["median_ms"] for r in entry["passes"].values())
         kept = entry["kept_spectra"]
         assert max(kept["errors"].values()) < 1e-5 and kept["median_ms"] > 0
@@ -48,7 +52,8 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
         else:
             assert entry["round_trip"]["convtune"] == pytest.approx(per_pass) and "round_trip_plan" not in entry
     assert doc["peers"]["cudnn-best"]["available"] is False
-    assert "peer torch-fp32 absent" in res.output and "round trip" in res.output
+    assert "peer torch-tf32 absent" in res.output and "round trip" in res.output
+    assert doc["peers"]["cudnn-best"] == {"available": False, "reason": "no GPU: cuDNN needs CUDA"}
     assert doc["dispatch_overhead"]["calls"] > 0
     # the torch-fft peer (PyTorch is installed where the tests run): FFT-class layers only, with floors
     small, one_d = doc["layers"]
@@ -160,3 +165,20 @@ def test_the_torch_fft_peer_is_for_fft_class_layers_only():
     p = ConvProblem.make(**big)
     assert torchfft.floor_ms(p, 1e9) == pytest.approx(p.min_bytes() / 1e9 * 1e3)
     assert torchfft.floor_ms(p, None) is None
+
+
+def test_a_half_precision_bench_has_pytorch_in_its_dtype_and_in_float32(tmp_path, fake_default_timer):
+    pytest.importorskip("torch")
+    net = tmp_path / "net.yaml"
+    net.write_text("layers:\n  - {name: l, batch: 2, in_channels: 4, out_channels: 4, input: [10, 10], kernel: 3, "
+                   "padding: 1}\n")
+    out = tmp_path / "half.json"
+    res = CliRunner().invoke(main, ["bench", str(net), "--dtype", "bfloat16", "--layout", "channels_last",
+                                    "--repeats", "3", "--backend", "numpy", "--db", str(tmp_path / "p.db"),
+                                    "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    for rec in json.loads(out.read_text())["layers"][0]["passes"].values():
+        same, ref = rec["peers"]["torch-fp32"], rec["peers"]["torch-fp32-ref"]
+        # PyTorch in bfloat16 is within bfloat16's bound; in float32 on the same rounded operands, far inside it
+        assert 1e-5 < same["error"] <= 2 ** -7 and ref["error"] < 1e-5 and ref["median_ms"] > 0
+    assert "torch-fp32-ref ms (ratio)" in res.output

@@ -1,10 +1,13 @@
 """Peers that convtune is compared with, in the same process, on the same arrays.
 
-* ``torch-fp32``: PyTorch with ``cudnn.benchmark = True`` and TF32 off;
-* ``torch-tf32``: the same with TF32 allowed;
+* ``torch-fp32``: PyTorch with ``cudnn.benchmark = True`` and TF32 off (on the CPU: PyTorch's CPU
+  convolution);
+* ``torch-tf32``: the same with TF32 allowed (GPU only);
 
 (both in the problem's dtype and layout: for a bfloat16 channels_last problem, PyTorch's bfloat16
 channels_last convolution, whose accumulation TF32 does not change);
+* ``torch-fp32-ref``: for half-precision problems, PyTorch in float32 on the same (rounded) operands
+  and layout: what the half precision saves, for reference;
 * ``torch-fft``: the FFT convolution a PyTorch user writes by hand (:mod:`convtune.bench.torchfft`),
   for FFT-class layers (stride 1, kernels of 7 or more per axis), on the GPU and on the CPU;
 * ``cudnn-best``: the fastest single cuDNN engine (engine id + knobs) for the
@@ -23,7 +26,7 @@ from typing import Callable
 
 from ..problem import ConvProblem
 
-PEERS = ("torch-fp32", "torch-tf32", "torch-fft", "cudnn-best")
+PEERS = ("torch-fp32", "torch-tf32", "torch-fp32-ref", "torch-fft", "cudnn-best")
 #: Seconds the cudnn-best peer may spend timing one problem's engines (the search, not the bench).
 CUDNN_SEARCH_BUDGET_S = 2.0
 
@@ -37,22 +40,28 @@ class Peer:
     absent_reason: str = ""
 
 
-def _torch_peer(name: str, tf32: bool) -> Peer:
+def _torch_peer(name: str, tf32: bool, backend, reference: bool = False) -> Peer:
     try:
         torch = importlib.import_module("torch")
     except ImportError:
         return Peer(name, None, "PyTorch is not installed")
-    if not torch.cuda.is_available():
+    if backend.name == "cupy" and not torch.cuda.is_available():
         return Peer(name, None, "PyTorch sees no CUDA device")
+    if backend.name != "cupy" and tf32:
+        return Peer(name, None, "TF32 is a GPU mode")
 
     def make(problem: ConvProblem, a, b):
+        if reference and problem.dtype == "float32":
+            raise NotApplicable("a float32 problem: torch-fp32 is its PyTorch peer")
         F = torch.nn.functional
         grad = torch.nn.grad
         conv, conv_input, conv_weight = {1: (F.conv1d, grad.conv1d_input, grad.conv1d_weight),
                                          2: (F.conv2d, grad.conv2d_input, grad.conv2d_weight),
                                          3: (F.conv3d, grad.conv3d_input, grad.conv3d_weight)}[problem.rank]
-        ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)  # zero-copy views of the CuPy arrays
-        if problem.dtype == "bfloat16":  # stored in float32 (convtune.precision): PyTorch runs it in bfloat16
+        ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)  # zero-copy views of the arrays
+        if reference:  # the same rounded values in float32, the same layout
+            ta, tb = ta.float(), tb.float()
+        elif problem.dtype == "bfloat16":  # stored in float32 (convtune.precision): PyTorch runs it in bfloat16
             ta, tb = ta.to(torch.bfloat16), tb.to(torch.bfloat16)
         kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation, groups=problem.groups)
 
@@ -110,14 +119,19 @@ class NotApplicable(Exception):
 
 def available_peers(backend) -> list[Peer]:
     """Every peer, with ``make=None`` and a reason where it cannot run on this backend."""
+    peers = [_torch_peer("torch-fp32", False, backend), _torch_peer("torch-tf32", True, backend),
+             _torch_peer("torch-fp32-ref", False, backend, reference=True), _torch_fft_peer(backend)]
     if backend.name != "cupy":
-        reason = "no GPU: the peer is cuDNN-based and needs CUDA"
-        return [Peer(n, None, reason) for n in ("torch-fp32", "torch-tf32")] + [_torch_fft_peer(backend)] + \
-            [Peer("cudnn-best", None, reason)]
-    return [_torch_peer("torch-fp32", False), _torch_peer("torch-tf32", True), _torch_fft_peer(backend),
-            _cudnn_peer(backend)]
+        return peers + [Peer("cudnn-best", None, "no GPU: cuDNN needs CUDA")]
+    return peers + [_cudnn_peer(backend)]
 
 
 def as_cupy(result, xp):
-    """A peer's result (a torch tensor) as an array of the backend, for the error check."""
-    return xp.from_dlpack(result.detach()) if hasattr(result, "detach") else result
+    """A peer's result (a torch tensor) as an array of the backend, for the error check (bfloat16,
+    which the array modules lack, as float32: exactly)."""
+    if not hasattr(result, "detach"):
+        return result
+    result = result.detach()
+    if str(result.dtype) == "torch.bfloat16":
+        result = result.float()
+    return xp.from_dlpack(result)

@@ -20,8 +20,9 @@ from pathlib import Path
 from ..errors import ConvtuneError
 from .runner import FORMAT
 
-PEER_ORDER = ("torch-fp32", "torch-tf32", "torch-fft", "cudnn-best")
-COLOURS = {"convtune": "#1b7837", "torch-fp32": "#2166ac", "torch-tf32": "#67a9cf", "torch-fft": "#762a83",
+PEER_ORDER = ("torch-fp32", "torch-tf32", "torch-fp32-ref", "torch-fft", "cudnn-best")
+COLOURS = {"convtune": "#1b7837", "torch-fp32": "#2166ac", "torch-tf32": "#67a9cf", "torch-fp32-ref": "#92c5de",
+           "torch-fft": "#762a83",
            "cudnn-best": "#b2182b"}
 
 
