@@ -29,7 +29,10 @@ TAIL=4 step first-convtune-resnet50 45 $BM torchvision:resnet50 --batch 32 --mod
   --db /tmp/resnet50.db -o "$O/first-convtune-resnet50.json"
 TAIL=4 step first-torch-resnet50 45 $BM torchvision:resnet50 --batch 32 --modes torch-fp32 --steps 3 --warmup 0 \
   -o "$O/first-torch-resnet50.json"
-for m in ${E2E_MODELS:-convtune:replknet-31b}; do
+# E2E_MODELS: SPEC or SPEC@BATCH items (batch 16 where none is given), e.g.
+#   "timm:convnext_tiny@32 convtune:slak-t@16 convtune:longconv-1d@4 convtune:replknet-31b@16"
+for item in ${E2E_MODELS:-convtune:replknet-31b}; do
+  m=${item%@*}; b=16; [ "$item" != "$m" ] && b=${item##*@}
   n=${m//[:\/]/-}
-  step "bench-$n" ${MODEL_LIMIT:-200} $BM "$m" --batch 16 --steps 10 --db /tmp/models.db -o "$O/bench-$n.json"
+  step "bench-$n" ${MODEL_LIMIT:-200} $BM "$m" --batch "$b" --steps 10 --db /tmp/models.db -o "$O/bench-$n.json"
 done
