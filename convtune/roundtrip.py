@@ -231,6 +231,34 @@ class RoundTrip:
         self._done("wgrad")
         return out
 
+    # -- stateless form: the caller holds the spectra (one layer's autograd context per call) ---------
+    def kept_forward(self, x, w, out=None):
+        """``(y, spectra)``: the forward pass and the spectra of ``x`` and ``w`` for :meth:`kept_backward`
+        (nothing is kept on this object: each call's spectra are the caller's)."""
+        p = self.problem
+        self._check("x", x, p.x_shape)
+        self._check("w", w, p.w_shape)
+        out = self._out(out, p.y_shape)
+        with gemm_precision(self.xp, self.config.tf32):
+            xs, ws = self._ex.x_spectrum(x), self._ex.w_spectrum(w)
+            self._ex.forward_from(xs, ws, out)
+        return out, (xs, ws)
+
+    def kept_backward(self, spectra, dy, dx_out=None, dw_out=None, need_dx=True, need_dw=True):
+        """``(dx, dw)`` (``None`` where not needed) from ``dy`` and :meth:`kept_forward`'s spectra:
+        ``dy`` is transformed once for both."""
+        p = self.problem
+        self._check("dy", dy, p.y_shape)
+        xs, ws = spectra
+        dx = dw = None
+        with gemm_precision(self.xp, self.config.tf32):
+            dys = self._ex.dy_spectrum(dy)
+            if need_dx:
+                dx = self._ex.backward_data_from(dys, ws, self._out(dx_out, p.x_shape))
+            if need_dw:
+                dw = self._ex.backward_filter_from([(dys, xs)], self._out(dw_out, p.w_shape))
+        return dx, dw
+
     def __call__(self, x, w, dy):
         """One round trip: ``(y, dx, dw)``."""
         y = self.forward(x, w)

@@ -441,3 +441,81 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
     plain = nn.Conv2d(3, 5, 3, padding=1)
     assert_same_training(plain, patched_copy(plain, again), x)
     assert len(duels) == 6
+
+
+# -- kept spectra: a training step's three passes as one FFT round trip ----------------------------------
+KEPT_FORMS = {
+    "dense-5x5": (nn.Conv2d, dict(in_channels=3, out_channels=4, kernel_size=5, padding=2), (2, 3, 12, 11)),
+    "depthwise-7x7": (nn.Conv2d, dict(in_channels=6, out_channels=6, kernel_size=7, padding=3, groups=6,
+                                      bias=False), (2, 6, 13, 12)),
+    "1d-long": (nn.Conv1d, dict(in_channels=4, out_channels=4, kernel_size=15, padding=7, groups=4), (2, 4, 40)),
+    "3d": (nn.Conv3d, dict(in_channels=2, out_channels=3, kernel_size=3, padding=1), (1, 2, 6, 7, 5)),
+}
+
+
+@pytest.mark.parametrize("form", sorted(KEPT_FORMS))
+def test_kept_spectra_train_like_pytorch(form, monkeypatch):
+    from convtune.roundtrip import RoundTrip
+    calls = []
+    for name in ("kept_forward", "kept_backward"):
+        original = getattr(RoundTrip, name)
+        monkeypatch.setattr(RoundTrip, name, lambda self, *a, _o=original, _n=name, **k: calls.append(_n) or
+                            _o(self, *a, **k))
+    cls, kwargs, shape = KEPT_FORMS[form]
+    torch.manual_seed(0)
+    plain = cls(**kwargs)
+    rt = make_runtime(["fft", "im2col"])
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=True)
+    x = torch.randn(shape)
+    assert_same_training(plain, patched, x, atol=1e-4 if cls is nn.Conv3d else 1e-5)
+    assert calls == ["kept_forward", "kept_backward"]  # one forward, one backward for both gradients
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips[True] is not None and route.trips[True].config.label().startswith("fft-trip[")
+
+
+def test_kept_spectra_fall_back_to_the_per_pass_plans_where_they_cannot_serve(caplog):
+    rt = make_runtime(["fft", "im2col"])
+    plain = nn.Conv2d(3, 4, 5, padding=2)
+    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=True)
+    # a second backward of the same graph, and a double backward: the per-pass plans, differentiable
+    for model in (plain, patched):
+        model.zero_grad()
+    y_a, y_b = plain(x), patched(x)
+    g = torch.randn(y_a.shape)
+    ga = torch.autograd.grad(y_a, (x, plain.weight), g, create_graph=True)
+    gb = torch.autograd.grad(y_b, (x, patched.weight), g, create_graph=True)
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    second_a = torch.autograd.grad(ga[0].square().sum(), plain.weight)[0]
+    second_b = torch.autograd.grad(gb[0].square().sum(), patched.weight)[0]
+    torch.testing.assert_close(second_b, second_a, rtol=1e-4, atol=1e-4)
+    y_b = patched(x)
+    first = torch.autograd.grad(y_b, x, g, retain_graph=True)[0]
+    again = torch.autograd.grad(y_b, x, g)[0]  # the spectra went with the first backward
+    torch.testing.assert_close(again, first, rtol=1e-5, atol=1e-6)
+    # channels_last: the round trip runs channels-first float32 layers only; the per-pass plans run it
+    cl = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        assert_same_training(plain.to(memory_format=torch.channels_last),
+                             patched.to(memory_format=torch.channels_last), cl)
+    assert "not a round trip with kept spectra" in caplog.text
+    with pytest.raises(ValueError, match="keep_spectra must be one of"):
+        ct.Conv2d(3, 4, 3, keep_spectra="always")
+    with pytest.raises(ValueError, match="keep_spectra must be one of"):
+        ct.patch(nn.Conv2d(3, 4, 3), keep_spectra=1)
+
+
+def test_kept_spectra_auto_follows_the_measured_verdict():
+    from conftest import FakeTimer as Timer
+    pays = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 1e-3}))
+    costs = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 100.0}))
+    for rt, expected in ((pays, True), (costs, False)):
+        plain = nn.Conv2d(3, 4, 5, padding=2)
+        patched = copy.deepcopy(plain)
+        ct.patch(patched, runtime=rt, keep_spectra="auto")
+        assert_same_training(plain, patched, torch.randn(2, 3, 10, 10))
+        (route,) = rt.layer_memo("torch").values()
+        assert (route.trips["auto"] is not None) == expected

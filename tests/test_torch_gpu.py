@@ -215,3 +215,16 @@ def test_a_small_layer_duel_goes_to_pytorch_on_cuda():
     assert_same_training(plain, patched, torch.randn(2, 3, 9, 9, device="cuda"))
     labels = [label for route in rt.layer_memo("torch").values() for label in route.labels().values()]
     assert len(labels) == 3 and all(label.startswith("torch (in the layer") for label in labels), labels
+
+
+@pytest.mark.parametrize("keep", [True, "auto"])
+def test_kept_spectra_on_cuda_train_like_pytorch(keep):
+    """A large depthwise layer with kept spectra (the FFT round trip) on CUDA tensors: the same training
+    step as PyTorch's; with True the round trip runs whatever its verdict."""
+    rt = make_runtime(["fft", "torch"], FakeTimer(times={"fft-trip": 1e-3, "torch": 2.0}, default=1.0))
+    plain = nn.Conv2d(32, 32, 31, padding=15, groups=32).cuda()
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=keep)
+    assert_same_training(plain, patched, torch.randn(4, 32, 40, 40, device="cuda"), rtol=2e-4, atol=2e-5)
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips[keep] is not None

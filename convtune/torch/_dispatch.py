@@ -203,11 +203,64 @@ class ArrayPlan:
 class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
-    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec")
+    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
         self.fwd_exec = self.dgrad_exec = self.wgrad_exec = None
+        self.trips = {}  # keep_spectra mode -> RoundTrip, or None: the per-pass plans
+
+    # -- kept spectra (a training step's three passes as one FFT round trip) ---------------------
+    def trip(self, mode):
+        """The :class:`~convtune.roundtrip.RoundTrip` this layer runs under ``keep_spectra=mode`` (``True``:
+        the measured winner whether or not it pays; ``'auto'``: where it pays), or ``None`` for the
+        per-pass plans (the reason logged once)."""
+        if mode in self.trips:
+            return self.trips[mode]
+        from .. import roundtrip
+        problem, trip, reason = self.problem, None, None
+        try:
+            reason = roundtrip.unsupported_reason(problem)
+            if reason is None:
+                br = bridge(self.device.type)
+                with self.runtime._lock:
+                    decision = br.call(self.device.index, self.runtime.round_trip_for, problem, br.backend)
+                if decision is None or decision.winner is None:
+                    reason = decision.reason if decision is not None else "no round-trip decision (miss policy)"
+                elif mode == "auto" and not decision.pays:
+                    reason = f"it does not pay here ({decision.reason})"
+                else:
+                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem, decision.config, br.backend)
+        except Exception as exc:  # a failure is a reason for the per-pass plans, never an error
+            trip, reason = None, f"{type(exc).__name__}: {exc}"
+        if trip is None:
+            say_once(f"trip:{problem.key()}:{self.device}:{mode}", "convtune: %s on %s runs its per-pass plans, "
+                     "not a round trip with kept spectra: %s", problem.describe(), self.device, reason,
+                     level=logging.INFO)
+        self.trips[mode] = trip
+        return trip
+
+    def kept_forward(self, trip, x, w, bias):
+        """``(y, spectra)``: the forward pass through ``trip``, keeping the spectra for :meth:`kept_backward`."""
+        br = bridge(self.device.type)
+        x, w = x.contiguous(), w.contiguous()
+        y = torch.empty(self.problem.y_shape, dtype=x.dtype, device=x.device)
+        spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(x), br.array(w), br.array(y))[1])
+        if bias is not None:
+            y += bias.view((1, -1) + (1,) * self.problem.rank)
+        return y, spectra
+
+    def kept_backward(self, trip, spectra, dy, need_dx: bool, need_dw: bool):
+        """``(dx, dw)`` (``None`` where not needed) from ``dy`` and the forward's spectra."""
+        br = bridge(self.device.type)
+        p = self.problem
+        dy = dy.contiguous()
+        dx = torch.empty(p.x_shape, dtype=dy.dtype, device=dy.device) if need_dx else None
+        dw = torch.empty(p.w_shape, dtype=dy.dtype, device=dy.device) if need_dw else None
+        br.call(self.device.index, lambda: trip.kept_backward(
+            spectra, br.array(dy), br.array(dx) if need_dx else None, br.array(dw) if need_dw else None,
+            need_dx, need_dw))
+        return dx, dw
 
     # -- running -----------------------------------------------------------------------
     def run(self, pass_: str, a, b, bias=None):

@@ -210,4 +210,30 @@ class _Backward(torch.autograd.Function):
         return (*gradients(ctx.pass_, ctx.needs_input_grad, a, b, grad, *_eager_calls(ctx.route)), None, None)
 
 
+class _KeptForward(torch.autograd.Function):
+    """The forward pass of a layer with kept spectra (:meth:`~convtune.torch._dispatch.Route.trip`): its
+    backward transforms the incoming gradient once and computes both gradients from the spectra the
+    forward kept (held by this autograd context, freed with it). A second backward of the same graph
+    (``retain_graph``) and a double backward (``create_graph``) run the per-pass plans instead."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, route, trip):
+        ctx.save_for_backward(x, w)
+        ctx.route, ctx.trip = route, trip
+        y, ctx.spectra = route.kept_forward(trip, x, w, bias)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        spectra, ctx.spectra = ctx.spectra, None
+        needs = ctx.needs_input_grad
+        if spectra is None or torch.is_grad_enabled():
+            dx, dw = gradients("fwd", needs, x, w, grad, *_eager_calls(ctx.route))
+        else:
+            dx, dw = ctx.route.kept_backward(ctx.trip, spectra, grad, needs[0], needs[1])
+        return dx, dw, _bias_grad(grad) if needs[2] else None, None, None
+
+
 eager_forward = _Forward.apply
+kept_forward = _KeptForward.apply

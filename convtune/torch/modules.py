@@ -35,6 +35,18 @@ def _check_math(math: str) -> str:
     return math
 
 
+#: ``keep_spectra`` values: run a training step's three passes as one FFT round trip that keeps the
+#: spectra of the forward pass for the backward ones (:mod:`convtune.roundtrip`) never, always (where the
+#: round trip runs the layer), or where the planner measured that it pays.
+KEEP_SPECTRA = (False, True, "auto")
+
+
+def _check_keep(keep) -> bool | str:
+    if keep not in KEEP_SPECTRA or (keep is not True and keep is not False and keep != "auto"):
+        raise ValueError(f"keep_spectra must be one of {', '.join(map(repr, KEEP_SPECTRA))}, got {keep!r}")
+    return keep
+
+
 class _Convtune:
     """What a convtune convolution module adds to its ``nn.ConvNd`` base: the convolution itself."""
 
@@ -42,6 +54,8 @@ class _Convtune:
     convtune_math = "auto"
     #: the :class:`~convtune.runtime.Runtime` to look plans up in (``None``: the default runtime)
     convtune_runtime: Runtime | None = None
+    #: ``False``, ``True`` or ``'auto'``: keep the forward's FFT spectra for the backward passes (see :data:`KEEP_SPECTRA`)
+    convtune_keep_spectra = False
     #: the class this one stands in for (what :func:`unpatch` restores)
     _convtune_base: type = nn.Module
 
@@ -67,9 +81,10 @@ class Conv1d(_Convtune, nn.Conv1d):
 
     _convtune_base = nn.Conv1d
 
-    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, **kwargs):
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.convtune_math, self.convtune_runtime = _check_math(math), runtime
+        self.convtune_keep_spectra = _check_keep(keep_spectra)
 
 
 class Conv2d(_Convtune, nn.Conv2d):
@@ -85,9 +100,10 @@ class Conv2d(_Convtune, nn.Conv2d):
 
     _convtune_base = nn.Conv2d
 
-    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, **kwargs):
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.convtune_math, self.convtune_runtime = _check_math(math), runtime
+        self.convtune_keep_spectra = _check_keep(keep_spectra)
 
 
 class Conv3d(_Convtune, nn.Conv3d):
@@ -103,9 +119,10 @@ class Conv3d(_Convtune, nn.Conv3d):
 
     _convtune_base = nn.Conv3d
 
-    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, **kwargs):
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.convtune_math, self.convtune_runtime = _check_math(math), runtime
+        self.convtune_keep_spectra = _check_keep(keep_spectra)
 
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -146,12 +163,14 @@ def _post_order(module: nn.Module, prefix: str = ""):
 
 
 def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = None, math: str = "auto",
-          runtime: Runtime | None = None) -> list[str]:
+          runtime: Runtime | None = None, keep_spectra=False) -> list[str]:
     """Make ``model``'s ``Conv1d``/``Conv2d``/``Conv3d`` modules (children first, ``model`` itself too) run through
     convtune, in place; returns the qualified names of those it changed (``''`` is ``model``).
 
     ``filter(module, name)`` picks among the eligible modules. ``math``: ``'auto'`` follows
     ``torch.backends.cudnn.allow_tf32`` on CUDA (see :mod:`convtune.torch.functional`).
+    ``keep_spectra`` (``False``, ``True``, ``'auto'``): a training step's three passes as one FFT round
+    trip keeping the forward's spectra (see :data:`KEEP_SPECTRA`).
 
     Examples
     --------
@@ -163,6 +182,7 @@ def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = No
     ('Conv2d', ['0', '2'])
     """
     _check_math(math)
+    _check_keep(keep_spectra)
     swapped = []
     for name, module in _post_order(model):
         if not isinstance(module, _CONVS):
@@ -177,6 +197,7 @@ def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = No
             continue
         module.__class__ = cls
         module.convtune_math, module.convtune_runtime = math, runtime
+        module.convtune_keep_spectra = keep_spectra
         swapped.append(name)
     return swapped
 
@@ -187,7 +208,7 @@ def unpatch(model: nn.Module) -> list[str]:
     for name, module in _post_order(model):
         if isinstance(module, _Convtune):
             module.__class__ = module._convtune_base
-            for attr in ("convtune_math", "convtune_runtime"):
+            for attr in ("convtune_math", "convtune_runtime", "convtune_keep_spectra"):
                 module.__dict__.pop(attr, None)
             restored.append(name)
     return restored
