@@ -34,5 +34,6 @@ TAIL=4 step first-torch-resnet50 45 $BM torchvision:resnet50 --batch 32 --modes 
 for item in ${E2E_MODELS:-convtune:replknet-31b}; do
   m=${item%@*}; b=16; [ "$item" != "$m" ] && b=${item##*@}
   n=${m//[:\/]/-}
-  step "bench-$n" ${MODEL_LIMIT:-200} $BM "$m" --batch "$b" --steps 10 --db /tmp/models.db -o "$O/bench-$n.json"
+  step "bench-$n" ${MODEL_LIMIT:-200} $BM "$m" --batch "$b" --steps 10 --db /tmp/models.db -o "$O/bench-$n.json" \
+    --modes "${MODEL_MODES:-torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32,convtune-fp32-kept}"
 done

@@ -265,3 +265,16 @@ def test_cli_bench_model_amp_modes_on_the_cpu(tmp_path, fake_default_timer):
 def _tuned_keys(db):
     from convtune.cache import PlanCache
     return [r["problem_key"] for r in PlanCache(str(db), create=False, read_only=True).plan_rows()]
+
+
+def test_cli_bench_model_kept_spectra_mode_on_the_cpu(tmp_path, fake_default_timer):
+    out = tmp_path / "bench.json"
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
+                 "torch-fp32,convtune-fp32-kept", "--steps", "3", "--warmup", "0", "--db", tmp_path / "plans.db",
+                 "-o", out)
+    assert result.exit_code == 0, result.output
+    torch_mode, kept = json.loads(out.read_text())["modes"]
+    assert kept["mode"] == "convtune-fp32-kept" and kept["patched_layers"] > 0 and not kept["tuning"]["failed"]
+    assert kept["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
+    from convtune.cache import PlanCache
+    assert PlanCache(str(tmp_path / "plans.db"), create=False, read_only=True).trip_count() > 0  # verdicts tuned

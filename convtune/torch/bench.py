@@ -10,7 +10,9 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
   ``math='auto'``) under the flags of the matching PyTorch mode, its plans tuned ahead first
   (:func:`convtune.torch.tune`; from the plan cache where they are there);
 * ``convtune-amp-bf16``: the patched model as ``torch-amp-bf16`` runs it (autocast bf16,
-  channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast.
+  channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast;
+* ``convtune-fp32-kept``: ``convtune-fp32`` with ``keep_spectra='auto'`` (FFT round trips keeping the
+  forward's spectra where the planner measured that they pay; their verdicts tuned on the first step).
 
 The PyTorch modes run before convtune tunes anything (PyTorch's ``cudnn.benchmark`` skips
 algorithms whose workspace it cannot allocate, so it must not run beside memory that tuning holds),
@@ -43,7 +45,8 @@ from .tuning import tune
 
 log = logging.getLogger("convtune")
 
-MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32", "convtune-amp-bf16")
+MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32", "convtune-amp-bf16",
+         "convtune-fp32-kept")
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
 FORMAT = "convtune-bench-model"
 FORMAT_VERSION = 1
@@ -96,7 +99,8 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
         inp = x.contiguous(memory_format=torch.channels_last)
     record = {"mode": mode}
     if mode.startswith("convtune"):
-        record["patched_layers"] = len(patch(model, math="auto", runtime=runtime))
+        record["patched_layers"] = len(patch(model, math="auto", runtime=runtime,
+                                             keep_spectra="auto" if mode.endswith("-kept") else False))
         if progress:
             progress(f"{mode}: tuning ahead")
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
