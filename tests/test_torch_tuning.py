@@ -250,13 +250,17 @@ def test_pytorchs_candidate_is_timed_even_when_its_verification_run_is_slow(monk
     assert planner_module.SLOW_FACTOR < 1000
 
 
-def test_cli_bench_model_amp_modes_on_the_cpu(tmp_path, fake_default_timer):
+def _bench_model_modes(tmp_path, modes):
+    """``convtune bench-model`` of a small model on the CPU in ``modes``; the modes' records."""
     out = tmp_path / "bench.json"
-    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
-                 "torch-amp-bf16,convtune-amp-bf16", "--steps", "3", "--warmup", "0", "--db", tmp_path / "plans.db",
-                 "-o", out)
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes", modes,
+                 "--steps", "3", "--warmup", "0", "--db", tmp_path / "plans.db", "-o", out)
     assert result.exit_code == 0, result.output
-    torch_mode, ours = json.loads(out.read_text())["modes"]
+    return json.loads(out.read_text())["modes"]
+
+
+def test_cli_bench_model_amp_modes_on_the_cpu(tmp_path, fake_default_timer):
+    torch_mode, ours = _bench_model_modes(tmp_path, "torch-amp-bf16,convtune-amp-bf16")
     assert ours["tuning"]["tuned"] == ours["tuning"]["problems"] > 0 and not ours["tuning"]["failed"]
     assert all(":bfloat16:" in key and key.endswith(":channels_last") for key in _tuned_keys(tmp_path / "plans.db"))
     assert ours["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=5e-2)  # both in bfloat16
@@ -268,12 +272,7 @@ def _tuned_keys(db):
 
 
 def test_cli_bench_model_kept_spectra_mode_on_the_cpu(tmp_path, fake_default_timer):
-    out = tmp_path / "bench.json"
-    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
-                 "torch-fp32,convtune-fp32-kept", "--steps", "3", "--warmup", "0", "--db", tmp_path / "plans.db",
-                 "-o", out)
-    assert result.exit_code == 0, result.output
-    torch_mode, kept = json.loads(out.read_text())["modes"]
+    torch_mode, kept = _bench_model_modes(tmp_path, "torch-fp32,convtune-fp32-kept")
     assert kept["mode"] == "convtune-fp32-kept" and kept["patched_layers"] > 0 and not kept["tuning"]["failed"]
     assert kept["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
     from convtune.cache import PlanCache
