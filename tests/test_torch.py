@@ -519,3 +519,21 @@ def test_kept_spectra_auto_follows_the_measured_verdict():
         assert_same_training(plain, patched, torch.randn(2, 3, 10, 10))
         (route,) = rt.layer_memo("torch").values()
         assert (route.trips["auto"] is not None) == expected
+
+
+def test_tune_ahead_decides_the_round_trips_of_kept_spectra_layers(monkeypatch):
+    import convtune.roundtrip
+    rt = make_runtime(["fft", "im2col"], FakeTimer(times={"fft-trip": 1e-3}))
+    model = nn.Sequential(nn.Conv2d(3, 4, 5, padding=2), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
+    plain = copy.deepcopy(model)
+    ct.patch(model, runtime=rt, keep_spectra="auto", filter=lambda m, name: name == "0")
+    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    report = ct.tune(model, x, runtime=rt, progress=False)
+    assert len(report.trips) == 1 and "keeps spectra" in report.trips[0][1] and "round-trip verdicts" in str(report)
+
+    def no_tuning(*args, **kwargs):
+        raise AssertionError("the verdict was tuned ahead")
+    monkeypatch.setattr(convtune.roundtrip, "tune_round_trip", no_tuning)
+    assert_same_training(plain, model, x)
+    routes = [r for r in rt.layer_memo("torch").values() if r.trips]
+    assert len(routes) == 1 and routes[0].trips["auto"] is not None

@@ -52,6 +52,7 @@ class Problem:
     device: torch.device
     passes: tuple[str, ...]
     name: str
+    keep_spectra: bool | str = False  # the module's keep_spectra (patched modules; False for plain ones)
 
 
 def _qualified_names(model: nn.Module) -> dict[int, str]:
@@ -102,7 +103,8 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
         except ValueError:
             continue
         passes = ("fwd",) + (("dgrad",) if x.requires_grad else ()) + (("wgrad",) if weight.requires_grad else ())
-        found.append(Problem(problem, x.device, passes, names.get(id(owner), "?")))
+        found.append(Problem(problem, x.device, passes, names.get(id(owner), "?"),
+                             getattr(owner, "convtune_keep_spectra", False)))
     return found
 
 
@@ -116,11 +118,13 @@ class TuneReport:
     failed: list[tuple[ConvProblem, str]] = field(default_factory=list)
     seconds: float = 0.0
     elsewhere: int = 0  # tuned meanwhile by another process on the cache (another rank)
+    trips: list[tuple[ConvProblem, str]] = field(default_factory=list)  # layers with kept spectra: each verdict
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
+        trips = f", {len(self.trips)} round-trip verdicts" if self.trips else ""
         text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
-                f"{len(self.failed)} failed, in {self.seconds:.1f} s")
+                f"{len(self.failed)} failed{trips}, in {self.seconds:.1f} s")
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
 
 
@@ -173,6 +177,9 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
         Defaults to :func:`convtune.default_runtime` (the persistent plan cache).
     progress : bool or callable
         ``True``: a progress bar on stderr; a callable gets ``(done, total, label)``.
+
+    Patched layers with ``keep_spectra`` get their round-trip verdicts too (after the per-pass plans they
+    are measured against), where all three passes are tuned: :attr:`TuneReport.trips`.
     """
     started = time.perf_counter()
     rt = runtime or default_runtime()
@@ -182,7 +189,10 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
         raise ValueError(f"unknown pass(es) {', '.join(sorted(unknown))}; acceptable: {', '.join(PASSES)}")
     # the problems, each once (several layers share shapes), on the device they run on
     distinct: dict[tuple, tuple[ConvProblem, torch.device, list[str]]] = {}
+    kept: dict[tuple, tuple[ConvProblem, torch.device, str]] = {}  # layers with kept spectra: their round trips
     for item in collect(model, example_inputs, math):
+        if item.keep_spectra and len(item.passes) == 3 and set(wanted) == set(PASSES):
+            kept.setdefault((item.problem.key(), str(item.device)), (item.problem, item.device, item.name))
         for pass_ in item.passes:
             if pass_ in wanted:
                 p = item.problem.for_pass(pass_)
@@ -227,6 +237,17 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
         log.info("convtune.torch.tune: waiting for %d problem(s) other processes are tuning", len(held))
     for problem, device in held:
         settle(problem, device, wait=True)
+    for problem, device, name in kept.values():  # after the per-pass plans, which each verdict is measured against
+        shown(len(items), f"{name} round trip")
+        try:
+            br = bridge(device.type)
+            with rt._lock:
+                decision = br.call(device.index, rt.round_trip_for, problem, br.backend)
+            report.trips.append((problem, decision.describe() if decision is not None else
+                                 f"no verdict: the runtime's miss policy is {rt.miss_policy!r}, not 'tune'"))
+        except Exception as exc:  # recorded; the layer runs its per-pass plans
+            report.trips.append((problem, f"failed: {type(exc).__name__}: {exc}"))
+            log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
     shown(len(items), "done")
     if torch.cuda.is_available() and any(d.type == "cuda" for _p, d, _n in distinct.values()):
         torch.cuda.empty_cache()  # what tuning held goes back to the device before training starts
