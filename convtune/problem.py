@@ -28,6 +28,7 @@ say how its operands are stored and how accurate its result must be: :mod:`convt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -155,12 +156,12 @@ class ConvProblem:
     def rank(self) -> int:
         return len(self.input_size)
 
-    @property
+    @functools.cached_property  # (derived once: a frozen problem's shapes never change)
     def output_size(self) -> tuple[int, ...]:
         return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, k, d, s in
                      zip(self.input_size, self.padding, self.kernel_size, self.dilation, self.stride))
 
-    @property
+    @functools.cached_property  # (derived once: a frozen problem's shapes never change)
     def dilated_kernel(self) -> tuple[int, ...]:
         return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
 
@@ -181,25 +182,25 @@ class ConvProblem:
         """The bound on the relative error against float64: the math mode's, or the dtype's where looser."""
         return precision.tolerance(self.dtype, MATH_TOLERANCE[self.math])
 
-    @property
+    @functools.cached_property  # (derived once: a frozen problem's shapes never change)
     def x_shape(self) -> tuple[int, ...]:
         return (self.batch, self.in_channels, *self.input_size)
 
-    @property
+    @functools.cached_property  # (derived once: a frozen problem's shapes never change)
     def w_shape(self) -> tuple[int, ...]:
         return (self.out_channels, self.in_per_group, *self.kernel_size)
 
-    @property
+    @functools.cached_property  # (derived once: a frozen problem's shapes never change)
     def y_shape(self) -> tuple[int, ...]:
         return (self.batch, self.out_channels, *self.output_size)
 
-    @property
+    @functools.cached_property  # (derived once: a frozen problem's shapes never change)
     def operand_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Shapes of the two operands of this problem's pass (see the module docstring)."""
         return {"fwd": (self.x_shape, self.w_shape), "dgrad": (self.y_shape, self.w_shape),
                 "wgrad": (self.x_shape, self.y_shape)}[self.pass_]
 
-    @property
+    @functools.cached_property  # (derived once: a frozen problem's shapes never change)
     def result_shape(self) -> tuple[int, ...]:
         return {"fwd": self.y_shape, "dgrad": self.x_shape, "wgrad": self.w_shape}[self.pass_]
 
