@@ -25,10 +25,14 @@ def im2col(xp, p: ConvProblem, x_pad, nb: int, out=None):
     if is_pointwise_gemm(p):
         return x_pad.reshape(nb, p.groups, p.in_per_group, P)
     cols = out if out is not None else xp.empty((nb, p.groups, p.in_per_group * K, P), dtype=x_pad.dtype)
-    cols6 = cols.reshape(nb, p.groups, p.in_per_group, K, *p.output_size)
     xg = x_pad.reshape(nb, p.groups, p.in_per_group, *x_pad.shape[2:])
-    for flat, _offset, sl in kernel_offsets(p):
-        cols6[:, :, :, flat] = xg[(slice(None),) * 3 + sl]
+    # every kernel offset's strided slice at once: a window view of the padded input, axes (n, g, c,
+    # kernel..., output...), written into the columns by one copy (one kernel on the GPU, not K)
+    shape = (nb, p.groups, p.in_per_group) + p.kernel_size + p.output_size
+    spatial = xg.strides[3:]
+    strides = xg.strides[:3] + tuple(st * d for st, d in zip(spatial, p.dilation)) + \
+        tuple(st * s for st, s in zip(spatial, p.stride))
+    cols.reshape(shape)[...] = xp.lib.stride_tricks.as_strided(xg, shape, strides)
     return cols
 
 
