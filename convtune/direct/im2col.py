@@ -8,6 +8,8 @@ batched GEMM with the weight viewed as ``(G, Cog, Cig*K)``.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 
 from ..problem import ConvProblem
@@ -32,8 +34,14 @@ def im2col(xp, p: ConvProblem, x_pad, nb: int, out=None):
     spatial = xg.strides[3:]
     strides = xg.strides[:3] + tuple(st * d for st, d in zip(spatial, p.dilation)) + \
         tuple(st * s for st, s in zip(spatial, p.stride))
-    cols.reshape(shape)[...] = xp.lib.stride_tricks.as_strided(xg, shape, strides)
+    cols.reshape(shape)[...] = _as_strided(xp)(xg, shape, strides)
     return cols
+
+
+@functools.cache
+def _as_strided(xp):
+    """The array module's ``as_strided`` (imported by name: ``cupy.lib`` need not be loaded as an attribute)."""
+    return importlib.import_module(f"{xp.__name__}.lib.stride_tricks").as_strided
 
 
 def col2im_add(xp, p: ConvProblem, cols, dx_pad):
