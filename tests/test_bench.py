@@ -178,6 +178,8 @@ def test_a_half_precision_bench_has_pytorch_in_its_dtype_and_in_float32(tmp_path
                                     "-o", str(out)])
     assert res.exit_code == 0, res.output
     for rec in json.loads(out.read_text())["layers"][0]["passes"].values():
+        ours = rec["convtune"]  # timed as training runs it: the PyTorch layer on bfloat16 channels_last tensors
+        assert ours["via"].startswith("convtune.torch") and ours["error"] <= 2 ** -7 and ours["median_ms"] > 0
         same, ref = rec["peers"]["torch-fp32"], rec["peers"]["torch-fp32-ref"]
         # PyTorch in bfloat16 is within bfloat16's bound; in float32 on the same rounded operands, far inside it
         assert 1e-5 < same["error"] <= 2 ** -7 and ref["error"] < 1e-5 and ref["median_ms"] > 0

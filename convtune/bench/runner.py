@@ -80,22 +80,49 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
         _give_back_memory(backend)
     out = precision.empty_result(xp, problem)
     try:
-        if problem.dtype == "bfloat16":  # float32 arrays holding bfloat16 values: the array API would see float32
-            plan = runtime.plan_for(problem, backend)
-            call = functools.partial(plan, a, b, out)
+        drop_in = _drop_in_call(problem, a, b, runtime) if problem.dtype != "float32" else None
+        if drop_in is not None:  # half precision: as training runs it, on tensors of its dtype (no conversions
+            call, route = drop_in  # around PyTorch's own plan; the others' are theirs), like the PyTorch peers
+            err = relative_error(xp, as_cupy(call(), xp), ref)
+            label = route.labels()[problem.pass_]
+            plan = runtime.plan_for(problem, backend)  # (resolved by the call above: its source)
         else:
-            call = _dispatch_fn(problem, a, b, out, runtime)
-        call()  # tunes on a cache miss; the timed calls below are warm hits
-        err = relative_error(xp, out, ref)
-        plan = plan if problem.dtype == "bfloat16" else runtime.plan_in_memo(problem)
+            if problem.dtype == "bfloat16":  # float32 arrays of bfloat16 values: the array API would see float32
+                plan = runtime.plan_for(problem, backend)
+                call = functools.partial(plan, a, b, out)
+            else:
+                call = _dispatch_fn(problem, a, b, out, runtime)
+            call()  # tunes on a cache miss; the timed calls below are warm hits
+            err = relative_error(xp, out, ref)
+            plan = plan if problem.dtype == "bfloat16" else runtime.plan_in_memo(problem)
+            label = plan.label
         stats = timer(call, backend, "convtune")
-        record["convtune"] = {"plan": plan.label, "source": plan.source, "median_ms": stats.median_s * 1e3,
-                              "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats, "error": err}
+        record["convtune"] = {"plan": label, "source": plan.source,
+                              "median_ms": stats.median_s * 1e3, "spread_ms": stats.spread_s * 1e3,
+                              "repeats": stats.repeats, "error": err}
+        if drop_in is not None:
+            record["convtune"]["via"] = "convtune.torch on tensors of the problem's dtype and layout"
     except Exception as exc:  # a failure is a result to report, not a reason to stop the benchmark
         log.warning("convtune failed on %s: %s", problem.key(), exc)
         record["convtune"] = {"failed": f"{type(exc).__name__}: {exc}"}
     del ref, a, b, out
     return record
+
+
+def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):
+    """``(call, route)``: the pass through the PyTorch layer's route, on tensors of the problem's dtype
+    made from the operands (``call()`` returns the result tensor), or ``None`` without PyTorch."""
+    try:
+        import torch
+        from ..torch._dispatch import route_for
+    except ImportError:
+        return None
+    dtype = getattr(torch, problem.dtype)
+    ta, tb = (torch.from_dlpack(v).to(dtype) for v in (a, b))  # (the layout's strides are kept)
+    fwd = problem.for_pass("fwd")
+    route = route_for(fwd.x_shape, fwd.w_shape, fwd.stride, fwd.padding, fwd.dilation, fwd.groups, fwd.math,
+                      ta.device, runtime, dtype, fwd.layout)
+    return (lambda: route.run(problem.pass_, ta, tb)), route
 
 
 def round_trip(passes: dict) -> dict:
