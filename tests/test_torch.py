@@ -537,3 +537,26 @@ def test_tune_ahead_decides_the_round_trips_of_kept_spectra_layers(monkeypatch):
     assert_same_training(plain, model, x)
     routes = [r for r in rt.layer_memo("torch").values() if r.trips]
     assert len(routes) == 1 and routes[0].trips["auto"] is not None
+
+
+def test_a_round_trip_that_fails_gives_way_to_the_per_pass_plans(monkeypatch, caplog):
+    from convtune.roundtrip import RoundTrip
+    rt = make_runtime(["fft", "im2col"])
+    plain = nn.Conv2d(3, 4, 5, padding=2)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=True)
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("a test's broken round trip")
+    monkeypatch.setattr(RoundTrip, "kept_backward", broken)  # fails in the backward: gradients still come
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        assert_same_training(plain, patched, torch.randn(2, 3, 10, 10))
+    assert "broken round trip" in caplog.text and "per-pass plans" in caplog.text
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips[True] is None  # and the forward passes no longer try it
+    monkeypatch.setattr(RoundTrip, "kept_forward", broken)
+    rt2 = make_runtime(["fft", "im2col"])
+    plain = nn.Conv2d(3, 4, 5, padding=2)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt2, keep_spectra=True)
+    assert_same_training(plain, patched, torch.randn(2, 3, 10, 10))  # fails in the forward: the per-pass plans

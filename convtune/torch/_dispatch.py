@@ -240,6 +240,13 @@ class Route:
         self.trips[mode] = trip
         return trip
 
+    def drop_trip(self, exc: Exception) -> None:
+        """A round trip that failed when it ran: this layer runs its per-pass plans from now on (said once)."""
+        say_once(f"trip-failed:{self.problem.key()}:{self.device}", "convtune: the round trip of %s on %s failed "
+                 "(%s: %s); it runs its per-pass plans", self.problem.describe(), self.device, type(exc).__name__, exc)
+        for mode in list(self.trips):
+            self.trips[mode] = None
+
     def kept_forward(self, trip, x, w, bias):
         """``(y, spectra)``: the forward pass through ``trip``, keeping the spectra for :meth:`kept_backward`."""
         br = bridge(self.device.type)

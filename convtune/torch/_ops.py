@@ -228,10 +228,13 @@ class _KeptForward(torch.autograd.Function):
         x, w = ctx.saved_tensors
         spectra, ctx.spectra = ctx.spectra, None
         needs = ctx.needs_input_grad
-        if spectra is None or torch.is_grad_enabled():
-            dx, dw = gradients("fwd", needs, x, w, grad, *_eager_calls(ctx.route))
-        else:
-            dx, dw = ctx.route.kept_backward(ctx.trip, spectra, grad, needs[0], needs[1])
+        if spectra is not None and not torch.is_grad_enabled():
+            try:
+                dx, dw = ctx.route.kept_backward(ctx.trip, spectra, grad, needs[0], needs[1])
+                return dx, dw, _bias_grad(grad) if needs[2] else None, None, None
+            except Exception as exc:  # the per-pass plans (or PyTorch's fallbacks) give the gradients instead
+                ctx.route.drop_trip(exc)
+        dx, dw = gradients("fwd", needs, x, w, grad, *_eager_calls(ctx.route))
         return dx, dw, _bias_grad(grad) if needs[2] else None, None, None
 
 

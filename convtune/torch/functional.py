@@ -266,7 +266,10 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
     if keep and len(passes) == 3:  # a training step that needs both gradients: one round trip, if it runs here
         trip = route.trip(keep)
         if trip is not None:
-            return _ops.kept_forward(x, weight, bias, route, trip)
+            try:
+                return _ops.kept_forward(x, weight, bias, route, trip)
+            except Exception as exc:  # never an error where PyTorch would have run: the per-pass plans
+                route.drop_trip(exc)
     if route.native(passes) and _flags_as_measured(x, math):
         # PyTorch's convolution won every pass and runs as it was measured: its own autograd, no detour
         return _pytorch(x, weight, bias, geom, groups)
