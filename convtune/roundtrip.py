@@ -187,11 +187,16 @@ class RoundTrip:
         self._check("w", w, p.w_shape)
         self.release()
         out = self._out(out, p.y_shape)
+        self._xs, self._ws = self._forward_keeping(x, w, out)
+        self._pending = {"dgrad", "wgrad"}
+        return out
+
+    def _forward_keeping(self, x, w, out):
+        """``out`` = the forward pass of checked operands; returns the spectra of ``x`` and ``w``."""
         with gemm_precision(self.xp, self.config.tf32):
             xs, ws = self._ex.x_spectrum(x), self._ex.w_spectrum(w)
             self._ex.forward_from(xs, ws, out)
-        self._xs, self._ws, self._pending = xs, ws, {"dgrad", "wgrad"}
-        return out
+        return xs, ws
 
     def _dy_spectrum(self, dy):
         self._check("dy", dy, self.problem.y_shape)
@@ -239,10 +244,7 @@ class RoundTrip:
         self._check("x", x, p.x_shape)
         self._check("w", w, p.w_shape)
         out = self._out(out, p.y_shape)
-        with gemm_precision(self.xp, self.config.tf32):
-            xs, ws = self._ex.x_spectrum(x), self._ex.w_spectrum(w)
-            self._ex.forward_from(xs, ws, out)
-        return out, (xs, ws)
+        return out, self._forward_keeping(x, w, out)
 
     def kept_backward(self, spectra, dy, dx_out=None, dw_out=None, need_dx=True, need_dw=True):
         """``(dx, dw)`` (``None`` where not needed) from ``dy`` and :meth:`kept_forward`'s spectra:

@@ -76,9 +76,10 @@ def sleeps_then_correct(seconds):
 
 @pytest.fixture
 def extra_strategies():
+    """``add(name, behaviour=correct, **kw)`` registers a test strategy for the test's duration."""
     names = []
 
-    def add(name, behaviour, **kw):
+    def add(name, behaviour=correct, **kw):
         register(make_strategy(name, behaviour, **kw))
         names.append(name)
         return name

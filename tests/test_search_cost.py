@@ -14,9 +14,8 @@ from convtune import CpuTimer, CudaEventTimer, Planner, TimingStats
 from convtune.cache import PlanCache
 from convtune.cache.schema import SCHEMA_VERSION
 from convtune.cli import main
-from convtune.strategies import register, unregister
 from cases import problem
-from test_planner import correct, make_strategy
+from test_planner import extra_strategies  # noqa: F401 (the fixture, shared)
 from test_timing import _FakeCuda
 
 #: The plan table shipped before schema 2 (resnet50 on an H100 at commit c649302): what upgrades are tested on.
@@ -36,19 +35,6 @@ class StopAwareTimer:
         stopped = stop_above is not None and t > stop_above
         self.calls.append((label, stop_above, stopped))
         return TimingStats(t, 0.0, t, 1 if stopped else 5)
-
-
-@pytest.fixture
-def strategies():
-    names = []
-
-    def add(name, behaviour=correct, **kw):
-        register(make_strategy(name, behaviour, **kw))
-        names.append(name)
-        return name
-    yield add
-    for n in names:
-        unregister(n)
 
 
 def test_every_outcome_says_what_searching_it_cost():
@@ -74,9 +60,9 @@ def test_costs_are_stored_and_shown_by_explain_and_tune(tmp_path):
 
 
 @pytest.mark.parametrize("order", [("t-fast", "t-close", "t-slow"), ("t-close", "t-slow", "t-fast")])
-def test_a_clearly_slower_candidate_is_not_timed_again_and_the_winner_never_stops(strategies, monkeypatch, order):
+def test_a_clearly_slower_candidate_is_not_timed_again_and_the_winner_never_stops(extra_strategies, monkeypatch, order):
     for name in ("t-fast", "t-slow", "t-close"):
-        strategies(name)
+        extra_strategies(name)
     # verification hands the candidates to timing in the order of their warm runs: here, ``order``
     monkeypatch.setattr(Planner, "_verify", lambda self, s, candidates: [
         (c, 1e-7) for c in sorted(candidates, key=lambda c: order.index(c.strategy.name))])
@@ -91,16 +77,16 @@ def test_a_clearly_slower_candidate_is_not_timed_again_and_the_winner_never_stop
     assert outcomes["t-close"].reason == ""
 
 
-def test_an_exhaustive_search_times_every_candidate_in_full(strategies):
-    fast, slow = strategies("t-fast"), strategies("t-slow")
+def test_an_exhaustive_search_times_every_candidate_in_full(extra_strategies):
+    fast, slow = extra_strategies("t-fast"), extra_strategies("t-slow")
     timer = StopAwareTimer({"t-fast": 1.0, "t-slow": 5.0})
     Planner("numpy", timer, strategies=[fast, slow], exhaustive=True).tune(problem("2d-odd"))
     assert all(stop_above is None for _label, stop_above, _stopped in timer.calls)
 
 
-def test_strategy_rules_prune_with_their_reason_but_not_in_an_exhaustive_search(strategies):
-    pruned = strategies("t-pruned", pruned=lambda problem, config, backend: "it cannot win here (a test rule)")
-    kept = strategies("t-kept")
+def test_strategy_rules_prune_with_their_reason_but_not_in_an_exhaustive_search(extra_strategies):
+    pruned = extra_strategies("t-pruned", pruned=lambda problem, config, backend: "it cannot win here (a test rule)")
+    kept = extra_strategies("t-kept")
     d = Planner("numpy", StopAwareTimer({}), strategies=[pruned, kept]).tune(problem("2d-odd"))
     outcome = next(o for o in d.outcomes if o.strategy == "t-pruned")
     assert outcome.status == "skipped" and outcome.reason == "pruned: it cannot win here (a test rule)"

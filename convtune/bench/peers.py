@@ -40,13 +40,21 @@ class Peer:
     absent_reason: str = ""
 
 
-def _torch_peer(name: str, tf32: bool, backend, reference: bool = False) -> Peer:
+def _torch_for(backend):
+    """``(torch, None)``, or ``(None, why)`` where PyTorch cannot run this backend's arrays."""
     try:
         torch = importlib.import_module("torch")
     except ImportError:
-        return Peer(name, None, "PyTorch is not installed")
+        return None, "PyTorch is not installed"
     if backend.name == "cupy" and not torch.cuda.is_available():
-        return Peer(name, None, "PyTorch sees no CUDA device")
+        return None, "PyTorch sees no CUDA device"
+    return torch, None
+
+
+def _torch_peer(name: str, tf32: bool, backend, reference: bool = False) -> Peer:
+    torch, absent = _torch_for(backend)
+    if torch is None:
+        return Peer(name, None, absent)
     if backend.name != "cupy" and tf32:
         return Peer(name, None, "TF32 is a GPU mode")
 
@@ -98,12 +106,9 @@ def _cudnn_peer(backend) -> Peer:
 
 def _torch_fft_peer(backend) -> Peer:
     from . import torchfft
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError:
-        return Peer(torchfft.NAME, None, "PyTorch is not installed")
-    if backend.name == "cupy" and not torch.cuda.is_available():
-        return Peer(torchfft.NAME, None, "PyTorch sees no CUDA device")
+    torch, absent = _torch_for(backend)
+    if torch is None:
+        return Peer(torchfft.NAME, None, absent)
 
     def make(problem: ConvProblem, a, b):
         reason = torchfft.unsupported_reason(problem)

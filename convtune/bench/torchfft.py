@@ -17,7 +17,6 @@ forward with autograd and one ``backward`` computing both gradients.
 
 from __future__ import annotations
 
-import math
 
 from ..fft.sizes import next_smooth
 from ..problem import ConvProblem
@@ -113,10 +112,6 @@ def floor_ms(problem: ConvProblem, bandwidth_bytes_s: float | None, round_trip_:
     round trip (x, w, y, dy, dx and dw once each) at ``bandwidth_bytes_s``."""
     if not bandwidth_bytes_s:
         return None
-    if round_trip_:
-        p = problem.for_pass("fwd")
-        item = p.min_bytes() // (math.prod(p.x_shape) + math.prod(p.w_shape) + math.prod(p.y_shape))
-        moved = 2 * item * (math.prod(p.x_shape) + math.prod(p.w_shape) + math.prod(p.y_shape))
-    else:
-        moved = problem.min_bytes()
+    # the forward moves x, w and y once; a round trip's six tensors are those three shapes twice
+    moved = 2 * problem.for_pass("fwd").min_bytes() if round_trip_ else problem.min_bytes()
     return moved / bandwidth_bytes_s * 1e3

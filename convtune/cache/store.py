@@ -216,8 +216,7 @@ class PlanCache:
                 self.upgraded = (found, SCHEMA_VERSION, migrate.upgrade(self, found))
 
     def schema_version(self) -> int:
-        value = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == "schema_version"))
-                                .scalar())
+        value = self._get_meta("schema_version")
         try:
             return int(value)
         except (TypeError, ValueError):
@@ -532,6 +531,10 @@ class PlanCache:
         import hashlib
         return prefix + hashlib.sha256(text.encode()).hexdigest()[:digits]
 
+    def _get_meta(self, key: str) -> str | None:
+        """A meta row's value (``None`` where there is none)."""
+        return self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar())
+
     def _put_meta(self, key: str, value: str) -> None:
         def write(conn):
             stmt = self._insert(meta).values(key=key, value=value)
@@ -596,8 +599,7 @@ class PlanCache:
     def get_trip(self, problem: ConvProblem, device_key: str):
         """The stored round-trip decision of ``problem``'s layer on the device, or ``None``."""
         from ..roundtrip import TripDecision
-        key = self._trip_key(device_key, problem)
-        value = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar())
+        value = self._get_meta(self._trip_key(device_key, problem))
         if value is None:
             return None
         try:
@@ -610,8 +612,8 @@ class PlanCache:
     # -- the PyTorch layer's duels (convtune.torch._dispatch) ---------------------------------
     # Meta rows too (``duel:`` + a hash of what the verdict depends on); the value is the record.
     @classmethod
-    def _duel_key(cls, device_key: str, problem: ConvProblem, plan_label: str, torch_id: str) -> str:
-        return cls._hashed_key(DUEL_PREFIX, f"{device_key}|{problem.key()}|{plan_label}|{torch_id}",
+    def _duel_key(cls, device_key: str, problem_key: str, plan_label: str, torch_id: str) -> str:
+        return cls._hashed_key(DUEL_PREFIX, f"{device_key}|{problem_key}|{plan_label}|{torch_id}",
                                64 - len(DUEL_PREFIX))
 
     def put_duel(self, record: dict) -> None:
@@ -619,13 +621,11 @@ class PlanCache:
         (label), ``torch`` (PyTorch and cuDNN versions), ``plan_us``, ``native_us``; read-only: nothing."""
         if self._not_stored(f"the duel verdict of {record['problem']}"):
             return
-        key = self._duel_key(record["device_key"], ConvProblem.from_key(record["problem"]), record["plan"],
-                             record["torch"])
+        key = self._duel_key(record["device_key"], record["problem"], record["plan"], record["torch"])
         self._put_meta(key, json.dumps(record))
 
     def get_duel(self, problem: ConvProblem, device_key: str, plan_label: str, torch_id: str) -> dict | None:
-        key = self._duel_key(device_key, problem, plan_label, torch_id)
-        value = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar())
+        value = self._get_meta(self._duel_key(device_key, problem.key(), plan_label, torch_id))
         try:
             return json.loads(value) if value is not None else None
         except ValueError:

@@ -42,7 +42,7 @@ KEEP_SPECTRA = (False, True, "auto")
 
 
 def _check_keep(keep) -> bool | str:
-    if keep not in KEEP_SPECTRA or (keep is not True and keep is not False and keep != "auto"):
+    if not (keep is True or keep is False or keep == "auto"):  # (1 == True: not ``in KEEP_SPECTRA``)
         raise ValueError(f"keep_spectra must be one of {', '.join(map(repr, KEEP_SPECTRA))}, got {keep!r}")
     return keep
 
@@ -58,6 +58,12 @@ class _Convtune:
     convtune_keep_spectra = False
     #: the class this one stands in for (what :func:`unpatch` restores)
     _convtune_base: type = nn.Module
+
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
+        """The base class's arguments, plus ``math``, ``runtime`` and ``keep_spectra``."""
+        super().__init__(*args, **kwargs)
+        self.convtune_math, self.convtune_runtime = _check_math(math), runtime
+        self.convtune_keep_spectra = _check_keep(keep_spectra)
 
     def _conv_forward(self, input, weight, bias):
         geom = geometry(len(self.kernel_size), self.kernel_size, self.stride, self.padding, self.dilation,
@@ -81,11 +87,6 @@ class Conv1d(_Convtune, nn.Conv1d):
 
     _convtune_base = nn.Conv1d
 
-    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.convtune_math, self.convtune_runtime = _check_math(math), runtime
-        self.convtune_keep_spectra = _check_keep(keep_spectra)
-
 
 class Conv2d(_Convtune, nn.Conv2d):
     """``nn.Conv2d`` through convtune's plans.
@@ -100,11 +101,6 @@ class Conv2d(_Convtune, nn.Conv2d):
 
     _convtune_base = nn.Conv2d
 
-    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.convtune_math, self.convtune_runtime = _check_math(math), runtime
-        self.convtune_keep_spectra = _check_keep(keep_spectra)
-
 
 class Conv3d(_Convtune, nn.Conv3d):
     """``nn.Conv3d`` through convtune's plans.
@@ -118,11 +114,6 @@ class Conv3d(_Convtune, nn.Conv3d):
     """
 
     _convtune_base = nn.Conv3d
-
-    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.convtune_math, self.convtune_runtime = _check_math(math), runtime
-        self.convtune_keep_spectra = _check_keep(keep_spectra)
 
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
