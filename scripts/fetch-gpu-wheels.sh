@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Downloads, on a machine with network access, the cp312 wheels the GPU machine lacks into .whl/
 # (ignored by git, carried by the device tool: carry=[".whl"]). The frontend installs with --no-deps:
-# it works without its optional CUTLASS/TVM extras.
+# it works without its optional CUTLASS/TVM extras. pytest-xdist lets scripts/gpu-tests-parallel.sh spread the GPU tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 platforms=(--platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-for req in "sqlalchemy==2.1.9" "nvidia-cudnn-frontend==1.32.0"; do
+for req in "sqlalchemy==2.1.9" "nvidia-cudnn-frontend==1.32.0" "pytest-xdist==3.8.0" "execnet==2.1.1"; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" -d .whl "$req"
 done

@@ -61,6 +61,24 @@ def assert_same_training(plain, patched, *inputs, rtol=1e-4, atol=1e-5):
         torch.testing.assert_close(gp_b[name], gp_a[name], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
+def assert_trains_within(plain, patched, *inputs, bound=1e-5):
+    """The patched model's output, input gradients and parameter gradients are each within ``bound``
+    (norm-wise relative error, convtune's fp32 definition) of a float64 run of ``plain`` on the CPU. For
+    layers whose gradients sum thousands of terms, where an elementwise float32 comparison against
+    PyTorch's own (also rounded) result measures the reference's rounding as much as convtune's."""
+    def run(model, xs, dtype, device):
+        xs = [x.detach().to(device=device, dtype=dtype).requires_grad_() for x in xs]
+        out = model(*xs)
+        probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        (out * probe.to(out)).sum().backward()
+        return [out.detach()] + [x.grad for x in xs] + [p.grad for _, p in sorted(model.named_parameters())]
+    ref = run(copy.deepcopy(plain).to(device="cpu", dtype=torch.float64), inputs, torch.float64, "cpu")
+    got = run(patched, inputs, inputs[0].dtype, inputs[0].device)
+    for i, (g, r) in enumerate(zip(got, ref)):
+        err = float((g.double().cpu() - r).norm() / r.norm().clamp_min(1e-300))
+        assert err <= bound, f"result {i} (output, input gradients, then parameters by name): {err:.2e} > {bound}"
+
+
 # -- every argument form nn.Conv1d/Conv2d accepts --------------------------------------------------------
 FORMS = {
     "2d-basic": (nn.Conv2d, dict(in_channels=3, out_channels=5, kernel_size=3)),
@@ -380,6 +398,18 @@ def test_a_plan_duels_pytorchs_convolution_before_the_route_takes_it(monkeypatch
         assert len(said) == 3 and "150 us per call in the layer against 200 us" in said[0]
     else:
         assert labels and all(label.startswith("im2col") for label in labels)
+
+
+@pytest.mark.parametrize("plan_us, plan_wins", [(150.0, True), (190.0, True), (192.0, False), (199.0, False)])
+def test_a_plan_must_win_its_duel_by_the_margin(monkeypatch, plan_us, plan_wins):
+    """PyTorch takes 200 us per call; a plan within DUEL_MARGIN of that is a tie, and a tie goes to PyTorch."""
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    assert _dispatch.DUEL_MARGIN == 0.05
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device: [plan_us * 1e-6, 200e-6])
+    rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    patched_copy(nn.Conv2d(3, 5, 3, padding=1), rt)(torch.randn(2, 3, 9, 9))
+    (route,) = rt.layer_memo("torch").values()
+    assert route.labels()["fwd"].startswith("im2col" if plan_wins else "torch (in the layer 200 us")
 
 
 def test_no_duel_where_the_strategies_leave_pytorch_out_or_on_the_cpu(monkeypatch):

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every GPU test (-m gpu) in one device call of under ten minutes: the drop-in's CUDA tests and the
+# rest run side by side on the one GPU, the rest spread over WORKERS pytest-xdist workers (default 8; carry
+# .whl, see scripts/fetch-gpu-wheels.sh):
+#   bash scripts/gpu-tests-parallel.sh            (TORCH_TESTS=... narrows the drop-in part, e.g. one test)
+# Logs go to $OUT (torch-gpu.log, gpu-rest.log); the summary lines and failures are printed at the end.
+cd "$(dirname "$0")/.."
+source scripts/gpu-env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
+O=${OUT:-/tmp}
+L=${LIMIT:-540}
+start=$(date +%s)
+timeout "$L" python3 -m pytest -q -p no:cacheprovider -rfE --durations=10 ${TORCH_TESTS:-tests/test_torch_gpu.py} \
+  > "$O/torch-gpu.log" 2>&1 &
+a=$!
+timeout "$L" python3 -m pytest -q -p no:cacheprovider -rfE --durations=25 -n "${WORKERS:-8}" -m gpu tests \
+  --ignore tests/test_torch_gpu.py > "$O/gpu-rest.log" 2>&1 &
+b=$!
+wait $a; ea=$?
+wait $b; eb=$?
+for n in torch-gpu:$ea gpu-rest:$eb; do
+  f=${n%%:*}
+  echo "== $f (exit ${n##*:}, $(( $(date +%s) - start )) s): $(tail -1 "$O/$f.log")"
+  grep -E "^(FAILED|ERROR)" "$O/$f.log" | head -30
+done
