@@ -128,6 +128,7 @@ PEER_FORMS = {  # (input size, kernel, keyword arguments)
     "2d-groups": ((1, 4, 14, 14), (6, 2, 7, 7), dict(padding=0, groups=2)),
     "1d-long-full": ((2, 3, 40), (3, 1, 40), dict(padding=39, groups=3)),
     "3d-dense": ((1, 2, 9, 8, 10), (3, 2, 7, 7, 7), dict(padding=3)),
+    "2d-padding-beyond-the-kernel": ((1, 2, 9, 10), (2, 1, 7, 7), dict(padding=(8, 2), groups=2)),
 }
 
 
@@ -145,7 +146,23 @@ def test_the_torch_fft_peer_is_pytorchs_convolution_with_its_gradients(form):
     problem = ConvProblem.make(batch=x_shape[0], in_channels=x_shape[1], out_channels=w_shape[0],
                                input_size=x_shape[2:], kernel_size=w_shape[2:], **kw)
     assert torchfft.unsupported_reason(problem) is None
-    y = torchfft.fft_conv(torch, x, w, problem)
+    sizes = []
+    rfftn = torch.fft.rfftn
+
+    def recording(t, s=None, dim=None):
+        sizes.append(tuple(s))
+        return rfftn(t, s=s, dim=dim)
+    torch.fft.rfftn = recording
+    try:
+        y = torchfft.fft_conv(torch, x, w, problem)
+    finally:
+        torch.fft.rfftn = rfftn
+    # the transforms are as small as a linear convolution allows: n + k - 1 of the unpadded input per
+    # axis (padding up to k - 1 is a shift of the crop), padded only by what goes beyond that
+    from convtune.fft.sizes import next_smooth
+    beyond = [max(0, p - (k - 1)) for p, k in zip(problem.padding, problem.dilated_kernel)]
+    assert sizes[0] == tuple(next_smooth(n + 2 * e + k - 1) for n, e, k in
+                             zip(problem.input_size, beyond, problem.dilated_kernel))
     torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
     dy = torch.randn(y.shape, generator=gen, dtype=torch.float64)
     grads = torch.autograd.grad(y, (x, w), dy)
@@ -184,3 +201,23 @@ def test_a_half_precision_bench_has_pytorch_in_its_dtype_and_in_float32(tmp_path
         # PyTorch in bfloat16 is within bfloat16's bound; in float32 on the same rounded operands, far inside it
         assert 1e-5 < same["error"] <= 2 ** -7 and ref["error"] < 1e-5 and ref["median_ms"] > 0
     assert "torch-fp32-ref ms (ratio)" in res.output
+
+
+def test_a_peer_that_cannot_be_built_is_its_failure_not_the_benchs(fake_timer):
+    """The cuDNN peer tunes when it is made: a problem no engine takes (a 3-D or long 1-D layer on the H100)
+    raised TuningError out of the bench and stopped it; it is that peer's failure, and the others still run."""
+    from convtune import ConvProblem, MemoryPlanStore, Runtime
+    from convtune.backend import get_backend
+    from convtune.bench.peers import Peer
+    from convtune.bench.runner import bench_pass
+    from convtune.errors import TuningError
+
+    def no_engine(problem, a, b):
+        raise TuningError("no candidate survived for it:\n  cudnn[*]: unsupported (rank 3)")
+    backend = get_backend("numpy")
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    rt = Runtime(store=MemoryPlanStore(), planner_options={"timer": fake_timer})
+    rec = bench_pass(p, backend, rt, fake_timer, [Peer("cudnn-best", no_engine)])
+    assert rec["peers"]["cudnn-best"] == {"failed": "TuningError: no candidate survived for it: cudnn[*]: "
+                                                    "unsupported (rank 3)"}
+    assert rec["convtune"]["error"] < 1e-5

@@ -64,9 +64,13 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
             record["peers"][peer.name] = {"absent": peer.absent_reason}
             continue
         try:
-            fn = peer.make(problem, a, b)
+            fn = peer.make(problem, a, b)  # (the cuDNN peer tunes here: no engine is its failure, not the bench's)
         except NotApplicable as exc:
             record["peers"][peer.name] = {"not_applicable": str(exc)}
+            continue
+        except Exception as exc:
+            record["peers"][peer.name] = {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}
+            _give_back_memory(backend)
             continue
         try:
             err = relative_error(xp, as_cupy(fn(), xp).reshape(problem.result_shape), ref)

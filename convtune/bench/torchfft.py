@@ -1,8 +1,9 @@
 """The ``torch-fft`` peer: the FFT convolution a PyTorch user writes by hand for large kernels.
 
-The recipe (issue 22's peer): zero-pad the input, ``torch.fft.rfftn`` of it and of the flipped
-kernel at the next 2·3·5·7-smooth size of ``n + k - 1`` per axis (what ``scipy.fft.next_fast_len``
-picks for cuFFT), the channel product (elementwise for a depthwise layer, ``torch.einsum`` over the
+The recipe (issue 22's peer): ``torch.fft.rfftn`` of the input and of the flipped kernel at the
+next 2·3·5·7-smooth size of ``n + k - 1`` per axis (what ``scipy.fft.next_fast_len`` picks for
+cuFFT; the input is zero-padded only where the layer's padding exceeds ``k - 1``, since padding up
+to that is a shift of the crop), the channel product (elementwise for a depthwise layer, ``torch.einsum`` over the
 groups otherwise), ``torch.fft.irfftn``, crop; the gradients by autograd. A dilated kernel is the
 kernel with zeros between its taps; a stride keeps every ``s``-th output of the stride-1 result.
 
@@ -45,8 +46,11 @@ def fft_conv(torch, x, w, problem: ConvProblem):
         dilated[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in problem.dilation)] = w
         w = dilated
     k = problem.dilated_kernel
-    pads = [p for pad in reversed(problem.padding) for p in (pad, pad)]
-    xp = torch.nn.functional.pad(x, pads) if any(problem.padding) else x
+    # zero padding up to k - 1 per axis is inside the linear convolution of size n + k - 1 already (a
+    # crop further left): only padding beyond it is added, so the transforms are no larger than needed
+    extra = tuple(max(0, p - (kk - 1)) for p, kk in zip(problem.padding, k))
+    pads = [p for pad in reversed(extra) for p in (pad, pad)]
+    xp = torch.nn.functional.pad(x, pads) if any(extra) else x
     n = xp.shape[2:]
     sizes = tuple(next_smooth(a + b - 1) for a, b in zip(n, k))
     axes = tuple(range(2, 2 + rank))
@@ -61,7 +65,8 @@ def fft_conv(torch, x, w, problem: ConvProblem):
         Wg = W.reshape(g, problem.out_per_group, problem.in_per_group, *spec)
         Y = torch.einsum("ngc...,goc...->ngo...", Xg, Wg).reshape(batch, problem.out_channels, *spec)
     full = torch.fft.irfftn(Y, s=sizes, dim=axes)
-    crop = tuple(slice(kk - 1, kk - 1 + o) for kk, o in zip(k, problem.output_size))
+    start = tuple(kk - 1 - (p - e) for kk, p, e in zip(k, problem.padding, extra))
+    crop = tuple(slice(s, s + o) for s, o in zip(start, problem.output_size))
     return full[(slice(None), slice(None)) + crop]
 
 
