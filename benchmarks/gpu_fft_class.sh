@@ -4,14 +4,18 @@
 #   bash benchmarks/gpu_fft_class.sh
 # 1. `convtune bench public-suite` on its FFT-class layers (stride 1, kernels of 7 or more per axis), every
 #    peer, with floors: $OUT/bench-fft-class.json;
-# 2. `convtune bench` of r3d-18 and unet3d-encoder (3-D), fp32: $OUT/bench-r3d-18.json, bench-unet3d.json.
-# Each part has a time limit (FFT_LIMIT, R3D_LIMIT, UNET_LIMIT seconds); the tables end each log.
+# 2. `convtune bench benchmarks/fft_class.yaml` (large depthwise kernels, a 16k-long 1-D layer), the same
+#    peers: $OUT/bench-fft-extra.json;
+# 3. `convtune bench` of r3d-18 and unet3d-encoder (3-D), fp32: $OUT/bench-r3d-18.json, bench-unet3d.json.
+# Each part has a time limit (FFT_LIMIT, EXTRA_LIMIT, R3D_LIMIT, UNET_LIMIT seconds; 0 skips a part);
+# the tables end each log.
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
 O=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 part() {
   local name=$1 limit=$2; shift 2
+  [ "$limit" = 0 ] && return
   local start=$(date +%s)
   timeout "$limit" python3 -m convtune "$@" > "$O/$name.txt" 2>&1
   echo "== $name (exit $?, $(( $(date +%s) - start )) s)"
@@ -19,5 +23,6 @@ part() {
 }
 part bench-fft-class ${FFT_LIMIT:-400} bench public-suite --db /tmp/fft.db -o "$O/bench-fft-class.json" \
   --layers "${FFT_LAYERS:-fbfft-L2,fbfft-L4,convnext-t-dw7,dense-k13,dense-k31,hyena-long-dw}"
+part bench-fft-extra ${EXTRA_LIMIT:-300} bench benchmarks/fft_class.yaml --db /tmp/fft.db -o "$O/bench-fft-extra.json"
 part bench-r3d-18 ${R3D_LIMIT:-300} bench r3d-18 --db /tmp/3d.db -o "$O/bench-r3d-18.json" --no-keep-spectra
 part bench-unet3d ${UNET_LIMIT:-300} bench unet3d-encoder --db /tmp/3d.db -o "$O/bench-unet3d.json" --no-keep-spectra
