@@ -277,3 +277,13 @@ def test_cli_bench_model_kept_spectra_mode_on_the_cpu(tmp_path, fake_default_tim
     assert kept["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
     from convtune.cache import PlanCache
     assert PlanCache(str(tmp_path / "plans.db"), create=False, read_only=True).trip_count() > 0  # verdicts tuned
+
+
+def test_cli_bench_model_native_mode_is_pytorchs_convolution_through_the_drop_in(tmp_path, fake_default_timer):
+    """The diagnosis mode: every route runs PyTorch's own convolution, and nothing goes to the user's cache."""
+    torch_mode, native = _bench_model_modes(tmp_path, "torch-fp32,convtune-fp32-native")
+    assert native["patched_layers"] > 0 and native["tuning"]["tuned"] == native["tuning"]["problems"] > 0
+    labels = [label for route in native["routes"] for key, label in route.items() if key != "layer"]
+    assert labels and all(label.startswith("torch") for label in labels)
+    assert native["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
+    assert not _tuned_keys(tmp_path / "plans.db")

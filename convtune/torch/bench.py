@@ -12,7 +12,12 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
 * ``convtune-amp-bf16``: the patched model as ``torch-amp-bf16`` runs it (autocast bf16,
   channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast;
 * ``convtune-fp32-kept``: ``convtune-fp32`` with ``keep_spectra='auto'`` (FFT round trips keeping the
-  forward's spectra where the planner measured that they pay; their verdicts tuned on the first step).
+  forward's spectra where the planner measured that they pay; their verdicts tuned on the first step);
+* ``convtune-fp32-native``: a diagnosis, not a contender: the model patched as ``convtune-fp32`` is,
+  but its runtime's only strategy is PyTorch's convolution (a plan table of its own, in memory), so
+  every call goes through the drop-in to PyTorch's own kernels. Its step against ``torch-fp32``'s is
+  what the drop-in's host work costs a training step; against ``convtune-fp32``'s, what the plans of
+  other strategies gain or lose.
 
 The PyTorch modes run before convtune tunes anything (PyTorch's ``cudnn.benchmark`` skips
 algorithms whose workspace it cannot allocate, so it must not run beside memory that tuning holds),
@@ -46,7 +51,7 @@ from .tuning import tune
 log = logging.getLogger("convtune")
 
 MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32", "convtune-amp-bf16",
-         "convtune-fp32-kept")
+         "convtune-fp32-kept", "convtune-fp32-native")
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
 FORMAT = "convtune-bench-model"
 FORMAT_VERSION = 1
@@ -98,6 +103,8 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
         model = model.to(memory_format=torch.channels_last)
         inp = x.contiguous(memory_format=torch.channels_last)
     record = {"mode": mode}
+    if mode.endswith("-native"):  # PyTorch's convolution through the drop-in (see the module docstring)
+        runtime = convtune.Runtime(store=convtune.MemoryPlanStore(), planner_options={"strategies": ["torch"]})
     if mode.startswith("convtune"):
         record["patched_layers"] = len(patch(model, math="auto", runtime=runtime,
                                              keep_spectra="auto" if mode.endswith("-kept") else False))
