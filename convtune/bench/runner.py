@@ -20,7 +20,6 @@ from typing import Callable
 from ..backend import Backend
 from ..direct.reference import reference
 from ..network import Layer
-from .. import precision
 from ..planner import random_operands, relative_error
 from ..problem import ConvProblem
 from ..runtime import Runtime, conv, conv_backward_data, conv_backward_filter
@@ -82,7 +81,9 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
         except Exception as exc:
             record["peers"][peer.name] = {"failed": f"{type(exc).__name__}: {exc}"}
         _give_back_memory(backend)
-    out = precision.empty_result(xp, problem)
+    # convtune's call returns its result as the peers' do (no ``out``): a plan of PyTorch's own
+    # convolution hands back PyTorch's tensor as a view, where writing into ``out`` would add a copy
+    # (on the H100 that made 3-D layers' PyTorch plans look up to 4x slower than PyTorch itself)
     try:
         drop_in = _drop_in_call(problem, a, b, runtime) if problem.dtype != "float32" else None
         if drop_in is not None:  # half precision: as training runs it, on tensors of its dtype (no conversions
@@ -93,11 +94,10 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
         else:
             if problem.dtype == "bfloat16":  # float32 arrays of bfloat16 values: the array API would see float32
                 plan = runtime.plan_for(problem, backend)
-                call = functools.partial(plan, a, b, out)
+                call = functools.partial(plan, a, b)
             else:
-                call = _dispatch_fn(problem, a, b, out, runtime)
-            call()  # tunes on a cache miss; the timed calls below are warm hits
-            err = relative_error(xp, out, ref)
+                call = _dispatch_fn(problem, a, b, None, runtime)
+            err = relative_error(xp, call(), ref)  # (tunes on a cache miss; the timed calls are warm hits)
             plan = plan if problem.dtype == "bfloat16" else runtime.plan_in_memo(problem)
             label = plan.label
         stats = timer(call, backend, "convtune")
@@ -109,7 +109,7 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
     except Exception as exc:  # a failure is a result to report, not a reason to stop the benchmark
         log.warning("convtune failed on %s: %s", problem.key(), exc)
         record["convtune"] = {"failed": f"{type(exc).__name__}: {exc}"}
-    del ref, a, b, out
+    del ref, a, b
     return record
 
 
