@@ -9,6 +9,17 @@ from convtune.strategies.cudnn import CudnnConfig
 from cases import problem
 
 
+def assert_every_engine_within(p, be, bound):
+    """cuDNN offers engines for ``p``, and each one's result is within ``bound`` of float64."""
+    xp, cudnn = be.xp, get_strategy("cudnn")
+    a, b = random_operands(be, p, 3)
+    ref = get_strategy("reference").build(p, None, be)(a.astype(xp.float64), b.astype(xp.float64))
+    configs = cudnn.candidates(p, be)
+    assert configs
+    for c in configs:
+        assert relative_error(xp, cudnn.build(p, c, be)(a, b), ref) <= bound, c.label()
+
+
 def test_cpu_backend_is_declined_with_a_reason():
     reason = get_strategy("cudnn").supports(problem("2d-odd"), get_backend("numpy"))
     assert reason == "cuDNN needs the CuPy (GPU) backend"
@@ -28,15 +39,7 @@ def test_math_modes(pass_):
     planner keeps only those within 1e-3 and records the rest as rejected."""
     be = get_backend("cupy")
     shape = dict(batch=8, in_channels=64, out_channels=64, input_size=(28, 28), groups=1)
-    xp = be.xp
-    cudnn = get_strategy("cudnn")
-    p32 = problem("2d-groups", pass_, **shape)
-    a, b = random_operands(be, p32, 3)
-    ref = get_strategy("reference").build(p32, None, be)(a.astype(xp.float64), b.astype(xp.float64))
-    configs = cudnn.candidates(p32, be)
-    assert configs
-    for c in configs:
-        assert relative_error(xp, cudnn.build(p32, c, be)(a, b), ref) <= 1e-5, c.label()
+    assert_every_engine_within(problem("2d-groups", pass_, **shape), be, 1e-5)
     ptf = problem("2d-groups", pass_, **shape, math="tf32")
     decision = Planner(be, strategies=["cudnn"], time_budget_s=3.0).tune(ptf)
     kept = [o for o in decision.outcomes if o.status in ("winner", "ok")]
@@ -60,3 +63,27 @@ def test_winner_is_rebuilt_from_engine_and_knobs_without_enumeration(monkeypatch
     ref = get_strategy("reference").build(p, None, be)(a.astype(xp.float64), b.astype(xp.float64))
     out = get_strategy("cudnn").build(p, config, be)(a, b)
     assert relative_error(xp, out, ref) <= 1e-5
+
+
+@pytest.mark.parametrize("case, dims", [("1d-basic", 4), ("2d-odd", 4), ("3d-stride-dil-groups", 5)])
+def test_problems_reach_cudnn_as_4d_or_5d_tensors(case, dims):
+    """Rank 1 gets a height-1 axis; ranks 2 and 3 go as they are (NCHW, NCDHW), geometry per axis."""
+    from convtune.strategies.cudnn import _geometry
+    p = problem(case)
+    x, w, y, pad, stride, dil = _geometry(p)
+    assert (len(x), len(w), len(y)) == (dims,) * 3 and len(pad) == len(stride) == len(dil) == dims - 2
+    assert x[:2] == [p.batch, p.in_channels] and w[:2] == [p.out_channels, p.in_per_group]
+    assert tuple(x[2:])[-p.rank:] == p.input_size and tuple(y[2:])[-p.rank:] == p.output_size
+    assert tuple(pad)[-p.rank:] == p.padding and tuple(stride)[-p.rank:] == p.stride
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", ["3d-basic", "3d-stride-dil-groups", "3d-1x1-stride"])
+def test_3d_problems_have_engines_within_fp32(case, pass_):
+    """Rank 3 on 5-D tensors: cuDNN offers engines for each pass, and every one it offers in fp32 mode
+    is within 1e-5 of float64."""
+    be = get_backend("cupy")
+    p = problem(case, pass_)
+    assert get_strategy("cudnn").supports(p, be) is None
+    assert_every_engine_within(p, be, 1e-5)

@@ -9,7 +9,7 @@ index in a list).
 A cached winner is rebuilt directly from its engine id and knobs
 (``create_execution_plan``), without enumerating engines again. Graphs are kept
 per problem in process memory; one handle per device, bound to CuPy's current
-stream at every call. Rank 1 runs as a height-1 2-D problem. In ``fp32`` mode
+stream at every call. Rank 1 runs as a height-1 2-D problem, rank 3 on 5-D tensors. In ``fp32`` mode
 plans with tensor-core numerics (TF32) are excluded by the frontend's numeric
 notes; the planner's float64 check confirms the error.
 
@@ -69,8 +69,9 @@ def _load():
                      "'convtune[cudnn]' (nvidia-cudnn-frontend)"
 
 
-def _as_2d(p: ConvProblem):
-    """Shapes and geometry as a 2-D problem (rank 1 gets a height-1 axis)."""
+def _geometry(p: ConvProblem):
+    """Shapes and geometry as cuDNN takes them: 4-D tensors for ranks 1 (given a height-1 axis) and 2,
+    5-D for rank 3."""
     def lift(values, fill):
         return [fill, *values] if p.rank == 1 else list(values)
     x = [p.batch, p.in_channels, *lift(p.input_size, 1)]
@@ -91,7 +92,7 @@ class _Graph:
     """One problem's graph: built once; plans appended by engine id + knobs."""
 
     def __init__(self, cudnn, handle, p: ConvProblem):
-        x, w, y, pad, stride, dil = _as_2d(p)
+        x, w, y, pad, stride, dil = _geometry(p)
         f32 = cudnn.data_type.FLOAT
         g = cudnn.pygraph(io_data_type=f32, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
         geometry = dict(padding=pad, stride=stride, dilation=dil, compute_data_type=f32)
@@ -206,8 +207,8 @@ class CudnnStrategy(Strategy):
         cudnn, reason = _load()
         if cudnn is None:
             return reason
-        if problem.rank not in (1, 2):
-            return f"rank {problem.rank} is not wired to cuDNN yet"
+        if problem.rank not in (1, 2, 3):
+            return f"rank {problem.rank} is not wired to cuDNN"
         taps = math.prod(problem.kernel_size)
         if taps > MAX_TAPS:
             return (f"a kernel of {taps} taps is over {MAX_TAPS}: cuDNN's engines for such kernels take minutes "
