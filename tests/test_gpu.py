@@ -176,3 +176,19 @@ def test_fft_calibration_measures_on_the_gpu(tmp_path, calibrations):
     assert all(result[k] > 0 for k in ("pow2", "smooth", "other")) and len(result["measurements"]) == 15
     PlanCache(str(tmp_path / "p.db")).put_calibration(be.device_info().key(), result)
     assert cost.calibration_for(be.device_info().key())["other"] == result["other"]
+
+
+@pytest.mark.parametrize("shape, sizes", [((3, 4, 9, 5), (9, 8)), ((2, 6, 13), (24,)), ((2, 2, 5, 6, 4), (5, 6, 6))])
+def test_the_consuming_inverse_transform_is_numpys(shape, sizes):
+    """The spectral executors' inverse transform on CuPy skips cupy.fft's copy of its input (it may
+    overwrite it): the same result as NumPy's, 1-D to 3-D, both normalisations."""
+    import cupy as cp
+    from convtune.fft.spectral import consuming_irfftn
+    rng = np.random.default_rng(0)
+    spec = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+    axes = tuple(range(len(shape) - len(sizes), len(shape)))
+    for norm in ("forward", "backward"):
+        expected = np.fft.irfftn(spec.astype(np.complex128), s=sizes, axes=axes, norm=norm)
+        got = consuming_irfftn(cp)(cp.asarray(spec), s=sizes, axes=axes, norm=norm)
+        assert got.dtype == cp.float32
+        np.testing.assert_allclose(cp.asnumpy(got), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())

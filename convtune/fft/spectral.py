@@ -15,6 +15,7 @@ Batches are processed in chunks of ``chunk`` samples to bound the workspace.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -25,6 +26,18 @@ from .cost import spectrum_elems
 PRODUCTS = ("gemm", "pointwise")
 #: ``pointwise`` materialises per-channel-pair products: only for few channels per group.
 POINTWISE_MAX_PAIRS = 16
+
+
+def consuming_irfftn(xp):
+    """``irfftn(spec, s=, axes=, norm=)`` that may overwrite ``spec``, for spectra the caller made and
+    drops (every product and sum here): on CuPy, ``cupyx.scipy.fft.irfftn`` with ``overwrite_x``,
+    which skips the copy ``cupy.fft`` makes of every complex-to-real input (cuFFT's C2R may overwrite
+    it) -- a read and a write of the whole spectrum per inverse transform; elsewhere the array
+    module's own."""
+    if xp.__name__ == "cupy":
+        import cupyx.scipy.fft
+        return functools.partial(cupyx.scipy.fft.irfftn, overwrite_x=True)
+    return xp.fft.irfftn
 
 
 def _dilate_kernel(xp, w, p: ConvProblem):
@@ -140,6 +153,7 @@ class SpectralConv:
         if product not in PRODUCTS:
             raise ValueError(f"unknown product {product!r}; acceptable: {', '.join(PRODUCTS)}")
         self.xp, self.p, self.sizes, self.product = xp, problem, tuple(sizes), product
+        self._c2r = consuming_irfftn(xp)
         self.chunk = max(1, min(chunk, problem.batch))
         self.axes = tuple(range(2, 2 + problem.rank))
         self.spec_shape = tuple(sizes[:-1]) + (sizes[-1] // 2 + 1,)
@@ -158,11 +172,12 @@ class SpectralConv:
         return spec.reshape(n, self.p.groups, c // self.p.groups, self.F)
 
     def _irfft(self, spec, channels, prescaled=False):
-        """Inverse transform; ``prescaled``: the 1/N of the inverse is already in ``spec`` (folded into
-        the small weight spectrum), so the transform leaves its output unscaled and no extra pass over
-        the full-size output is made."""
+        """Inverse transform, which may overwrite ``spec`` (every caller's is a temporary of its own);
+        ``prescaled``: the 1/N of the inverse is already in ``spec`` (folded into the small weight
+        spectrum), so the transform leaves its output unscaled and no extra pass over the full-size
+        output is made."""
         spec = spec.reshape(spec.shape[0], channels, *self.spec_shape)
-        return self.xp.fft.irfftn(spec, s=self.sizes, axes=self.axes, norm="forward" if prescaled else "backward")
+        return self._c2r(spec, s=self.sizes, axes=self.axes, norm="forward" if prescaled else "backward")
 
     def _weight_spectrum(self, w, scale=1.0):
         """(G, Cog, Cig, F) spectrum of the dilated kernel, times ``scale``."""
