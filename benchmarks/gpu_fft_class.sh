@@ -6,6 +6,8 @@
 #    peer, with floors: $OUT/bench-fft-class.json;
 # 2. `convtune bench benchmarks/fft_class.yaml` (large depthwise kernels, a 16k-long 1-D layer), the same
 #    peers: $OUT/bench-fft-extra.json;
+#    With STAGES_LIMIT > 0 (default 0: off), also benchmarks/large_kernel_stages.yaml (RepLKNet's and
+#    SLaK's later-stage depthwise layers): $OUT/bench-stages.json;
 # 3. `convtune bench` of r3d-18 and unet3d-encoder (3-D), fp32: $OUT/bench-r3d-18.json, bench-unet3d.json.
 # Each part has a time limit (FFT_LIMIT, EXTRA_LIMIT, R3D_LIMIT, UNET_LIMIT seconds; 0 skips a part);
 # the tables end each log.
@@ -24,5 +26,6 @@ part() {
 part bench-fft-class ${FFT_LIMIT:-400} bench public-suite --db /tmp/fft.db -o "$O/bench-fft-class.json" \
   --layers "${FFT_LAYERS:-fbfft-L2,fbfft-L4,convnext-t-dw7,dense-k13,dense-k31,hyena-long-dw}"
 part bench-fft-extra ${EXTRA_LIMIT:-300} bench benchmarks/fft_class.yaml --db /tmp/fft.db -o "$O/bench-fft-extra.json"
+part bench-stages ${STAGES_LIMIT:-0} bench benchmarks/large_kernel_stages.yaml --db /tmp/fft.db -o "$O/bench-stages.json"
 part bench-r3d-18 ${R3D_LIMIT:-300} bench r3d-18 --db /tmp/3d.db -o "$O/bench-r3d-18.json" --no-keep-spectra
 part bench-unet3d ${UNET_LIMIT:-300} bench unet3d-encoder --db /tmp/3d.db -o "$O/bench-unet3d.json" --no-keep-spectra
