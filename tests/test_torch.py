@@ -1,6 +1,7 @@
 """The PyTorch drop-in on CPU tensors: modules, patching, every nn.Conv argument form, fallbacks."""
 
 import copy
+import math
 import logging
 
 import pytest
@@ -590,3 +591,25 @@ def test_a_round_trip_that_fails_gives_way_to_the_per_pass_plans(monkeypatch, ca
     patched = copy.deepcopy(plain)
     ct.patch(patched, runtime=rt2, keep_spectra=True)
     assert_same_training(plain, patched, torch.randn(2, 3, 10, 10))  # fails in the forward: the per-pass plans
+
+
+@pytest.mark.parametrize("plan_us, rounds", [(350.0, 2), (110.0, _dispatch.DUEL_ROUNDS)])
+def test_a_clear_duel_ends_after_two_rounds(monkeypatch, plan_us, rounds):
+    """On a clock the contenders advance (PyTorch 100 us per call, the plan ``plan_us``): a gap of
+    DUEL_CLEAR or more is settled by two rounds; a close one takes every round."""
+    now = [0.0]
+    monkeypatch.setattr(_dispatch.time, "perf_counter", lambda: now[0])
+    calls = {"plan": 0, "torch": 0}
+
+    def contender(name, us):
+        def run(a, b):
+            calls[name] += 1
+            now[0] += us * 1e-6
+        return run
+    t_plan, t_torch = _dispatch.per_call_seconds([contender("plan", plan_us), contender("torch", 100.0)], None, None,
+                                                 torch.device("cpu"))
+    assert (t_plan, t_torch) == pytest.approx((plan_us * 1e-6, 100e-6))
+    # each: two warm-up calls, one to size the rounds (to last DUEL_ROUND_S), then the rounds
+    per_round = max(_dispatch.DUEL_CALLS, math.ceil(_dispatch.DUEL_ROUND_S * 2 / ((plan_us + 100.0) * 1e-6)))
+    assert calls == {"plan": 3 + rounds * per_round, "torch": 3 + rounds * per_round}
+    assert _dispatch.DUEL_CLEAR == 1.5

@@ -115,6 +115,10 @@ DUEL_CALLS, DUEL_ROUND_S, DUEL_ROUNDS = 5, 2e-3, 5
 #: PyTorch, whose host work in a training step is less than the plan's (on the H100, ResNet-50 with every
 #: duel decided by any margin trained at 0.94x PyTorch: ten plans won by a few percent, within the duel's noise).
 DUEL_MARGIN = 0.05
+#: A duel whose first two rounds find one contender this many times faster than the other ends there
+#: (the best of two: one hiccup does not decide it): no noise reverses a gap that wide, and the rounds
+#: of a slow layer cost most.
+DUEL_CLEAR = 1.5
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -137,7 +141,8 @@ def _torch_id() -> str:
 
 def per_call_seconds(contenders, a, b, device) -> list[float]:
     """Each contender's wall time per call, issued back to back and synchronised per round (the host's
-    work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS`."""
+    work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS` (of
+    two, where those are clear by :data:`DUEL_CLEAR`)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for fn in contenders:  # warm: cuDNN's benchmark, first-call allocations, lazy builds
         fn(a, b), fn(a, b)
@@ -148,13 +153,15 @@ def per_call_seconds(contenders, a, b, device) -> list[float]:
     sync()
     calls = max(DUEL_CALLS, min(200, math.ceil(DUEL_ROUND_S * len(contenders) / (time.perf_counter() - start))))
     best = [float("inf")] * len(contenders)
-    for _ in range(DUEL_ROUNDS):
+    for round_ in range(DUEL_ROUNDS):
         for i, fn in enumerate(contenders):
             start = time.perf_counter()
             for _ in range(calls):
                 fn(a, b)
             sync()
             best[i] = min(best[i], (time.perf_counter() - start) / calls)
+        if round_ == 1 and max(best) >= DUEL_CLEAR * min(best):
+            break
     return best
 
 
