@@ -62,6 +62,60 @@ def test_tune_ahead_then_training_is_all_cache_hits(patched):
     assert runtime.tuned == report.tuned
 
 
+def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monkeypatch):
+    """(The CPU standing in for CUDA.) Tune-ahead makes every patched layer's route and resolves the passes
+    it will run: plans built, the duels run then; the first training step runs none and trains right."""
+    from convtune.torch import _dispatch
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    duels = []
+
+    def fake_times(contenders, a, b, device):
+        duels.append(tuple(a.shape))
+        return [100e-6, 200e-6]  # the plan wins: its route keeps it
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    factory, shape = MODELS["resnet_like"]
+    model = factory()
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    report = ct.tune(model, torch.randn(shape), runtime=runtime, progress=False)
+    routes = runtime.layer_memo("torch")
+    assert report.routes == len(routes) > 0 and f"{report.routes} layer routes resolved" in str(report)
+    needed = sum(len(item.passes) for item in {i.route_key: i for i in ct.collect(model, torch.randn(shape))}.values())
+    assert len(duels) == needed  # every pass of every distinct layer: each one's plan is im2col's
+    assert all(label.startswith("im2col") for route in routes.values() for label in route.labels().values())
+
+    def no_duel(*args):
+        raise AssertionError("the first step ran a duel that tune-ahead should have run")
+    monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
+    runtime.planner_options["timer"] = FailingTimer()
+    plain = factory()
+    plain.load_state_dict(model.state_dict())
+    x = torch.randn(shape)
+    model(x).sum().backward()
+    plain(x).sum().backward()
+    assert len(runtime.layer_memo("torch")) == len(routes)  # the layers found the routes made ahead
+    for (name, a), (_, b) in zip(model.named_parameters(), plain.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_tune_ahead_builds_the_round_trips_of_layers_with_kept_spectra():
+    model = nn.Sequential(nn.Conv2d(4, 4, 7, padding=3, groups=4), nn.Conv2d(4, 4, 1))
+    runtime = make_runtime(("fft", "torch"), FakeTimer({"fft-trip": 1e-3, "torch": 1.0}))
+    ct.patch(model, runtime=runtime, keep_spectra=True)
+    report = ct.tune(model, torch.randn(2, 4, 12, 12, requires_grad=True), runtime=runtime, progress=False)
+    assert report.routes == 2 and len(report.trips) == 2
+    trips = {route.problem.kernel_size: route.trips for route in runtime.layer_memo("torch").values()}
+    assert trips[(7, 7)][True] is not None  # built ahead: the first step finds it
+    assert set(trips[(1, 1)]) == {True}  # decided ahead too (a 1x1 layer has no round trip: None)
+
+
+def test_tune_ahead_makes_no_routes_for_plain_modules():
+    model = MODELS["resnet_like"][0]()
+    runtime = make_runtime()
+    report = ct.tune(model, torch.randn(MODELS["resnet_like"][1]), runtime=runtime, progress=False)
+    assert report.routes == 0 and not runtime.layer_memo("torch")
+
+
 def test_tune_reports_what_it_cannot_plan():
     runtime = Runtime(store=MemoryPlanStore(), miss_policy="error")
     report = ct.tune(nn.Conv2d(3, 4, 3), torch.randn(1, 3, 8, 8), runtime=runtime, progress=False)

@@ -22,7 +22,8 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
 The PyTorch modes run before convtune tunes anything (PyTorch's ``cudnn.benchmark`` skips
 algorithms whose workspace it cannot allocate, so it must not run beside memory that tuning holds),
 and every mode ends by giving its memory back (PyTorch's cache, CuPy's pool). Per mode: the first
-step's wall time (one-time costs: cuDNN's algorithm search, convtune's plan lookups and builds), the
+step's wall time (one-time costs: cuDNN's algorithm search; convtune's plan lookups, builds and duels
+run in its tune-ahead, whose time is reported as its tuning), the
 median and spread of the timed steps (CUDA events; host clock on the CPU), peak memory
 (``torch.cuda.max_memory_allocated``, convtune's allocations included: they come from PyTorch's
 allocator), the loss (the modes must agree), and for convtune the tuning time and where each layer

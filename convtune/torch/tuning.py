@@ -5,7 +5,10 @@ knows which gradients each layer needs: the first layer's input needs none) with
 convolution computed by PyTorch, and records what convtune would dispatch: the patched modules
 through their own code path, plain ``nn.Conv1d``/``nn.Conv2d`` modules through a forward hook
 that goes the same way. :func:`tune` then looks every problem up in the runtime's plan cache and
-tunes what is missing, with progress, so that the first training step finds only cache hits.
+tunes what is missing, with progress, so that the first training step finds only cache hits. It
+then makes the routes of the patched layers (given the runtime they were patched with) and resolves
+each pass: the plans are built, and on CUDA each plan of another strategy runs its duel against
+PyTorch's convolution (or finds its stored verdict), so that the first step does none of that either.
 
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
@@ -37,7 +40,7 @@ from ..runtime import Runtime, _Held, default_runtime
 from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
-from ._dispatch import layer_problem, tensor_layout
+from ._dispatch import layer_problem, route_for, tensor_layout
 
 log = logging.getLogger("convtune")
 
@@ -53,6 +56,7 @@ class Problem:
     passes: tuple[str, ...]
     name: str
     keep_spectra: bool | str = False  # the module's keep_spectra (patched modules; False for plain ones)
+    route_key: tuple | None = None  # patched modules: the arguments of their route (see :func:`route_for`)
 
 
 def _qualified_names(model: nn.Module) -> dict[int, str]:
@@ -103,8 +107,10 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
         except ValueError:
             continue
         passes = ("fwd",) + (("dgrad",) if x.requires_grad else ()) + (("wgrad",) if weight.requires_grad else ())
+        route_key = (tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation, groups, math_mode,
+                     x.device, x.dtype, tensor_layout(x, weight)) if isinstance(owner, _Convtune) else None
         found.append(Problem(problem, x.device, passes, names.get(id(owner), "?"),
-                             getattr(owner, "convtune_keep_spectra", False)))
+                             getattr(owner, "convtune_keep_spectra", False), route_key))
     return found
 
 
@@ -119,12 +125,14 @@ class TuneReport:
     seconds: float = 0.0
     elsewhere: int = 0  # tuned meanwhile by another process on the cache (another rank)
     trips: list[tuple[ConvProblem, str]] = field(default_factory=list)  # layers with kept spectra: each verdict
+    routes: int = 0  # patched layers' routes made and resolved ahead (plans built, duels run)
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
         trips = f", {len(self.trips)} round-trip verdicts" if self.trips else ""
+        routes = f", {self.routes} layer routes resolved" if self.routes else ""
         text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
-                f"{len(self.failed)} failed{trips}, in {self.seconds:.1f} s")
+                f"{len(self.failed)} failed{trips}{routes}, in {self.seconds:.1f} s")
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
 
 
@@ -190,7 +198,13 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     # the problems, each once (several layers share shapes), on the device they run on
     distinct: dict[tuple, tuple[ConvProblem, torch.device, list[str]]] = {}
     kept: dict[tuple, tuple[ConvProblem, torch.device, str]] = {}  # layers with kept spectra: their round trips
+    routes: dict[tuple, tuple[tuple[str, ...], str, object]] = {}  # patched layers: passes, name, keep_spectra
     for item in collect(model, example_inputs, math):
+        if item.route_key is not None:
+            needed = tuple(p for p in item.passes if p in wanted)
+            known, _, keep = routes.get(item.route_key, ((), item.name, False))
+            keep = keep or (item.keep_spectra if len(item.passes) == 3 else False)
+            routes[item.route_key] = (tuple(p for p in PASSES if p in needed or p in known), item.name, keep)
         if item.keep_spectra and len(item.passes) == 3 and set(wanted) == set(PASSES):
             kept.setdefault((item.problem.key(), str(item.device)), (item.problem, item.device, item.name))
         for pass_ in item.passes:
@@ -248,6 +262,15 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
         except Exception as exc:  # recorded; the layer runs its per-pass plans
             report.trips.append((problem, f"failed: {type(exc).__name__}: {exc}"))
             log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
+    for key, (route_passes, name, keep) in routes.items():  # the first step's one-time work, done here
+        shown(len(items), f"{name} route")
+        route = route_for(*key[:8], rt, *key[8:])  # the route the layer's calls will find
+        for pass_ in route_passes:
+            if getattr(route, f"{pass_}_exec") is None:
+                route.resolve(pass_)  # (never raises: what cannot run falls back, said once)
+        if keep and len(route_passes) == len(PASSES):
+            route.trip(keep)  # its round trip built (or None: the per-pass plans, the reason said once)
+        report.routes += 1
     shown(len(items), "done")
     if torch.cuda.is_available() and any(d.type == "cuda" for _p, d, _n in distinct.values()):
         torch.cuda.empty_cache()  # what tuning held goes back to the device before training starts
