@@ -263,6 +263,7 @@ def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
     assert doc["complete"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
     torch_mode, ours = doc["modes"]
     assert ours["tuning"]["tuned"] == ours["tuning"]["problems"] > 0 and ours["patched_layers"] == 6
+    assert 0 < ours["tuning"]["routes"] <= 6  # the patched layers' routes, resolved ahead
     assert ours["step_ms"] > 0 and ours["routes"]
     # the same weights, the same batch: the same first loss
     assert ours["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)

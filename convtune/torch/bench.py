@@ -114,7 +114,8 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             report = tune(model, inp, runtime=runtime, progress=False)
         record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
-                            "cached": report.cached, "failed": [(p.key(), r) for p, r in report.failed]}
+                            "cached": report.cached, "routes": report.routes,
+                            "failed": [(p.key(), r) for p, r in report.failed]}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
     def step():
