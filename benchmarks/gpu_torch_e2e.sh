@@ -3,7 +3,8 @@
 # ResNet-50 plan cache made by an earlier call (benchmarks/gpu_tuning_cost.sh resnet50 writes it to
 # $OUT/cost-resnet50-rules.db; copy it to .gpu-carry/resnet50.db here, carry [".whl", ".gpu-carry"]):
 #   bash benchmarks/gpu_torch_e2e.sh
-# ResNet-50 training steps in every mode on cached plans (convtune-fp32-native: the drop-in's own cost), host time per call, the first step of a
+# ResNet-50 training steps in every mode on cached plans (convtune-fp32-native: the drop-in's own cost;
+# RESNET_PROFILE profiled steps per mode: the device's busy time per step and its top kernels), host time per call, the first step of a
 # fresh process with cached plans against PyTorch's, then large-kernel models tuned ahead inside
 # bench-model (each part has a time limit; E2E_MODELS picks those models).
 cd "$(dirname "$0")/.."
@@ -23,7 +24,8 @@ step() {
 }
 BM="python3 -m convtune bench-model"
 step bench-resnet50 150 $BM torchvision:resnet50 --batch 32 --steps 20 --db /tmp/resnet50.db -o "$O/bench-resnet50.json" \
-  --modes "${RESNET_MODES:-torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32,convtune-fp32-native}"
+  --modes "${RESNET_MODES:-torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32,convtune-fp32-native}" \
+  --profile-steps "${RESNET_PROFILE:-3}"
 step overhead-resnet50 90 python3 benchmarks/torch_overhead.py torchvision:resnet50 --batch 32 --db /tmp/resnet50.db \
   -o "$O/overhead-resnet50.json"
 TAIL=4 step first-convtune-resnet50 45 $BM torchvision:resnet50 --batch 32 --modes convtune-fp32 --steps 3 --warmup 0 \

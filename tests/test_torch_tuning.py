@@ -342,3 +342,19 @@ def test_cli_bench_model_native_mode_is_pytorchs_convolution_through_the_drop_in
     assert labels and all(label.startswith("torch") for label in labels)
     assert native["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
     assert not _tuned_keys(tmp_path / "plans.db")
+
+
+def test_cli_bench_model_profiles_steps_on_request(tmp_path, fake_default_timer):
+    out = tmp_path / "bench.json"
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
+                 "torch-fp32,convtune-fp32", "--steps", "3", "--warmup", "0", "--profile-steps", "2",
+                 "--db", tmp_path / "plans.db", "-o", out)
+    assert result.exit_code == 0, result.output
+    for mode in json.loads(out.read_text())["modes"]:
+        prof = mode["profile"]
+        assert prof["steps"] == 2 and prof["wall_ms_per_step"] > 0 and prof["device_busy_ms_per_step"] is None
+        names = [e["name"] for e in prof["host_top"]]
+        assert names and all(e["ms_per_step"] > 0 for e in prof["host_top"])
+        if mode["mode"] == "torch-fp32":  # PyTorch's convolutions are among its step's host time
+            assert any("convolution" in n for n in names)
+        assert f"{mode['mode']} profiled:" in result.output

@@ -172,9 +172,12 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @click.option("--steps", type=click.IntRange(min=3), default=20, show_default=True, help="Timed training steps per mode.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed steps after the first.")
 @click.option("--device", "device_name", default=None, help="Torch device (default: cuda if PyTorch sees one, else cpu).")
+@click.option("--profile-steps", type=click.IntRange(min=0), default=0, show_default=True,
+              help="After the timed steps, this many more under torch.profiler per mode: the device's busy time "
+                   "per step and the operations taking most device and host time (in the JSON).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
               help="JSON results file (written after every mode).")
-def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, output):
+def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, output):
     """Time whole training steps of MODEL, patched by convtune and not, in one process.
 
     MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
@@ -197,7 +200,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     try:
         doc = bench_model(model, batch=batch, input_shape=_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
-                          progress=lambda text: _echo(f"  {text}", err=True))
+                          progress=lambda text: _echo(f"  {text}", err=True), profile=profile_steps)
     except KeyboardInterrupt:
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
     rows = []
@@ -215,6 +218,15 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     _echo(_table(("mode", "step ms", "spread ms", "first step s", "peak GiB", ""), rows))
     for name, ratio in speedups(doc).items():
         _echo(f"{name}: {ratio:.2f}x")
+    for m in doc["modes"]:
+        prof = m.get("profile")
+        if prof:
+            busy = prof["device_busy_ms_per_step"]
+            head = (prof["device_top"] or prof["host_top"])[:3]
+            _echo(f"{m['mode']} profiled: {prof['wall_ms_per_step']:.2f} ms per step"
+                  + (f", the device busy {busy:.2f} ms of it" if busy is not None else "")
+                  + "; most " + ("device" if prof["device_top"] else "host") + " time: "
+                  + ", ".join(f"{e['name'][:60]} {e['ms_per_step']:.2f} ms" for e in head))
     _echo(f"results: {output}")
 
 

@@ -19,6 +19,10 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
   what the drop-in's host work costs a training step; against ``convtune-fp32``'s, what the plans of
   other strategies gain or lose.
 
+With ``profile`` (``--profile-steps N``), each mode then runs N more steps under ``torch.profiler``
+(not timed with the others): the device's busy time per step (where a step's wall time exceeds it,
+the device waited on the host) and the operations with the most device and host time.
+
 The PyTorch modes run before convtune tunes anything (PyTorch's ``cudnn.benchmark`` skips
 algorithms whose workspace it cannot allocate, so it must not run beside memory that tuning holds),
 and every mode ends by giving its memory back (PyTorch's cache, CuPy's pool). Per mode: the first
@@ -94,7 +98,36 @@ def _target(output, generator, device):
     return torch.randn(output.shape, generator=generator).to(device)
 
 
-def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None) -> dict:
+#: Entries of each profile's tables (device time, host time).
+PROFILE_TOP = 15
+
+
+def profile_steps(step, device, steps: int) -> dict:
+    """``steps`` training steps under :mod:`torch.profiler`: per step, the device's busy time (the sum of
+    its kernels' and copies' own times; a step's wall time beyond it is the device waiting for the host
+    or for a synchronisation) and the operations that take most device and host time."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    _sync(device)
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    wall = time.perf_counter() - t0
+    events = prof.key_averages()
+
+    def top(attr):
+        ranked = sorted((e for e in events if getattr(e, attr) > 0), key=lambda e: -getattr(e, attr))
+        return [{"name": e.key, "calls_per_step": e.count / steps, "ms_per_step": getattr(e, attr) / steps / 1e3}
+                for e in ranked[:PROFILE_TOP]]
+    busy = sum(e.self_device_time_total for e in events) / steps / 1e3 if device.type == "cuda" else None
+    return {"steps": steps, "wall_ms_per_step": wall / steps * 1e3, "device_busy_ms_per_step": busy,
+            "device_top": top("self_device_time_total") if device.type == "cuda" else [],
+            "host_top": top("self_cpu_time_total")}
+
+
+def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None, profile=0) -> dict:
     """Train a copy of ``base`` for ``warmup + steps`` steps in ``mode``; returns the mode's record."""
     _flags(mode, device)
     amp = mode.endswith("amp-bf16")
@@ -161,6 +194,10 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
     record["steps"] = len(samples)
     if device.type == "cuda":
         record["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+    if profile:
+        if progress:
+            progress(f"{mode}: {profile} profiled steps")
+        record["profile"] = profile_steps(step, device, profile)
     if mode.startswith("convtune"):
         record["routes"] = _routes(runtime)
     model = opt = step = None  # the memory goes back below
@@ -174,7 +211,7 @@ def _routes(runtime) -> list[dict]:
 
 
 def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES, steps=20, warmup=3,
-                device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="") -> dict:
+                device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="", profile=0) -> dict:
     """Benchmark ``spec``'s training step in every mode (see the module docstring); returns the JSON
     document (``checkpoint(doc)`` is called after each mode)."""
     unknown = [m for m in modes if m not in MODES]
@@ -204,7 +241,7 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
             continue
         try:
             doc["modes"].append(run_mode(mode, base, x, target, device, steps=steps, warmup=warmup, runtime=runtime,
-                                         progress=progress))
+                                         progress=progress, profile=profile))
         except Exception as exc:  # a failed mode is a result; the others still run
             log.warning("bench-model %s %s failed: %s", spec, mode, exc)
             doc["modes"].append({"mode": mode, "failed": f"{type(exc).__name__}: {exc}"})
