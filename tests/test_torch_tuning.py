@@ -109,6 +109,14 @@ def test_tune_ahead_builds_the_round_trips_of_layers_with_kept_spectra():
     assert set(trips[(1, 1)]) == {True}  # decided ahead too (a 1x1 layer has no round trip: None)
 
 
+def test_tune_ahead_makes_each_route_in_the_runtime_its_layer_was_patched_with():
+    model = MODELS["resnet_like"][0]()
+    theirs, tunes = make_runtime(), make_runtime()
+    ct.patch(model, runtime=theirs)
+    report = ct.tune(model, torch.randn(MODELS["resnet_like"][1]), runtime=tunes, progress=False)
+    assert report.routes == len(theirs.layer_memo("torch")) > 0 and not tunes.layer_memo("torch")
+
+
 def test_tune_ahead_makes_no_routes_for_plain_modules():
     model = MODELS["resnet_like"][0]()
     runtime = make_runtime()

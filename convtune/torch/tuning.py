@@ -6,7 +6,7 @@ convolution computed by PyTorch, and records what convtune would dispatch: the p
 through their own code path, plain ``nn.Conv1d``/``nn.Conv2d`` modules through a forward hook
 that goes the same way. :func:`tune` then looks every problem up in the runtime's plan cache and
 tunes what is missing, with progress, so that the first training step finds only cache hits. It
-then makes the routes of the patched layers (given the runtime they were patched with) and resolves
+then makes the routes of the patched layers (in the runtime each was patched with) and resolves
 each pass: the plans are built, and on CUDA each plan of another strategy runs its duel against
 PyTorch's convolution (or finds its stored verdict), so that the first step does none of that either.
 
@@ -56,7 +56,7 @@ class Problem:
     passes: tuple[str, ...]
     name: str
     keep_spectra: bool | str = False  # the module's keep_spectra (patched modules; False for plain ones)
-    route_key: tuple | None = None  # patched modules: the arguments of their route (see :func:`route_for`)
+    route_key: tuple | None = None  # patched modules: their route's arguments (see :func:`route_for`), runtime last
 
 
 def _qualified_names(model: nn.Module) -> dict[int, str]:
@@ -108,7 +108,8 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
             continue
         passes = ("fwd",) + (("dgrad",) if x.requires_grad else ()) + (("wgrad",) if weight.requires_grad else ())
         route_key = (tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation, groups, math_mode,
-                     x.device, x.dtype, tensor_layout(x, weight)) if isinstance(owner, _Convtune) else None
+                     x.device, x.dtype, tensor_layout(x, weight), owner.convtune_runtime) \
+            if isinstance(owner, _Convtune) else None
         found.append(Problem(problem, x.device, passes, names.get(id(owner), "?"),
                              getattr(owner, "convtune_keep_spectra", False), route_key))
     return found
@@ -264,7 +265,8 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
             log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
     for key, (route_passes, name, keep) in routes.items():  # the first step's one-time work, done here
         shown(len(items), f"{name} route")
-        route = route_for(*key[:8], rt, *key[8:])  # the route the layer's calls will find
+        # the route the layer's calls will find: in the runtime it was patched with
+        route = route_for(*key[:8], key[10] or default_runtime(), *key[8:10])
         for pass_ in route_passes:
             if getattr(route, f"{pass_}_exec") is None:
                 route.resolve(pass_)  # (never raises: what cannot run falls back, said once)
