@@ -508,13 +508,8 @@ class PlanCache:
         """Batch sizes other than ``problem``'s at which its layer shape (same pass and math mode) has
         measurements, on any device."""
         query = (select(problems.c.batch).distinct().join(measurements, measurements.c.problem_id == problems.c.id)
-                 .where(self._layout_is(problem), problems.c.pass_ == problem.pass_, problems.c.dtype == problem.dtype,
-                        problems.c.math == problem.math, problems.c.in_channels == problem.in_channels,
-                        problems.c.out_channels == problem.out_channels,
-                        problems.c.input_size == _dims(problem.input_size),
-                        problems.c.kernel_size == _dims(problem.kernel_size), problems.c.stride == _dims(problem.stride),
-                        problems.c.padding == _dims(problem.padding), problems.c.dilation == _dims(problem.dilation),
-                        problems.c.groups == problem.groups, problems.c.batch != problem.batch)
+                 .where(*self._same_kind(problem), problems.c.input_size == _dims(problem.input_size),
+                        problems.c.batch != problem.batch)
                  .order_by(problems.c.batch))
         return self._read_rows(lambda conn: [int(b) for b in conn.execute(query).scalars()])
 

@@ -119,7 +119,7 @@ DUEL_MARGIN = 0.05
 #: (the best of two: one hiccup does not decide it): no noise reverses a gap that wide, and the rounds
 #: of a slow layer cost most.
 DUEL_CLEAR = 1.5
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 
 
 def duel_operands(problem: ConvProblem, device):
