@@ -6,7 +6,8 @@
 # ResNet-50 training steps in every mode on cached plans (convtune-fp32-native: the drop-in's own cost;
 # RESNET_PROFILE profiled steps per mode: the device's busy time per step and its top kernels), host time per call, the first step of a
 # fresh process with cached plans against PyTorch's, then large-kernel models tuned ahead inside
-# bench-model (each part has a time limit; E2E_MODELS picks those models).
+# bench-model (each part has a time limit; E2E_MODELS picks those models). The timed steps of the modes
+# are interleaved (RESNET_ROUNDS, default 5; MODEL_ROUNDS, default 2: see bench-model --rounds).
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
 O=${OUT:-/tmp}
@@ -25,7 +26,7 @@ step() {
 BM="python3 -m convtune bench-model"
 step bench-resnet50 150 $BM torchvision:resnet50 --batch 32 --steps 20 --db /tmp/resnet50.db -o "$O/bench-resnet50.json" \
   --modes "${RESNET_MODES:-torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32,convtune-fp32-native}" \
-  --profile-steps "${RESNET_PROFILE:-3}"
+  --profile-steps "${RESNET_PROFILE:-3}" --rounds "${RESNET_ROUNDS:-5}"
 step overhead-resnet50 90 python3 benchmarks/torch_overhead.py torchvision:resnet50 --batch 32 --db /tmp/resnet50.db \
   -o "$O/overhead-resnet50.json"
 TAIL=4 step first-convtune-resnet50 45 $BM torchvision:resnet50 --batch 32 --modes convtune-fp32 --steps 3 --warmup 0 \
@@ -38,5 +39,6 @@ for item in ${E2E_MODELS:-convtune:replknet-31b}; do
   m=${item%@*}; b=16; [ "$item" != "$m" ] && b=${item##*@}
   n=${m//[:\/]/-}
   step "bench-$n" ${MODEL_LIMIT:-200} $BM "$m" --batch "$b" --steps 10 --db /tmp/models.db -o "$O/bench-$n.json" \
-    --modes "${MODEL_MODES:-torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32,convtune-fp32-kept}"
+    --modes "${MODEL_MODES:-torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32,convtune-fp32-kept}" \
+    --rounds "${MODEL_ROUNDS:-2}"
 done

@@ -366,3 +366,33 @@ def test_cli_bench_model_profiles_steps_on_request(tmp_path, fake_default_timer)
         if mode["mode"] == "torch-fp32":  # PyTorch's convolutions are among its step's host time
             assert any("convolution" in n for n in names)
         assert f"{mode['mode']} profiled:" in result.output
+
+
+def test_cli_bench_model_interleaves_the_timed_steps_in_rounds(tmp_path, fake_default_timer, monkeypatch):
+    """``--rounds``: every mode is set up first (PyTorch's before convtune's, whatever the order given),
+    then the timed steps alternate between the modes, each mode getting all its steps."""
+    from convtune.torch import bench as bench_mod
+    order = []
+    timed = bench_mod.timed_steps
+
+    def spy(step, device, n):
+        order.append((step, n))
+        return timed(step, device, n)
+    monkeypatch.setattr(bench_mod, "timed_steps", spy)
+    out = tmp_path / "bench.json"
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
+                 "convtune-fp32,torch-fp32", "--steps", "5", "--warmup", "0", "--rounds", "2",
+                 "--db", tmp_path / "plans.db", "-o", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["rounds"] == 2 and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
+    steps = [s for s, _ in order]
+    assert [n for _, n in order] == [3, 3, 2, 2]  # 5 steps in two rounds: 3 then 2, per mode
+    assert steps[0] is steps[2] and steps[1] is steps[3] and steps[0] is not steps[1]  # alternating
+    for m in doc["modes"]:
+        assert m["steps"] == 5 and m["rounds"] == 2 and 0 < m["host_ms"] and m["step_ms"] > 0
+    assert doc["modes"][0]["first_loss"] == pytest.approx(doc["modes"][1]["first_loss"], rel=1e-4)
+    assert "interleaved over 2 rounds" in result.output
+    bad = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--steps", "3", "--rounds", "4",
+              "--db", tmp_path / "plans.db", "-o", out)
+    assert bad.exit_code == 1 and "--rounds 4 is more than --steps 3" in bad.output

@@ -175,9 +175,12 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @click.option("--profile-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="After the timed steps, this many more under torch.profiler per mode: the device's busy time "
                    "per step and the operations taking most device and host time (in the JSON).")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Above 1: every mode set up first, then their timed steps interleaved in this many rounds "
+                   "(what drifts over a run weighs on every mode alike; all modes' models are held at once).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
               help="JSON results file (written after every mode).")
-def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, output):
+def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, rounds, output):
     """Time whole training steps of MODEL, patched by convtune and not, in one process.
 
     MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
@@ -194,28 +197,35 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     except ImportError as exc:
         raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if rounds > steps:
+        raise click.ClickException(f"--rounds {rounds} is more than --steps {steps}: each round times at least one "
+                                   "step per mode")
     runtime = Runtime(store=PlanCache(db), miss_policy="tune")
     command = _command_line("bench-model")
     checkpoint = _json_writer(output)  # after every mode
     try:
         doc = bench_model(model, batch=batch, input_shape=_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
-                          progress=lambda text: _echo(f"  {text}", err=True), profile=profile_steps)
+                          progress=lambda text: _echo(f"  {text}", err=True), profile=profile_steps,
+                          rounds=rounds)
     except KeyboardInterrupt:
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
     rows = []
     for m in doc["modes"]:
         if "step_ms" not in m:
-            rows.append((m["mode"], "-", "-", "-", "-", m.get("failed") or m.get("absent", "")))
+            rows.append((m["mode"], "-", "-", "-", "-", "-", m.get("failed") or m.get("absent", "")))
             continue
         mem = m.get("peak_memory_bytes")
         tuning = m.get("tuning")
-        rows.append((m["mode"], f"{m['step_ms']:.2f}", f"{m['spread_ms']:.2f}", f"{m['first_step_s']:.2f}",
+        rows.append((m["mode"], f"{m['step_ms']:.2f}", f"{m['spread_ms']:.2f}", f"{m['host_ms']:.2f}",
+                     f"{m['first_step_s']:.2f}",
                      f"{mem / 2 ** 30:.2f}" if mem else "-",
                      f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached)"
                      if tuning else ""))
     _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
-    _echo(_table(("mode", "step ms", "spread ms", "first step s", "peak GiB", ""), rows))
+    _echo(_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
+    _echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"
+          + (f"; timed steps interleaved over {rounds} rounds" if rounds > 1 else ""))
     for name, ratio in speedups(doc).items():
         _echo(f"{name}: {ratio:.2f}x")
     for m in doc["modes"]:

@@ -19,6 +19,12 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
   what the drop-in's host work costs a training step; against ``convtune-fp32``'s, what the plans of
   other strategies gain or lose.
 
+Each mode's steps are timed alone (CUDA events around a step, the host waiting for its end), and the
+host's time to issue a step is recorded beside it (``host_ms``: where it nears the step's time, the
+device waited on the host). With ``rounds`` (``--rounds N``) above 1 every mode is set up first and
+their timed steps then run in N interleaved rounds, so that what drifts in a long run (clocks,
+temperature, the allocators' state) weighs on each mode alike rather than on the last ones.
+
 With ``profile`` (``--profile-steps N``), each mode then runs N more steps under ``torch.profiler``
 (not timed with the others): the device's busy time per step (where a step's wall time exceeds it,
 the device waited on the host) and the operations with the most device and host time.
@@ -106,6 +112,7 @@ def profile_steps(step, device, steps: int) -> dict:
     """``steps`` training steps under :mod:`torch.profiler`: per step, the device's busy time (the sum of
     its kernels' and copies' own times; a step's wall time beyond it is the device waiting for the host
     or for a synchronisation) and the operations that take most device and host time."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     _sync(device)
@@ -117,18 +124,22 @@ def profile_steps(step, device, steps: int) -> dict:
     wall = time.perf_counter() - t0
     events = prof.key_averages()
 
-    def top(attr):
-        ranked = sorted((e for e in events if getattr(e, attr) > 0), key=lambda e: -getattr(e, attr))
+    # the device's own events (kernels, copies, sets): an operator's device time is its kernels' again
+    on_device = [e for e in events if e.device_type == DeviceType.CUDA]
+
+    def top(attr, among):
+        ranked = sorted((e for e in among if getattr(e, attr) > 0), key=lambda e: -getattr(e, attr))
         return [{"name": e.key, "calls_per_step": e.count / steps, "ms_per_step": getattr(e, attr) / steps / 1e3}
                 for e in ranked[:PROFILE_TOP]]
-    busy = sum(e.self_device_time_total for e in events) / steps / 1e3 if device.type == "cuda" else None
+    busy = sum(e.self_device_time_total for e in on_device) / steps / 1e3 if device.type == "cuda" else None
     return {"steps": steps, "wall_ms_per_step": wall / steps * 1e3, "device_busy_ms_per_step": busy,
-            "device_top": top("self_device_time_total") if device.type == "cuda" else [],
-            "host_top": top("self_cpu_time_total")}
+            "device_top": top("self_device_time_total", on_device) if device.type == "cuda" else [],
+            "host_top": top("self_cpu_time_total", events)}
 
 
-def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None, profile=0) -> dict:
-    """Train a copy of ``base`` for ``warmup + steps`` steps in ``mode``; returns the mode's record."""
+def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progress=None):
+    """Set ``mode`` up on a copy of ``base``: patch and tune ahead (convtune), the first step (timed) and
+    ``warmup`` more; returns ``(record, step, runtime)``, ``step()`` being one training step."""
     _flags(mode, device)
     amp = mode.endswith("amp-bf16")
     model = copy.deepcopy(base).to(device)
@@ -172,14 +183,22 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
     record["first_loss"] = first_loss
     for _ in range(warmup):
         step()
-    samples = []
-    if progress:
-        progress(f"{mode}: {steps} timed steps")
+    return record, step, runtime
+
+
+def timed_steps(step, device, steps: int) -> tuple[list[float], list[float]]:
+    """``steps`` training steps, each timed alone: ``(seconds, host_seconds)`` per step, the first by
+    CUDA events around the step (host clock on the CPU), the second the host's time to issue it (until
+    ``step()`` returns, before the step's end is awaited: where it nears the first, the step waited on
+    the host)."""
+    samples, host = [], []
     for _ in range(steps):
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            t0 = time.perf_counter()
             step()
+            host.append(time.perf_counter() - t0)
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end) / 1e3)
@@ -187,22 +206,92 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
             t0 = time.perf_counter()
             step()
             samples.append(time.perf_counter() - t0)
+            host.append(samples[-1])
+    return samples, host
+
+
+def _summarise(record: dict, samples: list[float], host: list[float]) -> None:
     record["step_ms"] = statistics.median(samples) * 1e3
     ordered = sorted(samples)
     q = statistics.quantiles(ordered, n=4) if len(ordered) >= 4 else (ordered[0], None, ordered[-1])
     record["spread_ms"] = (q[2] - q[0]) * 1e3
+    record["host_ms"] = statistics.median(host) * 1e3
     record["steps"] = len(samples)
+
+
+def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None, profile=0) -> dict:
+    """Train a copy of ``base`` for ``warmup + steps`` steps in ``mode``; returns the mode's record."""
+    record, step, runtime = prepare_mode(mode, base, x, target, device, warmup=warmup, runtime=runtime,
+                                         progress=progress)
+    if progress:
+        progress(f"{mode}: {steps} timed steps")
+    _summarise(record, *timed_steps(step, device, steps))
     if device.type == "cuda":
         record["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+    _finish(record, mode, step, device, runtime, progress, profile)
+    step = None  # the memory goes back below
+    _give_back(device)
+    return record
+
+
+def _finish(record, mode, step, device, runtime, progress, profile) -> None:
     if profile:
         if progress:
             progress(f"{mode}: {profile} profiled steps")
         record["profile"] = profile_steps(step, device, profile)
     if mode.startswith("convtune"):
         record["routes"] = _routes(runtime)
-    model = opt = step = None  # the memory goes back below
+
+
+def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, runtime=None, progress=None,
+                    profile=0) -> list[dict]:
+    """Every mode set up in turn (PyTorch's first, as :func:`bench_model` orders them), then their timed
+    steps in ``rounds`` interleaved rounds (each mode ``steps / rounds`` steps per round, in turn), so
+    that what drifts over a run (clocks, temperature, the allocator's state) weighs on every mode alike.
+    A mode whose set-up fails is a record with ``failed``; the others go on."""
+    prepared = []  # (record, step, runtime)
+    for mode in modes:
+        try:
+            prepared.append(prepare_mode(mode, base, x, target, device, warmup=warmup, runtime=runtime,
+                                         progress=progress))
+        except Exception as exc:
+            log.warning("bench-model %s failed: %s", mode, exc)
+            prepared.append(({"mode": mode, "failed": f"{type(exc).__name__}: {exc}"}, None, None))
+    per_round = [steps // rounds + (1 if r < steps % rounds else 0) for r in range(rounds)]
+    samples = {id(rec): ([], [], 0) for rec, _, _ in prepared}
+    for r, n in enumerate(per_round):
+        if progress:
+            progress(f"round {r + 1} of {rounds}: {n} timed steps per mode")
+        for record, step, _ in prepared:
+            if step is None or "failed" in record:
+                continue
+            _flags(record["mode"], device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            try:
+                s, h = timed_steps(step, device, n)
+            except Exception as exc:
+                log.warning("bench-model %s failed: %s", record["mode"], exc)
+                record["failed"] = f"{type(exc).__name__}: {exc}"
+                continue
+            all_s, all_h, peak = samples[id(record)]
+            if device.type == "cuda":
+                peak = max(peak, torch.cuda.max_memory_allocated(device))
+            samples[id(record)] = (all_s + s, all_h + h, peak)
+    records = []
+    for record, step, rt in prepared:
+        all_s, all_h, peak = samples[id(record)]
+        if "failed" not in record:
+            _summarise(record, all_s, all_h)
+            record["rounds"] = rounds
+            if device.type == "cuda":
+                record["peak_memory_bytes"] = peak
+            _flags(record["mode"], device)
+            _finish(record, record["mode"], step, device, rt, progress, profile)
+        records.append(record)
+    prepared = None
     _give_back(device)
-    return record
+    return records
 
 
 def _routes(runtime) -> list[dict]:
@@ -211,12 +300,17 @@ def _routes(runtime) -> list[dict]:
 
 
 def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES, steps=20, warmup=3,
-                device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="", profile=0) -> dict:
-    """Benchmark ``spec``'s training step in every mode (see the module docstring); returns the JSON
-    document (``checkpoint(doc)`` is called after each mode)."""
+                device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="", profile=0,
+                rounds=1) -> dict:
+    """Benchmark ``spec``'s training step in every mode (see the module docstring), in :data:`MODES`'
+    order; returns the JSON document (``checkpoint(doc)`` is called after each mode). ``rounds`` above 1:
+    the timed steps of all modes interleaved in that many rounds (:func:`run_interleaved`)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}; acceptable: {', '.join(MODES)}")
+    if not 1 <= rounds <= steps:
+        raise ValueError(f"rounds must be between 1 and the timed steps ({steps}), got {rounds}")
+    modes = sorted(dict.fromkeys(modes), key=MODES.index)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(seed)
     base = model_specs.build_model(spec, "cpu")
@@ -234,11 +328,16 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
            "input_shape": list(shape), "parameters": model_specs.parameter_count(base), "device": str(device),
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-           "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "modes": [], "complete": False}
+           "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "rounds": rounds, "modes": [],
+           "complete": False}
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        doc["modes"] += [{"mode": m, "absent": "this GPU has no bf16"} for m in modes if m.endswith("amp-bf16")]
+        modes = [m for m in modes if not m.endswith("amp-bf16")]
+    if rounds > 1:
+        doc["modes"] += run_interleaved(modes, base, x, target, device, steps=steps, warmup=warmup, rounds=rounds,
+                                        runtime=runtime, progress=progress, profile=profile)
+        modes = []
     for mode in modes:
-        if mode.endswith("amp-bf16") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            doc["modes"].append({"mode": mode, "absent": "this GPU has no bf16"})
-            continue
         try:
             doc["modes"].append(run_mode(mode, base, x, target, device, steps=steps, warmup=warmup, runtime=runtime,
                                          progress=progress, profile=profile))
