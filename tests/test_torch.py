@@ -305,15 +305,32 @@ def test_conv3d_under_autocast_and_tune_ahead():
     assert (route.problem.rank, route.problem.dtype) == (3, "bfloat16")
 
 
-def test_a_runtime_that_cannot_plan_falls_back(caplog):
-    rt = Runtime(store=MemoryPlanStore(), miss_policy="error")
+def _fallen_back(rt, caplog, said):
+    """A layer on ``rt`` trained beside a plain one (same results), the warning ``said``; its route."""
     layer, plain = ct.Conv2d(3, 4, 3, padding=1, runtime=rt), nn.Conv2d(3, 4, 3, padding=1)
     plain.load_state_dict(layer.state_dict())
     with caplog.at_level(logging.WARNING, logger="convtune"):
         assert_same_training(plain, layer, torch.randn(2, 3, 8, 8))
-    assert "no tuned plan" in caplog.text
+    assert said in caplog.text
     (route,) = rt.layer_memo("torch").values()
     assert set(route.labels().values()) == {"pytorch (fallback)"}
+    return route
+
+
+def test_a_runtime_that_cannot_plan_falls_back(caplog):
+    """A plan that is only missing (miss policy ``error``): PyTorch runs the layer, and the plan is looked
+    up again later (another process may tune it)."""
+    route = _fallen_back(Runtime(store=MemoryPlanStore(), miss_policy="error"), caplog, "no tuned plan")
+    assert route.fwd_exec.retry_at is not None and not route.native(["fwd"])
+
+
+def test_a_failed_tuning_falls_back_for_good(caplog):
+    """A tuning that ends with no candidate must not run again in the middle of a training step (it would
+    stall it for the same answer): PyTorch runs the layer for good, through its own autograd."""
+    failing = Runtime(store=MemoryPlanStore(), planner_options={"strategies": ["cudnn"]})  # none runs on the CPU
+    route = _fallen_back(failing, caplog, "TuningError")
+    assert all(e.retry_at is None for e in (route.fwd_exec, route.dgrad_exec, route.wgrad_exec))
+    assert route.native(["fwd", "dgrad", "wgrad"])
 
 
 def test_a_plan_that_fails_when_it_runs_falls_back(caplog, monkeypatch):

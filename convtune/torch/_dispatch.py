@@ -39,7 +39,7 @@ import time
 
 import torch
 
-from ..errors import ConvtuneError
+from ..errors import ConvtuneError, TuningError
 from ..problem import ConvProblem
 from ..runtime import Runtime, default_runtime
 from ..strategies import get_strategy
@@ -332,7 +332,11 @@ class Route:
                 executor.retry_at = time.monotonic() + runtime.miss_ttl_s
             elif isinstance(executor, ArrayPlan) and self._duels():
                 executor = self._duel(problem, executor)
-        except ConvtuneError as exc:  # no plan (a miss the policy does not tune), a failed tuning: PyTorch runs it
+        except TuningError as exc:  # tuned here and nothing survived: PyTorch runs it, for good (tuning it
+            # again would stall a training step for the same answer; `convtune tune` can try again)
+            return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
+        except ConvtuneError as exc:  # no plan (a miss the policy does not tune): PyTorch runs it, and the
+            # plan is looked up again later (another process may tune it)
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}", retry=True)
         except Exception as exc:  # no backend, a library that fails: PyTorch runs it
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
