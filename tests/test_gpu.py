@@ -149,6 +149,33 @@ def test_depthwise_tiled_kernels_on_a_convnext_shape(pass_):
         assert relative_error(cp, strategy.build(p, c, be)(a, b, out), ref) <= 1e-5, c.label()
 
 
+# (input, kernel, padding, batch, channels): RepLKNet's stage 3 and 4 (27x27 on 14x14, 13x13 on 7x7),
+# a 31x31 kernel on a plane larger than it with uneven padding, a 1-D window, and odd sizes
+WINDOW_CASES = [((14, 14), (27, 27), (13, 13), 3, 5), ((7, 7), (13, 13), (6, 6), 2, 6),
+                ((40, 37), (31, 31), (15, 10), 2, 3), ((300,), (61,), (30,), 3, 4), ((19, 23), (11, 17), (0, 16), 2, 3)]
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: "x".join(map(str, c[0])) + "-k" + "x".join(map(str, c[1])))
+def test_depthwise_window_kernels_against_float64(pass_, case):
+    """The window kernels (large kernels on small planes, both S) against float64 in every pass."""
+    import cupy as cp
+    from convtune.planner import relative_error
+    from convtune.strategies import get_strategy
+    size, kernel, padding, n, c = case
+    be = get_backend("cupy")
+    p = convtune.ConvProblem.make(batch=n, in_channels=c, out_channels=c, input_size=size, kernel_size=kernel,
+                                  padding=padding, groups=c, pass_=pass_)
+    a, b, ref = _operands_and_reference(be, p, 4)
+    strategy = get_strategy("depthwise")
+    assert strategy.supports(p, be) is None
+    window = [cfg for cfg in strategy.candidates(p, be) if cfg.variant == "window"]
+    assert sorted(cfg.rows for cfg in window) == [4, 8]
+    for cfg in window:
+        out = cp.full(p.result_shape, cp.nan, dtype=cp.float32)
+        assert relative_error(cp, strategy.build(p, cfg, be)(a, b, out), ref) <= 1e-5, cfg.label()
+
+
 def test_cudnn_best_peer_names_its_engine_and_is_exact():
     import cupy as cp
     pytest.importorskip("cudnn")

@@ -217,3 +217,30 @@ def test_fused_gather_geometry_matches_the_slice_gathers(case):
         expected = np.empty((rows, channels) + tuple(counts))
         gather(expected, full, blocks)
         np.testing.assert_array_equal(_gather_by_geometry(np, full, geometry, counts), expected)
+
+
+def test_depthwise_window_kernels_take_large_kernels_on_small_planes():
+    """Which depthwise kernels are offered, and why not, decided on shapes alone (no GPU needed): the
+    window kernels for large kernels where a plane fits shared memory; FFT's territory otherwise."""
+    from types import SimpleNamespace
+    from convtune.problem import ConvProblem
+    from convtune.strategies import get_strategy
+    gpu = SimpleNamespace(name="cupy")
+    dw = get_strategy("depthwise")
+
+    def layer(size, k, pad, c=512, **kw):
+        return ConvProblem.make(batch=16, in_channels=c, out_channels=c, input_size=size, kernel_size=k,
+                                padding=pad, groups=c, **kw)
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        p = layer((14, 14), 27, 13, pass_=pass_)  # RepLKNet stage 3
+        assert dw.supports(p, gpu) is None
+        assert [(c.variant, c.rows) for c in dw.candidates(p, gpu)] == [("window", 4), ("window", 8)]
+        assert all(c.threads % 32 == 0 and c.threads <= 1024 for c in dw.candidates(p, gpu))
+    small = dw.candidates(layer((56, 56), 7, 3), gpu)  # 49 taps: the window kernels join the tiled ones
+    assert {c.variant for c in small} == {"window", "tiled", "simple"}
+    assert {c.variant for c in dw.candidates(layer((56, 56), 5, 2), gpu)} == {"tiled", "simple"}
+    assert "stride 1" in dw.supports(layer((14, 14), 27, 13, stride=2), gpu)
+    assert "64" in dw.supports(layer((1, 4096), (1, 4096), (0, 4095), c=8), gpu)  # a long 1-D kernel: FFT's
+    assert "48 KiB" in dw.supports(layer((224, 224), 31, 15, c=8), gpu)
+    assert "padding" in dw.supports(layer((20, 20), 13, 13), gpu)  # more padding than the kernel's size - 1
+    assert dw.supports(layer((14, 14), 27, 13), SimpleNamespace(name="numpy")).startswith("the direct depthwise")

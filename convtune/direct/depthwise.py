@@ -15,6 +15,10 @@ Two families:
 * ``tiled`` (stride 1, 2-D, any padding and dilation): register-blocked
   shared-memory tiles for all three passes (see ``_TILED_COMMON``); backward-data
   is the forward kernel run on ``dy`` with the filter reversed.
+* ``window`` (stride 1, dilation 1, 1-D and 2-D, kernels of any height and up to
+  :data:`WINDOW_MAX_KW` wide, planes that fit shared memory): large kernels on small
+  planes, where an output sees only the taps that fall inside the image (RepLKNet's
+  27x27 kernels on 14x14 planes, 13x13 on 7x7); see ``_WINDOW_COMMON``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import math
 
 from ..problem import ConvProblem
 
-#: Largest kernel (taps) whose filter gradient keeps one accumulator per tap in registers.
+#: Largest kernel (taps) whose filter gradient keeps one accumulator per tap in registers (the simple
+#: and tiled kernels; the window kernels take larger ones).
 MAX_TAPS = 81
 
 _COMMON = r"""
@@ -281,9 +286,128 @@ extern "C" __global__ void dw_wgrad(const float* __restrict__ x, const float* __
 }}
 """
 
+_WINDOW_COMMON = r"""
+// Window kernels (stride 1, dilation 1, any kernel size up to WINDOW_MAX_KW columns): whole planes in
+// shared memory, zero-padded on the left by the padding and on the right to the last column read, so
+// the register loops need no bounds checks; rows are clipped to the image instead, so an output of a
+// small image (a 14x14 plane under a 27x27 kernel) costs its valid taps only, not the kernel's.
+#define KW {kw}
+#define S {s}
+"""
+
+_FWD_WINDOW = _WINDOW_COMMON + r"""
+// y = x * w (correlation) for G planes of one channel per block. A thread owns S adjacent outputs of a
+// row; per input row it holds the S + KW - 1 inputs its outputs read in registers and adds KW taps into
+// each. flip != 0 reads the filter reversed in both axes: with padding k - 1 - pad, that is the
+// backward-data pass (dy in, dx out).
+extern "C" __global__ void dw_fwd_window(const float* __restrict__ x, const float* __restrict__ w,
+                                         float* __restrict__ y, int N, int C, int H, int W, int OH, int OW,
+                                         int KH, int PH, int PW, int G, int flip) {{
+  extern __shared__ float sm[];
+  const int KK = KH * KW;
+  const int segs = (OW + S - 1) / S, wp = segs * S + KW - 1;
+  float* ws = sm;
+  float* xs = sm + KK;
+  const int c = blockIdx.x, n0 = blockIdx.y * G, tid = threadIdx.x;
+  for (int i = tid; i < KK; i += blockDim.x) ws[i] = w[(long long)c * KK + (flip ? KK - 1 - i : i)];
+  for (int i = tid; i < G * H * wp; i += blockDim.x) {{
+    const int g = i / (H * wp), r = (i / wp) % H, iw = i % wp - PW, n = n0 + g;
+    xs[i] = (n < N && iw >= 0 && iw < W) ? __ldg(x + ((long long)n * C + c) * H * W + (long long)r * W + iw) : 0.f;
+  }}
+  __syncthreads();
+  const int tasks = G * OH * segs;
+  for (int t = tid; t < tasks; t += blockDim.x) {{
+    const int seg = t % segs, oh = (t / segs) % OH, g = t / (segs * OH), n = n0 + g;
+    if (n >= N) continue;
+    const int ow0 = seg * S;
+    float acc[S];
+#pragma unroll
+    for (int o = 0; o < S; ++o) acc[o] = 0.f;
+    const int ih_lo = max(0, oh - PH), ih_hi = min(H, oh - PH + KH);
+    for (int ih = ih_lo; ih < ih_hi; ++ih) {{
+      const float* xrow = xs + (g * H + ih) * wp + ow0;
+      const float* wrow = ws + (ih - oh + PH) * KW;
+      float xr[S + KW - 1];
+#pragma unroll
+      for (int j = 0; j < S + KW - 1; ++j) xr[j] = xrow[j];
+#pragma unroll
+      for (int kw = 0; kw < KW; ++kw) {{
+        const float wv = wrow[kw];
+#pragma unroll
+        for (int o = 0; o < S; ++o) acc[o] += xr[o + kw] * wv;
+      }}
+    }}
+    float* yp = y + ((long long)n * C + c) * OH * OW + (long long)oh * OW + ow0;
+#pragma unroll
+    for (int o = 0; o < S; ++o)
+      if (ow0 + o < OW) yp[o] = acc[o];
+  }}
+}}
+"""
+
+_WGRAD_WINDOW = _WINDOW_COMMON + r"""
+// dw[c] += sum over the block's images of dy (x) x. A thread owns S adjacent taps of a kernel row; per
+// image it walks the output rows whose input row is inside the image, CH outputs at a time: the
+// CH + S - 1 inputs and CH gradients in registers, CH * S products. One atomic add per tap and block.
+#define CH 8
+extern "C" __global__ void dw_wgrad_window(const float* __restrict__ x, const float* __restrict__ dy,
+                                           float* __restrict__ dwt, int N, int C, int H, int W, int OH, int OW,
+                                           int KH, int PH, int PW, int n_per_block) {{
+  extern __shared__ float sm[];
+  const int ksegs = (KW + S - 1) / S, owp = (OW + CH - 1) / CH * CH, wp = owp + ksegs * S - 1;
+  float* xs = sm;              // H x wp: column j holds input column j - PW
+  float* gs = sm + H * wp;     // OH x owp: dy, zeros beyond OW
+  const int c = blockIdx.x, tid = threadIdx.x;
+  const int n0 = blockIdx.y * n_per_block, n1 = min(N, n0 + n_per_block);
+  const int tasks = KH * ksegs;
+  const int t = tid;           // one task per thread (the block has at least KH * ksegs threads)
+  const int kh = t / ksegs, kw0 = (t % ksegs) * S;
+  float acc[S];
+#pragma unroll
+  for (int o = 0; o < S; ++o) acc[o] = 0.f;
+  for (int n = n0; n < n1; ++n) {{
+    const long long nc = (long long)n * C + c;
+    for (int i = tid; i < H * wp; i += blockDim.x) {{
+      const int r = i / wp, iw = i % wp - PW;
+      xs[i] = (iw >= 0 && iw < W) ? __ldg(x + nc * H * W + (long long)r * W + iw) : 0.f;
+    }}
+    for (int i = tid; i < OH * owp; i += blockDim.x) {{
+      const int r = i / owp, col = i % owp;
+      gs[i] = col < OW ? __ldg(dy + nc * OH * OW + (long long)r * OW + col) : 0.f;
+    }}
+    __syncthreads();
+    if (t < tasks) {{
+      const int oh_lo = max(0, PH - kh), oh_hi = min(OH, H + PH - kh);
+      for (int oh = oh_lo; oh < oh_hi; ++oh) {{
+        const float* xrow = xs + (oh - PH + kh) * wp + kw0;
+        const float* grow = gs + oh * owp;
+        for (int ow0 = 0; ow0 < owp; ow0 += CH) {{
+          float xr[CH + S - 1], gr[CH];
+#pragma unroll
+          for (int j = 0; j < CH + S - 1; ++j) xr[j] = xrow[ow0 + j];
+#pragma unroll
+          for (int j = 0; j < CH; ++j) gr[j] = grow[ow0 + j];
+#pragma unroll
+          for (int j = 0; j < CH; ++j)
+#pragma unroll
+            for (int o = 0; o < S; ++o) acc[o] += gr[j] * xr[j + o];
+        }}
+      }}
+    }}
+    __syncthreads();
+  }}
+  if (t < tasks) {{
+#pragma unroll
+    for (int o = 0; o < S; ++o)
+      if (kw0 + o < KW) atomicAdd(dwt + (long long)c * KH * KW + kh * KW + kw0 + o, acc[o]);
+  }}
+}}
+"""
+
 
 _SOURCES = {"fwd": (_FWD, "dw_fwd"), "dgrad": (_DGRAD, "dw_dgrad"), "wgrad": (_WGRAD, "dw_wgrad"),
-            "tiled-fwd": (_FWD_TILED, "dw_fwd_tiled"), "tiled-wgrad": (_WGRAD_TILED, "dw_wgrad_tiled")}
+            "tiled-fwd": (_FWD_TILED, "dw_fwd_tiled"), "tiled-wgrad": (_WGRAD_TILED, "dw_wgrad_tiled"),
+            "window-fwd": (_FWD_WINDOW, "dw_fwd_window"), "window-wgrad": (_WGRAD_WINDOW, "dw_wgrad_window")}
 TILE_W = 32
 #: Output rows per thread of the tiled kernels (a search axis).
 TILED_ROWS = (4, 8)
@@ -296,7 +420,7 @@ SMEM_LIMIT = 48 * 1024
 @functools.cache
 def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: int = 1, by: int = 1):
     source, name = _SOURCES[which]
-    code = source.format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by)
+    code = source.format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by, s=rows)
     kernel = cp.RawKernel(code, name, options=("--std=c++14",))
     kernel.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)
     return kernel
@@ -335,6 +459,62 @@ def tiled_reason(p: ConvProblem, rows: int = max(TILED_ROWS)) -> str | None:
     return None
 
 
+#: Outputs (forward, backward-data) or taps (filter gradient) per thread of the window kernels (a search axis).
+WINDOW_S = (4, 8)
+#: Widest kernel the window kernels take (a row of inputs for S outputs sits in registers).
+WINDOW_MAX_KW = 64
+#: Threads a window block aims at (forward and backward-data: planes per block to reach it).
+WINDOW_THREADS = 256
+
+
+def _plane_dims(p: ConvProblem) -> tuple:
+    """``(H, W, OH, OW, KH, KW, PH, PW)`` of the pass's forward form (backward-data: dy in, dx out,
+    padding ``k - 1 - pad``); rank 1 has a height-1 axis."""
+    two = (lambda v, fill: (fill, *v)) if p.rank == 1 else (lambda v, fill: tuple(v))
+    (H, W), (OH, OW) = two(p.input_size, 1), two(p.output_size, 1)
+    (KH, KW), (PH, PW) = two(p.kernel_size, 1), two(p.padding, 0)
+    if p.pass_ == "dgrad":
+        H, W, OH, OW, PH, PW = OH, OW, H, W, KH - 1 - PH, KW - 1 - PW
+    return H, W, OH, OW, KH, KW, PH, PW
+
+
+def window_layout(p: ConvProblem, s: int) -> tuple[int, int, int]:
+    """``(planes per block, threads per block, shared-memory bytes)`` of a window kernel (filter gradient:
+    one plane at a time, so ``planes`` is 1)."""
+    H, W, OH, OW, KH, KW, PH, PW = _plane_dims(p)
+    if p.pass_ == "wgrad":
+        ksegs = math.ceil(KW / s)
+        owp = math.ceil(OW / 8) * 8
+        wp = owp + ksegs * s - 1
+        threads = 32 * math.ceil(KH * ksegs / 32)
+        return 1, threads, 4 * (H * wp + OH * owp)
+    segs = math.ceil(OW / s)
+    wp = segs * s + KW - 1
+    per_plane = OH * segs
+    planes = max(1, min(p.batch, WINDOW_THREADS // per_plane if per_plane < WINDOW_THREADS else 1))
+    while planes > 1 and 4 * (KH * KW + planes * H * wp) > SMEM_LIMIT:
+        planes -= 1
+    threads = min(512, 32 * math.ceil(planes * per_plane / 32))
+    return planes, threads, 4 * (KH * KW + planes * H * wp)
+
+
+def window_reason(p: ConvProblem, s: int = min(WINDOW_S)) -> str | None:
+    """Why the window kernels cannot run ``p`` with ``s`` outputs per thread (``None`` when they can)."""
+    if any(v != 1 for v in p.stride) or any(v != 1 for v in p.dilation):
+        return "the window kernels need stride 1 and dilation 1"
+    if any(not 0 <= q <= k - 1 for q, k in zip(p.padding, p.kernel_size)):
+        return "the window kernels need padding between 0 and the kernel size - 1"
+    H, W, OH, OW, KH, KW, PH, PW = _plane_dims(p)
+    if KW > WINDOW_MAX_KW:
+        return f"a kernel wider than {WINDOW_MAX_KW} (the window kernels hold a row of inputs in registers)"
+    _, threads, smem = window_layout(p, s)
+    if smem > SMEM_LIMIT:
+        return "a plane with its padding exceeds 48 KiB of shared memory"
+    if threads > 1024:
+        return "more kernel taps than a block of 1024 threads holds"
+    return None
+
+
 def _geometry(cp, p: ConvProblem) -> tuple:
     """The simple kernels' geometry arguments, as int32 (2-D view; rank 1 has a height-1 axis)."""
     def two(values, fill):
@@ -364,6 +544,23 @@ class DepthwiseConv:
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):
         self.cp, self.p, self.threads, self.variant = cp, p, threads, variant
         kh, kw = kernel_hw(p)
+        self.smem = 0
+        if variant == "window":
+            reason = window_reason(p, rows)
+            if reason:
+                raise ValueError(f"window depthwise kernel: {reason}")
+            H, W, OH, OW, KH, KW, PH, PW = _plane_dims(p)
+            planes, self.threads, self.smem = window_layout(p, rows)
+            if p.pass_ == "wgrad":
+                self.kernel = _kernel(cp, "window-wgrad", 0, KW, rows=rows)
+                n_per_block, self.grid = _filter_gradient_grid(p, 8 * sm_count)
+                self.args = (p.batch, p.in_channels, H, W, OH, OW, KH, PH, PW, n_per_block)
+            else:
+                self.kernel = _kernel(cp, "window-fwd", 0, KW, rows=rows)
+                self.grid = (p.in_channels, math.ceil(p.batch / planes))
+                self.args = (p.batch, p.in_channels, H, W, OH, OW, KH, PH, PW, planes, int(p.pass_ == "dgrad"))
+            self.block = (self.threads,)
+            return
         if variant == "tiled":
             reason = tiled_reason(p, rows)
             if reason:
@@ -401,8 +598,9 @@ class DepthwiseConv:
         target = out if out.flags.c_contiguous else cp.empty(out.shape, dtype=cp.float32)
         if self.p.pass_ == "wgrad":
             target.fill(0)
-        if self.variant == "tiled":
-            self.kernel(self.grid, self.block, (a, b, target, *(cp.int32(v) for v in self.args)))
+        if self.variant in ("tiled", "window"):
+            self.kernel(self.grid, self.block, (a, b, target, *(cp.int32(v) for v in self.args)),
+                        shared_mem=self.smem)
         elif self.p.pass_ == "wgrad":
             self.kernel(self.grid, (self.threads,), (a, b, target, *self.geo, cp.int32(self.n_per_block)))
         else:
