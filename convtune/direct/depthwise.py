@@ -544,7 +544,7 @@ class DepthwiseConv:
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):
         self.cp, self.p, self.threads, self.variant = cp, p, threads, variant
         kh, kw = kernel_hw(p)
-        self.smem = 0
+        self.smem, self.int_args = 0, None
         if variant == "window":
             reason = window_reason(p, rows)
             if reason:
@@ -599,8 +599,9 @@ class DepthwiseConv:
         if self.p.pass_ == "wgrad":
             target.fill(0)
         if self.variant in ("tiled", "window"):
-            self.kernel(self.grid, self.block, (a, b, target, *(cp.int32(v) for v in self.args)),
-                        shared_mem=self.smem)
+            if self.int_args is None:  # made once: a call does no work it could have done once
+                self.int_args = tuple(cp.int32(v) for v in self.args)
+            self.kernel(self.grid, self.block, (a, b, target, *self.int_args), shared_mem=self.smem)
         elif self.p.pass_ == "wgrad":
             self.kernel(self.grid, (self.threads,), (a, b, target, *self.geo, cp.int32(self.n_per_block)))
         else:
