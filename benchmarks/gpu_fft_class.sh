@@ -9,7 +9,9 @@
 #    With STAGES_LIMIT > 0 (default 0: off), also benchmarks/large_kernel_stages.yaml (RepLKNet's and
 #    SLaK's later-stage depthwise layers): $OUT/bench-stages.json;
 # 3. `convtune bench` of r3d-18 and unet3d-encoder (3-D), fp32: $OUT/bench-r3d-18.json, bench-unet3d.json.
-# Each part has a time limit (FFT_LIMIT, EXTRA_LIMIT, R3D_LIMIT, UNET_LIMIT seconds; 0 skips a part);
+# With UXNET_LIMIT > 0 (default 0: off), also uxnet3d-encoder (3-D depthwise 7x7x7: issue 20's large-kernel
+# 3-D layers): $OUT/bench-uxnet3d.json.
+# Each part has a time limit (FFT_LIMIT, EXTRA_LIMIT, R3D_LIMIT, UNET_LIMIT, UXNET_LIMIT seconds; 0 skips a part);
 # the tables end each log.
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
@@ -29,3 +31,4 @@ part bench-fft-extra ${EXTRA_LIMIT:-300} bench benchmarks/fft_class.yaml --db /t
 part bench-stages ${STAGES_LIMIT:-0} bench benchmarks/large_kernel_stages.yaml --db /tmp/fft.db -o "$O/bench-stages.json"
 part bench-r3d-18 ${R3D_LIMIT:-300} bench r3d-18 --db /tmp/3d.db -o "$O/bench-r3d-18.json" --no-keep-spectra
 part bench-unet3d ${UNET_LIMIT:-300} bench unet3d-encoder --db /tmp/3d.db -o "$O/bench-unet3d.json" --no-keep-spectra
+part bench-uxnet3d ${UXNET_LIMIT:-0} bench uxnet3d-encoder --db /tmp/3d.db -o "$O/bench-uxnet3d.json" --no-keep-spectra

@@ -41,6 +41,15 @@ def test_three_dimensional_builtins_chain():
         assert b.problem.in_channels == a.problem.out_channels  # within a level and across the pooling
         assert b.problem.input_size in (a.problem.output_size, tuple(n // 2 for n in a.problem.output_size))
     assert {l.problem.batch for l in unet} == {1}
+    ux = {l.name: l.problem for l in load_network("uxnet3d-encoder")}
+    assert ux["stem"].output_size == ux["stage1.dw"].input_size == (48,) * 3
+    depthwise = [p for name, p in ux.items() if name.endswith(".dw")]
+    assert [p.input_size for p in depthwise] == [(48,) * 3, (24,) * 3, (12,) * 3, (6,) * 3]
+    for p in depthwise:  # 7x7x7 depthwise, same padding
+        assert p.kernel_size == (7, 7, 7) and p.groups == p.in_channels == p.out_channels and p.output_size == p.input_size
+    for stage in "234":
+        assert ux[f"down{stage}"].output_size == ux[f"stage{stage}.dw"].input_size
+        assert ux[f"down{stage}"].out_channels == ux[f"stage{stage}.pw2"].out_channels
 
 
 def test_batch_override_and_dedup():

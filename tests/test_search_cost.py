@@ -117,6 +117,13 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     pointwise = FftConfig(sizes=(576,), product="pointwise", chunk=4)
     assert "1x1" in fft.pruned(_layer(kernel_size=1, padding=0), cfg, cpu)
     assert "1x1" in fft.pruned(_layer(kernel_size=1, padding=0, stride=2), own, gpu)
+    # windows that do not overlap (kernel no wider than the stride, any rank, both backends): no FFT
+    down3d = _layer(input_size=(12, 12, 12), kernel_size=2, stride=2, padding=0)
+    for backend, config in ((cpu, FftConfig(sizes=(6, 6, 6), product="gemm", chunk=1)), (gpu, own)):
+        assert "do not overlap" in fft.pruned(down3d, config, backend)
+    assert "do not overlap" in fft.pruned(_layer(kernel_size=4, stride=4, padding=0, input_size=(32, 32)), own, gpu)
+    assert "do not overlap" not in (fft.pruned(_layer(kernel_size=3, stride=2, padding=0), own, gpu) or "")
+    assert "do not overlap" not in (fft.pruned(_layer(kernel_size=2, stride=2, padding=0, dilation=2), own, gpu) or "")
     # the GPU, small kernels: convtune's own transforms are kept, the others pruned
     assert fft.pruned(_layer(), cfg, gpu) and fft.pruned(_layer(), own, gpu) is None
     assert fft.pruned(_layer(kernel_size=5, padding=2), cfg, gpu) is None

@@ -100,6 +100,11 @@ class FftStrategy(Strategy):
         """The rules fitted on measured searches (every candidate timed; ``benchmarks/check_rules.py``
         replays them against any stored search, and reports a pruned candidate within 3% of a winner):
 
+        * kernels no wider than their stride on every axis (windows that do not overlap: 2x2 stride-2
+          downsamples, patch embeddings; 1x1 kernels are the case of stride 1): no FFT. 2-core CPU,
+          uxnet3d-encoder's 2x2x2 stride-2 192->384 layer (docs/cpu-logs/2026-11-23-uxnet3d-down4.txt):
+          its 30 FFT candidates took 1.8 to 12.2 s each on the verification batch (170 s in all, workspaces
+          of 2.1 to 2.9 GiB) against 1.2 to 2.3 ms for the winners, and were all skipped.
         * 1x1 kernels: no FFT. H100 (run 21, docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt,
           3 problems): the best FFT candidate took 2.15x the winner's time at best; 2-core CPU
           (resnet18 at batch 8, docs/cpu-logs/2026-11-23-resnet18-b8-before-rules.txt): every FFT
@@ -123,6 +128,9 @@ class FftStrategy(Strategy):
         kernel = problem.kernel_size
         if all(k == 1 for k in kernel):
             return "1x1 kernel: FFT has never come within 2x of the best there"
+        if all((k - 1) * d + 1 <= s for k, s, d in zip(kernel, problem.stride, problem.dilation)):
+            return ("kernel no wider than its stride (windows that do not overlap): the direct convolution is one "
+                    "GEMM with nothing to share, FFT computes every position and drops most")
         small = all(k <= 3 for k in kernel)
         if backend.name == "cupy":
             if small and not config.own:
