@@ -630,3 +630,23 @@ def test_a_clear_duel_ends_after_two_rounds(monkeypatch, plan_us, rounds):
     per_round = max(_dispatch.DUEL_CALLS, math.ceil(_dispatch.DUEL_ROUND_S * 2 / ((plan_us + 100.0) * 1e-6)))
     assert calls == {"plan": 3 + rounds * per_round, "torch": 3 + rounds * per_round}
     assert _dispatch.DUEL_CLEAR == 1.5
+
+
+def test_a_routes_native_verdict_is_remembered_until_an_executor_changes():
+    """A training call asks whether its passes all run PyTorch's convolution; the yes is remembered per
+    combination of gradients, and forgotten when a pass gets another executor."""
+    rt = make_runtime(["torch"])
+    layer = ct.Conv2d(3, 4, 3, padding=1, runtime=rt)
+    x = torch.randn(2, 3, 8, 8)
+    layer(x).sum().backward()  # the weight needs a gradient, the input not: fwd and wgrad
+    (route,) = rt.layer_memo("torch").values()
+    assert route.native_grads == {(False, True): True}
+    assert route.native_for_grads(True, True)  # resolving dgrad on the way (an executor change) forgot the first
+    assert route.native_for_grads(False, True) and set(route.native_grads) == {(False, True), (True, True)}
+    route.resolve("dgrad")  # (the same plan, looked up again: any executor change forgets the verdicts)
+    assert route.native_grads == {}
+    other = make_runtime(["im2col"])
+    layer = ct.Conv2d(3, 4, 3, padding=1, runtime=other)
+    layer(x.requires_grad_()).sum().backward()
+    (route,) = other.layer_memo("torch").values()
+    assert not route.native_for_grads(True, True) and route.native_grads == {}

@@ -220,15 +220,22 @@ class ArrayPlan:
         return out
 
 
+#: A pass's executor attribute of a :class:`Route`.
+_EXEC = {"fwd": "fwd_exec", "dgrad": "dgrad_exec", "wgrad": "wgrad_exec"}
+
+
 class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
-    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips")
+    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips", "native_grads")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
         self.fwd_exec = self.dgrad_exec = self.wgrad_exec = None
         self.trips = {}  # keep_spectra mode -> RoundTrip, or None: the per-pass plans
+        # (input needs a gradient, weight needs one) -> True where those passes all run PyTorch's own
+        # convolution for good (see native_for_grads); emptied whenever an executor changes
+        self.native_grads = {}
 
     # -- kept spectra (a training step's three passes as one FFT round trip) ---------------------
     def trip(self, mode):
@@ -291,7 +298,7 @@ class Route:
 
     # -- running -----------------------------------------------------------------------
     def run(self, pass_: str, a, b, bias=None):
-        executor = getattr(self, f"{pass_}_exec") or self.resolve(pass_)
+        executor = getattr(self, _EXEC[pass_]) or self.resolve(pass_)
         if executor.retry_at is not None and executor.retry_at <= time.monotonic():
             executor = self.resolve(pass_)  # served for want of a tuned plan: is there one now?
         fmt = result_format(a, b)
@@ -306,11 +313,23 @@ class Route:
             out = out.contiguous(memory_format=fmt)
         return out
 
+    def native_for_grads(self, need_dx: bool, need_dw: bool) -> bool:
+        """:meth:`native` of a training call's passes (the forward, and the backward passes of the operands
+        that need gradients), remembered once true: a training step asks it of every layer on every call."""
+        key = (need_dx, need_dw)
+        if key in self.native_grads:
+            return True
+        passes = ("fwd",) + (("dgrad",) if need_dx else ()) + (("wgrad",) if need_dw else ())
+        if self.native(passes):
+            self.native_grads[key] = True
+            return True
+        return False
+
     def native(self, passes) -> bool:
         """Do these passes all run PyTorch's own convolution for good (so autograd needs nothing of
         convtune)? Not where one waits to be looked up again."""
         for p in passes:
-            executor = getattr(self, f"{p}_exec") or self.resolve(p)
+            executor = getattr(self, _EXEC[p]) or self.resolve(p)
             if not isinstance(executor, Native) or executor.retry_at is not None:
                 return False
         return True
@@ -340,7 +359,8 @@ class Route:
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}", retry=True)
         except Exception as exc:  # no backend, a library that fails: PyTorch runs it
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
-        setattr(self, f"{pass_}_exec", executor)
+        setattr(self, _EXEC[pass_], executor)
+        self.native_grads = {}
         return executor
 
     def _duels(self) -> bool:
@@ -389,7 +409,8 @@ class Route:
         executor = Fallback(problem, reason)
         if retry:  # a plan may be tuned by another process meanwhile
             executor.retry_at = time.monotonic() + self.runtime.miss_ttl_s
-        setattr(self, f"{pass_}_exec", executor)
+        setattr(self, _EXEC[pass_], executor)
+        self.native_grads = {}
         return executor
 
     def labels(self) -> dict:

@@ -116,10 +116,14 @@ def _hashable(value):
     return tuple(value) if isinstance(value, list) else value
 
 
+#: ``torch.backends.cudnn``'s flags, read without the module property's detour (a call's hot path reads them)
+_cudnn_benchmark, _cudnn_allow_tf32 = torch._C._get_cudnn_benchmark, torch._C._get_cudnn_allow_tf32
+
+
 def resolve_math(math: str, x) -> str:
     """``'auto'``: ``'tf32'`` for CUDA tensors when ``torch.backends.cudnn.allow_tf32`` is on, else ``'fp32'``."""
     if math == "auto":
-        return "tf32" if x.is_cuda and torch.backends.cudnn.allow_tf32 else "fp32"
+        return "tf32" if x.is_cuda and _cudnn_allow_tf32() else "fp32"
     if math not in MATH_MODES:
         raise ValueError(f"unknown math mode {math!r}; acceptable: {', '.join(MATH_MODES)}")
     return math
@@ -136,14 +140,11 @@ def _unsupported(x, weight, bias, rank, compiling: bool, device_check: bool = Tr
         return f"operands of dtypes {kinds}: convtune runs convolutions whose operands share one dtype"
     if x.dtype not in DTYPES:
         return f"dtype {x.dtype}: convtune runs float32, bfloat16 and float16 convolutions"
-    device = x.device.type
-    if not device_check:
+    if not device_check or x.is_cpu:  # (the tensor's flags: asking for its device makes an object)
         return None
-    if device not in ("cpu", "cuda"):
-        return f"device {device}: convtune runs CPU and CUDA tensors"
-    if device == "cuda" and not compiling:
-        return _cuda_reason()
-    return None
+    if x.is_cuda:
+        return None if compiling else _cuda_reason()
+    return f"device {x.device.type}: convtune runs CPU and CUDA tensors"
 
 
 @functools.cache
@@ -234,7 +235,7 @@ def _flags_as_measured(x, math: str) -> bool:
     TF32 as the math mode says)? Always on the CPU."""
     if not x.is_cuda:
         return True
-    return torch._C._get_cudnn_benchmark() and torch._C._get_cudnn_allow_tf32() == (math == "tf32")
+    return _cudnn_benchmark() and _cudnn_allow_tf32() == (math == "tf32")
 
 
 def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
@@ -257,20 +258,16 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
                 (kind is Fallback or _flags_as_measured(x, math)):
             return _pytorch(x, weight, bias, geom, groups)  # PyTorch's own call, as measured: no detour
         return route.run("fwd", x, weight, bias)
-    passes = ["fwd"]
-    if x.requires_grad:
-        passes.append("dgrad")
-    if weight.requires_grad:
-        passes.append("wgrad")
+    need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
-    if keep and len(passes) == 3:  # a training step that needs both gradients: one round trip, if it runs here
+    if keep and need_dx and need_dw:  # a training step that needs both gradients: one round trip, if it runs here
         trip = route.trip(keep)
         if trip is not None:
             try:
                 return _ops.kept_forward(x, weight, bias, route, trip)
             except Exception as exc:  # never an error where PyTorch would have run: the per-pass plans
                 route.drop_trip(exc)
-    if route.native(passes) and _flags_as_measured(x, math):
+    if route.native_for_grads(need_dx, need_dw) and _flags_as_measured(x, math):
         # PyTorch's convolution won every pass and runs as it was measured: its own autograd, no detour
         return _pytorch(x, weight, bias, geom, groups)
     return _ops.eager_forward(x, weight, bias, route)
