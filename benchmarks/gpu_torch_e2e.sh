@@ -7,7 +7,9 @@
 # RESNET_PROFILE profiled steps per mode: the device's busy time per step and its top kernels), host time per call, the first step of a
 # fresh process with cached plans against PyTorch's, then large-kernel models tuned ahead inside
 # bench-model (each part has a time limit; E2E_MODELS picks those models). The timed steps of the modes
-# are interleaved (RESNET_ROUNDS, default 5; MODEL_ROUNDS, default 2: see bench-model --rounds).
+# are interleaved (RESNET_ROUNDS, default 5; MODEL_ROUNDS, default 2: see bench-model --rounds);
+# MODEL_PROFILE=N profiles N steps per mode of those models too (is a step's host time its own work or
+# waiting on the device?).
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
 O=${OUT:-/tmp}
@@ -40,5 +42,5 @@ for item in ${E2E_MODELS:-convtune:replknet-31b}; do
   n=${m//[:\/]/-}
   step "bench-$n" ${MODEL_LIMIT:-200} $BM "$m" --batch "$b" --steps 10 --db /tmp/models.db -o "$O/bench-$n.json" \
     --modes "${MODEL_MODES:-torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32,convtune-fp32-kept}" \
-    --rounds "${MODEL_ROUNDS:-2}"
+    --rounds "${MODEL_ROUNDS:-2}" --profile-steps "${MODEL_PROFILE:-0}"
 done
