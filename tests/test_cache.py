@@ -89,6 +89,38 @@ def test_strategy_version_change_is_a_miss(cache_url, monkeypatch):
     assert PlanCache(cache_url).plan_rows()[0]["current_versions"] is False
 
 
+def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_plan(cache_url, monkeypatch):
+    """The key carries every strategy's version; a plan stored under versions that differ only in
+    strategies that cannot serve its problem's shape (the depthwise kernels, for a dense layer) is still
+    this convtune's plan. Where they can, or the winner's own version changed, it is a miss."""
+    from convtune.strategies import strategy_versions, versions_agree
+    current = strategy_versions()
+    older = current.replace("depthwise4", "depthwise3")
+    assert older != current
+    dense, depthwise = problem(), ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(9, 9),
+                                                   kernel_size=3, groups=4)
+    assert versions_agree(older, dense, "fft", current) and not versions_agree(older, depthwise, "fft", current)
+    assert not versions_agree(older, dense, "depthwise", current)  # the winner's own version changed
+    assert not versions_agree(current.replace("fft8", "fft7"), dense, "im2col", current)  # FFT serves every shape
+    assert not versions_agree(older.replace(",torch", ",x").split(",x")[0], dense, "fft", current)  # torch added
+    assert versions_agree(older + ",retired9", dense, "fft", current)  # a strategy no longer registered
+    monkeypatch.setattr("convtune.cache.store.strategy_versions", lambda: older)
+    cache = PlanCache(cache_url)
+    cache.put(decision(dense))
+    cache.put(decision(depthwise))
+    monkeypatch.undo()
+    fresh = PlanCache(cache_url)
+    assert fresh.get(dense, GPU_A.key()).winner.strategy == "fft"
+    assert fresh.get(depthwise, GPU_A.key()) is None
+    assert {r["problem_key"]: r["current_versions"] for r in fresh.plan_rows()} == {dense.key(): True,
+                                                                                     depthwise.key(): False}
+    assert fresh.plan_row(dense.key(), GPU_A.key())["strategy_versions"] == older
+    fresh.put(decision(dense, winner_ms=0.5))  # tuned again: the plan of the current versions is preferred
+    again = PlanCache(cache_url)
+    assert again.get(dense, GPU_A.key()).winner.timing.median_s == pytest.approx(0.5e-3)
+    assert again.plan_row(dense.key(), GPU_A.key())["strategy_versions"] == current
+
+
 def test_a_failed_tuning_is_recorded_without_a_plan(cache_url):
     d = decision(problem())
     failed = Decision(d.problem, d.device, CandidateOutcome("", {}, "", "failed"), d.outcomes[2:], "measured", 0.1)

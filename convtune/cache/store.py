@@ -27,7 +27,7 @@ from ..backend import DeviceInfo
 from ..errors import CacheError
 from ..plan import CandidateOutcome, Decision
 from ..problem import ConvProblem
-from ..strategies import strategy_versions
+from ..strategies import strategy_versions, versions_agree
 from ..timing import TimingStats
 from . import connect, migrate, schema
 from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, leases, measurements, meta, pending, \
@@ -316,13 +316,16 @@ class PlanCache:
         return decision
 
     def _read(self, problem: ConvProblem, device_key: str) -> Decision | None:
+        """The plan of this convtune's strategy versions, or else the newest one stored under versions that
+        differ only where they cannot change this problem's plan (:func:`versions_agree`)."""
         self.reads += 1
         query = (select(plans, *[devices.c[f] for f in DEVICE_FIELDS])
                  .join(problems, plans.c.problem_id == problems.c.id)
                  .join(devices, plans.c.device_id == devices.c.id)
-                 .where(problems.c.key == problem.key(), devices.c.fingerprint == device_key,
-                        plans.c.strategy_versions == strategy_versions()))
-        row = self._read_rows(lambda conn: conn.execute(query).mappings().first())
+                 .where(problems.c.key == problem.key(), devices.c.fingerprint == device_key)
+                 .order_by(plans.c.tuned_at.desc(), plans.c.id.desc()))
+        rows = self._read_rows(lambda conn: list(conn.execute(query).mappings()))
+        row = self._agreeing(rows, problem)
         if row is None:
             return None
         timing = None
@@ -333,6 +336,16 @@ class PlanCache:
                                   row["workspace_bytes"], row["error"], timing)
         device = DeviceInfo(**{f: row[f] for f in DEVICE_FIELDS})
         return Decision(problem, device, winner, (), "cache", row["tuning_s"] or 0.0)
+
+    @staticmethod
+    def _agreeing(rows, problem: ConvProblem):
+        """Of plan rows (newest first), the one of this convtune's strategy versions, else the first whose
+        versions agree with them for ``problem``; ``None`` where none does."""
+        current = strategy_versions()
+        exact = next((r for r in rows if r["strategy_versions"] == current), None)
+        if exact is not None:
+            return exact
+        return next((r for r in rows if versions_agree(r["strategy_versions"], problem, r["strategy"], current)), None)
 
     def forget_memo(self) -> None:
         with self._lock:
@@ -354,17 +367,16 @@ class PlanCache:
             query = query.where(devices.c.fingerprint == fingerprint)
         versions = strategy_versions()
         rows = self._read_rows(lambda conn: [dict(r) for r in conn.execute(query).mappings()])
-        for r in rows:
-            r["current_versions"] = r["strategy_versions"] == versions
+        for r in rows:  # (the versions this convtune would look the plan up under: see _agreeing)
+            r["current_versions"] = versions_agree(r["strategy_versions"], ConvProblem.from_key(r["problem_key"]),
+                                                   r["strategy"], versions)
         return rows
 
     def plan_row(self, problem_key: str, fingerprint: str) -> dict | None:
-        """The plan of this convtune's strategy versions for one problem on one device."""
-        versions = strategy_versions()
-        for row in self.plan_rows(problem_key=problem_key, fingerprint=fingerprint):
-            if row["strategy_versions"] == versions:
-                return row
-        return None
+        """The plan this convtune looks up for one problem on one device (see :meth:`_read`)."""
+        rows = self.plan_rows(problem_key=problem_key, fingerprint=fingerprint)
+        rows.sort(key=lambda r: r["tuned_at"] or "", reverse=True)
+        return self._agreeing(rows, ConvProblem.from_key(problem_key))
 
     def measurement_rows(self, problem_key: str, fingerprint: str | None = None) -> list[dict]:
         """Every candidate of the latest tuning run for a problem (on one device if given)."""
@@ -403,11 +415,14 @@ class PlanCache:
         """The stored decision, on this device and strategy versions, of the tuned problem of ``problem``'s
         kind (the same pass, channels, kernel, stride, padding, dilation, groups, dtype and math mode)
         nearest in batch and input size (by the sum of their log ratios); ``None`` where there is none."""
-        query = (select(problems.c.key, problems.c.batch, problems.c.input_size)
+        query = (select(problems.c.key, problems.c.batch, problems.c.input_size, plans.c.strategy_versions,
+                        plans.c.strategy)
                  .join(plans, plans.c.problem_id == problems.c.id).join(devices, plans.c.device_id == devices.c.id)
-                 .where(devices.c.fingerprint == device_key, plans.c.strategy_versions == strategy_versions(),
-                        problems.c.key != problem.key(), *self._same_kind(problem)))
-        rows = self._read_rows(lambda conn: conn.execute(query).all())
+                 .where(devices.c.fingerprint == device_key, problems.c.key != problem.key(),
+                        *self._same_kind(problem)))
+        current = strategy_versions()
+        rows = [r for r in self._read_rows(lambda conn: conn.execute(query).all())
+                if versions_agree(r.strategy_versions, problem, r.strategy, current)]
 
         def distance(row):
             sizes = [int(v) for v in row.input_size.split("x")]

@@ -1,5 +1,5 @@
 """Strategies register themselves on import; this package imports them all."""
 
 from .base import (Config, Strategy, all_strategies, get_strategy, register, strategy_versions,  # noqa: F401
-                   unregister)
+                   unregister, versions_agree)
 from . import reference, im2col, fft, cudnn, depthwise, pytorch  # noqa: F401,E402  (registration side effect)

@@ -141,6 +141,13 @@ class Strategy:
         timings follow an outside library's version adds that version)."""
         return f"{self.name}{self.version}"
 
+    def serves_shape(self, problem: ConvProblem) -> bool:
+        """Could this strategy offer candidates for ``problem``'s shape on some backend? Where it could
+        not, its version cannot change that problem's plan: a stored plan survives a new version of it
+        (:func:`versions_agree`). Say ``True`` unless sure, and keep it so across versions: a version
+        that starts serving a shape must answer ``True`` for it."""
+        return True
+
     def __repr__(self):
         return f"<strategy {self.name} v{self.version}>"
 
@@ -181,6 +188,35 @@ def all_strategies(selectable_only: bool = False) -> list[Strategy]:
 def strategy_versions() -> str:
     """Canonical string of every selectable strategy's version, for cache keys."""
     return ",".join(s.version_tag() for s in sorted(all_strategies(True), key=lambda s: s.name))
+
+
+def _tags_by_name(versions: str) -> dict[str, str]:
+    """A versions string's tags by strategy name (the longest registered name a tag starts with; a tag
+    of no registered strategy stands for itself)."""
+    names = sorted(_REGISTRY, key=len, reverse=True)
+    out = {}
+    for tag in filter(None, versions.split(",")):
+        name = next((n for n in names if tag.startswith(n) and tag[len(n):len(n) + 1].isdigit()), tag)
+        out[name] = tag
+    return out
+
+
+def versions_agree(stored: str, problem: ConvProblem, winner: str, current: str | None = None) -> bool:
+    """Does a plan stored under the versions string ``stored``, won by strategy ``winner``, hold under the
+    ``current`` one (default: this convtune's)? Where they differ only in strategies that cannot serve
+    ``problem``'s shape (:meth:`Strategy.serves_shape`; a strategy no longer registered serves nothing)
+    and the winner's own version is unchanged, the search would offer the same candidates: yes. So a new
+    version of the depthwise kernels does not send every dense layer's plan back to tuning."""
+    current = strategy_versions() if current is None else current
+    if stored == current:
+        return True
+    old, new = _tags_by_name(stored), _tags_by_name(current)
+    for name in set(old) | set(new):
+        if old.get(name) == new.get(name):
+            continue
+        if name == winner or (name in _REGISTRY and _REGISTRY[name].serves_shape(problem)):
+            return False
+    return True
 
 
 def check_tf32(problem: ConvProblem, config: Config) -> None:

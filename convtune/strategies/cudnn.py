@@ -201,6 +201,9 @@ class CudnnStrategy(Strategy):
     version = 2
     config_type = CudnnConfig
 
+    def serves_shape(self, problem: ConvProblem) -> bool:
+        return problem.rank in (1, 2, 3) and math.prod(problem.kernel_size) <= MAX_TAPS
+
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
             return "cuDNN needs the CuPy (GPU) backend"

@@ -45,6 +45,9 @@ class DepthwiseStrategy(Strategy):
                 return f"kernel of {taps} taps is over {MAX_TAPS} and {reason} (large kernels: use FFT)"
         return None
 
+    def serves_shape(self, problem: ConvProblem) -> bool:
+        return problem.rank <= 2 and problem.groups == problem.in_channels == problem.out_channels
+
     def candidates(self, problem, backend):
         window = [DepthwiseConfig(threads=window_layout(problem, s)[1], variant="window", rows=s)
                   for s in WINDOW_S if math.prod(problem.kernel_size) >= WINDOW_MIN_TAPS
