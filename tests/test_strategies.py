@@ -244,3 +244,16 @@ def test_depthwise_window_kernels_take_large_kernels_on_small_planes():
     assert "48 KiB" in dw.supports(layer((224, 224), 31, 15, c=8), gpu)
     assert "padding" in dw.supports(layer((20, 20), 13, 13), gpu)  # more padding than the kernel's size - 1
     assert dw.supports(layer((14, 14), 27, 13), SimpleNamespace(name="numpy")).startswith("the direct depthwise")
+
+
+def test_the_depthwise_heuristic_keeps_the_tiled_kernels_where_they_hold_the_filter():
+    from types import SimpleNamespace
+    from convtune.problem import ConvProblem
+    from convtune.strategies import get_strategy
+    gpu, dw = SimpleNamespace(name="cupy"), get_strategy("depthwise")
+    p = ConvProblem.make(batch=8, in_channels=96, out_channels=96, input_size=(56, 56), kernel_size=7, padding=3,
+                         groups=96)
+    assert dw.heuristic_config(p, gpu).variant == "tiled"
+    big = ConvProblem.make(batch=8, in_channels=96, out_channels=96, input_size=(14, 14), kernel_size=27,
+                           padding=13, groups=96)
+    assert dw.heuristic_config(big, gpu).variant == "window"

@@ -56,7 +56,8 @@ class DepthwiseStrategy(Strategy):
             return window
         tiled = [DepthwiseConfig(threads=TILE_W * tiled_warps(problem, rows), variant="tiled", rows=rows)
                  for rows in sorted(TILED_ROWS, reverse=True) if tiled_reason(problem, rows) is None]
-        return window + tiled + [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
+        # the tiled kernels first: the heuristic's choice (the first candidate) for kernels they hold
+        return tiled + window + [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
 
     def workspace_bytes(self, problem, config) -> int:
         return 0
