@@ -396,3 +396,25 @@ def test_cli_bench_model_interleaves_the_timed_steps_in_rounds(tmp_path, fake_de
     bad = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--steps", "3", "--rounds", "4",
               "--db", tmp_path / "plans.db", "-o", out)
     assert bad.exit_code == 1 and "--rounds 4 is more than --steps 3" in bad.output
+
+
+def test_an_interrupted_interleaved_bench_model_keeps_the_rounds_it_measured(tmp_path, fake_default_timer,
+                                                                             monkeypatch):
+    from convtune.torch import bench as bench_mod
+    timed, calls = bench_mod.timed_steps, []
+
+    def interrupted(step, device, n):
+        calls.append(n)
+        if len(calls) == 3:  # the first mode's second round
+            raise KeyboardInterrupt
+        return timed(step, device, n)
+    monkeypatch.setattr(bench_mod, "timed_steps", interrupted)
+    out = tmp_path / "bench.json"
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
+                 "torch-fp32,convtune-fp32", "--steps", "4", "--warmup", "0", "--rounds", "2",
+                 "--db", tmp_path / "plans.db", "-o", out)
+    assert result.exit_code == 1 and "interrupted" in result.output
+    doc = json.loads(out.read_text())
+    assert not doc["complete"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
+    for m in doc["modes"]:  # the first round of each: 2 steps
+        assert m["rounds"] == 1 and m["steps"] == 2 and m["step_ms"] > 0

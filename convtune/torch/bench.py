@@ -244,12 +244,15 @@ def _finish(record, mode, step, device, runtime, progress, profile) -> None:
 
 
 def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, runtime=None, progress=None,
-                    profile=0) -> list[dict]:
+                    profile=0, report=None) -> list[dict]:
     """Every mode set up in turn (PyTorch's first, as :func:`bench_model` orders them), then their timed
     steps in ``rounds`` interleaved rounds (each mode ``steps / rounds`` steps per round, in turn), so
     that what drifts over a run (clocks, temperature, the allocator's state) weighs on every mode alike.
-    A mode whose set-up fails is a record with ``failed``; the others go on."""
+    A mode whose set-up fails is a record with ``failed``; the others go on. ``report(records)`` is
+    called after each set-up and each round with the records so far (``rounds``: the rounds done), so
+    that an interrupted run keeps what it measured."""
     prepared = []  # (record, step, runtime)
+    records = []
     for mode in modes:
         try:
             prepared.append(prepare_mode(mode, base, x, target, device, warmup=warmup, runtime=runtime,
@@ -257,8 +260,11 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
         except Exception as exc:
             log.warning("bench-model %s failed: %s", mode, exc)
             prepared.append(({"mode": mode, "failed": f"{type(exc).__name__}: {exc}"}, None, None))
+        records.append(prepared[-1][0])
+        if report:
+            report(records)
     per_round = [steps // rounds + (1 if r < steps % rounds else 0) for r in range(rounds)]
-    samples = {id(rec): ([], [], 0) for rec, _, _ in prepared}
+    samples = {id(rec): ([], [], 0) for rec in records}
     for r, n in enumerate(per_round):
         if progress:
             progress(f"round {r + 1} of {rounds}: {n} timed steps per mode")
@@ -277,18 +283,17 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
             all_s, all_h, peak = samples[id(record)]
             if device.type == "cuda":
                 peak = max(peak, torch.cuda.max_memory_allocated(device))
-            samples[id(record)] = (all_s + s, all_h + h, peak)
-    records = []
-    for record, step, rt in prepared:
-        all_s, all_h, peak = samples[id(record)]
-        if "failed" not in record:
+            samples[id(record)] = all_s, all_h, peak = (all_s + s, all_h + h, peak)
             _summarise(record, all_s, all_h)
-            record["rounds"] = rounds
+            record["rounds"] = r + 1
             if device.type == "cuda":
                 record["peak_memory_bytes"] = peak
+        if report:
+            report(records)
+    for record, step, rt in prepared:
+        if "failed" not in record and step is not None:
             _flags(record["mode"], device)
             _finish(record, record["mode"], step, device, rt, progress, profile)
-        records.append(record)
     prepared = None
     _give_back(device)
     return records
@@ -303,8 +308,9 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
                 device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="", profile=0,
                 rounds=1) -> dict:
     """Benchmark ``spec``'s training step in every mode (see the module docstring), in :data:`MODES`'
-    order; returns the JSON document (``checkpoint(doc)`` is called after each mode). ``rounds`` above 1:
-    the timed steps of all modes interleaved in that many rounds (:func:`run_interleaved`)."""
+    order; returns the JSON document (``checkpoint(doc)`` is called after each mode; interleaved, after each
+    mode's set-up and each round). ``rounds`` above 1: the timed steps of all modes interleaved in that
+    many rounds (:func:`run_interleaved`)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}; acceptable: {', '.join(MODES)}")
@@ -334,8 +340,14 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
         doc["modes"] += [{"mode": m, "absent": "this GPU has no bf16"} for m in modes if m.endswith("amp-bf16")]
         modes = [m for m in modes if not m.endswith("amp-bf16")]
     if rounds > 1:
-        doc["modes"] += run_interleaved(modes, base, x, target, device, steps=steps, warmup=warmup, rounds=rounds,
-                                        runtime=runtime, progress=progress, profile=profile)
+        before = list(doc["modes"])
+
+        def report(records):
+            doc["modes"] = before + records
+            if checkpoint:
+                checkpoint(doc)
+        run_interleaved(modes, base, x, target, device, steps=steps, warmup=warmup, rounds=rounds, runtime=runtime,
+                        progress=progress, profile=profile, report=report)
         modes = []
     for mode in modes:
         try:
