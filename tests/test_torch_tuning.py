@@ -368,23 +368,29 @@ def test_cli_bench_model_profiles_steps_on_request(tmp_path, fake_default_timer)
         assert f"{mode['mode']} profiled:" in result.output
 
 
-def test_cli_bench_model_interleaves_the_timed_steps_in_rounds(tmp_path, fake_default_timer, monkeypatch):
-    """``--rounds``: every mode is set up first (PyTorch's before convtune's, whatever the order given),
-    then the timed steps alternate between the modes, each mode getting all its steps."""
+def _interleaved_run(tmp_path, monkeypatch, modes, steps, before_timing):
+    """``bench-model --rounds 2`` of a small model with ``before_timing(step, n)`` called ahead of every
+    timed batch of steps; the CLI's result and the JSON it wrote."""
     from convtune.torch import bench as bench_mod
-    order = []
     timed = bench_mod.timed_steps
 
     def spy(step, device, n):
-        order.append((step, n))
+        before_timing(step, n)
         return timed(step, device, n)
     monkeypatch.setattr(bench_mod, "timed_steps", spy)
     out = tmp_path / "bench.json"
-    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
-                 "convtune-fp32,torch-fp32", "--steps", "5", "--warmup", "0", "--rounds", "2",
-                 "--db", tmp_path / "plans.db", "-o", out)
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes", modes,
+                 "--steps", str(steps), "--warmup", "0", "--rounds", "2", "--db", tmp_path / "plans.db", "-o", out)
+    return result, json.loads(out.read_text())
+
+
+def test_cli_bench_model_interleaves_the_timed_steps_in_rounds(tmp_path, fake_default_timer, monkeypatch):
+    """``--rounds``: every mode is set up first (PyTorch's before convtune's, whatever the order given),
+    then the timed steps alternate between the modes, each mode getting all its steps."""
+    order = []
+    result, doc = _interleaved_run(tmp_path, monkeypatch, "convtune-fp32,torch-fp32", 5,
+                                   lambda step, n: order.append((step, n)))
     assert result.exit_code == 0, result.output
-    doc = json.loads(out.read_text())
     assert doc["rounds"] == 2 and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
     steps = [s for s, _ in order]
     assert [n for _, n in order] == [3, 3, 2, 2]  # 5 steps in two rounds: 3 then 2, per mode
@@ -394,27 +400,20 @@ def test_cli_bench_model_interleaves_the_timed_steps_in_rounds(tmp_path, fake_de
     assert doc["modes"][0]["first_loss"] == pytest.approx(doc["modes"][1]["first_loss"], rel=1e-4)
     assert "interleaved over 2 rounds" in result.output
     bad = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--steps", "3", "--rounds", "4",
-              "--db", tmp_path / "plans.db", "-o", out)
+              "--db", tmp_path / "plans.db", "-o", tmp_path / "bad.json")
     assert bad.exit_code == 1 and "--rounds 4 is more than --steps 3" in bad.output
 
 
 def test_an_interrupted_interleaved_bench_model_keeps_the_rounds_it_measured(tmp_path, fake_default_timer,
                                                                              monkeypatch):
-    from convtune.torch import bench as bench_mod
-    timed, calls = bench_mod.timed_steps, []
+    calls = []
 
-    def interrupted(step, device, n):
+    def interrupt(step, n):
         calls.append(n)
         if len(calls) == 3:  # the first mode's second round
             raise KeyboardInterrupt
-        return timed(step, device, n)
-    monkeypatch.setattr(bench_mod, "timed_steps", interrupted)
-    out = tmp_path / "bench.json"
-    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
-                 "torch-fp32,convtune-fp32", "--steps", "4", "--warmup", "0", "--rounds", "2",
-                 "--db", tmp_path / "plans.db", "-o", out)
+    result, doc = _interleaved_run(tmp_path, monkeypatch, "torch-fp32,convtune-fp32", 4, interrupt)
     assert result.exit_code == 1 and "interrupted" in result.output
-    doc = json.loads(out.read_text())
     assert not doc["complete"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
     for m in doc["modes"]:  # the first round of each: 2 steps
         assert m["rounds"] == 1 and m["steps"] == 2 and m["step_ms"] > 0
