@@ -539,6 +539,9 @@ class DepthwiseConv:
     stride-1 2-D problems through register-blocked shared-memory tiles, ``rows`` outputs per thread
     and ``threads // 32`` warps per block; backward-data is the forward of ``dy`` with the filter
     reversed and padding ``dil*(k-1) - pad`` (which may be negative: the tile loader bounds-checks).
+    ``window``: stride-1, dilation-1 problems with large kernels, whole planes per block
+    (:func:`window_layout` decides planes, threads and shared memory; ``threads`` is ignored), ``rows``
+    outputs (filter gradient: taps) per thread; backward-data likewise through the forward kernel.
     """
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):
