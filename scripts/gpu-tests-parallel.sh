@@ -21,6 +21,7 @@ wait $a; ea=$?
 wait $b; eb=$?
 for n in torch-gpu:$ea gpu-rest:$eb; do
   f=${n%%:*}
-  echo "== $f (exit ${n##*:}, $(( $(date +%s) - start )) s): $(tail -1 "$O/$f.log")"
+  # pytest's summary line (cuDNN's frontend prints nanobind leak warnings after it at exit)
+  echo "== $f (exit ${n##*:}, $(( $(date +%s) - start )) s): $(grep -E "[0-9]+ (passed|failed|error)" "$O/$f.log" | tail -1)"
   grep -E "^(FAILED|ERROR)" "$O/$f.log" | head -30
 done
