@@ -104,6 +104,7 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     assert not versions_agree(current.replace("fft8", "fft7"), dense, "im2col", current)  # FFT serves every shape
     assert not versions_agree(older.replace(",torch", ",x").split(",x")[0], dense, "fft", current)  # torch added
     assert versions_agree(older + ",retired9", dense, "fft", current)  # a strategy no longer registered
+    assert not versions_agree(older + ",retired9", dense, "retired", current)  # ... cannot have won it
     monkeypatch.setattr("convtune.cache.store.strategy_versions", lambda: older)
     cache = PlanCache(cache_url)
     cache.put(decision(dense))

@@ -8,6 +8,8 @@ register themselves at import; names are unique.
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 from typing import Callable, ClassVar
 
@@ -190,14 +192,15 @@ def strategy_versions() -> str:
     return ",".join(s.version_tag() for s in sorted(all_strategies(True), key=lambda s: s.name))
 
 
+_TAG = re.compile(r"^(.*?)(\d+(?:@.*)?)$")  # name, then version (and an outside library's version)
+
+
 def _tags_by_name(versions: str) -> dict[str, str]:
-    """A versions string's tags by strategy name (the longest registered name a tag starts with; a tag
-    of no registered strategy stands for itself)."""
-    names = sorted(_REGISTRY, key=len, reverse=True)
+    """A versions string's tags by strategy name (``im2col2`` -> ``im2col``, ``torch1@2.11.0`` -> ``torch``)."""
     out = {}
     for tag in filter(None, versions.split(",")):
-        name = next((n for n in names if tag.startswith(n) and tag[len(n):len(n) + 1].isdigit()), tag)
-        out[name] = tag
+        match = _TAG.match(tag)
+        out[match.group(1) if match else tag] = tag
     return out
 
 
@@ -210,6 +213,8 @@ def versions_agree(stored: str, problem: ConvProblem, winner: str, current: str 
     current = strategy_versions() if current is None else current
     if stored == current:
         return True
+    if winner not in _REGISTRY:  # a plan of a strategy this convtune no longer has cannot be built
+        return False
     old, new = _tags_by_name(stored), _tags_by_name(current)
     for name in set(old) | set(new):
         if old.get(name) == new.get(name):
