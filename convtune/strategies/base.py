@@ -8,9 +8,8 @@ register themselves at import; names are unique.
 
 from __future__ import annotations
 
-import re
-
 import dataclasses
+import re
 from typing import Callable, ClassVar
 
 from .. import precision
