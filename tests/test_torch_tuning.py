@@ -417,3 +417,19 @@ def test_an_interrupted_interleaved_bench_model_keeps_the_rounds_it_measured(tmp
     assert not doc["complete"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
     for m in doc["modes"]:  # the first round of each: 2 steps
         assert m["rounds"] == 1 and m["steps"] == 2 and m["step_ms"] > 0
+
+
+def test_an_interleaved_mode_that_fails_after_a_round_is_shown_failed(tmp_path, fake_default_timer, monkeypatch):
+    calls = []
+
+    def fail_second_mode_later(step, n):
+        calls.append(n)
+        if len(calls) == 4:  # the second mode's second round
+            raise RuntimeError("out of memory in the test")
+    result, doc = _interleaved_run(tmp_path, monkeypatch, "torch-fp32,convtune-fp32", 4, fail_second_mode_later)
+    assert result.exit_code == 0, result.output
+    torch_mode, ours = doc["modes"]
+    assert "failed" not in torch_mode and torch_mode["steps"] == 4
+    assert "out of memory in the test" in ours["failed"] and ours["rounds"] == 1  # what it measured is kept
+    line = next(l for l in result.output.splitlines() if l.startswith("convtune-fp32"))
+    assert "out of memory in the test" in line and "vs torch-fp32" not in result.output

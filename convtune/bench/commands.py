@@ -212,7 +212,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
     rows = []
     for m in doc["modes"]:
-        if "step_ms" not in m:
+        if "step_ms" not in m or "failed" in m:  # (an interleaved mode may fail after some rounds)
             rows.append((m["mode"], "-", "-", "-", "-", "-", m.get("failed") or m.get("absent", "")))
             continue
         mem = m.get("peak_memory_bytes")

@@ -367,7 +367,7 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
 
 def speedups(doc: dict) -> dict:
     """Step-time ratios: each convtune mode against each PyTorch mode (above 1: convtune faster)."""
-    times = {m["mode"]: m.get("step_ms") for m in doc["modes"]}
+    times = {m["mode"]: m.get("step_ms") for m in doc["modes"] if "failed" not in m}
     out = {}
     for ours in (m for m in times if m.startswith("convtune")):
         for peer in (m for m in times if m.startswith("torch")):
