@@ -32,8 +32,8 @@ their results are converted back, exactly.
 
 from __future__ import annotations
 
-import math
 import logging
+import math
 import threading
 import time
 
@@ -359,6 +359,10 @@ class Route:
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}", retry=True)
         except Exception as exc:  # no backend, a library that fails: PyTorch runs it
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
+        return self._keep(pass_, executor)
+
+    def _keep(self, pass_: str, executor):
+        """``executor`` as the pass's from now on; the remembered native verdicts are forgotten."""
         setattr(self, _EXEC[pass_], executor)
         self.native_grads = {}
         return executor
@@ -409,13 +413,11 @@ class Route:
         executor = Fallback(problem, reason)
         if retry:  # a plan may be tuned by another process meanwhile
             executor.retry_at = time.monotonic() + self.runtime.miss_ttl_s
-        setattr(self, _EXEC[pass_], executor)
-        self.native_grads = {}
-        return executor
+        return self._keep(pass_, executor)
 
     def labels(self) -> dict:
         """The executor of each resolved pass, by name (for reports)."""
-        return {p: e.label for p in ("fwd", "dgrad", "wgrad") if (e := getattr(self, f"{p}_exec")) is not None}
+        return {p: e.label for p, name in _EXEC.items() if (e := getattr(self, name)) is not None}
 
     def __repr__(self):
         return f"<Route {self.problem.describe()} on {self.device} {self.labels()}>"

@@ -264,12 +264,12 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
         if report:
             report(records)
     per_round = [steps // rounds + (1 if r < steps % rounds else 0) for r in range(rounds)]
-    samples = {id(rec): ([], [], 0) for rec in records}
+    samples = [([], []) for _ in prepared]  # each mode's step and host seconds so far
     for r, n in enumerate(per_round):
         if progress:
             progress(f"round {r + 1} of {rounds}: {n} timed steps per mode")
-        for record, step, _ in prepared:
-            if step is None or "failed" in record:
+        for (record, step, _), (all_s, all_h) in zip(prepared, samples):
+            if "failed" in record:
                 continue
             _flags(record["mode"], device)
             if device.type == "cuda":
@@ -280,18 +280,17 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
                 log.warning("bench-model %s failed: %s", record["mode"], exc)
                 record["failed"] = f"{type(exc).__name__}: {exc}"
                 continue
-            all_s, all_h, peak = samples[id(record)]
-            if device.type == "cuda":
-                peak = max(peak, torch.cuda.max_memory_allocated(device))
-            samples[id(record)] = all_s, all_h, peak = (all_s + s, all_h + h, peak)
+            all_s += s
+            all_h += h
             _summarise(record, all_s, all_h)
             record["rounds"] = r + 1
             if device.type == "cuda":
-                record["peak_memory_bytes"] = peak
+                record["peak_memory_bytes"] = max(record.get("peak_memory_bytes", 0),
+                                                  torch.cuda.max_memory_allocated(device))
         if report:
             report(records)
     for record, step, rt in prepared:
-        if "failed" not in record and step is not None:
+        if "failed" not in record:
             _flags(record["mode"], device)
             _finish(record, record["mode"], step, device, rt, progress, profile)
     prepared = None

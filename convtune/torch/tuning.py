@@ -3,7 +3,7 @@
 :func:`collect` runs the model once on example inputs (gradients on, as in training, so that it
 knows which gradients each layer needs: the first layer's input needs none) with every
 convolution computed by PyTorch, and records what convtune would dispatch: the patched modules
-through their own code path, plain ``nn.Conv1d``/``nn.Conv2d`` modules through a forward hook
+through their own code path, plain ``nn.Conv1d``/``nn.Conv2d``/``nn.Conv3d`` modules through a forward hook
 that goes the same way. :func:`tune` then looks every problem up in the runtime's plan cache and
 tunes what is missing, with progress, so that the first training step finds only cache hits. It
 then makes the routes of the patched layers (in the runtime each was patched with) and resolves
@@ -85,9 +85,9 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
         x, weight, _ = functional.autocast(x, module.weight, None)  # what autocast hands the convolution
         records.append((module, x, weight, geom, module.groups, functional.resolve_math(math, x)))
 
-    from .modules import _Convtune
+    from .modules import _CONVS, _Convtune
     for module in model.modules():
-        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not isinstance(module, _Convtune):
+        if isinstance(module, _CONVS) and not isinstance(module, _Convtune):
             hooks.append(module.register_forward_pre_hook(plain_hook))
     functional._collect.records = records
     try:
@@ -175,7 +175,7 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     Parameters
     ----------
     model : nn.Module
-        Patched or not: plain ``nn.Conv1d``/``nn.Conv2d`` modules are tuned as :func:`patch` would run them.
+        Patched or not: plain ``nn.Conv1d``/``nn.Conv2d``/``nn.Conv3d`` modules are tuned as :func:`patch` would run them.
     example_inputs : Tensor or tuple
         Inputs of the shape training uses (plans are per shape, batch size included).
     passes : sequence of 'fwd', 'dgrad', 'wgrad'
