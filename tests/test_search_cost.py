@@ -133,11 +133,13 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     assert fft.pruned(big, chunked, gpu, room=1 << 20) is None and fft.pruned(big, chunked, gpu) is None
     assert fft.pruned(big, replace(chunked, tiled=True), gpu, room=4 << 30) is None
     assert fft.pruned(big, chunked, cpu, room=4 << 30) is None  # on the CPU chunks were faster at times
-    # the GPU, fused callbacks: not for strided dense kernels to 7x7; kept for stride 1, depthwise and larger kernels
+    # the GPU, strided dense kernels to 7x7: no FFT (fused or not); kept for stride 1, depthwise and larger kernels
     fused = replace(cfg, fused=True)
     assert fft.pruned(_layer(kernel_size=7, padding=3), fused, gpu) is None
-    assert "fused cuFFT callbacks" in fft.pruned(_layer(kernel_size=7, padding=3, stride=2), fused, gpu)
-    assert fft.pruned(_layer(kernel_size=7, padding=3, stride=2), cfg, gpu) is None
+    for config in (fused, cfg, replace(cfg, polyphase=True)):
+        assert "strided dense kernel" in fft.pruned(_layer(kernel_size=7, padding=3, stride=2), config, gpu)
+    assert fft.pruned(_layer(kernel_size=7, padding=3, stride=2, groups=64), fused, gpu) is None
+    assert fft.pruned(_layer(kernel_size=9, padding=4, stride=2), cfg, gpu) is None
     assert fft.pruned(_layer(kernel_size=7, padding=3, groups=64), fused, gpu) is None
     assert fft.pruned(big, fused, gpu) is None
     # the CPU: small kernels, and dense ones to 7x7; not where FFT has won
@@ -159,9 +161,10 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch):
     monkeypatch.setitem(sys.modules, "check_rules", check)
     spec.loader.exec_module(check)
     logs = ["docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt", "docs/cpu-logs/2026-11-23-fft-crossover.txt",
-            "docs/cpu-logs/2026-11-23-resnet18-b8-before-rules.txt"]
+            "docs/cpu-logs/2026-11-23-resnet18-b8-before-rules.txt", "docs/device-logs/2026-11-22-explain-run16-strided.txt"]
     args = [a for log in logs for a in ("--explain", str(root / log))]
-    args += ["--db", str(root / "docs/device-logs/2026-11-23-resnet50-b32-rules.db")]  # H100, a normal search
+    for db in ("2026-11-23-resnet50-b32-rules.db", "2026-11-23-s11-resnet50-b32-rules.db"):  # H100, normal searches
+        args += ["--db", str(root / "docs/device-logs" / db)]
     assert check.main(args) == 0
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
 

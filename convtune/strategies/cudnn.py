@@ -181,8 +181,10 @@ class _Context:
     def __init__(self):
         self.lock = threading.Lock()
         self.handles: dict[int, object] = {}
+        #: one graph per problem (its key): the one its candidates were enumerated on, or one made for a
+        #: rebuilt plan; every executor of the problem appends its plan to it (building the operation graph
+        #: once per problem, and never a plan the enumeration built already)
         self.enumerated: dict[str, _Graph] = {}
-        self.executors: dict[tuple[str, CudnnConfig], _Graph] = {}
         self.candidates: dict[str, list[tuple[CudnnConfig, int]]] = {}
 
     def handle(self, cudnn, cp):
@@ -240,8 +242,8 @@ class CudnnStrategy(Strategy):
         for known, ws in _CTX.candidates.get(problem.key(), ()):
             if known == config:
                 return ws
-        graph = _CTX.executors.get((problem.key(), config))
-        return graph.built[config][1] if graph else 0
+        graph = _CTX.enumerated.get(problem.key())
+        return graph.built[config][1] if graph and config in graph.built else 0
 
     def heuristic_config(self, problem, backend):
         configs = self.candidates(problem, backend)
@@ -254,15 +256,12 @@ class CudnnStrategy(Strategy):
         if cudnn is None:
             raise RuntimeError(reason)
         cp = backend.xp
-        key = (problem.key(), config)
+        key = problem.key()
         with _CTX.lock:
-            graph = _CTX.executors.get(key)
-            if graph is None:
-                # straight from engine id + knobs: no enumeration
-                graph = _Graph(cudnn, _CTX.handle(cudnn, cp), problem)
-                graph.plan(config)
-                _CTX.executors[key] = graph
-        index, ws_bytes = graph.built[config]
+            graph = _CTX.enumerated.get(key)
+            if graph is None:  # straight from engine id + knobs: no enumeration
+                graph = _CTX.enumerated[key] = _Graph(cudnn, _CTX.handle(cudnn, cp), problem)
+            index, ws_bytes = graph.plan(config)
         workspace = cp.empty(max(ws_bytes, 1), dtype=cp.uint8)
         handle = _CTX.handle(cudnn, cp)
         g = graph.graph

@@ -119,11 +119,13 @@ class FftStrategy(Strategy):
           and resnet18 at batch 8: the best FFT candidate took at least 5.4x the winner's time on 3x3
           kernels (21 problems), at least 3.8x on dense 5x5 (6), at least 1.9x on dense 7x7 (9, stride 2
           included); FFT first won at depthwise 5x5 (wgrad), dense 9x9 and depthwise 1-D kernels of 9.
-        * GPU, strided dense (one group) kernels of at most 7 per axis: no fused-callback variants (each
-          needs a JIT-compiled cuFFT callback, 0.3-0.8 s to build and verify). H100, resnet50 at batch 32
-          (2026-11-23, docs/device-logs/2026-11-23-resnet50-b32-rules.db): on its 7x7 stride-2 stem they
-          took 19.9 s of the search's 45.8 s and won nothing, their best 1.19x the winner's time. (At
-          stride 1 they have won: run 21's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
+        * GPU, strided dense (one group) kernels of at most 7 per axis: no FFT. H100, resnet50 at batch 32
+          (2026-11-23): on its 7x7 stride-2 stem the fused-callback variants (a JIT-compiled cuFFT callback
+          each, 0.3-0.8 s to build and verify) took 19.9 s of the search's 45.8 s and won nothing, their
+          best 1.19x the winner's time (docs/device-logs/2026-11-23-resnet50-b32-rules.db); without them,
+          the other 17 per pass took 3.6 s of the search's 35 s, their best 1.63x
+          (2026-11-23-s11-resnet50-b32-rules.db). Run 16's strided layers: best 1.07x; run 21's suite:
+          1.12x. (At stride 1 FFT has won: run 21's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
         """
         kernel = problem.kernel_size
         if all(k == 1 for k in kernel):
@@ -135,9 +137,9 @@ class FftStrategy(Strategy):
         if backend.name == "cupy":
             if small and not config.own:
                 return "kernel of at most 3 per axis on the GPU: only convtune's own transforms have won there"
-            if config.fused and problem.groups == 1 and all(k <= 7 for k in kernel) and max(problem.stride) > 1:
-                return ("fused cuFFT callbacks for a strided dense kernel of at most 7 per axis: each costs a JIT "
-                        "compile and none has won there")
+            if problem.groups == 1 and all(k <= 7 for k in kernel) and max(problem.stride) > 1:
+                return ("strided dense kernel of at most 7 per axis on the GPU: FFT has never come within 1.07x "
+                        "of the best there")
             if 1 <= config.chunk < problem.batch and not config.tiled and room is not None:
                 whole = replace(config, chunk=problem.batch)
                 if self.workspace_bytes(problem, whole) <= room:

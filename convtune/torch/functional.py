@@ -120,10 +120,14 @@ def _hashable(value):
 _cudnn_benchmark, _cudnn_allow_tf32 = torch._C._get_cudnn_benchmark, torch._C._get_cudnn_allow_tf32
 
 
-def resolve_math(math: str, x) -> str:
-    """``'auto'``: ``'tf32'`` for CUDA tensors when ``torch.backends.cudnn.allow_tf32`` is on, else ``'fp32'``."""
+def resolve_math(math: str, x, compiling: bool = False) -> str:
+    """``'auto'``: ``'tf32'`` for CUDA tensors when ``torch.backends.cudnn.allow_tf32`` is on, else ``'fp32'``.
+    While ``torch.compile`` traces, the flag is read through ``torch.backends.cudnn`` (Dynamo traces
+    that property and guards on it; the raw getter, which returns a bool, breaks the graph)."""
     if math == "auto":
-        return "tf32" if x.is_cuda and _cudnn_allow_tf32() else "fp32"
+        if not x.is_cuda:
+            return "fp32"
+        return "tf32" if (torch.backends.cudnn.allow_tf32 if compiling else _cudnn_allow_tf32()) else "fp32"
     if math not in MATH_MODES:
         raise ValueError(f"unknown math mode {math!r}; acceptable: {', '.join(MATH_MODES)}")
     return math
@@ -224,7 +228,7 @@ def run(input, weight, bias, geom: Geometry, groups: int, math: str, runtime: Ru
         y = _pytorch(x, weight, bias, geom, groups)  # PyTorch's own result, or its own error for a bad rank
     elif compiling:  # the registered op: traced through its fake, run by its implementation
         y = torch.ops.convtune.conv_fwd(x, weight, bias, geom.stride, geom.padding, geom.dilation, groups,
-                                        resolve_math(math, x))
+                                        resolve_math(math, x, compiling=True))
     else:
         y = _dispatch(x, weight, bias, geom, groups, resolve_math(math, x), runtime, owner)
     return y.squeeze(0) if unbatched else y
