@@ -3,8 +3,9 @@
 For every problem both plan caches hold on this device, the two winners are compared. The stored
 medians come from two runs (two moments, two noise levels), so where the winners differ both are
 built and timed again here, alternately, ``--rounds`` times each (median of medians), on the same
-operands: the sums of the winners' times, and their ratio, are then measured in one process. Where
-the winners are the same plan, its re-timed median counts on both sides.
+operands, each called as the planner timed it (into a result array made once, unless its strategy
+makes its own): the sums of the winners' times, and their ratio, are then measured in one process.
+Where the winners are the same plan, its re-timed median counts on both sides.
 
     PYTHONPATH=. python benchmarks/compare_plans.py RULES.db EXHAUSTIVE.db [--backend numpy]
 """
@@ -15,10 +16,12 @@ import argparse
 import statistics
 import sys
 
+from convtune import precision
 from convtune.backend import get_backend
 from convtune.cache import PlanCache
 from convtune.planner import build_plan, random_operands
 from convtune.problem import ConvProblem
+from convtune.strategies import get_strategy
 from convtune.timing import default_timer
 
 
@@ -47,13 +50,18 @@ def main(argv=None):
         sums["b_stored"] += db.winner.median_s or 0.0
         x, w = random_operands(backend, problem, 1)
         plans = {"a": build_plan(da, backend), "b": build_plan(db, backend)}
+        # called as the planner timed them: into a result array made once, or (a strategy that allocates
+        # its own result, PyTorch's) making their own; making it on every call would time an allocation
+        out = precision.empty_result(backend.xp, problem)
+        targets = {side: None if get_strategy(plans[side].strategy).allocates_result else out for side in plans}
         same = da.winner.label == db.winner.label
         differ += not same
         times = {"a": [], "b": []}
         for _ in range(args.rounds if not same else max(1, args.rounds // 2)):
             for side in ("a",) if same else ("a", "b"):
                 plan = plans[side]
-                times[side].append(timer(lambda: plan(x, w), backend, label=plan.label).median_s)
+                target = targets[side]
+                times[side].append(timer(lambda: plan(x, w, target), backend, label=plan.label).median_s)
         ta = statistics.median(times["a"])
         tb = ta if same else statistics.median(times["b"])
         sums["a"] += ta

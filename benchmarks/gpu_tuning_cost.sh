@@ -5,7 +5,7 @@
 # (benchmarks/compare_plans.py). Carry .whl (scripts/fetch-gpu-wheels.sh). Writes to $OUT.
 #   bash benchmarks/gpu_tuning_cost.sh [resnet50 convnext-tiny public-suite]
 # MODES picks the searches (default "rules exhaustive"; the comparison needs both). Time limits: TUNE_LIMIT (rules run), EXHAUSTIVE_LIMIT, COMPARE_LIMIT seconds (default 300 each). Each
-# rules-run database is copied to $OUT/cost-NAME-rules.db (plans for later runs: carry it back).
+# run's database is copied to $OUT/cost-NAME-MODE.db (plans and measurements: carry them back).
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
 nets=("${@:-resnet50 timm:convnext_tiny public-suite}")
@@ -25,8 +25,8 @@ for net in ${nets[@]}; do
     echo "$net $mode: exit $rc, wall $(( (end - start) / 1000000 )) ms (process start to exit)"
     grep -E "tuned, " "$OUT/tune-$name-$mode.txt"
     grep -A14 "of tuning went" "$OUT/tune-$name-$mode.txt"
-    [ "$mode" = rules ] && python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
-      /tmp/cost-$name-rules.db "$OUT/cost-$name-rules.db"
+    python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
+      "$db" "$OUT/cost-$name-$mode.db"
   done
   [ -f /tmp/cost-$name-rules.db ] && [ -f /tmp/cost-$name-exhaustive.db ] || continue
   timeout "${COMPARE_LIMIT:-300}" python3 benchmarks/compare_plans.py /tmp/cost-$name-rules.db /tmp/cost-$name-exhaustive.db --backend cupy \
