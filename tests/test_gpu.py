@@ -219,3 +219,28 @@ def test_the_consuming_inverse_transform_is_numpys(shape, sizes):
         got = consuming_irfftn(cp)(cp.asarray(spec), s=sizes, axes=axes, norm=norm)
         assert got.dtype == cp.float32
         np.testing.assert_allclose(cp.asnumpy(got), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_fused_callback_plan_after_pytorch_loaded_its_own_cufft(torch):
+    """A process that has run PyTorch's CUDA FFT maps PyTorch's copy of cuFFT beside CuPy's; the JIT
+    callback must be set through CuPy's copy (found failing in benchmarks/compare_plans.py on the public
+    suite's temporal-k5 wgrad plan, cufftXtSetJITCallback -> cufftResult 1, 2026-11-23)."""
+    from convtune import ConvProblem, precision
+    from convtune.fft.freqmajor import callbacks_available
+    from convtune.planner import random_operands, relative_error
+    from convtune.strategies import get_strategy
+    from convtune.strategies.fft import FftConfig
+    if not callbacks_available():
+        pytest.skip("cuFFT JIT callbacks are not available here")
+    torch.fft.rfft(torch.randn(4, 64, device="cuda"))  # PyTorch's cuFFT, loaded and used
+    be = get_backend("cupy")
+    p = ConvProblem.make(batch=32, in_channels=256, out_channels=256, input_size=(512,), kernel_size=5, padding=2,
+                         pass_="wgrad")
+    a, b = random_operands(be, p, 1)
+    ref = get_strategy("reference").build(p, None, be)(a.astype(be.xp.float64), b.astype(be.xp.float64))
+    for _ in range(2):  # two executors of the same plan in one process
+        out = precision.empty_result(be.xp, p)
+        run = get_strategy("fft").executor(p, FftConfig(sizes=(64,), product="fgemm", chunk=288, fused=True,
+                                                        tiled=True), be)
+        run(a, b, out)
+        assert relative_error(be.xp, out, ref) <= 1e-5

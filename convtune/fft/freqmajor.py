@@ -37,6 +37,7 @@ the arithmetic and the index bookkeeping of the same passes.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import numpy
@@ -47,6 +48,8 @@ from . import fft64, narrow as narrow_product
 from .cost import spectrum_elems
 from .spectral import (fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions,
                        input_gather, is_fft_aligned)
+
+log = logging.getLogger("convtune")
 
 #: Above this many groups one GEMM per group costs more launches than the pointwise product saves.
 MAX_GROUPS = 16
@@ -603,8 +606,13 @@ def callbacks_unavailable_reason() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _set_jit_callback():
-    """``cufftXtSetJITCallback`` and ``cufftDestroy`` of the cuFFT library CuPy loaded, through ctypes."""
+    """``cufftXtSetJITCallback`` and ``cufftDestroy`` of the cuFFT library CuPy loaded, through ctypes.
+
+    A process can map two copies of cuFFT (CuPy's, and PyTorch's from its own wheel); a handle made by
+    one is an invalid plan to the other (``cufftXtSetJITCallback`` then fails with cufftResult 1). Each
+    mapped copy is therefore asked about a handle CuPy made, and the one that knows it is used."""
     import ctypes
     from cupy.cuda import cufft
     cufft.getVersion()  # makes CuPy load the library
@@ -613,20 +621,38 @@ def _set_jit_callback():
             paths = sorted({line.split()[-1] for line in maps if "/libcufft.so" in line})
     except OSError:
         paths = []
-    for path in paths + ["libcufft.so.12", "libcufft.so.13", "libcufft.so"]:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for symbol in ("cufftXtSetJITCallback_12_7", "cufftXtSetJITCallback"):
-            fn = getattr(lib, symbol, None)
-            if fn is not None:
-                fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                               ctypes.POINTER(ctypes.c_void_p)]
-                fn.restype = ctypes.c_int
-                lib.cufftDestroy.argtypes, lib.cufftDestroy.restype = [ctypes.c_int], ctypes.c_int
-                return fn, lib.cufftDestroy
-    raise OSError(f"no cufftXtSetJITCallback in the cuFFT library (looked in: {', '.join(paths) or 'none loaded'})")
+    probe = cufft.create()
+    try:
+        found, skipped = None, []
+        for path in paths + ["libcufft.so.12", "libcufft.so.13", "libcufft.so"]:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            fn = next((getattr(lib, s) for s in ("cufftXtSetJITCallback_12_7", "cufftXtSetJITCallback")
+                       if getattr(lib, s, None) is not None), None)
+            if fn is None:
+                continue
+            lib.cufftSetAutoAllocation.argtypes, lib.cufftSetAutoAllocation.restype = [ctypes.c_int, ctypes.c_int], \
+                ctypes.c_int
+            if lib.cufftSetAutoAllocation(probe, 1) != 0:  # not CuPy's copy: it does not know CuPy's handle
+                skipped.append(path)
+                continue
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                           ctypes.POINTER(ctypes.c_void_p)]
+            fn.restype = ctypes.c_int
+            lib.cufftDestroy.argtypes, lib.cufftDestroy.restype = [ctypes.c_int], ctypes.c_int
+            found, chosen = (fn, lib.cufftDestroy), path
+            break
+    finally:
+        cufft.destroy(probe)
+    if found is None:
+        others = f"; not CuPy's copy: {', '.join(skipped)}" if skipped else ""
+        raise OSError("no cufftXtSetJITCallback in the cuFFT library CuPy uses (looked in: "
+                      f"{', '.join(paths) or 'none loaded'}{others})")
+    if skipped:
+        log.debug("cuFFT callbacks: %s is CuPy's copy of cuFFT; also mapped: %s", chosen, ", ".join(skipped))
+    return found
 
 
 def callbacks_available() -> bool:

@@ -126,6 +126,11 @@ class FftStrategy(Strategy):
           the other 17 per pass took 3.6 s of the search's 35 s, their best 1.63x
           (2026-11-23-s11-resnet50-b32-rules.db). Run 16's strided layers: best 1.07x; run 21's suite:
           1.12x. (At stride 1 FFT has won: run 21's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
+        * GPU, strided dense kernels of at most twice the stride on every axis (each input read by at most
+          two windows): no FFT. H100, the public suite's wav2vec2-conv0 (kernel 10, stride 5, 16000 samples,
+          2026-11-23, docs/device-logs/2026-11-23-s11-cost-public-suite-rules.db): 99 FFT candidates took
+          22 s of the search, the best 1.93x the winner (wgrad), 5.4x and 7.6x on the other passes; run 21's
+          3x3 stride-2 layers and the same day's exhaustive suite search: best 1.40x and 1.30x.
         """
         kernel = problem.kernel_size
         if all(k == 1 for k in kernel):
@@ -137,6 +142,10 @@ class FftStrategy(Strategy):
         if backend.name == "cupy":
             if small and not config.own:
                 return "kernel of at most 3 per axis on the GPU: only convtune's own transforms have won there"
+            if problem.groups == 1 and all((k - 1) * d + 1 <= 2 * st for k, st, d in
+                                           zip(kernel, problem.stride, problem.dilation)) and max(problem.stride) > 1:
+                return ("dense kernel of at most twice its stride on the GPU (each input read by at most two windows): "
+                        "FFT has never come within 1.3x of the best there")
             if problem.groups == 1 and all(k <= 7 for k in kernel) and max(problem.stride) > 1:
                 return ("strided dense kernel of at most 7 per axis on the GPU: FFT has never come within 1.07x "
                         "of the best there")
