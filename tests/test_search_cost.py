@@ -163,7 +163,9 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch):
     logs = ["docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt", "docs/cpu-logs/2026-11-23-fft-crossover.txt",
             "docs/cpu-logs/2026-11-23-resnet18-b8-before-rules.txt", "docs/device-logs/2026-11-22-explain-run16-strided.txt"]
     args = [a for log in logs for a in ("--explain", str(root / log))]
-    for db in ("2026-11-23-resnet50-b32-rules.db", "2026-11-23-s11-resnet50-b32-rules.db"):  # H100, normal searches
+    for db in ("2026-11-23-resnet50-b32-rules.db", "2026-11-23-s11-resnet50-b32-rules.db",  # H100, normal searches
+               "2026-11-23-s11-cost2-resnet50-exhaustive.db", "2026-11-23-s11-cost2-convnext_tiny-exhaustive.db",
+               "2026-11-23-s11-cost-public-suite-exhaustive.db"):  # H100, exhaustive (every candidate timed)
         args += ["--db", str(root / "docs/device-logs" / db)]
     assert check.main(args) == 0
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
