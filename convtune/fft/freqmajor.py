@@ -606,53 +606,56 @@ def callbacks_unavailable_reason() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def _set_jit_callback():
-    """``cufftXtSetJITCallback`` and ``cufftDestroy`` of the cuFFT library CuPy loaded, through ctypes.
+    """``cufftXtSetJITCallback`` and ``cufftDestroy`` of the cuFFT library CuPy's own calls go to, through ctypes.
 
-    A process can map two copies of cuFFT (CuPy's, and PyTorch's from its own wheel); a handle made by
-    one is an invalid plan to the other (``cufftXtSetJITCallback`` then fails with cufftResult 1). Each
-    mapped copy is therefore asked about a handle CuPy made, and the one that knows it is used."""
+    A process can map two copies of cuFFT (CuPy's, and PyTorch's from its own wheel, or the one
+    ``cuda.pathfinder`` loads by path); a handle made by one is an invalid plan to the other
+    (``cufftXtSetJITCallback`` then fails with cufftResult 1). The symbols are therefore looked up
+    through CuPy's cuFFT binding module: the dynamic linker searches that module's own dependencies,
+    which are the copy that makes CuPy's handles (``cufftCreate``, ``PlanNd``). No handle is probed:
+    cuFFT handles are small integers, and another copy may hold a live plan with the same number."""
     import ctypes
     from cupy.cuda import cufft
     cufft.getVersion()  # makes CuPy load the library
     try:
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "/libcufft.so" in line})
-    except OSError:
-        paths = []
-    probe = cufft.create()
-    try:
-        found, skipped = None, []
-        for path in paths + ["libcufft.so.12", "libcufft.so.13", "libcufft.so"]:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            fn = next((getattr(lib, s) for s in ("cufftXtSetJITCallback_12_7", "cufftXtSetJITCallback")
-                       if getattr(lib, s, None) is not None), None)
-            if fn is None:
-                continue
-            lib.cufftSetAutoAllocation.argtypes, lib.cufftSetAutoAllocation.restype = [ctypes.c_int, ctypes.c_int], \
-                ctypes.c_int
-            if lib.cufftSetAutoAllocation(probe, 1) != 0:  # not CuPy's copy: it does not know CuPy's handle
-                skipped.append(path)
-                continue
-            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                           ctypes.POINTER(ctypes.c_void_p)]
-            fn.restype = ctypes.c_int
-            lib.cufftDestroy.argtypes, lib.cufftDestroy.restype = [ctypes.c_int], ctypes.c_int
-            found, chosen = (fn, lib.cufftDestroy), path
-            break
-    finally:
-        cufft.destroy(probe)
-    if found is None:
-        others = f"; not CuPy's copy: {', '.join(skipped)}" if skipped else ""
-        raise OSError("no cufftXtSetJITCallback in the cuFFT library CuPy uses (looked in: "
-                      f"{', '.join(paths) or 'none loaded'}{others})")
-    if skipped:
-        log.debug("cuFFT callbacks: %s is CuPy's copy of cuFFT; also mapped: %s", chosen, ", ".join(skipped))
-    return found
+        binding = ctypes.CDLL(cufft.__file__)
+    except OSError as exc:
+        raise OSError(f"cannot open CuPy's cuFFT binding {cufft.__file__}: {exc}") from None
+    if getattr(binding, "cufftCreate", None) is None:
+        raise OSError(f"CuPy's cuFFT binding {cufft.__file__} does not link cuFFT: no cufftCreate among its "
+                      "dependencies")
+    fn = next((getattr(binding, s) for s in ("cufftXtSetJITCallback_12_7", "cufftXtSetJITCallback")
+               if getattr(binding, s, None) is not None), None)
+    if fn is None:
+        raise OSError(f"no cufftXtSetJITCallback in the cuFFT library CuPy links ({_library_of(binding.cufftCreate)})")
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                   ctypes.POINTER(ctypes.c_void_p)]
+    fn.restype = ctypes.c_int
+    destroy = binding.cufftDestroy
+    destroy.argtypes, destroy.restype = [ctypes.c_int], ctypes.c_int
+    log.debug("cuFFT callbacks through %s", _library_of(fn))
+    return fn, destroy
+
+
+def _library_of(fn) -> str:
+    """The path of the shared library that defines the ctypes function ``fn`` (``dladdr``), or ``?``."""
+    import ctypes
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
+                    ("saddr", ctypes.c_void_p)]
+
+    info = DlInfo()
+    for libname in (None, "libdl.so.2"):
+        try:
+            dladdr = ctypes.CDLL(libname).dladdr
+        except (OSError, AttributeError):
+            continue
+        dladdr.argtypes, dladdr.restype = [ctypes.c_void_p, ctypes.POINTER(DlInfo)], ctypes.c_int
+        if dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) and info.fname:
+            return info.fname.decode(errors="replace")
+    return "?"
 
 
 def callbacks_available() -> bool:
