@@ -11,8 +11,15 @@ seconds the pruned candidates took are summed: what the rules save.
 Best evidence is an exhaustive search (``convtune tune --exhaustive``): a normal search's early
 stopping leaves slow candidates with one timed run, and its rules leave pruned ones unmeasured.
 
+A stored median is one moment's measurement. Where a violation's pruned candidate is the winner of an
+exhaustive search whose winners ``benchmarks/compare_plans.py NORMAL.db EXHAUSTIVE.db`` re-timed side
+by side with the normal search's (``--retimed`` that output), and there the normal search's winner was
+faster by more than the margin, the rule cost nothing: the violation is printed as overturned and not
+counted.
+
     python benchmarks/check_rules.py --db plans.db
     python benchmarks/check_rules.py --explain docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt
+    python benchmarks/check_rules.py --db EXHAUSTIVE.db --retimed COMPARE.txt
 """
 
 from __future__ import annotations
@@ -85,13 +92,40 @@ def from_explain(path):
         yield ConvProblem.from_key(key), backend, measured
 
 
+def from_compare(path):
+    """compare_plans.py's table: (problem description, A label, B label, A s, B s) per row, the text
+    columns as printed (cut to their widths: 70, 34, 34)."""
+    rows = []
+    for line in open(path):
+        if len(line) < 142 or line.startswith("problem "):
+            continue
+        times = line[141:].split()
+        try:
+            a_ms, b_ms = float(times[0]), float(times[1])
+        except (IndexError, ValueError):
+            continue
+        rows.append((line[:70].rstrip(), line[71:105].rstrip(), line[106:140].rstrip(), a_ms * 1e-3, b_ms * 1e-3))
+    return rows
+
+
+def overturned(retimed, problem: str, label: str, margin: float):
+    """The re-timed row where ``label`` (B's winner) took more than ``margin`` longer than A's, or None."""
+    for desc, a_label, b_label, a_s, b_s in retimed:
+        if problem[:70].rstrip() == desc and label.startswith(b_label) and b_s > a_s * (1 + margin):
+            return a_label, a_s, b_s
+    return None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", action="append", default=[], help="a plan cache (repeatable)")
     ap.add_argument("--explain", action="append", default=[], help="saved `convtune explain` output (repeatable)")
     ap.add_argument("--margin", type=float, default=0.03, help="a pruned candidate this close to the best "
                     "(relative) is a violation [0.03]")
+    ap.add_argument("--retimed", action="append", default=[], help="compare_plans.py output (normal search "
+                    "as A, exhaustive as B) whose side-by-side times overrule a stored median (repeatable)")
     args = ap.parse_args(argv)
+    retimed = [row for path in args.retimed for row in from_compare(path)]
     if not args.db and not args.explain:
         ap.error("give --db or --explain")
     sources = [(u, from_db(u)) for u in args.db] + [(p, from_explain(p)) for p in args.explain]
@@ -116,6 +150,12 @@ def main(argv=None):
                 r["closest"] = min(r["closest"], m.median_s / best)
                 r["cost"] += m.cost_s or 0.0
                 if m.median_s <= best * (1 + args.margin):
+                    over = overturned(retimed, problem.describe(), m.label, args.margin)
+                    if over:
+                        print(f"overturned {where}: {problem.describe()}: {m.label} pruned at {m.median_s / best:.3f}x "
+                              f"the stored best, but re-timed side by side it took {over[2] * 1e3:.3f} ms against "
+                              f"{over[0]}'s {over[1] * 1e3:.3f} ms")
+                        continue
                     violations.append((where, problem.describe(), m.label, m.median_s / best))
     print(f"{problems} problems with measured candidates")
     for name, r in sorted(rules.items()):

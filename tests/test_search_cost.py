@@ -165,8 +165,13 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch):
     args = [a for log in logs for a in ("--explain", str(root / log))]
     for db in ("2026-11-23-resnet50-b32-rules.db", "2026-11-23-s11-resnet50-b32-rules.db",  # H100, normal searches
                "2026-11-23-s11-cost2-resnet50-exhaustive.db", "2026-11-23-s11-cost2-convnext_tiny-exhaustive.db",
-               "2026-11-23-s11-cost-public-suite-exhaustive.db"):  # H100, exhaustive (every candidate timed)
+               "2026-11-23-s11-cost-public-suite-exhaustive.db",
+               "2026-11-24-s12-cost-public-suite-exhaustive.db"):  # H100, exhaustive (every candidate timed)
         args += ["--db", str(root / "docs/device-logs" / db)]
+    # 2026-11-24's exhaustive run stored cuDNN's eng7 at 0.41 ms on a 7x7 3x3 dgrad (0.20 ms in every other run)
+    # and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
+    assert check.main(args) == 1
+    args += ["--retimed", str(root / "docs/device-logs/2026-11-24-s12-cost-compare-public-suite.txt")]
     assert check.main(args) == 0
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
 
