@@ -5,6 +5,7 @@ CUDA-event timer, must match PyTorch's conv and its autograd gradients in float6
 on layers of the public benchmark suite (batch reduced to keep the run short).
 """
 
+import gc
 import math
 
 import numpy as np
@@ -244,3 +245,63 @@ def test_fused_callback_plan_after_pytorch_loaded_its_own_cufft(torch):
                                                         tiled=True), be)
         run(a, b, out)
         assert relative_error(be.xp, out, ref) <= 1e-5
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_torch_plan_returns_a_view_that_keeps_pytorchs_result_alive(torch, pass_):
+    """The torch strategy's array path hands PyTorch's result back as a CuPy view without DLPack: right
+    against float64 (channels_last operands too), and the tensor's memory stays the view's while PyTorch
+    allocates and frees around it."""
+    from convtune import ConvProblem, precision
+    from convtune.planner import random_operands, relative_error
+    from convtune.strategies import get_strategy
+    from convtune.strategies.pytorch import TorchConfig
+    be = get_backend("cupy")
+    for layout in ("channels_first", "channels_last"):
+        p = ConvProblem.make(batch=3, in_channels=8, out_channels=6, input_size=(13, 11), kernel_size=3, padding=1,
+                             stride=2, pass_=pass_, layout=layout)
+        a, b = random_operands(be, p, 1)
+        ref = get_strategy("reference").build(p, None, be)(a.astype(be.xp.float64), b.astype(be.xp.float64))
+        run = get_strategy("torch").build(p, TorchConfig(benchmark=True), be)
+        got = run(a, b)
+        assert isinstance(got, be.xp.ndarray) and got.shape == p.result_shape
+        # blocks of the result's size: PyTorch would hand the result's block out again if it were free
+        churn = [torch.full(p.result_shape, 7.0, device="cuda") for _ in range(16)]
+        del churn
+        torch.cuda.synchronize()
+        assert relative_error(be.xp, got, ref) <= 1e-5
+        out = precision.empty_result(be.xp, p)
+        assert run(a, b, out) is out and relative_error(be.xp, out, ref) <= 1e-5
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_pointwise_layers_run_as_bare_cublas_calls(pass_, monkeypatch):
+    """im2col's 1x1 layers on the GPU: right against float64 through cuBLAS alone (the general path made to
+    fail), the handle's math and pointer modes as they were, strided operands on the general path."""
+    from cupy_backends.cuda.libs import cublas
+    from convtune import ConvProblem
+    from convtune.direct import im2col as im2col_module
+    from convtune.planner import random_operands, relative_error
+    from convtune.strategies import get_strategy
+    from convtune.strategies.im2col import Im2colConfig
+    be = get_backend("cupy")
+    handle = be.xp.cuda.device.get_cublas_handle()
+    for batch, cin, cout, size, math_mode in [(3, 37, 19, (7, 5), "fp32"), (2, 64, 128, (6, 6, 6), "fp32"),
+                                              (4, 96, 48, (33,), "tf32")]:
+        p = ConvProblem.make(batch=batch, in_channels=cin, out_channels=cout, input_size=size, kernel_size=1,
+                             pass_=pass_, math=math_mode)
+        a, b = random_operands(be, p, 1)
+        ref = get_strategy("reference").build(p, None, be)(a.astype(be.xp.float64), b.astype(be.xp.float64))
+        assert len(get_strategy("im2col").candidates(p, be)) == 1  # one plan: no chunks to choose between
+        run = get_strategy("im2col").build(p, Im2colConfig(chunk=batch, tf32=math_mode == "tf32"), be)
+        modes = cublas.getMathMode(handle), cublas.getPointerMode(handle)
+        with monkeypatch.context() as m:
+            m.setitem(im2col_module.PASS_FUNCTIONS, pass_, None)  # the general path would fail
+            for _ in range(3):  # not only the first call after the build (alpha and beta stay alive)
+                gc.collect()
+                got = run(a, b)
+                assert relative_error(be.xp, got, ref) <= (1e-5 if math_mode == "fp32" else 1e-3)
+        assert (cublas.getMathMode(handle), cublas.getPointerMode(handle)) == modes
+        strided = be.xp.empty((a.shape[0], a.shape[1] * 2) + a.shape[2:], dtype=a.dtype)[:, ::2]
+        strided[...] = a
+        assert relative_error(be.xp, run(strided, b), ref) <= (1e-5 if math_mode == "fp32" else 1e-3)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..backend import gemm_precision
-from ..direct import im2col
+from ..direct import cublas_pointwise, im2col
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
 
@@ -26,7 +26,7 @@ def _chunk_options(batch: int) -> list[int]:
 @register
 class Im2colStrategy(Strategy):
     name = "im2col"
-    version = 2
+    version = 3  # 3: 1x1 layers on the GPU as bare cuBLAS calls (same GEMMs, less host time)
     config_type = Im2colConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
@@ -36,6 +36,8 @@ class Im2colStrategy(Strategy):
 
     def candidates(self, problem, backend):
         tf32 = problem.math == "tf32"
+        if cublas_pointwise.unsupported_reason(problem, backend) is None:  # no columns, no chunks: one plan
+            return [Im2colConfig(chunk=problem.batch, tf32=tf32)]
         return [Im2colConfig(chunk=c, tf32=tf32) for c in _chunk_options(problem.batch)]
 
     def workspace_bytes(self, problem, config) -> int:
@@ -48,9 +50,14 @@ class Im2colStrategy(Strategy):
         chunk = max(1, min(config.chunk, problem.batch))
         shape = problem.result_shape
 
+        fast = cublas_pointwise.build(problem, xp, config.tf32) \
+            if cublas_pointwise.unsupported_reason(problem, backend) is None else None
+
         def run(a, b, out=None):
             if out is None:
                 out = xp.empty(shape, dtype=a.dtype)
+            if fast is not None and fast(a, b, out) is not None:
+                return out
             with gemm_precision(xp, config.tf32):
                 return fn(xp, problem, chunk, a, b, out)
         return run

@@ -177,6 +177,18 @@ class TorchStrategy(Strategy):
             return run
         cp = backend.xp
         streams = {}
+        unowned, pointer, ndarray = cp.cuda.UnownedMemory, cp.cuda.MemoryPointer, cp.ndarray
+        dtypes = {torch.float32: cp.float32, torch.float16: cp.float16}
+
+        def array(t):
+            """A CuPy view of PyTorch's result tensor (which keeps its memory alive); the work is on CuPy's
+            current stream already, so none of DLPack's stream handshake (20 us a call against 4 us)."""
+            dtype = dtypes.get(t.dtype)
+            if dtype is None or t.numel() == 0:
+                return cp.from_dlpack(t)
+            item = t.element_size()
+            mem = unowned(t.data_ptr(), t.untyped_storage().nbytes() - t.storage_offset() * item, t, t.device.index)
+            return ndarray(tuple(t.shape), dtype, pointer(mem, 0), strides=tuple(x * item for x in t.stride()))
 
         def view(a):
             t = torch.from_dlpack(a)
@@ -196,7 +208,7 @@ class TorchStrategy(Strategy):
                     result = fn(view(a), view(b))
             if as_dtype is not None:
                 result = result.float()
-            result = cp.from_dlpack(result)
+            result = array(result)
             if out is None:
                 return result
             out[...] = result

@@ -1,0 +1,93 @@
+"""1x1 convolutions (stride 1, unpadded, one group) as bare cuBLAS calls: im2col's GPU hot path.
+
+There the input already is the column matrix, so a pass is GEMMs on the operands as they lie: the
+forward ``Y[n] = W X[n]`` and the backward-data ``dX[n] = W^T dY[n]`` one strided-batched SGEMM each
+(the weight's batch stride 0, its transpose a flag), the backward-filter ``dW = sum_n dY[n] X[n]^T``
+one SGEMM per sample accumulating into the result (beta 1 after the first). Everything but the
+operands' addresses is worked out when the plan is built; a call sets the handle's stream and math
+mode and makes one to ``batch`` cuBLAS calls, where CuPy's ``matmul`` path (broadcasting, a contiguous
+copy of the transposed weight, compute-type checks, a context manager for the math mode) spent
+150-250 us of host time per pass on the H100 (docs/device-logs/2026-11-24-s12-bench-gap-uxnet3d.txt).
+
+Row-major matrices are handed to column-major cuBLAS as their transposes: ``Y^T = X^T W^T`` and so on.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..problem import ConvProblem
+
+#: cuBLAS constants (cublas_api.h)
+_N, _T = 0, 1
+_DEFAULT_MATH, _TF32_MATH = 0, 3
+
+#: backward-filter above this batch is left to the general path (one SGEMM per sample)
+MAX_WGRAD_BATCH = 32
+
+
+def unsupported_reason(p: ConvProblem, backend) -> str | None:
+    """Why the fast path cannot serve ``p`` on ``backend``, or ``None``."""
+    if getattr(backend, "name", "") != "cupy":
+        return "not the GPU backend"
+    if math.prod(p.kernel_size) != 1 or any(s != 1 for s in p.stride) or any(p.padding):
+        return "not a 1x1, stride-1, unpadded convolution"
+    if p.groups != 1:
+        return "grouped"
+    if p.dtype != "float32" or p.layout != "channels_first":
+        return f"{p.dtype} {p.layout} (float32 channels_first only)"
+    if p.pass_ == "wgrad" and p.batch > MAX_WGRAD_BATCH:
+        return f"backward-filter of batch {p.batch} (one SGEMM per sample up to {MAX_WGRAD_BATCH})"
+    return None
+
+
+def build(p: ConvProblem, xp, tf32: bool):
+    """``run(a, b, out)`` for ``p`` (see :func:`unsupported_reason`): ``out``, or ``None`` without doing
+    anything where an operand is not a C-contiguous float32 array (the caller then takes its general path)."""
+    import numpy
+    from cupy_backends.cuda.libs import cublas
+    get_handle = xp.cuda.device.get_cublas_handle
+    gemm_batched, gemm = cublas.sgemmStridedBatched, cublas.sgemm
+    get_mode, set_mode = cublas.getMathMode, cublas.setMathMode
+    get_pointer_mode, set_pointer_mode, host_pointers = cublas.getPointerMode, cublas.setPointerMode, 0
+    want = _TF32_MATH if tf32 else _DEFAULT_MATH
+    scalars = numpy.array([1.0, 0.0], dtype=numpy.float32)  # host pointers: alpha 1, beta 0 (see run)
+    one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
+    N, Ci, Co, P = p.batch, p.in_channels, p.out_channels, math.prod(p.output_size)
+    float32 = xp.float32
+
+    def ready(*arrays) -> bool:
+        return all(a.dtype == float32 and a.flags.c_contiguous for a in arrays)
+
+    def with_mode(call):
+        def run(a, b, out, _scalars=scalars):  # (the closure keeps alpha's and beta's memory alive)
+            if not ready(a, b, out):
+                return None
+            handle = get_handle()
+            mode, pointers = get_mode(handle), get_pointer_mode(handle)
+            if mode != want:
+                set_mode(handle, want)
+            if pointers != host_pointers:  # alpha and beta are host scalars
+                set_pointer_mode(handle, host_pointers)
+            try:
+                call(handle, a.data.ptr, b.data.ptr, out.data.ptr)
+            finally:
+                if mode != want:
+                    set_mode(handle, mode)
+                if pointers != host_pointers:
+                    set_pointer_mode(handle, pointers)
+            return out
+        return run
+
+    if p.pass_ == "fwd":  # Y^T (P x Co) = X^T (P x Ci) W^T (Ci x Co), per sample; a = x, b = w
+        def call(h, x, w, y):
+            gemm_batched(h, _N, _N, P, Co, Ci, one, x, P, Ci * P, w, Ci, 0, zero, y, P, Co * P, N)
+    elif p.pass_ == "dgrad":  # dX^T (P x Ci) = dY^T (P x Co) W (Co x Ci); a = dy, b = w
+        def call(h, dy, w, dx):
+            gemm_batched(h, _N, _T, P, Ci, Co, one, dy, P, Co * P, w, Ci, 0, zero, dx, P, Ci * P, N)
+    else:  # dW^T (Ci x Co) = sum_n X[n] (Ci x P) dY[n]^T (P x Co); a = x, b = dy
+        def call(h, x, dy, dw):
+            for n in range(N):
+                gemm(h, _T, _N, Ci, Co, P, one, x + n * Ci * P * 4, P, dy + n * Co * P * 4, P,
+                     zero if n == 0 else one, dw, Ci)
+    return with_mode(call)
