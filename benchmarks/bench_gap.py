@@ -6,7 +6,9 @@ once, as the planner times it; the same without ``out`` (the plan makes its resu
 array API's dispatch (what ``convtune bench`` times); and the host's time per call (synchronised before
 each call) and per call of a loop of calls issued back to back.
 
-    PYTHONPATH=. python benchmarks/bench_gap.py uxnet3d-encoder --layers stage2.dw,stage4.dw,stage4.pw1
+    python benchmarks/bench_gap.py uxnet3d-encoder --layers stage2.dw,stage4.dw,stage4.pw1
+
+(on the device machine after `source scripts/gpu-env.sh`, which puts the cuDNN frontend on the path)
 """
 
 from __future__ import annotations
