@@ -87,17 +87,20 @@ input_shape_option = click.option(
          "with dynamic dimensions (repeatable; NAME may be left out for a single input).")
 
 
+def _positive_ints(text: str, option: str) -> tuple[int, ...]:
+    """An option's comma-separated positive integers, in order, each once (``ValueError`` naming the option)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise ValueError(f"{option} takes positive integers, one or a comma-separated list, got {text!r}")
+    return tuple(dict.fromkeys(values))
+
+
 def _batches(text: str | None) -> list[int | None]:
     """``--batch``: ``None`` (each layer's own), one size, or a comma-separated list of sizes."""
-    if text is None:
-        return [None]
-    try:
-        sizes = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) <= 0:
-        raise ValueError(f"--batch takes positive integers, one or a comma-separated list, got {text!r}")
-    return list(dict.fromkeys(sizes))
+    return [None] if text is None else list(_positive_ints(text, "--batch"))
 
 
 def _passes(text: str) -> tuple[str, ...]:

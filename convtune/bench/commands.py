@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from ..cli import (_backend, _echo, _ms_value, _passes, _shapes, _table, db_option, dtype_option, input_shape_option,
-                   layout_option, main)
+from ..cli import (_backend, _echo, _ms_value, _passes, _positive_ints, _shapes, _table, db_option, dtype_option,
+                   input_shape_option, layout_option, main)
 
 
 def _command_line(name: str) -> str:
@@ -102,8 +102,8 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
             if not (b.isdigit() and c.isdigit() and int(b) > 0 and int(c) > 0):
                 raise click.ClickException(f"--sweep-settings item {item!r} is not BATCHxCHANNELS (e.g. 32x64)")
             settings.append({"batch": int(b), "channels": int(c)})
-        sweep_list = sweep_layers(math_mode, _ints(sweep_kernels, "--sweep-kernels"),
-                                  _ints(sweep_inputs, "--sweep-inputs"), settings)
+        sweep_list = sweep_layers(math_mode, _positive_ints(sweep_kernels, "--sweep-kernels"),
+                                  _positive_ints(sweep_inputs, "--sweep-inputs"), settings)
         sweep_list = [dataclasses.replace(l, problem=l.problem.replace(dtype=dtype, layout=layout)) for l in sweep_list]
     total = len(layers) + len(sweep_list or [])
     _echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
@@ -238,16 +238,6 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
                   + "; most " + ("device" if prof["device_top"] else "host") + " time: "
                   + ", ".join(f"{e['name'][:60]} {e['ms_per_step']:.2f} ms" for e in head))
     _echo(f"results: {output}")
-
-
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise click.ClickException(f"{option} takes comma-separated positive integers, got {text!r}")
-    return values
 
 
 @main.command()
