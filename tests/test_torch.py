@@ -350,6 +350,32 @@ def test_a_plan_that_fails_when_it_runs_falls_back(caplog, monkeypatch):
     assert "out of memory in the test" in caplog.text and route.fwd_exec.label == "pytorch (fallback)"
 
 
+def test_calls_inside_a_cuda_graph_capture_run_pytorchs_convolution(caplog, monkeypatch):
+    """While a stream records a CUDA graph (faked here: CI has no GPU), no plan is looked up, tuned or run:
+    PyTorch's convolution serves the call, said once; the route keeps its plans for calls outside it."""
+    from convtune.torch import functional
+    rt = make_runtime(["im2col"])
+    layer, plain = ct.Conv2d(3, 4, 3, padding=1, runtime=rt), nn.Conv2d(3, 4, 3, padding=1)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    monkeypatch.setattr(functional, "capturing", lambda t: True)
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        y = layer(x)
+        layer(x)
+    torch.testing.assert_close(y, plain(x), rtol=1e-5, atol=1e-6)
+    assert rt.tuned == 0 and not rt.layer_memo("torch") and caplog.text.count("CUDA graph") == 1
+    monkeypatch.undo()
+    layer(x).sum().backward()  # outside a capture: the plans
+    (route,) = rt.layer_memo("torch").values()
+    assert route.fwd_exec.label.startswith("im2col")
+    # a route already resolved: each pass's call inside a capture runs PyTorch's, and the route's plans stay
+    monkeypatch.setattr(_dispatch, "capturing", lambda t: True)
+    for pass_, a, b in (("fwd", x.detach(), layer.weight.detach()),):
+        torch.testing.assert_close(route.run(pass_, a, b), plain(x).detach() - plain.bias.view(1, -1, 1, 1),
+                                   rtol=1e-5, atol=1e-6)
+    assert route.fwd_exec.label.startswith("im2col") and route.captured["fwd"].label == "pytorch (fallback)"
+
+
 def test_meta_tensors_and_bad_geometry_behave_as_in_pytorch():
     layer = ct.Conv2d(3, 4, 5, runtime=make_runtime(timer=FailingTimer()))
     assert layer(torch.empty(2, 3, 9, 9, device="meta")).shape == (2, 4, 5, 5)

@@ -228,3 +228,42 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     assert_trains_within(plain, patched, torch.randn(4, 32, 40, 40, device="cuda"))
     (route,) = rt.layer_memo("torch").values()
     assert route.trips[keep] is not None
+
+
+def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(caplog):
+    """Forward and backward of a patched model captured with torch.cuda.graph (warm-up on a side stream, as
+    PyTorch's recipe has it) and replayed on new data: the gradients PyTorch's own eager step gives. Inside
+    the capture PyTorch's convolution runs (convtune's plans are not capture-safe yet), said once."""
+    import logging
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Conv2d(8, 8, 7, padding=3, groups=8), nn.ReLU(), nn.Conv2d(8, 16, 1)).cuda()
+    rt = make_runtime(["im2col", "depthwise"])
+    patched = copy.deepcopy(base)
+    ct.patch(patched, runtime=rt)
+    static_x = torch.randn(4, 8, 12, 12, device="cuda")
+    ct.tune(patched, static_x, runtime=rt, progress=False)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            patched.zero_grad(set_to_none=True)
+            patched(static_x).square().mean().backward()
+    torch.cuda.current_stream().wait_stream(side)
+    patched.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with caplog.at_level(logging.WARNING, logger="convtune"), torch.cuda.graph(graph):
+        loss = patched(static_x).square().mean()
+        loss.backward()
+    assert "CUDA graph" in caplog.text
+    fresh = torch.randn_like(static_x)
+    static_x.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = copy.deepcopy(base)
+    ref_loss = ref(fresh).square().mean()
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for a, b in zip(patched.parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+    labels = {label for route in rt.layer_memo("torch").values() for label in route.labels().values()}
+    assert any(label.startswith(("im2col", "depthwise")) for label in labels), labels  # outside: the plans

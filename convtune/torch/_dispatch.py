@@ -64,6 +64,21 @@ def say_once(key: str, message: str, *args, level: int = logging.WARNING) -> Non
     log.log(level, message, *args)
 
 
+_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+
+
+def capturing(t) -> bool:
+    """Is ``t`` a CUDA tensor whose work would be recorded into a CUDA graph (its device's current stream
+    capturing: ``torch.cuda.graph``, ``make_graphed_callables``, ``torch.compile(mode="reduce-overhead")``)?"""
+    return t.is_cuda and _stream_capturing()
+
+
+#: Why a captured call runs PyTorch's convolution (said once per process).
+CAPTURE_REASON = ("convtune's plans are not safe to capture in a CUDA graph yet (CuPy refuses cuBLAS calls on a "
+                  "capturing stream, and a plan's tuning, duels and cuFFT plans cannot run there): PyTorch's "
+                  "convolution runs inside captured graphs; calls outside them use convtune's plans")
+
+
 def channels_last_format(dim: int):
     """PyTorch's channels-last memory format for tensors of ``dim`` dimensions (``None``: there is none)."""
     return {4: _CHANNELS_LAST, 5: _CHANNELS_LAST_3D}.get(dim)
@@ -227,7 +242,8 @@ _EXEC = {"fwd": "fwd_exec", "dgrad": "dgrad_exec", "wgrad": "wgrad_exec"}
 class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
-    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips", "native_grads")
+    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips", "native_grads",
+                 "captured")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
@@ -236,6 +252,7 @@ class Route:
         # (input needs a gradient, weight needs one) -> True where those passes all run PyTorch's own
         # convolution for good (see native_for_grads); emptied whenever an executor changes
         self.native_grads = {}
+        self.captured = {}  # pass -> PyTorch's convolution for calls inside a CUDA graph capture
 
     # -- kept spectra (a training step's three passes as one FFT round trip) ---------------------
     def trip(self, mode):
@@ -298,9 +315,12 @@ class Route:
 
     # -- running -----------------------------------------------------------------------
     def run(self, pass_: str, a, b, bias=None):
-        executor = getattr(self, _EXEC[pass_]) or self.resolve(pass_)
-        if executor.retry_at is not None and executor.retry_at <= time.monotonic():
-            executor = self.resolve(pass_)  # served for want of a tuned plan: is there one now?
+        executor = getattr(self, _EXEC[pass_])
+        if executor is None or executor.retry_at is not None or not isinstance(executor, Native):
+            if capturing(a):  # no tuning, duel or CuPy work on a stream that records a CUDA graph
+                executor = self._in_capture(pass_)
+            elif executor is None or (executor.retry_at is not None and executor.retry_at <= time.monotonic()):
+                executor = self.resolve(pass_)  # (served for want of a tuned plan: is there one now?)
         fmt = result_format(a, b)
         try:
             out = executor(a, b, bias)
@@ -405,6 +425,14 @@ class Route:
                  "per call in the layer against %.0f us for the plan %s (host work included)", problem.describe(),
                  self.device, t_native * 1e6, t_plan * 1e6, plan.label, level=logging.INFO)
         return native
+
+    def _in_capture(self, pass_: str) -> Native:
+        """PyTorch's convolution for ``pass_`` inside a CUDA graph capture (the route's own executor stays)."""
+        executor = self.captured.get(pass_)
+        if executor is None:
+            say_once("capture", "convtune: %s", CAPTURE_REASON)
+            executor = self.captured[pass_] = Fallback(self.problem.for_pass(pass_), CAPTURE_REASON)
+        return executor
 
     def _fall_back(self, pass_: str, reason: str, retry: bool = False):
         problem = self.problem.for_pass(pass_)

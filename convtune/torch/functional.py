@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from ..runtime import Runtime
 from . import _ops
-from ._dispatch import DTYPES, Fallback, Native, route_for, say_once, tensor_layout
+from ._dispatch import CAPTURE_REASON, DTYPES, Fallback, Native, capturing, route_for, say_once, tensor_layout
 from ._bridge import bridge
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
@@ -248,6 +248,9 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
         records.append((owner, x, weight, geom, groups, math))
         return _pytorch(x, weight, bias, geom, groups)
     if x.numel() == 0 or weight.numel() == 0:
+        return _pytorch(x, weight, bias, geom, groups)
+    if capturing(x):  # a CUDA graph records this call: PyTorch's own convolution and autograd (said once)
+        say_once("capture", "convtune: %s", CAPTURE_REASON)
         return _pytorch(x, weight, bias, geom, groups)
     try:
         route = route_for(x.shape, weight.shape, geom.stride, geom.padding, geom.dilation, groups, math, x.device,
