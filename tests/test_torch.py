@@ -354,6 +354,7 @@ def test_calls_inside_a_cuda_graph_capture_run_pytorchs_convolution(caplog, monk
     """While a stream records a CUDA graph (faked here: CI has no GPU), no plan is looked up, tuned or run:
     PyTorch's convolution serves the call, said once; the route keeps its plans for calls outside it."""
     from convtune.torch import functional
+    monkeypatch.setattr(_dispatch, "_said", set())  # what this process has said once already
     rt = make_runtime(["im2col"])
     layer, plain = ct.Conv2d(3, 4, 3, padding=1, runtime=rt), nn.Conv2d(3, 4, 3, padding=1)
     plain.load_state_dict(layer.state_dict())
@@ -364,7 +365,7 @@ def test_calls_inside_a_cuda_graph_capture_run_pytorchs_convolution(caplog, monk
         layer(x)
     torch.testing.assert_close(y, plain(x), rtol=1e-5, atol=1e-6)
     assert rt.tuned == 0 and not rt.layer_memo("torch") and caplog.text.count("CUDA graph") == 1
-    monkeypatch.undo()
+    monkeypatch.setattr(functional, "capturing", _dispatch.capturing)
     layer(x).sum().backward()  # outside a capture: the plans
     (route,) = rt.layer_memo("torch").values()
     assert route.fwd_exec.label.startswith("im2col")

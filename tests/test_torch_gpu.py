@@ -230,11 +230,13 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     assert route.trips[keep] is not None
 
 
-def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(caplog):
+def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(caplog, monkeypatch):
     """Forward and backward of a patched model captured with torch.cuda.graph (warm-up on a side stream, as
     PyTorch's recipe has it) and replayed on new data: the gradients PyTorch's own eager step gives. Inside
     the capture PyTorch's convolution runs (convtune's plans are not capture-safe yet), said once."""
     import logging
+    from convtune.torch import _dispatch
+    monkeypatch.setattr(_dispatch, "_said", set())  # what this process has said once already
     torch.manual_seed(0)
     base = nn.Sequential(nn.Conv2d(8, 8, 7, padding=3, groups=8), nn.ReLU(), nn.Conv2d(8, 16, 1)).cuda()
     rt = make_runtime(["im2col", "depthwise"])
