@@ -41,9 +41,13 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
             # PyTorch's CPU convolution is the CPU's peer (PyTorch is installed where the tests run)
             assert rec["peers"]["torch-fp32"]["error"] < 1e-5 and rec["peers"]["torch-fp32"]["median_ms"] > 0
             assert rec["peers"]["torch-tf32"] == {"absent": "TF32 is a GPU mode"}
+            # the pass through a patched PyTorch layer (its route: the plan, or PyTorch's own where it won)
+            assert rec["drop_in"]["error"] < 1e-5 and rec["drop_in"]["median_ms"] > 0 and rec["drop_in"]["route"]
             assert rec["peers"]["torch-fp32-ref"] == {"not_applicable": "a float32 problem: torch-fp32 is its "
                                                                         "PyTorch peer"}
         per_pass = sum(r["convtune"]["median_ms"] for r in entry["passes"].values())
+        assert entry["round_trip"]["drop-in"] == pytest.approx(sum(r["drop_in"]["median_ms"]
+                                                                   for r in entry["passes"].values()))
         kept = entry["kept_spectra"]
         assert max(kept["errors"].values()) < 1e-5 and kept["median_ms"] > 0
         if kept["pays"]:  # the layer's round trip is the kept-spectra one, and the per-pass total is kept too
@@ -52,7 +56,7 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
         else:
             assert entry["round_trip"]["convtune"] == pytest.approx(per_pass) and "round_trip_plan" not in entry
     assert doc["peers"]["cudnn-best"]["available"] is False
-    assert "peer torch-tf32 absent" in res.output and "round trip" in res.output
+    assert "peer torch-tf32 absent" in res.output and "round trip" in res.output and "drop-in ms" in res.output
     assert doc["peers"]["cudnn-best"] == {"available": False, "reason": "no GPU: cuDNN needs CUDA"}
     assert doc["dispatch_overhead"]["calls"] > 0
     # the torch-fft peer (PyTorch is installed where the tests run): FFT-class layers only, with floors

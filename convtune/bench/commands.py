@@ -67,7 +67,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     """
     from .dispatch import measure_dispatch_overhead
     from .peers import available_peers
-    from .runner import run_bench, speedup, sweep_layers
+    from .runner import DROP_IN, run_bench, speedup, sweep_layers
     from ..cache import PlanCache
     from ..network import load_network
     from ..runtime import Runtime
@@ -126,10 +126,17 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 
     def floor(ms):
         return _ms_value(ms) if ms is not None else ""
+
+    def drop_in(rec):
+        d = rec.get("drop_in") or {}
+        if d.get("median_ms") is None:
+            return "failed" if "failed" in d else "-"
+        native = d["route"].startswith(("torch", "pytorch"))  # PyTorch's convolution in the layer
+        return _ms_value(d["median_ms"]) + (" (PyTorch's)" if native else "")
     for entry in results["layers"] + (results["sweep"] or []):
         for pass_, rec in entry["passes"].items():
             c = rec["convtune"]
-            row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")),
+            row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")), drop_in(rec),
                    floor(rec.get("floor_ms")), f"{c['error']:.1e}" if c.get("error") is not None else "-"]
             for name in available:
                 peer = rec["peers"][name]
@@ -141,19 +148,21 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
         if kept.get("median_ms") is not None:
             errors = kept["errors"]
             rows.append([entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), kept["plan"],
-                         _ms_value(kept["median_ms"]), "", f"{max(errors.values()):.1e}"] + [""] * len(available))
+                         _ms_value(kept["median_ms"]), "", "", f"{max(errors.values()):.1e}"] + [""] * len(available))
         if entry.get("round_trip"):
             rt = entry["round_trip"]
             row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
-                   _ms_value(rt.get("convtune")), floor(entry.get("round_trip_floor_ms")), ""]
+                   _ms_value(rt.get("convtune")), floor(rt.get(DROP_IN)), floor(entry.get("round_trip_floor_ms")), ""]
             for name in available:
                 sp = speedup(rt, name)
                 row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
             rows.append(row)
-    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "floor ms", "error"] +
+    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "drop-in ms", "floor ms", "error"] +
                       [f"{n} ms (ratio)" for n in available], rows))
     bandwidth = results.get("copy_bandwidth_GBps")
-    _echo("ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
+    _echo("drop-in = the pass through a patched PyTorch layer on tensors (float32; PyTorch's: its convolution "
+          "won the duel in the layer); "
+          "ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
           "pass must move once, at this device's measured copy bandwidth"
           + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "
           f"training step's forward and backward, timed whole. Warm dispatch overhead: "

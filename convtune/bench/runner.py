@@ -111,8 +111,27 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
     except Exception as exc:  # a failure is a result to report, not a reason to stop the benchmark
         log.warning("convtune failed on %s: %s", problem.key(), exc)
         record["convtune"] = {"failed": f"{type(exc).__name__}: {exc}"}
+    if problem.dtype == "float32" and "failed" not in record["convtune"]:
+        record["drop_in"] = bench_drop_in(problem, a, b, ref, backend, runtime, timer)
     del ref, a, b
     return record
+
+
+def bench_drop_in(problem: ConvProblem, a, b, ref, backend: Backend, runtime: Runtime, timer) -> dict:
+    """A float32 pass as a PyTorch user's patched layer runs it: the layer's route on tensors (the plan, or
+    PyTorch's convolution where it won the duel in the layer, host work and all), timed like the peers; the
+    array API above pays what a PyTorch user does not (DLPack views, its own dispatch) and skips the duel."""
+    try:
+        drop_in = _drop_in_call(problem, a, b, runtime)
+        if drop_in is None:
+            return {"absent": "PyTorch is not installed"}
+        call, route = drop_in
+        err = relative_error(backend.xp, as_cupy(call(), backend.xp).reshape(problem.result_shape), ref)
+        stats = timer(call, backend, "drop-in")
+        return {"route": route.labels()[problem.pass_], "median_ms": stats.median_s * 1e3,
+                "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats, "error": err}
+    except Exception as exc:  # a result to report
+        return {"failed": f"{type(exc).__name__}: {exc}"}
 
 
 def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):
@@ -132,14 +151,21 @@ def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):
 
 
 def round_trip(passes: dict) -> dict:
-    """Sum of the passes' medians per contestant; None where any pass is missing."""
+    """Sum of the passes' medians per contestant (``drop-in``: the PyTorch layer's routes, where measured);
+    None where any pass is missing."""
     names = {"convtune"} | {n for rec in passes.values() for n in rec["peers"]}
+    if any("drop_in" in rec for rec in passes.values()):
+        names.add(DROP_IN)
     totals = {}
     for name in sorted(names):
-        ms = [(rec["convtune"] if name == "convtune" else rec["peers"].get(name, {})).get("median_ms")
-              for rec in passes.values()]
+        ms = [(rec["convtune"] if name == "convtune" else rec.get("drop_in", {}) if name == DROP_IN else
+               rec["peers"].get(name, {})).get("median_ms") for rec in passes.values()]
         totals[name] = sum(ms) if ms and all(m is not None for m in ms) else None
     return totals
+
+
+#: The round trip's key for the PyTorch layer's routes (:func:`bench_drop_in`).
+DROP_IN = "drop-in"
 
 
 def bench_kept_spectra(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, seed: int = 0) -> dict:
