@@ -122,6 +122,27 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     assert again.plan_row(dense.key(), GPU_A.key())["strategy_versions"] == current
 
 
+def test_a_version_that_changed_some_shapes_keeps_the_other_shapes_plans():
+    """im2col's version 3 changed its 1x1 problems only (the GPU's bare cuBLAS calls): a plan stored under
+    im2col2 holds for a 3x3 layer, whichever strategy won it, and not for a 1x1 layer; an unknown older or
+    a newer version, or a strategy whose tag carries an outside library's version, changes every shape."""
+    from convtune.strategies import strategy_versions, versions_agree
+    current = strategy_versions()
+    assert "im2col3" in current
+    older = current.replace("im2col3", "im2col2")
+    dense = problem()
+    pointwise = ConvProblem.make(batch=2, in_channels=8, out_channels=4, input_size=(9, 9), kernel_size=1)
+    strided_pointwise = pointwise.replace(stride=(2, 2))
+    assert versions_agree(older, dense, "im2col", current) and versions_agree(older, dense, "fft", current)
+    assert not versions_agree(older, pointwise, "im2col", current)
+    assert not versions_agree(older, pointwise, "cudnn", current)  # im2col serves it, and changed for it
+    assert versions_agree(older, strided_pointwise, "im2col", current)  # stride 2: not the cuBLAS path
+    assert not versions_agree(current.replace("im2col3", "im2col1"), dense, "im2col", current)
+    assert not versions_agree(current.replace("im2col3", "im2col4"), dense, "im2col", current)  # a later convtune's
+    torch_tag = next(t for t in current.split(",") if t.startswith("torch"))
+    assert not versions_agree(current.replace(torch_tag, "torch1@0.0.1"), dense, "torch", current)
+
+
 def test_a_failed_tuning_is_recorded_without_a_plan(cache_url):
     d = decision(problem())
     failed = Decision(d.problem, d.device, CandidateOutcome("", {}, "", "failed"), d.outcomes[2:], "measured", 0.1)

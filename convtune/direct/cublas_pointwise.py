@@ -30,6 +30,11 @@ def unsupported_reason(p: ConvProblem, backend) -> str | None:
     """Why the fast path cannot serve ``p`` on ``backend``, or ``None``."""
     if getattr(backend, "name", "") != "cupy":
         return "not the GPU backend"
+    return shape_reason(p)
+
+
+def shape_reason(p: ConvProblem) -> str | None:
+    """Why the fast path cannot serve ``p``'s shape on any backend, or ``None``."""
     if math.prod(p.kernel_size) != 1 or any(s != 1 for s in p.stride) or any(p.padding):
         return "not a 1x1, stride-1, unpadded convolution"
     if p.groups != 1:

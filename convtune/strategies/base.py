@@ -149,6 +149,13 @@ class Strategy:
         that starts serving a shape must answer ``True`` for it."""
         return True
 
+    def changed_since(self, version: int, problem: ConvProblem) -> bool:
+        """Could anything between this strategy's ``version`` and the current one change ``problem``'s plan
+        (the candidates it offers, what they compute, how fast they run)? Where a new version changed
+        some shapes only (and says which here), plans of the other shapes survive it
+        (:func:`versions_agree`). Say ``True`` unless sure; the default does for any older version."""
+        return version != self.version
+
     def __repr__(self):
         return f"<strategy {self.name} v{self.version}>"
 
@@ -192,6 +199,7 @@ def strategy_versions() -> str:
 
 
 _TAG = re.compile(r"^(.*?)(\d+(?:@.*)?)$")  # name, then version (and an outside library's version)
+_VERSION = re.compile(r"^(\d+)$")
 
 
 def _tags_by_name(versions: str) -> dict[str, str]:
@@ -208,7 +216,8 @@ def versions_agree(stored: str, problem: ConvProblem, winner: str, current: str 
     ``current`` one (default: this convtune's)? Where they differ only in strategies that cannot serve
     ``problem``'s shape (:meth:`Strategy.serves_shape`; a strategy no longer registered serves nothing)
     and the winner's own version is unchanged, the search would offer the same candidates: yes. So a new
-    version of the depthwise kernels does not send every dense layer's plan back to tuning."""
+    version of the depthwise kernels does not send every dense layer's plan back to tuning. Likewise where a
+    strategy's newer version changed other shapes only (:meth:`Strategy.changed_since`)."""
     current = strategy_versions() if current is None else current
     if stored == current:
         return True
@@ -218,9 +227,25 @@ def versions_agree(stored: str, problem: ConvProblem, winner: str, current: str 
     for name in set(old) | set(new):
         if old.get(name) == new.get(name):
             continue
-        if name == winner or (name in _REGISTRY and _REGISTRY[name].serves_shape(problem)):
-            return False
+        if not (name == winner or (name in _REGISTRY and _REGISTRY[name].serves_shape(problem))):
+            continue
+        if not _changed(name, old.get(name), new.get(name), problem):
+            continue
+        return False
     return True
+
+
+def _changed(name: str, old_tag: str | None, new_tag: str | None, problem: ConvProblem) -> bool:
+    """Do a strategy's stored and current tags differ in a way that can change ``problem``'s plan? Only a
+    registered strategy's older plain version (no outside library's version beside it) whose changes since
+    leave this shape alone (:meth:`Strategy.changed_since`) does not."""
+    strategy = _REGISTRY.get(name)
+    if strategy is None or old_tag is None or new_tag != strategy.version_tag():
+        return True
+    old_version = _VERSION.match(old_tag[len(name):])
+    if old_version is None or f"{name}{strategy.version}" != new_tag or int(old_version.group(1)) >= strategy.version:
+        return True  # (a newer version's plan, from a later convtune, is not this one's)
+    return strategy.changed_since(int(old_version.group(1)), problem)
 
 
 def check_tf32(problem: ConvProblem, config: Config) -> None:

@@ -29,6 +29,10 @@ class Im2colStrategy(Strategy):
     version = 3  # 3: 1x1 layers on the GPU as bare cuBLAS calls (same GEMMs, less host time)
     config_type = Im2colConfig
 
+    def changed_since(self, version: int, problem: ConvProblem) -> bool:
+        # version 3 changed the 1x1 problems of its GPU path only (one plan of bare cuBLAS calls)
+        return version < 2 or (version == 2 and cublas_pointwise.shape_reason(problem) is None)
+
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if problem.math not in ("fp32", "tf32"):
             return f"math mode {problem.math!r} is not implemented"
