@@ -149,15 +149,25 @@ class Strategy:
         that starts serving a shape must answer ``True`` for it."""
         return True
 
+    #: version -> the shapes that version changed (a predicate of the problem); a version not listed here
+    #: changed every shape. List a new version only where sure that it leaves the other shapes' plans alone.
+    changes: dict = {}
+
     def changed_since(self, version: int, problem: ConvProblem) -> bool:
         """Could anything between this strategy's ``version`` and the current one change ``problem``'s plan
-        (the candidates it offers, what they compute, how fast they run)? Where a new version changed
-        some shapes only (and says which here), plans of the other shapes survive it
-        (:func:`versions_agree`). Say ``True`` unless sure; the default does for any older version."""
-        return version != self.version
+        (the candidates it offers, what they compute, how fast they run)? Per :attr:`changes`: where each
+        version since changed some shapes only, plans of the other shapes survive them
+        (:func:`versions_agree`). Any other version (a later one included) has changed everything."""
+        if version >= self.version:
+            return version != self.version
+        return any(self.changes.get(v, _every_shape)(problem) for v in range(version + 1, self.version + 1))
 
     def __repr__(self):
         return f"<strategy {self.name} v{self.version}>"
+
+
+def _every_shape(problem: ConvProblem) -> bool:
+    return True
 
 
 _REGISTRY: dict[str, Strategy] = {}

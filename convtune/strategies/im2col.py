@@ -26,12 +26,10 @@ def _chunk_options(batch: int) -> list[int]:
 @register
 class Im2colStrategy(Strategy):
     name = "im2col"
-    version = 3  # 3: 1x1 layers on the GPU as bare cuBLAS calls (same GEMMs, less host time)
+    version = 3
+    # 3: 1x1 layers on the GPU as bare cuBLAS calls (same GEMMs, less host time), their only plan
+    changes = {3: lambda p: cublas_pointwise.shape_reason(p) is None}
     config_type = Im2colConfig
-
-    def changed_since(self, version: int, problem: ConvProblem) -> bool:
-        # version 3 changed the 1x1 problems of its GPU path only (one plan of bare cuBLAS calls)
-        return version < 2 or (version == 2 and cublas_pointwise.shape_reason(problem) is None)
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if problem.math not in ("fp32", "tf32"):
