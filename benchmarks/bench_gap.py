@@ -4,7 +4,9 @@ For each problem (a layer of a network, its passes), after tuning on a fresh cac
 median; the plan timed with the bench's timer (L2 flush before each run) into a result array made
 once, as the planner times it; the same without ``out`` (the plan makes its result); through the
 array API's dispatch (what ``convtune bench`` times); and the host's time per call (synchronised before
-each call) and per call of a loop of calls issued back to back.
+each call) and per call of a loop of calls issued back to back; then, where PyTorch is installed, the pass
+as a patched PyTorch layer runs it on tensors (its route: ``bench``'s drop-in column), timed and its
+host time per call.
 
     python benchmarks/bench_gap.py uxnet3d-encoder --layers stage2.dw,stage4.dw,stage4.pw1
 
@@ -18,7 +20,7 @@ import time
 
 from convtune import precision
 from convtune.backend import get_backend
-from convtune.bench.runner import _dispatch_fn
+from convtune.bench.runner import _dispatch_fn, _drop_in_call
 from convtune.network import load_network
 from convtune.planner import random_operands
 from convtune.runtime import Runtime
@@ -59,7 +61,7 @@ def main(argv=None):
     runtime = Runtime(miss_policy="tune", planner_options=options)  # a fresh cache in memory
     timer = CudaEventTimer(repeats=25) if backend.name == "cupy" else CpuTimer(repeats=7)
     print(f"{'layer':12s} {'pass':6s} {'plan':48s} {'stored':>8s} {'out=':>8s} {'no out':>8s} {'dispatch':>8s} "
-          f"{'host us':>8s} {'loop us':>8s}  (ms unless said)")
+          f"{'host us':>8s} {'loop us':>8s} {'drop-in':>8s} {'its host':>8s}  (ms unless said)")
     for layer in layers:
         for pass_ in args.passes.split(","):
             problem = layer.problem.for_pass(pass_)
@@ -73,8 +75,16 @@ def main(argv=None):
             t_new = timer(lambda: plan(a, b), backend, "no out").median_s
             t_dispatch = timer(dispatch, backend, "dispatch").median_s
             host, loop = host_us(dispatch, backend)
+            drop_in = _drop_in_call(problem, a, b, runtime)
+            if drop_in is not None:
+                call, route = drop_in
+                call()  # resolves the route (its duel, where it has one)
+                t_drop, (host_drop, _) = timer(call, backend, "drop-in").median_s * 1e3, host_us(call, backend)
+                drop = f"{t_drop:8.3f} {host_drop:8.1f}  {route.labels()[pass_][:40]}"
+            else:
+                drop = f"{'-':>8s} {'-':>8s}"
             print(f"{layer.name:12s} {pass_:6s} {plan.label[:48]:48s} {(stored or 0) * 1e3:8.3f} {t_out * 1e3:8.3f} "
-                  f"{t_new * 1e3:8.3f} {t_dispatch * 1e3:8.3f} {host:8.1f} {loop:8.1f}")
+                  f"{t_new * 1e3:8.3f} {t_dispatch * 1e3:8.3f} {host:8.1f} {loop:8.1f} {drop}")
 
 
 if __name__ == "__main__":
