@@ -365,7 +365,13 @@ def test_cli_bench_model_profiles_steps_on_request(tmp_path, fake_default_timer)
         assert names and all(e["ms_per_step"] > 0 for e in prof["host_top"])
         if mode["mode"] == "torch-fp32":  # PyTorch's convolutions are among its step's host time
             assert any("convolution" in n for n in names)
+        # the drop-in's autograd functions run where a route has a plan of convtune's (not PyTorch's)
+        ours = prof["drop_in_functions"]
+        planned = any(not label.startswith(("torch", "pytorch")) for route in mode.get("routes", [])
+                      for key, label in route.items() if key != "layer")
+        assert (ours["calls_per_step"] > 0) == (ours["host_ms_per_step"] > 0) == planned
         assert f"{mode['mode']} profiled:" in result.output
+    assert ("the drop-in's autograd functions:" in result.output) == planned
 
 
 def _interleaved_run(tmp_path, monkeypatch, modes, steps, before_timing):

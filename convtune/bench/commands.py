@@ -245,7 +245,10 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
             _echo(f"{m['mode']} profiled: {prof['wall_ms_per_step']:.2f} ms per step"
                   + (f", the device busy {busy:.2f} ms of it" if busy is not None else "")
                   + "; most " + ("device" if prof["device_top"] else "host") + " time: "
-                  + ", ".join(f"{e['name'][:60]} {e['ms_per_step']:.2f} ms" for e in head))
+                  + ", ".join(f"{e['name'][:60]} {e['ms_per_step']:.2f} ms" for e in head)
+                  + (f"; the drop-in's autograd functions: {ours['calls_per_step']:.0f} calls per step, "
+                     f"{ours['host_ms_per_step']:.2f} ms of their own host time"
+                     if (ours := prof.get("drop_in_functions")) and ours["calls_per_step"] else ""))
     _echo(f"results: {output}")
 
 

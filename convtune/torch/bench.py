@@ -132,9 +132,19 @@ def profile_steps(step, device, steps: int) -> dict:
         return [{"name": e.key, "calls_per_step": e.count / steps, "ms_per_step": getattr(e, attr) / steps / 1e3}
                 for e in ranked[:PROFILE_TOP]]
     busy = sum(e.self_device_time_total for e in on_device) / steps / 1e3 if device.type == "cuda" else None
+    # the drop-in's autograd functions (convtune.torch._ops), forward and backward nodes: their own host
+    # time is the drop-in's Python around convtune's plans (the plans' launches and PyTorch calls aside)
+    ours = [e for e in events if e.key.startswith(DROP_IN_FUNCTIONS) and e.device_type != DeviceType.CUDA]
+    drop_in = {"calls_per_step": sum(e.count for e in ours) / steps,
+               "host_ms_per_step": sum(e.self_cpu_time_total for e in ours) / steps / 1e3}
     return {"steps": steps, "wall_ms_per_step": wall / steps * 1e3, "device_busy_ms_per_step": busy,
             "device_top": top("self_device_time_total", on_device) if device.type == "cuda" else [],
-            "host_top": top("self_cpu_time_total", events)}
+            "host_top": top("self_cpu_time_total", events), "drop_in_functions": drop_in}
+
+
+#: The name prefixes of the drop-in's autograd functions in a profile (``_Forward``, its backward node
+#: ``_ForwardBackward``, ``_Backward``, ``_KeptForward``...).
+DROP_IN_FUNCTIONS = ("_Forward", "_Backward", "_KeptForward")
 
 
 def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progress=None):
