@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 
+from ..backend import _CUBLAS_DEFAULT_MATH, _CUBLAS_TF32_TENSOR_OP_MATH
 from ..problem import ConvProblem
 
-#: cuBLAS constants (cublas_api.h)
+#: cuBLAS's operations (cublas_api.h): as it lies, transposed
 _N, _T = 0, 1
-_DEFAULT_MATH, _TF32_MATH = 0, 3
 
 #: backward-filter above this batch is left to the general path (one SGEMM per sample)
 MAX_WGRAD_BATCH = 32
@@ -55,7 +55,7 @@ def build(p: ConvProblem, xp, tf32: bool):
     gemm_batched, gemm = cublas.sgemmStridedBatched, cublas.sgemm
     get_mode, set_mode = cublas.getMathMode, cublas.setMathMode
     get_pointer_mode, set_pointer_mode, host_pointers = cublas.getPointerMode, cublas.setPointerMode, 0
-    want = _TF32_MATH if tf32 else _DEFAULT_MATH
+    want = _CUBLAS_TF32_TENSOR_OP_MATH if tf32 else _CUBLAS_DEFAULT_MATH
     scalars = numpy.array([1.0, 0.0], dtype=numpy.float32)  # host pointers: alpha 1, beta 0 (see run)
     one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
     N, Ci, Co, P = p.batch, p.in_channels, p.out_channels, math.prod(p.output_size)

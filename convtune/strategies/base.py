@@ -209,7 +209,6 @@ def strategy_versions() -> str:
 
 
 _TAG = re.compile(r"^(.*?)(\d+(?:@.*)?)$")  # name, then version (and an outside library's version)
-_VERSION = re.compile(r"^(\d+)$")
 
 
 def _tags_by_name(versions: str) -> dict[str, str]:
@@ -247,15 +246,13 @@ def versions_agree(stored: str, problem: ConvProblem, winner: str, current: str 
 
 def _changed(name: str, old_tag: str | None, new_tag: str | None, problem: ConvProblem) -> bool:
     """Do a strategy's stored and current tags differ in a way that can change ``problem``'s plan? Only a
-    registered strategy's older plain version (no outside library's version beside it) whose changes since
-    leave this shape alone (:meth:`Strategy.changed_since`) does not."""
+    registered strategy's plain versions (no outside library's version beside them), the current one new,
+    whose changes since the stored one leave this shape alone (:meth:`Strategy.changed_since`) do not."""
     strategy = _REGISTRY.get(name)
-    if strategy is None or old_tag is None or new_tag != strategy.version_tag():
+    if strategy is None or old_tag is None or new_tag != f"{name}{strategy.version}":
         return True
-    old_version = _VERSION.match(old_tag[len(name):])
-    if old_version is None or f"{name}{strategy.version}" != new_tag or int(old_version.group(1)) >= strategy.version:
-        return True  # (a newer version's plan, from a later convtune, is not this one's)
-    return strategy.changed_since(int(old_version.group(1)), problem)
+    old_version = old_tag[len(name):]
+    return not old_version.isdigit() or strategy.changed_since(int(old_version), problem)
 
 
 def check_tf32(problem: ConvProblem, config: Config) -> None:
