@@ -113,5 +113,11 @@ class Plan:
         return self.run(a, b, out)
 
     @property
+    def launch(self):
+        """The executor's by-address form (see :meth:`Strategy.build
+        <convtune.strategies.base.Strategy.build>`), or ``None``."""
+        return getattr(self.run, "launch", None)
+
+    @property
     def label(self) -> str:
         return f"{self.strategy}[{self.config.label()}]"

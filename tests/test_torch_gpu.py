@@ -131,6 +131,85 @@ def test_work_runs_on_pytorchs_current_stream(strategy):
     assert cp.cuda.get_current_stream().ptr == torch.cuda.current_stream().cuda_stream  # put back after the call
 
 
+#: Plans with a by-address form (``launch``), one layer each: the depthwise kernels' three variants and the 1x1
+#: cuBLAS calls (the word its plans' labels must hold, the strategy, the layer, the input's shape)
+LAUNCH_CASES = {
+    "depthwise-simple": ("variant=simple", "depthwise", dict(in_channels=8, out_channels=8, kernel_size=3, stride=2,
+                                                             padding=1, groups=8), (5, 8, 17, 15)),
+    "depthwise-tiled": ("variant=tiled", "depthwise", dict(in_channels=16, out_channels=16, kernel_size=5, padding=2,
+                                                           groups=16), (4, 16, 19, 21)),
+    "depthwise-window": ("variant=window", "depthwise", dict(in_channels=16, out_channels=16, kernel_size=15,
+                                                             padding=7, groups=16), (3, 16, 20, 18)),
+    "im2col-1x1": ("im2col", "im2col", dict(in_channels=16, out_channels=24, kernel_size=1), (4, 16, 9, 11)),
+}
+
+
+class _Prefer:
+    """A planner timer that times nothing and prefers candidates whose label holds ``word``."""
+
+    def __init__(self, word):
+        self.word = word
+
+    def __call__(self, fn, backend=None, label=""):
+        from convtune.timing import TimingStats
+        fn()
+        t = 0.5 if self.word in label else 1.0
+        return TimingStats(median_s=t, spread_s=0.0, min_s=t, repeats=1)
+
+
+@pytest.mark.parametrize("case", sorted(LAUNCH_CASES))
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+def test_launch_path_trains_like_pytorch_on_a_side_stream(case, layout, monkeypatch):
+    """Plans with a by-address form run on the tensors' addresses and PyTorch's current stream, never through
+    the bridge's array views (channels_last: between PyTorch's layout conversions): on a busy side stream, a
+    training step gives PyTorch's output and gradients."""
+    from convtune.torch._bridge import bridge
+    word, strategy, kwargs, shape = LAUNCH_CASES[case]
+    torch.manual_seed(0)
+    plain = nn.Conv2d(**kwargs).cuda()
+    rt = make_runtime([strategy], _Prefer(word))
+    x = torch.randn(shape, device="cuda")
+    if layout == "channels_last":
+        plain, x = plain.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt)
+    ct.tune(patched, x.detach().requires_grad_(), runtime=rt, progress=False)
+    (route,) = rt.layer_memo("torch").values()
+    assert route.problem.layout == layout
+    executors = [getattr(route, name) for name in ("fwd_exec", "dgrad_exec", "wgrad_exec")]
+    assert all(e is not None and e.launch is not None for e in executors), route.labels()
+    assert all(word in label for label in route.labels().values()), route.labels()
+    br = bridge("cuda")
+    through_bridge = []
+    inner_call = br.call
+
+    def spy(index, fn, *args):
+        through_bridge.append(fn)
+        return inner_call(index, fn, *args)
+    monkeypatch.setattr(br, "call", spy)
+    expected_y = plain(x)
+    probe = torch.randn_like(expected_y)
+    (expected_y * probe).sum().backward()
+    side = torch.cuda.Stream()
+    big = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        for _ in range(20):  # the side stream busy before its input is written
+            big = big @ big / 64
+        xs = (x * 1).requires_grad_()
+        y = patched(xs)
+        (y * probe).sum().backward()
+        grads = (y * 1, xs.grad * 1, patched.weight.grad * 1, patched.bias.grad * 1)
+    side.synchronize()
+    assert through_bridge == []
+    for got, want in zip(grads, (expected_y, None, plain.weight.grad, plain.bias.grad)):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5)
+    xr = x.clone().requires_grad_()
+    (plain(xr) * probe).sum().backward()
+    torch.testing.assert_close(grads[1], xr.grad, rtol=2e-4, atol=2e-5)
+
+
 def test_convtune_memory_comes_from_pytorchs_allocator():
     """The output, the FFT plan's buffers and the contiguous copies come from PyTorch's caching allocator:
     CuPy's own pool does not grow, and PyTorch's peak counts them."""

@@ -131,3 +131,99 @@ def test_inductor_compiles_a_patched_model(default_runtime):
     ct.patch(model)
     x = torch.randn(2, 3, 10, 10)
     torch.testing.assert_close(torch.compile(model, fullgraph=True)(x), plain(x), rtol=1e-4, atol=1e-5)
+
+
+# -- plans called by address (the CUDA hot path), exercised on CPU memory ---------------------------
+class _AddressBridge:
+    """A stand-in for the CUDA bridge: ``launch_stream`` answers (or, ``stream=None``, says the tensor is on
+    another device); ``call`` records what went the array way."""
+
+    device_type = "cuda"
+
+    def __init__(self, stream="stream"):
+        self.stream, self.called = stream, []
+
+    def launch_stream(self, index):
+        return self.stream
+
+    def call(self, index, fn, *args):
+        self.called.append(fn)
+        return fn(*args)
+
+    @staticmethod
+    def array(t):
+        return t.detach().numpy()
+
+
+def _at(ptr, shape):
+    """The float32 memory at ``ptr`` as a (C-contiguous) tensor of ``shape``, without a copy."""
+    import ctypes
+    import math
+    import numpy as np
+    n = math.prod(shape)
+    return torch.from_numpy(np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr)).reshape(shape))
+
+
+def _address_plan(problem, form):
+    """A plan whose executor's by-address form (``form``: ``'native'``, the problem's dtype and layout;
+    ``'float32'``, float32 channels-first through :func:`convtune.precision.bounded`) computes the forward
+    pass with PyTorch on the memory it is given, recording the streams it ran on."""
+    import types
+    from convtune.plan import Plan
+    from convtune.strategies.base import Config
+    x_shape, w_shape = problem.operand_shapes
+    streams = []
+
+    def launch(a, b, out, stream):
+        streams.append(stream)
+        y = torch.nn.functional.conv2d(_at(a, x_shape), _at(b, w_shape), None, problem.stride, problem.padding,
+                                       problem.dilation, problem.groups)
+        _at(out, problem.result_shape).copy_(y)
+
+    def run(a, b, out=None):
+        raise AssertionError("the array path ran")
+    run = types.FunctionType(run.__code__, run.__globals__)
+    setattr(run, "launch" if form == "native" else "float32_launch", launch)
+    return Plan(problem, "fake", Config(), "cupy", run=run), streams
+
+
+@pytest.mark.parametrize("dtype, layout, form", [("float32", "channels_first", "native"),
+                                                 ("float32", "channels_last", "float32"),
+                                                 ("bfloat16", "channels_last", "float32"),
+                                                 ("bfloat16", "channels_first", "float32")])
+def test_an_address_plan_gets_dense_operands_and_gives_pytorchs_result(dtype, layout, form):
+    from convtune.torch._dispatch import ArrayPlan, layer_problem
+    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 11, 10)[::2, :, 1:, :].to(tdtype)  # not dense
+    w = torch.randn(6, 4, 3, 3).to(tdtype)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    problem = layer_problem(x.shape, w.shape, (1, 1), (1, 0), (1, 1), 1, "fp32", tdtype, layout)
+    plan, streams = _address_plan(problem, form)
+    br = _AddressBridge()
+    executor = ArrayPlan(plan, br, problem)
+    y = executor(x, w, torch.ones(6, dtype=tdtype))
+    want = torch.nn.functional.conv2d(x.float(), w.float(), None, 1, (1, 0)).to(tdtype) + 1  # (bias after rounding)
+    assert y.dtype == tdtype and streams == ["stream"] and br.called == []
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+
+
+def test_an_address_plan_of_a_tensor_on_another_device_goes_the_array_way():
+    from convtune.torch._dispatch import ArrayPlan, layer_problem
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(5, 3, 3, 3)
+    problem = layer_problem(x.shape, w.shape, (1, 1), (0, 0), (1, 1), 1, "fp32")
+    plan, streams = _address_plan(problem, "native")
+    br = _AddressBridge(stream=None)
+    with pytest.raises(AssertionError, match="the array path ran"):
+        ArrayPlan(plan, br, problem)(x, w)
+    assert streams == [] and br.called == [plan]
+
+
+def test_bfloat16_plans_are_not_called_by_their_native_address_form():
+    """bfloat16 lives in float32 arrays: a native by-address form (operands of the problem's dtype) cannot
+    take PyTorch's bfloat16 tensors, so the plan keeps the array way."""
+    from convtune.torch._dispatch import ArrayPlan, layer_problem
+    problem = layer_problem((2, 3, 8, 8), (5, 3, 3, 3), (1, 1), (0, 0), (1, 1), 1, "fp32", torch.bfloat16)
+    plan, _ = _address_plan(problem, "native")
+    assert ArrayPlan(plan, _AddressBridge(), problem).launch is None

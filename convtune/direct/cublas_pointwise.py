@@ -4,8 +4,9 @@ There the input already is the column matrix, so a pass is GEMMs on the operands
 forward ``Y[n] = W X[n]`` and the backward-data ``dX[n] = W^T dY[n]`` one strided-batched SGEMM each
 (the weight's batch stride 0, its transpose a flag), the backward-filter ``dW = sum_n dY[n] X[n]^T``
 one SGEMM per sample accumulating into the result (beta 1 after the first). Everything but the
-operands' addresses is worked out when the plan is built; a call sets the handle's stream and math
-mode and makes one to ``batch`` cuBLAS calls, where CuPy's ``matmul`` path (broadcasting, a contiguous
+operands' addresses is worked out when the plan is built; a call sets the handle's math mode and
+makes one to ``batch`` cuBLAS calls (its ``launch`` form, for tensors' addresses, on the stream it
+is given), where CuPy's ``matmul`` path (broadcasting, a contiguous
 copy of the transposed weight, compute-type checks, a context manager for the math mode) spent
 150-250 us of host time per pass on the H100 (docs/device-logs/2026-11-24-s12-bench-gap-uxnet3d.txt).
 
@@ -64,24 +65,41 @@ def build(p: ConvProblem, xp, tf32: bool):
     def ready(*arrays) -> bool:
         return all(a.dtype == float32 and a.flags.c_contiguous for a in arrays)
 
+    current_stream = xp.cuda.get_current_stream
+
     def with_mode(call):
-        def run(a, b, out, _scalars=scalars):  # (the closure keeps alpha's and beta's memory alive)
-            if not ready(a, b, out):
-                return None
-            handle = get_handle()
+        def apply(handle, a, b, out, _scalars=scalars):  # (the closure keeps alpha's and beta's memory alive)
             mode, pointers = get_mode(handle), get_pointer_mode(handle)
             if mode != want:
                 set_mode(handle, want)
             if pointers != host_pointers:  # alpha and beta are host scalars
                 set_pointer_mode(handle, host_pointers)
             try:
-                call(handle, a.data.ptr, b.data.ptr, out.data.ptr)
+                call(handle, a, b, out)
             finally:
                 if mode != want:
                     set_mode(handle, mode)
                 if pointers != host_pointers:
                     set_pointer_mode(handle, pointers)
+
+        def run(a, b, out):
+            if not ready(a, b, out):
+                return None
+            apply(get_handle(), a.data.ptr, b.data.ptr, out.data.ptr)
             return out
+
+        def launch(a: int, b: int, out: int, stream) -> None:
+            """By address on ``stream`` (see :meth:`Strategy.build <convtune.strategies.base.Strategy.build>`).
+            CuPy's cuBLAS wrappers set the handle's stream to CuPy's current one at every call, so ``stream``
+            is made current for the call and the previous one put back."""
+            previous = current_stream()
+            stream.use()
+            try:
+                apply(get_handle(), a, b, out)
+            finally:
+                previous.use()
+
+        run.launch = launch
         return run
 
     if p.pass_ == "fwd":  # Y^T (P x Co) = X^T (P x Ci) W^T (Ci x Co), per sample; a = x, b = w

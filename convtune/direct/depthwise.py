@@ -546,6 +546,7 @@ class DepthwiseConv:
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):
         self.cp, self.p, self.threads, self.variant = cp, p, threads, variant
+        self.result_bytes = 4 * math.prod(p.result_shape)
         kh, kw = kernel_hw(p)
         self.smem, self.int_args = 0, None
         if variant == "window":
@@ -595,20 +596,37 @@ class DepthwiseConv:
             total = math.prod(p.result_shape)
             self.grid = (min(math.ceil(total / threads), 32 * sm_count),)
 
+    def _launch_args(self) -> tuple:
+        """The kernel's arguments after the three arrays (int32 scalars), made once."""
+        if self.int_args is None:  # a call does no work it could have done once
+            cp = self.cp
+            if self.variant in ("tiled", "window"):
+                self.int_args = tuple(cp.int32(v) for v in self.args)
+            elif self.p.pass_ == "wgrad":
+                self.int_args = (*self.geo, cp.int32(self.n_per_block))
+            else:
+                self.int_args = self.geo
+        return self.int_args
+
+    def _block(self) -> tuple:
+        return self.block if self.variant in ("tiled", "window") else (self.threads,)
+
     def __call__(self, a, b, out):
         cp = self.cp
         a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         target = out if out.flags.c_contiguous else cp.empty(out.shape, dtype=cp.float32)
         if self.p.pass_ == "wgrad":
             target.fill(0)
-        if self.variant in ("tiled", "window"):
-            if self.int_args is None:  # made once: a call does no work it could have done once
-                self.int_args = tuple(cp.int32(v) for v in self.args)
-            self.kernel(self.grid, self.block, (a, b, target, *self.int_args), shared_mem=self.smem)
-        elif self.p.pass_ == "wgrad":
-            self.kernel(self.grid, (self.threads,), (a, b, target, *self.geo, cp.int32(self.n_per_block)))
-        else:
-            self.kernel(self.grid, (self.threads,), (a, b, target, *self.geo))
+        self.kernel(self.grid, self._block(), (a, b, target, *self._launch_args()), shared_mem=self.smem)
         if target is not out:
             out[...] = target
         return out
+
+    def launch(self, a: int, b: int, out: int, stream) -> None:
+        """The same work on C-contiguous float32 operands and result given by device address, on
+        ``stream`` (a CuPy stream of the current device): no arrays made, nothing allocated. This is the
+        PyTorch bridge's hot path (:meth:`__call__` spent 50-60 us of host time per pass making views,
+        checking layouts and filling through CuPy, for one kernel launch)."""
+        if self.p.pass_ == "wgrad":  # the filter gradient accumulates into a zeroed result
+            self.cp.cuda.runtime.memsetAsync(out, 0, self.result_bytes, stream.ptr)
+        self.kernel.kernel(self.grid, self._block(), (a, b, out, *self._launch_args()), self.smem, stream)

@@ -109,7 +109,13 @@ class Strategy:
         return self.candidates(problem, backend)[0]
 
     def build(self, problem: ConvProblem, config: Config, backend) -> Executor:
-        """The executor of ``config`` for ``problem`` (of a dtype and layout the strategy reads)."""
+        """The executor of ``config`` for ``problem`` (of a dtype and layout the strategy reads).
+
+        A GPU executor whose work is launches on the operands as they lie may carry ``launch(a, b, out,
+        stream)``: the same work on C-contiguous operands and result of the problem's dtype given by
+        device address, on ``stream`` (a CuPy stream of the current device), allocating nothing. The
+        PyTorch bridge calls it on tensors' addresses instead of making array views
+        (:class:`~convtune.torch._dispatch.ArrayPlan`)."""
         raise NotImplementedError
 
     def reads(self, problem: ConvProblem) -> bool:

@@ -76,6 +76,13 @@ class CudaBridge:
             self._streams[(index, ptr)] = stream
         return stream
 
+    def launch_stream(self, index: int):
+        """PyTorch's current stream of device ``index`` as a CuPy stream, where ``index`` is the current
+        device (a plan's ``launch`` runs there without :meth:`call`'s switching); else ``None``."""
+        if self._get_device() != index:
+            return None
+        return self._stream(index, self._raw_stream(index))
+
     def _malloc(self, size: int):
         """CuPy's allocator while convtune serves PyTorch: a block of PyTorch's caching allocator on
         the current stream, held by a uint8 tensor that the CuPy memory keeps alive."""

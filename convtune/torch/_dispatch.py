@@ -205,9 +205,17 @@ class Fallback(Native):
 
 class ArrayPlan:
     """A convtune plan of another strategy, on zero-copy array views of the tensors (bfloat16 ones
-    converted to float32 and back: :mod:`convtune.precision`)."""
+    converted to float32 and back: :mod:`convtune.precision`).
 
-    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last")
+    On CUDA, a plan whose executor has a by-address form (``launch``: the depthwise kernels, the 1x1
+    cuBLAS calls; see :meth:`Strategy.build <convtune.strategies.base.Strategy.build>`) is called on the
+    tensors' addresses and PyTorch's current stream instead, without array views or the bridge's
+    switching. Where the plan runs its strategy's float32 channels-first executor between conversions
+    (:func:`convtune.precision.bounded`: a channels_last or half-precision problem), PyTorch makes those
+    conversions (one copy per operand, one for the result) and the executor's by-address form runs between."""
+
+    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last",
+                 "launch", "launch_dtype", "launch_format")
 
     def __init__(self, plan, bridge_, problem: ConvProblem):
         self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
@@ -216,6 +224,14 @@ class ArrayPlan:
         self.retry_at = None
         self.storage = torch.float16 if problem.dtype == "float16" else torch.float32
         self.channels_last = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
+        self.launch = self.launch_dtype = self.launch_format = None
+        if bridge_.device_type == "cuda":
+            native, converted = plan.launch, getattr(plan.run, "float32_launch", None)
+            if native is not None and problem.dtype != "bfloat16":  # (bfloat16 is stored as float32: converted)
+                self.launch, self.launch_dtype, self.launch_format = native, self.storage, \
+                    self.channels_last or _CONTIGUOUS
+            elif converted is not None:
+                self.launch, self.launch_dtype, self.launch_format = converted, torch.float32, _CONTIGUOUS
 
     def _operand(self, t):
         t = t.contiguous(memory_format=self.channels_last) if self.channels_last else t.contiguous()
@@ -223,16 +239,37 @@ class ArrayPlan:
 
     def __call__(self, a, b, bias=None):
         dtype = a.dtype
-        a, b = self._operand(a), self._operand(b)
-        out = torch.empty(self.shape, dtype=self.storage, device=a.device,
-                          memory_format=self.channels_last or _CONTIGUOUS)
-        br = self.bridge
-        br.call(a.device.index, self.plan, br.array(a), br.array(b), br.array(out))
-        if dtype != self.storage:
+        stream = None if self.launch is None else self.bridge.launch_stream(a.device.index)
+        if stream is not None:
+            out = self._by_address(a, b, stream)
+        else:
+            a, b = self._operand(a), self._operand(b)
+            out = torch.empty(self.shape, dtype=self.storage, device=a.device,
+                              memory_format=self.channels_last or _CONTIGUOUS)
+            br = self.bridge
+            br.call(a.device.index, self.plan, br.array(a), br.array(b), br.array(out))
+        if dtype != out.dtype:
             out = out.to(dtype)
         if bias is not None:
             out += bias.view(self.bias_shape)
         return out
+
+    def _by_address(self, a, b, stream):
+        """The result (in the launch's dtype and layout: :meth:`Route.run` puts it in the operands') of the
+        plan's ``launch`` on dense copies of the operands where they are not dense in its dtype and layout."""
+        dtype, fmt = self.launch_dtype, self.launch_format
+        a, b = _dense_as(a, dtype, fmt), _dense_as(b, dtype, fmt)
+        out = torch.empty(self.shape, dtype=dtype, device=a.device, memory_format=fmt)
+        self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream)
+        return out
+
+
+def _dense_as(t, dtype, fmt):
+    """``t`` in ``dtype``, dense in memory format ``fmt`` (itself where it is; ``Tensor.to`` alone would keep
+    a non-dense tensor of the same dtype as it is)."""
+    if t.dtype != dtype:
+        t = t.to(dtype=dtype, memory_format=fmt)
+    return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
 
 
 #: A pass's executor attribute of a :class:`Route`.

@@ -176,6 +176,9 @@ torch.library.register_autograd("convtune::conv_wgrad", _wgrad_backward, setup_c
 
 # -- eager mode: autograd functions bound to a route ------------------------------------------------
 def _eager_calls(route):
+    if not torch.is_grad_enabled():  # a plain backward (no create_graph): the route's passes, no autograd nodes
+        run = route.run
+        return (lambda x, w: run("fwd", x, w), lambda dy, w: run("dgrad", dy, w), lambda x, dy: run("wgrad", x, dy))
     return (lambda x, w: _Forward.apply(x, w, None, route),
             lambda dy, w: _Backward.apply(dy, w, route, "dgrad"),
             lambda x, dy: _Backward.apply(x, dy, route, "wgrad"))
