@@ -176,6 +176,7 @@ class _CupyOps(_Ops):
         self.strided, self.fused = strided, fused
         self._cufft, self._cublas, self._device = cufft, cublas, device
         self._plans = {}  # (forward?, transforms) -> PlanNd: exactly what the plan is built from
+        self._embeds = {}  # (operand shape, steps) -> the embedding kernel's grid and scalar arguments
         self._scalars = {}  # value -> host complex64 scalar, made once (the hot path stays allocation-free)
 
     def _plan(self, forward: bool, batch: int):
@@ -199,16 +200,20 @@ class _CupyOps(_Ops):
         followed by a strided copy writes the placed samples twice); 3-D: a zero fill and a copy."""
         if a.ndim > 3:
             return _embed_any(self.xp, a, self.sizes, steps)
-        n = (1,) * (3 - a.ndim) + a.shape[1:]
-        L = (1,) * (3 - a.ndim) + self.sizes
-        s = (1,) * (3 - a.ndim) + tuple(steps)
+        key = (a.shape, tuple(steps))
+        launch = self._embeds.get(key)
+        if launch is None:  # grid and arguments made once per operand shape (the hot path's host time)
+            n = (1,) * (3 - a.ndim) + a.shape[1:]
+            L = (1,) * (3 - a.ndim) + self.sizes
+            s = (1,) * (3 - a.ndim) + tuple(steps)
+            rows = a.shape[0] * L[0]
+            shift = min(5, max(0, (L[1] - 1).bit_length()))  # up to a warp per row, fewer for short rows
+            per_block = _EMBED_THREADS >> shift
+            launch = self._embeds[key] = (((rows + per_block - 1) // per_block,), (numpy.int64(rows),) +
+                                          tuple(numpy.int32(v) for v in L + n + s + (shift,)))
+        grid, args = launch
         out = self.xp.empty(a.shape[:1] + self.sizes, dtype=self.xp.float32)
-        rows = a.shape[0] * L[0]
-        shift = min(5, max(0, (L[1] - 1).bit_length()))  # up to a warp per row, fewer for short rows
-        per_block = _EMBED_THREADS >> shift
-        args = (self.xp.ascontiguousarray(a), out, numpy.int64(rows)) + \
-            tuple(numpy.int32(v) for v in L + n + s + (shift,))
-        _embed_kernel()(((rows + per_block - 1) // per_block,), (_EMBED_THREADS,), args)
+        _embed_kernel()(grid, (_EMBED_THREADS,), (self.xp.ascontiguousarray(a), out) + args)
         return out
 
     def _transpose(self, a):

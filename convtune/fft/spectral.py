@@ -146,6 +146,19 @@ def gather_positions(spec):
     return [[q * step - offset for q in range(count)] for offset, step, count in spec]
 
 
+def _cufft_ops(xp, sizes):
+    """On CuPy, the frequency-major executor's packed cuFFT operations
+    (:class:`~convtune.fft.freqmajor._CupyOps`): the zero-extension (with a stride's or a dilation's
+    spacing) in one kernel, and R2C/C2R plans made once per batch size and kept by the executor, in place
+    of ``cupy.fft``'s per-call work (one zero fill and copy per padded axis, its plan cache's lookup:
+    about a millisecond of host time per pass of a 51x51 depthwise layer on the H100). ``None``
+    elsewhere (the array module's own FFT)."""
+    if getattr(xp, "__name__", "") != "cupy":
+        return None
+    from .freqmajor import _CupyOps
+    return _CupyOps(xp, sizes, packed=True)
+
+
 class SpectralConv:
     """One problem's FFT executor at fixed transform sizes; built once, called many times."""
 
@@ -163,61 +176,117 @@ class SpectralConv:
         self._fwd_index = gather_blocks(self.sizes, gather_positions(forward_gather(p)))
         self._wgrad_index = gather_blocks(self.sizes, gather_positions(filter_gather(p)))
         self._dgrad_slices = tuple(slice(pad, pad + n) for n, pad in zip(p.input_size, p.padding))
+        self._gpu = _cufft_ops(xp, self.sizes)
+        self._kernels = None
+        if self._gpu is not None:
+            from .spectral_kernels import Kernels
+            self._kernels = Kernels(xp, self.sizes)
+        # a depthwise layer's products are elementwise: one kernel each on the GPU (spectral_kernels)
+        self._elementwise = self._kernels is not None and product == "pointwise" and \
+            problem.in_per_group == 1 and problem.out_per_group == 1
 
     # -- transforms --------------------------------------------------------------
-    def _rfft(self, a):
-        """Spectrum of a batch operand (n, C, *spatial), grouped: (n, G, C // G, F)."""
+    def _rfft(self, a, steps=None):
+        """Spectrum of a batch operand (n, C, *spatial), grouped: (n, G, C // G, F); ``steps``: sample
+        ``k`` of each axis placed at ``k * step`` (a stride's upsampling, a dilation), on the GPU only
+        (see :meth:`_rfft_upsampled`)."""
         n, c = a.shape[:2]
-        spec = self.xp.fft.rfftn(fft_aligned(a), s=self.sizes, axes=self.axes)
+        if self._gpu is not None:  # one embedding kernel and a cuFFT plan made once (see _cufft_ops)
+            rows = a.reshape((n * c,) + a.shape[2:])
+            spec = self._gpu.rfft(rows, steps or (1,) * self.p.rank).T  # (n*C, F), C-contiguous
+        else:
+            spec = self.xp.fft.rfftn(fft_aligned(a), s=self.sizes, axes=self.axes)
         return spec.reshape(n, self.p.groups, c // self.p.groups, self.F)
+
+    def _rfft_upsampled(self, dy):
+        """:meth:`_rfft` of ``dy`` upsampled by the stride (zeros between samples)."""
+        if self._gpu is not None:
+            return self._rfft(dy, self.p.stride)
+        return self._rfft(_upsample(self.xp, dy, self.p))
 
     def _irfft(self, spec, channels, prescaled=False):
         """Inverse transform, which may overwrite ``spec`` (every caller's is a temporary of its own);
         ``prescaled``: the 1/N of the inverse is already in ``spec`` (folded into the small weight
         spectrum), so the transform leaves its output unscaled and no extra pass over the full-size
         output is made."""
-        spec = spec.reshape(spec.shape[0], channels, *self.spec_shape)
+        n = spec.shape[0]
+        if self._gpu is not None:
+            full = self._gpu.irfft(spec.reshape(n * channels, self.F).T)  # unnormalised
+            if not prescaled:
+                full *= 1.0 / math.prod(self.sizes)
+            return full.reshape((n, channels) + self.sizes)
+        spec = spec.reshape(n, channels, *self.spec_shape)
         return self._c2r(spec, s=self.sizes, axes=self.axes, norm="forward" if prescaled else "backward")
 
     def _weight_spectrum(self, w, scale=1.0):
         """(G, Cog, Cig, F) spectrum of the dilated kernel, times ``scale``."""
         p = self.p
-        spec = self.xp.fft.rfftn(_dilate_kernel(self.xp, w, p), s=self.sizes, axes=self.axes)
+        if self._gpu is not None:
+            spec = self._gpu.rfft(w.reshape((-1,) + w.shape[2:]), p.dilation).T
+        else:
+            spec = self.xp.fft.rfftn(_dilate_kernel(self.xp, w, p), s=self.sizes, axes=self.axes)
         if scale != 1.0:
             spec *= scale
         return spec.reshape(p.groups, p.out_per_group, p.in_per_group, self.F)
 
+    def _gather(self, target, full, geometry, blocks):
+        """``target`` from the circular result ``full``: one kernel on the GPU (1-D and 2-D, a dense
+        target), else the slice copies of ``blocks``."""
+        if self._kernels is None or not self._kernels.gather(full, target, geometry):
+            gather(target, full, blocks)
+
     # -- passes ------------------------------------------------------------------
     def forward(self, x, w, out):
         xp, p = self.xp, self.p
-        w_conj = xp.conj(self._weight_spectrum(w, 1.0 / math.prod(self.sizes)))
+        scale = 1.0 / math.prod(self.sizes)
+        if self._elementwise:  # X * conj(W) / N in one kernel
+            ws = self._weight_spectrum(w)
+            product = lambda xs: self._kernels.multiply(xs, ws, scale, conj_b=True)  # noqa: E731
+        else:
+            w_conj = xp.conj(self._weight_spectrum(w, scale))
+            product = lambda xs: _contract(xp, xs, w_conj, self.product)  # noqa: E731
+        geometry = forward_gather(p)
         for n0, n1 in batch_chunks(p.batch, self.chunk):
-            y_spec = _contract(xp, self._rfft(x[n0:n1]), w_conj, self.product)
-            gather(out[n0:n1], self._irfft(y_spec, p.out_channels, prescaled=True), self._fwd_index)
+            y_spec = product(self._rfft(x[n0:n1]))
+            self._gather(out[n0:n1], self._irfft(y_spec, p.out_channels, prescaled=True), geometry, self._fwd_index)
         return out
 
     def backward_data(self, dy, w, out):
         xp, p = self.xp, self.p
-        w_t = self._weight_spectrum(w, 1.0 / math.prod(self.sizes)).transpose(0, 2, 1, 3)  # (G, Cig, Cog, F)
+        scale = 1.0 / math.prod(self.sizes)
+        if self._elementwise:  # DY * W / N in one kernel (one channel per group: W is its own transpose)
+            ws = self._weight_spectrum(w)
+            product = lambda dys: self._kernels.multiply(dys, ws, scale, conj_b=False)  # noqa: E731
+        else:
+            w_t = self._weight_spectrum(w, scale).transpose(0, 2, 1, 3)  # (G, Cig, Cog, F)
+            product = lambda dys: _contract(xp, dys, w_t, self.product)  # noqa: E731
+        geometry = input_gather(p)
         crop = (slice(None), slice(None)) + self._dgrad_slices
         for n0, n1 in batch_chunks(p.batch, self.chunk):
-            dx_spec = _contract(xp, self._rfft(_upsample(xp, dy[n0:n1], p)), w_t, self.product)
-            out[n0:n1] = self._irfft(dx_spec, p.in_channels, prescaled=True)[crop]
+            full = self._irfft(product(self._rfft_upsampled(dy[n0:n1])), p.in_channels, prescaled=True)
+            if self._kernels is None or not self._kernels.gather(full, out[n0:n1], geometry):
+                out[n0:n1] = full[crop]
         return out
 
     def backward_filter(self, x, dy, out):
         xp, p = self.xp, self.p
         acc = None
-        for n0, n1 in batch_chunks(p.batch, self.chunk):
-            dy_conj = xp.conj(self._rfft(_upsample(xp, dy[n0:n1], p)))
-            part = _batch_correlate(xp, dy_conj, self._rfft(x[n0:n1]), self.product)
-            if acc is None:
-                acc = part
-            else:
-                acc += part
-        dw_full = self._irfft(xp.ascontiguousarray(acc).reshape(p.out_channels, p.in_per_group, self.F),
-                              p.in_per_group)
-        gather(out, dw_full, self._wgrad_index)
+        if self._elementwise:  # sum_n conj(DY) * X / N in one kernel per chunk (the 1/N of the inverse)
+            for n0, n1 in batch_chunks(p.batch, self.chunk):
+                acc = self._kernels.correlate(self._rfft_upsampled(dy[n0:n1]), self._rfft(x[n0:n1]),
+                                              1.0 / math.prod(self.sizes), into=acc)
+            dw_full = self._irfft(acc, p.in_per_group, prescaled=True)
+        else:
+            for n0, n1 in batch_chunks(p.batch, self.chunk):
+                dy_conj = xp.conj(self._rfft_upsampled(dy[n0:n1]))
+                part = _batch_correlate(xp, dy_conj, self._rfft(x[n0:n1]), self.product)
+                if acc is None:
+                    acc = part
+                else:
+                    acc += part
+            dw_full = self._irfft(xp.ascontiguousarray(acc).reshape(p.out_channels, p.in_per_group, self.F),
+                                  p.in_per_group)
+        self._gather(out, dw_full, filter_gather(p), self._wgrad_index)
         return out
 
     def __call__(self, a, b, out):
@@ -243,7 +312,7 @@ class SpectralKept(SpectralConv):
         return self._weight_spectrum(w, 1.0 / math.prod(self.sizes))
 
     def dy_spectrum(self, dy):
-        return self._rfft(_upsample(self.xp, dy, self.p))
+        return self._rfft_upsampled(dy)
 
     def forward_from(self, xs, ws, out):
         y_spec = _contract(self.xp, xs, self.xp.conj(ws), self.product)

@@ -80,8 +80,13 @@ def narrow_variants(problem, configs) -> list:
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 8
+    version = 9
     config_type = FftConfig
+    #: 9: the gemm and pointwise products' transforms on the GPU through cuFFT plans made once (one
+    #: embedding kernel per operand) instead of ``cupy.fft`` (same results, less host and device time). Those
+    #: candidates run on kernels wider than 3 on some axis: narrower ones get convtune's own transforms only
+    #: (:meth:`pruned`), and on the CPU nothing changed.
+    changes = {9: lambda p: any(k > 3 for k in p.kernel_size)}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
