@@ -227,3 +227,45 @@ def test_bfloat16_plans_are_not_called_by_their_native_address_form():
     problem = layer_problem((2, 3, 8, 8), (5, 3, 3, 3), (1, 1), (0, 0), (1, 1), 1, "fp32", torch.bfloat16)
     plan, _ = _address_plan(problem, "native")
     assert ArrayPlan(plan, _AddressBridge(), problem).launch is None
+
+
+# -- weighing won duels against the autograd detour (Route.settle) -----------------------------------
+def _dueled(problem, pass_, t_plan, t_native):
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch._dispatch import ArrayPlan, Native
+    q = problem.for_pass(pass_)
+    plan, _ = _address_plan(q, "native")
+    executor = ArrayPlan(plan, _AddressBridge(), q)
+    executor.duel = (t_plan, t_native, Native(native_for(q), "torch")) if t_plan is not None else None
+    return executor
+
+
+@pytest.mark.parametrize("times, settles", [
+    ({"fwd": (10e-6, 30e-6), "dgrad": (10e-6, 25e-6)}, True),    # 35 us gained < 50 us detour: PyTorch's
+    ({"fwd": (10e-6, 40e-6), "dgrad": (10e-6, 40e-6)}, False),   # 60 us gained: the plans stay
+    ({"fwd": (10e-6, 30e-6), "dgrad": (None, None)}, False),     # a plan without a duel's verdict: left alone
+])
+def test_plans_that_gain_less_than_the_autograd_detour_give_their_passes_to_pytorch(times, settles, monkeypatch):
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch import _dispatch
+    from convtune.torch._dispatch import Native, Route, layer_problem
+    problem = layer_problem((2, 3, 8, 8), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
+    route = Route(problem, None, torch.device("cpu"))
+    route.fwd_exec = _dueled(problem, "fwd", *times["fwd"])
+    route.dgrad_exec = _dueled(problem, "dgrad", *times["dgrad"])
+    route.wgrad_exec = Native(native_for(problem.for_pass("wgrad")), "torch")
+    asked = []
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device: asked.append(device) or 50e-6)
+    assert route.native_for_grads(True, True) is settles
+    labels = route.labels()
+    assert all(label.startswith("torch (in the layer") for p, label in labels.items() if p != "wgrad") is settles
+    route.native_for_grads(True, True)  # weighed once: not asked again
+    assert len(asked) == (0 if times["dgrad"][0] is None else 1)
+
+
+def test_the_autograd_detour_is_measured_once_per_device():
+    from convtune.torch import _dispatch
+    cpu = torch.device("cpu")
+    _dispatch._detours.pop(cpu, None)
+    first = _dispatch.detour_seconds(cpu)
+    assert 0 <= first < 0.01 and _dispatch.detour_seconds(cpu) == first

@@ -215,7 +215,7 @@ class ArrayPlan:
     conversions (one copy per operand, one for the result) and the executor's by-address form runs between."""
 
     __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last",
-                 "launch", "launch_dtype", "launch_format")
+                 "launch", "launch_dtype", "launch_format", "duel")
 
     def __init__(self, plan, bridge_, problem: ConvProblem):
         self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
@@ -225,6 +225,7 @@ class ArrayPlan:
         self.storage = torch.float16 if problem.dtype == "float16" else torch.float32
         self.channels_last = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
         self.launch = self.launch_dtype = self.launch_format = None
+        self.duel = None  # a won duel: (its seconds per call, PyTorch's, PyTorch's executor) (see Route.settle)
         if bridge_.device_type == "cuda":
             native, converted = plan.launch, getattr(plan.run, "float32_launch", None)
             if native is not None and problem.dtype != "bfloat16":  # (bfloat16 is stored as float32: converted)
@@ -280,7 +281,7 @@ class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
     __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips", "native_grads",
-                 "captured")
+                 "captured", "settled")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
@@ -290,6 +291,7 @@ class Route:
         # convolution for good (see native_for_grads); emptied whenever an executor changes
         self.native_grads = {}
         self.captured = {}  # pass -> PyTorch's convolution for calls inside a CUDA graph capture
+        self.settled = set()  # (input needs a gradient, weight needs one) whose plans were weighed (see settle)
 
     # -- kept spectra (a training step's three passes as one FFT round trip) ---------------------
     def trip(self, mode):
@@ -377,10 +379,38 @@ class Route:
         if key in self.native_grads:
             return True
         passes = ("fwd",) + (("dgrad",) if need_dx else ()) + (("wgrad",) if need_dw else ())
-        if self.native(passes):
+        native = self.native(passes)
+        if not native and key not in self.settled:
+            native = self.settle(passes)
+            self.settled.add(key)
+        if native:
             self.native_grads[key] = True
-            return True
-        return False
+        return native
+
+    def settle(self, passes) -> bool:
+        """Weigh the plans that won these passes' duels against the detour they put the layer's training
+        calls on (convtune's autograd functions instead of PyTorch's own: :func:`detour_seconds`): where
+        what they gain per training call together is less, PyTorch's convolution runs those passes (said
+        once). Each duel times one pass's call, not that detour, which a layer whose every pass is PyTorch's
+        does not take: on the H100, RepLKNet-31B's 1x1 layers won their duels by a few microseconds each
+        through the bare cuBLAS calls and its training step took 20% longer. Returns :meth:`native`."""
+        plans = [(p, e) for p in passes if not isinstance(e := getattr(self, _EXEC[p]), Native)]
+        if not plans or not all(isinstance(e, ArrayPlan) and e.duel is not None for _, e in plans):
+            return False  # no verdict to weigh (no duels here, or a plan served for want of its own)
+        gain = sum(e.duel[1] - e.duel[0] for _, e in plans)
+        detour = detour_seconds(self.device)
+        if gain >= detour:
+            return False
+        for p, e in plans:
+            native = e.duel[2]
+            native.label = (f"torch (in the layer {e.duel[1] * 1e6:.0f} us per call against {e.duel[0] * 1e6:.0f} us "
+                            f"for {e.label}, less than the {detour * 1e6:.0f} us detour per training call)")
+            self._keep(p, native)
+        say_once(f"settle:{self.problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: "
+                 "its plans gain %.0f us per training call, less than the %.0f us that convtune's autograd "
+                 "functions cost it", self.problem.describe(), self.device, gain * 1e6, detour * 1e6,
+                 level=logging.INFO)
+        return self.native(passes)
 
     def native(self, passes) -> bool:
         """Do these passes all run PyTorch's own convolution for good (so autograd needs nothing of
@@ -422,6 +452,7 @@ class Route:
         """``executor`` as the pass's from now on; the remembered native verdicts are forgotten."""
         setattr(self, _EXEC[pass_], executor)
         self.native_grads = {}
+        self.settled = set()
         return executor
 
     def _duels(self) -> bool:
@@ -456,6 +487,7 @@ class Route:
                 except Exception as exc:
                     log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
         if t_native > t_plan * (1 + DUEL_MARGIN):
+            plan.duel = (t_plan, t_native, native)
             return plan
         native.label = f"torch (in the layer {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
         say_once(f"duel:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %.0f us "
@@ -486,6 +518,61 @@ class Route:
 
     def __repr__(self):
         return f"<Route {self.problem.describe()} on {self.device} {self.labels()}>"
+
+
+_detours: dict = {}
+
+
+def detour_seconds(device) -> float:
+    """How much longer a training call (forward and both gradients) of a layer takes on the host through
+    convtune's autograd functions than through PyTorch's own, measured once per device on a tiny layer whose
+    passes all run PyTorch's convolution either way (so only the detour differs); 0 where it cannot be
+    measured."""
+    value = _detours.get(device)
+    if value is None:
+        try:
+            value = _measure_detour(device)
+        except Exception as exc:  # never an error in a training loop: no detour counted
+            log.debug("convtune: the autograd detour on %s not measured: %s", device, exc)
+            value = 0.0
+        _detours[device] = value
+    return value
+
+
+def _measure_detour(device, calls: int = 100, rounds: int = 5) -> float:
+    from . import _ops
+    problem = layer_problem((2, 4, 8, 8), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
+    route = Route(problem, None, device)
+    for p, name in _EXEC.items():
+        setattr(route, name, Native(native_for(problem.for_pass(p)), "torch"))
+    x = torch.randn(problem.x_shape, device=device, requires_grad=True)
+    w = torch.randn(problem.w_shape, device=device, requires_grad=True)
+    g = torch.ones(problem.y_shape, device=device)
+    conv = torch.nn.functional.conv2d
+
+    def through():
+        _ops.eager_forward(x, w, None, route).backward(g)
+
+    def direct():
+        conv(x, w, None, 1, 1).backward(g)
+
+    def per_call(fn):
+        best = math.inf
+        for _ in range(rounds):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, (time.perf_counter() - t0) / calls)
+        return best
+    with torch.autocast(device.type, enabled=False), torch.enable_grad():  # (a training call may be under AMP)
+        for fn in (through, direct):  # warm-up (cuDNN's choices, the allocator)
+            for _ in range(5):
+                fn()
+        return max(0.0, per_call(through) - per_call(direct))
 
 
 def layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math, dtype=torch.float32,
