@@ -539,7 +539,7 @@ def detour_seconds(device) -> float:
     return value
 
 
-def _measure_detour(device, calls: int = 100, rounds: int = 5) -> float:
+def _measure_detour(device, calls: int = 100, rounds: int = 7) -> float:
     from . import _ops
     problem = layer_problem((2, 4, 8, 8), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
     route = Route(problem, None, device)
@@ -557,22 +557,21 @@ def _measure_detour(device, calls: int = 100, rounds: int = 5) -> float:
         conv(x, w, None, 1, 1).backward(g)
 
     def per_call(fn):
-        best = math.inf
-        for _ in range(rounds):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            best = min(best, (time.perf_counter() - t0) / calls)
-        return best
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - t0) / calls
     with torch.autocast(device.type, enabled=False), torch.enable_grad():  # (a training call may be under AMP)
         for fn in (through, direct):  # warm-up (cuDNN's choices, the allocator)
             for _ in range(5):
                 fn()
-        return max(0.0, per_call(through) - per_call(direct))
+        # the two paths in turn, round by round (what drifts weighs on both); the median difference
+        differences = sorted(per_call(through) - per_call(direct) for _ in range(rounds))
+        return max(0.0, differences[len(differences) // 2])
 
 
 def layer_problem(x_shape, w_shape, stride, padding, dilation, groups, math, dtype=torch.float32,
