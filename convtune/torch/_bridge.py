@@ -8,6 +8,10 @@
   pool, and ``torch.cuda.max_memory_allocated()`` counts convtune's memory too. Memory made
   during a call and kept after it (cuFFT plans' work areas, built plans' workspaces) stays in
   PyTorch's pool, allocated on the stream that was current then.
+* Plans whose executors only launch work on the operands (a ``launch`` form: the depthwise
+  kernels, the 1x1 cuBLAS calls) skip :meth:`CudaBridge.call` and the array views altogether: they
+  run on the tensors' addresses and on PyTorch's current stream (:meth:`CudaBridge.launch_stream`),
+  allocating nothing (:class:`~convtune.torch._dispatch.ArrayPlan`).
 """
 
 from __future__ import annotations
