@@ -7,7 +7,14 @@ steps under cProfile (``$OUT/<layer>.prof.txt`` and ``.pstats``); JSON in ``$OUT
 (on the device machine after ``source scripts/gpu-env.sh``; ``DEV=cpu`` runs it on CPU tensors).
 Defaults: RepLKNet-31B's and SLaK-T's large depthwise layers at batch 16.
 """
-import cProfile, io, os, pstats, statistics, sys, time, json
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import time
+
 import torch
 import convtune, convtune.torch as ct
 DEV = os.environ.get("DEV", "cuda")
@@ -34,7 +41,7 @@ for C, H, K, N in [[int(v) for v in l] for l in LAYERS]:
         x = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
         gy = gy.contiguous(memory_format=torch.channels_last)
     t0 = time.perf_counter(); ct.tune(m, x, progress=False); tune_s = time.perf_counter() - t0
-    def step(mod=m):
+    def step(mod=m, x=x, gy=gy):
         y = mod(x)
         y.backward(gy)
     for _ in range(5):
