@@ -127,6 +127,12 @@ class RoundTrip:
     ((4, 3, 3, 3), (2, 3, 8, 8), False)
     """
 
+    @property
+    def recordable(self) -> bool:
+        """Can a CUDA graph record its GPU work? With the pointwise product (cuFFT plans and convtune's
+        kernels); the frequency-major executor's products call cuBLAS, which CuPy refuses while capturing."""
+        return self.config.product == "pointwise"
+
     def __init__(self, problem: ConvProblem, config: TripConfig, backend: Backend | str):
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.problem, self.config = problem.for_pass("fwd"), config

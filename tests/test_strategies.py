@@ -257,3 +257,23 @@ def test_the_depthwise_heuristic_keeps_the_tiled_kernels_where_they_hold_the_fil
     big = ConvProblem.make(batch=8, in_channels=96, out_channels=96, input_size=(14, 14), kernel_size=27,
                            padding=13, groups=96)
     assert dw.heuristic_config(big, gpu).variant == "window"
+
+
+def test_strategies_say_which_plans_a_cuda_graph_records():
+    """Kernel launches and cuFFT work record in a CUDA graph; CuPy refuses cuBLAS calls while capturing, so
+    plans that call it (im2col, the FFT's GEMM products) and plans not known to record (cuDNN's) say no."""
+    from convtune.backend import get_backend
+    from convtune.problem import ConvProblem
+    from convtune.roundtrip import RoundTrip, TripConfig
+    from convtune.strategies.fft import FftConfig
+    p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(12, 12), kernel_size=5, padding=2,
+                         groups=4)
+    fft = get_strategy("fft")
+    assert fft.recordable(p, FftConfig(sizes=(16, 16), product="pointwise"))
+    assert not fft.recordable(p, FftConfig(sizes=(16, 16), product="gemm"))
+    assert not fft.recordable(p, FftConfig(sizes=(16, 16), product="fgemm", packed=True))
+    assert get_strategy("depthwise").recordable(p, get_strategy("depthwise").candidates(p, get_backend("numpy"))[0])
+    assert not get_strategy("im2col").recordable(p, get_strategy("im2col").candidates(p, get_backend("numpy"))[0])
+    assert not get_strategy("cudnn").recordable(p, None)
+    assert RoundTrip(p, TripConfig(sizes=(16, 16), product="pointwise"), "numpy").recordable
+    assert not RoundTrip(p, TripConfig(sizes=(16, 16)), "numpy").recordable

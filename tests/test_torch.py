@@ -1,6 +1,7 @@
 """The PyTorch drop-in on CPU tensors: modules, patching, every nn.Conv argument form, fallbacks."""
 
 import copy
+import dataclasses
 import math
 import logging
 
@@ -343,16 +344,18 @@ def test_a_plan_that_fails_when_it_runs_falls_back(caplog, monkeypatch):
 
     def broken(*args):
         raise MemoryError("out of memory in the test")
-    import dataclasses
     monkeypatch.setattr(route.fwd_exec, "plan", dataclasses.replace(route.fwd_exec.plan, run=broken))
     with caplog.at_level(logging.WARNING, logger="convtune"):
         torch.testing.assert_close(layer(x), plain(x), rtol=1e-5, atol=1e-6)
     assert "out of memory in the test" in caplog.text and route.fwd_exec.label == "pytorch (fallback)"
 
 
-def test_calls_inside_a_cuda_graph_capture_run_pytorchs_convolution(caplog, monkeypatch):
-    """While a stream records a CUDA graph (faked here: CI has no GPU), no plan is looked up, tuned or run:
-    PyTorch's convolution serves the call, said once; the route keeps its plans for calls outside it."""
+def test_calls_inside_a_cuda_graph_capture_record_plans_resolved_before(caplog, monkeypatch):
+    """While a stream records a CUDA graph (faked here: CI has no GPU), no plan is looked up, tuned or
+    duelled: a layer no eager call has resolved records PyTorch's convolution, said once; once eager calls
+    have resolved it, a capture records its plans where their strategy says they record (not im2col's,
+    which call cuBLAS), PyTorch's convolution for the others; a plan that fails inside a capture anyway
+    gives that pass to PyTorch's convolution in captures only, said once, and keeps its plan."""
     from convtune.torch import functional
     monkeypatch.setattr(_dispatch, "_said", set())  # what this process has said once already
     rt = make_runtime(["im2col"])
@@ -360,21 +363,81 @@ def test_calls_inside_a_cuda_graph_capture_run_pytorchs_convolution(caplog, monk
     plain.load_state_dict(layer.state_dict())
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
     monkeypatch.setattr(functional, "capturing", lambda t: True)
+    monkeypatch.setattr(_dispatch, "capturing", lambda t: True)
     with caplog.at_level(logging.WARNING, logger="convtune"):
         y = layer(x)
         layer(x)
     torch.testing.assert_close(y, plain(x), rtol=1e-5, atol=1e-6)
-    assert rt.tuned == 0 and not rt.layer_memo("torch") and caplog.text.count("CUDA graph") == 1
-    monkeypatch.setattr(functional, "capturing", _dispatch.capturing)
-    layer(x).sum().backward()  # outside a capture: the plans
+    assert rt.tuned == 0 and caplog.text.count("CUDA graph") == 1
+    assert all(not route.labels() for route in rt.layer_memo("torch").values())  # nothing resolved
+    monkeypatch.setattr(functional, "capturing", lambda t: False)
+    monkeypatch.setattr(_dispatch, "capturing", lambda t: False)
+    for _ in range(2):  # warm-up outside a capture: the plans, resolved
+        layer(x).sum().backward()
     (route,) = rt.layer_memo("torch").values()
     assert route.fwd_exec.label.startswith("im2col")
-    # a route already resolved: each pass's call inside a capture runs PyTorch's, and the route's plans stay
+    calls = []
+    original = route.fwd_exec.plan
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(original, name)
+
+        def __call__(self, *args):
+            calls.append(1)
+            return original(*args)
+    monkeypatch.setattr(route.fwd_exec, "plan", Counting())
+    monkeypatch.setattr(functional, "capturing", lambda t: True)
     monkeypatch.setattr(_dispatch, "capturing", lambda t: True)
-    for pass_, a, b in (("fwd", x.detach(), layer.weight.detach()),):
-        torch.testing.assert_close(route.run(pass_, a, b), plain(x).detach() - plain.bias.view(1, -1, 1, 1),
-                                   rtol=1e-5, atol=1e-6)
-    assert route.fwd_exec.label.startswith("im2col") and route.captured["fwd"].label == "pytorch (fallback)"
+    # im2col's plans call cuBLAS on the GPU, which CuPy refuses while capturing: not tried, PyTorch's recorded
+    assert not route.fwd_exec.recordable and not route.dgrad_exec.recordable
+    x.grad = None
+    layer(x).sum().backward()
+    assert not calls and set(route.captured) == {"fwd", "dgrad", "wgrad"} and not route.uncaptured
+    torch.testing.assert_close(x.grad, torch.autograd.grad(plain(x).sum(), x)[0], rtol=1e-5, atol=1e-6)
+    route.captured.clear()
+    for executor in (route.fwd_exec, route.dgrad_exec, route.wgrad_exec):  # as a plan that records would be
+        monkeypatch.setattr(executor, "recordable", True)
+    x.grad = None
+    layer(x).sum().backward()  # recorded: the plans
+    assert calls and not route.captured and not route.uncaptured
+    with torch.no_grad():  # (an inference call: its forward's plan, resolved by the training calls)
+        expected = plain(x)
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
+
+    def refused(*args):
+        raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
+    monkeypatch.setattr(route.fwd_exec, "plan", dataclasses.replace(original, run=refused))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="convtune"), torch.no_grad():
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
+    assert caplog.text.count("cannot be recorded in a CUDA graph") == 1 and route.uncaptured == {"fwd"}
+    assert route.captured["fwd"].label == "pytorch (fallback)" and route.fwd_exec.label.startswith("im2col")
+    monkeypatch.setattr(route.fwd_exec, "plan", original)
+    monkeypatch.setattr(_dispatch, "capturing", lambda t: False)
+    monkeypatch.setattr(functional, "capturing", lambda t: False)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)  # outside: the plan again
+    assert route.fwd_exec.label.startswith("im2col")
+
+
+def test_pytorchs_convolution_for_captures_is_warmed_once_per_thread():
+    """What a capture records instead of a plan that does not record runs once outside it in each thread
+    that runs the pass (cuDNN's handles are per thread: autograd's backward thread needs its own)."""
+    import threading
+    rt = make_runtime(["im2col"])
+    route = _dispatch.route_for(torch.Size((2, 3, 8, 8)), torch.Size((4, 3, 3, 3)), (1, 1), (1, 1), (1, 1), 1,
+                                "fp32", torch.device("cpu"), rt)
+    seen = []
+    route.captured["fwd"] = _dispatch.Native(lambda a, b, bias: seen.append(threading.get_ident()), "counting")
+    a, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    route.warm_capture("fwd", a, b)
+    route.warm_capture("fwd", a, b)
+    other = threading.Thread(target=lambda: [route.warm_capture("fwd", a, b) for _ in range(2)])
+    other.start()
+    other.join()
+    assert len(seen) == 2 and seen[0] == threading.get_ident() and seen[1] != seen[0]
 
 
 def test_meta_tensors_and_bad_geometry_behave_as_in_pytorch():

@@ -187,9 +187,13 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Above 1: every mode set up first, then their timed steps interleaved in this many rounds "
                    "(what drifts over a run weighs on every mode alike; all modes' models are held at once).")
+@click.option("--graph", is_flag=True, default=False,
+              help="Capture every mode's training step whole in a CUDA graph (after its warm-up steps) and time "
+                   "its replays: PyTorch's modes and convtune's alike, without the host's work per step.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
               help="JSON results file (written after every mode).")
-def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, rounds, output):
+def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, rounds, graph,
+                    output):
     """Time whole training steps of MODEL, patched by convtune and not, in one process.
 
     MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
@@ -216,9 +220,11 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         doc = bench_model(model, batch=batch, input_shape=_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
                           progress=lambda text: _echo(f"  {text}", err=True), profile=profile_steps,
-                          rounds=rounds)
+                          rounds=rounds, graph=graph)
     except KeyboardInterrupt:
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
+    except ValueError as exc:  # bad arguments (modes, rounds, --graph without CUDA)
+        raise click.ClickException(str(exc)) from None
     rows = []
     for m in doc["modes"]:
         if "step_ms" not in m or "failed" in m:  # (an interleaved mode may fail after some rounds)
@@ -234,7 +240,8 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
     _echo(_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
     _echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"
-          + (f"; timed steps interleaved over {rounds} rounds" if rounds > 1 else ""))
+          + (f"; timed steps interleaved over {rounds} rounds" if rounds > 1 else "")
+          + ("; every step a CUDA graph's replay" if graph else ""))
     for name, ratio in speedups(doc).items():
         _echo(f"{name}: {ratio:.2f}x")
     for m in doc["modes"]:

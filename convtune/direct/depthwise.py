@@ -589,6 +589,7 @@ class DepthwiseConv:
             self.args = (p.batch, p.in_channels, H, W, OH, OW, ph, pw, int(p.pass_ == "dgrad"))
             return
         self.kernel = _kernel(cp, p.pass_, kh, kw)
+        self.block = (threads,)
         self.geo = _geometry(cp, p)
         if p.pass_ == "wgrad":
             self.n_per_block, self.grid = _filter_gradient_grid(p, 4 * sm_count)
@@ -608,16 +609,13 @@ class DepthwiseConv:
                 self.int_args = self.geo
         return self.int_args
 
-    def _block(self) -> tuple:
-        return self.block if self.variant in ("tiled", "window") else (self.threads,)
-
     def __call__(self, a, b, out):
         cp = self.cp
         a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         target = out if out.flags.c_contiguous else cp.empty(out.shape, dtype=cp.float32)
         if self.p.pass_ == "wgrad":
             target.fill(0)
-        self.kernel(self.grid, self._block(), (a, b, target, *self._launch_args()), shared_mem=self.smem)
+        self.kernel(self.grid, self.block, (a, b, target, *self._launch_args()), shared_mem=self.smem)
         if target is not out:
             out[...] = target
         return out
@@ -629,4 +627,4 @@ class DepthwiseConv:
         checking layouts and filling through CuPy, for one kernel launch)."""
         if self.p.pass_ == "wgrad":  # the filter gradient accumulates into a zeroed result
             self.cp.cuda.runtime.memsetAsync(out, 0, self.result_bytes, stream.ptr)
-        self.kernel.kernel(self.grid, self._block(), (a, b, out, *self._launch_args()), self.smem, stream)
+        self.kernel.kernel(self.grid, self.block, (a, b, out, *self._launch_args()), self.smem, stream)

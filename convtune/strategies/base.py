@@ -118,6 +118,11 @@ class Strategy:
         (:class:`~convtune.torch._dispatch.ArrayPlan`)."""
         raise NotImplementedError
 
+    def recordable(self, problem: ConvProblem, config: Config) -> bool:
+        """Can a CUDA graph record the executor's GPU work (kernel launches, cuFFT work, PyTorch's
+        operations record; CuPy refuses cuBLAS calls on a capturing stream)? ``False`` where not known."""
+        return False
+
     def reads(self, problem: ConvProblem) -> bool:
         """Do this strategy's executors read ``problem``'s dtype and layout themselves?"""
         return problem.dtype in self.native_dtypes and problem.layout in self.native_layouts

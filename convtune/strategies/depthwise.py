@@ -62,6 +62,9 @@ class DepthwiseStrategy(Strategy):
     def workspace_bytes(self, problem, config) -> int:
         return 0
 
+    def recordable(self, problem, config) -> bool:
+        return True  # one kernel launch per pass (and a memset for the filter gradient)
+
     def build(self, problem, config, backend):
         cp = backend.xp
         executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count, config.variant,

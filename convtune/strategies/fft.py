@@ -241,6 +241,10 @@ class FftStrategy(Strategy):
             ws = overlap.workspace_bytes(phased, config.sizes, config.chunk, ws)
         return polyphase.workspace_bytes(problem, ws) if config.polyphase else ws
 
+    def recordable(self, problem, config) -> bool:
+        # the pointwise product: cuFFT plans and convtune's kernels; the GEMM products call cuBLAS
+        return config.product == "pointwise"
+
     def build(self, problem, config, backend):
         check_tf32(problem, config)
         if config.product not in PRODUCTS:

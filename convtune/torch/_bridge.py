@@ -23,6 +23,7 @@ import torch
 
 from ..backend import get_backend
 from ..errors import BackendError
+from ..strategies.pytorch import cupy_viewer
 
 
 class CpuBridge:
@@ -54,23 +55,14 @@ class CudaBridge:
         memory = importlib.import_module("cupy.cuda.memory")
         self._get_allocator = getattr(memory, "_get_thread_local_allocator", None)
         self._set_allocator = getattr(memory, "_set_thread_local_allocator", None)
-        self._unowned, self._pointer, self._ndarray = cp.cuda.UnownedMemory, cp.cuda.MemoryPointer, cp.ndarray
-        self._float32, self._float16 = cp.float32, cp.float16
+        self._unowned, self._pointer = cp.cuda.UnownedMemory, cp.cuda.MemoryPointer
+        #: A CuPy view of a dense (contiguous or channels_last) float32 or float16 CUDA tensor, strides kept;
+        #: the tensor owns the memory.
+        self.array = cupy_viewer(cp)
         self._get_device, self._set_device = cp.cuda.runtime.getDevice, cp.cuda.runtime.setDevice
         self._raw_stream = torch._C._cuda_getCurrentRawStream
         self._streams: dict[tuple[int, int], object] = {}
         self._torch_devices: dict[int, torch.device] = {}
-
-    def array(self, t):
-        """A CuPy view of a dense (contiguous or channels_last) float32 or float16 CUDA tensor, strides
-        kept; the tensor owns the memory."""
-        index = t.device.index
-        item = t.element_size()
-        mem = self._unowned(t.data_ptr(), t.numel() * item, t, index)
-        dtype = self._float32 if item == 4 else self._float16
-        if t.is_contiguous():
-            return self._ndarray(tuple(t.shape), dtype, self._pointer(mem, 0))
-        return self._ndarray(tuple(t.shape), dtype, self._pointer(mem, 0), strides=tuple(s * item for s in t.stride()))
 
     def _stream(self, index: int, ptr: int):
         stream = self._streams.get((index, ptr))

@@ -74,9 +74,13 @@ def capturing(t) -> bool:
 
 
 #: Why a captured call runs PyTorch's convolution (said once per process).
-CAPTURE_REASON = ("convtune's plans are not safe to capture in a CUDA graph yet (CuPy refuses cuBLAS calls on a "
-                  "capturing stream, and a plan's tuning, duels and cuFFT plans cannot run there): PyTorch's "
-                  "convolution runs inside captured graphs; calls outside them use convtune's plans")
+CAPTURE_REASON = ("a CUDA graph records a convolution whose plans no eager call has looked up yet (plans are "
+                  "not looked up, tuned or duelled on a capturing stream): PyTorch's convolution is recorded "
+                  "for it; run a step or two before capturing (PyTorch's recipe warms up on a side stream) "
+                  "and convtune's plans are recorded")
+#: Why a plan that failed inside a capture runs PyTorch's convolution in captures from then on.
+UNCAPTURED = ("its plan %s cannot be recorded in a CUDA graph (%s: %s): PyTorch's convolution is recorded "
+              "for that pass; calls outside captures keep the plan")
 
 
 def channels_last_format(dim: int):
@@ -215,7 +219,7 @@ class ArrayPlan:
     conversions (one copy per operand, one for the result) and the executor's by-address form runs between."""
 
     __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last",
-                 "launch", "launch_dtype", "launch_format", "duel")
+                 "launch", "launch_dtype", "launch_format", "duel", "recordable")
 
     def __init__(self, plan, bridge_, problem: ConvProblem):
         self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
@@ -226,6 +230,11 @@ class ArrayPlan:
         self.channels_last = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
         self.launch = self.launch_dtype = self.launch_format = None
         self.duel = None  # a won duel: (its seconds per call, PyTorch's, PyTorch's executor) (see Route.settle)
+        # can a CUDA graph record its work (Route.run)? (a plan whose strategy is not registered here: no)
+        try:
+            self.recordable = get_strategy(plan.strategy).recordable(problem, plan.config)
+        except Exception:
+            self.recordable = False
         if bridge_.device_type == "cuda":
             native, converted = plan.launch, getattr(plan.run, "float32_launch", None)
             if native is not None and problem.dtype != "bfloat16":  # (bfloat16 is stored as float32: converted)
@@ -281,7 +290,7 @@ class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
     __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips", "native_grads",
-                 "captured", "settled")
+                 "captured", "settled", "uncaptured", "trip_uncaptured", "warmed")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
@@ -291,6 +300,9 @@ class Route:
         # convolution for good (see native_for_grads); emptied whenever an executor changes
         self.native_grads = {}
         self.captured = {}  # pass -> PyTorch's convolution for calls inside a CUDA graph capture
+        self.uncaptured = set()  # passes whose plans failed inside a capture (PyTorch's recorded instead)
+        self.trip_uncaptured = False  # the round trip failed inside a capture (its per-pass plans are recorded)
+        self.warmed = set()  # (pass, thread) where PyTorch's convolution ran for captures (see warm_capture)
         self.settled = set()  # (input needs a gradient, weight needs one) whose plans were weighed (see settle)
 
     # -- kept spectra (a training step's three passes as one FFT round trip) ---------------------
@@ -336,12 +348,15 @@ class Route:
         x, w = x.contiguous(), w.contiguous()
         y = torch.empty(self.problem.y_shape, dtype=x.dtype, device=x.device)
         spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(x), br.array(w), br.array(y))[1])
+        if not trip.recordable and x.is_cuda:  # a capture records the per-pass route instead (see warm_capture)
+            self.warm_capture("fwd", x, w)
         if bias is not None:
             y += bias.view((1, -1) + (1,) * self.problem.rank)
         return y, spectra
 
-    def kept_backward(self, trip, spectra, dy, need_dx: bool, need_dw: bool):
-        """``(dx, dw)`` (``None`` where not needed) from ``dy`` and the forward's spectra."""
+    def kept_backward(self, trip, spectra, dy, need_dx: bool, need_dw: bool, x=None, w=None):
+        """``(dx, dw)`` (``None`` where not needed) from ``dy`` and the forward's spectra (``x`` and ``w``, the
+        forward's operands, for :meth:`warm_capture` only)."""
         br = bridge(self.device.type)
         p = self.problem
         dy = dy.contiguous()
@@ -350,15 +365,20 @@ class Route:
         br.call(self.device.index, lambda: trip.kept_backward(
             spectra, br.array(dy), br.array(dx) if need_dx else None, br.array(dw) if need_dw else None,
             need_dx, need_dw))
+        if not trip.recordable and dy.is_cuda:  # (the per-pass route's backward passes, in this thread)
+            if need_dx and w is not None:
+                self.warm_capture("dgrad", dy, w)
+            if need_dw and x is not None:
+                self.warm_capture("wgrad", x, dy)
         return dx, dw
 
     # -- running -----------------------------------------------------------------------
     def run(self, pass_: str, a, b, bias=None):
         executor = getattr(self, _EXEC[pass_])
         if executor is None or executor.retry_at is not None or not isinstance(executor, Native):
-            if capturing(a):  # no tuning, duel or CuPy work on a stream that records a CUDA graph
-                executor = self._in_capture(pass_)
-            elif executor is None or (executor.retry_at is not None and executor.retry_at <= time.monotonic()):
+            if capturing(a):  # a CUDA graph records this call: no lookup, tuning or duel here
+                return self._run_captured(pass_, executor, a, b, bias)
+            if executor is None or (executor.retry_at is not None and executor.retry_at <= time.monotonic()):
                 executor = self.resolve(pass_)  # (served for want of a tuned plan: is there one now?)
         fmt = result_format(a, b)
         try:
@@ -368,9 +388,39 @@ class Route:
                 raise  # PyTorch's own error: what the user would have seen without convtune
             executor = self._fall_back(pass_, f"its plan {executor.label} failed ({type(exc).__name__}: {exc})")
             out = executor(a, b, bias)
+        else:
+            if executor.__class__ is ArrayPlan and not executor.recordable and a.is_cuda:
+                self.warm_capture(pass_, a, b)  # (once per thread: what a capture records instead)
         if not out.is_contiguous(memory_format=fmt):
             out = out.contiguous(memory_format=fmt)
         return out
+
+    def _run_captured(self, pass_: str, executor, a, b, bias):
+        """A pass's call that a CUDA graph records: its plan, resolved by an eager call before, where its
+        strategy says that it records (``recordable``: kernels, cuFFT work and PyTorch's own operations do;
+        CuPy refuses cuBLAS calls on a capturing stream, which rules out the im2col and GEMM-product plans);
+        PyTorch's convolution where none is resolved yet, where the plan does not record, or where it failed
+        inside a capture once (said once: no verdict on the plan, calls outside captures keep it). PyTorch's
+        convolution for such a pass ran once outside the capture when the plan was resolved
+        (:meth:`_warm_capture`: cuDNN cannot load an engine or run its benchmark inside a capture). A plan's
+        operands and workspaces come from PyTorch's allocator, whose capture pool holds them for the graph's
+        replays."""
+        if executor is not None and executor.retry_at is None and executor.recordable and \
+                pass_ not in self.uncaptured:
+            try:
+                out = executor(a, b, bias)
+            except Exception as exc:
+                self.uncaptured.add(pass_)
+                say_once(f"uncaptured:{self.problem.key()}:{pass_}", "convtune: %s, %s: " + UNCAPTURED,
+                         self.problem.describe(), pass_, executor.label, type(exc).__name__, exc)
+            else:
+                fmt = result_format(a, b)
+                return out if out.is_contiguous(memory_format=fmt) else out.contiguous(memory_format=fmt)
+        elif executor is None or executor.retry_at is not None:
+            say_once("capture", "convtune: %s", CAPTURE_REASON)
+        fmt = result_format(a, b)
+        out = self._in_capture(pass_)(a, b, bias)
+        return out if out.is_contiguous(memory_format=fmt) else out.contiguous(memory_format=fmt)
 
     def native_for_grads(self, need_dx: bool, need_dw: bool) -> bool:
         """:meth:`native` of a training call's passes (the forward, and the backward passes of the operands
@@ -448,6 +498,24 @@ class Route:
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
         return self._keep(pass_, executor)
 
+    def warm_capture(self, pass_: str, a, b) -> None:
+        """Run PyTorch's convolution for ``pass_`` on ``a`` and ``b`` once per thread, as a CUDA graph capture
+        would record it instead of a plan that does not record (:meth:`_run_captured`): cuDNN makes its
+        per-thread handle, loads its engines and runs its benchmark here, which it cannot do on a capturing
+        stream (on the H100 a capture whose backward thread had never run cuDNN failed with
+        CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED). Called on an eager call's operands, in the
+        thread that runs that pass (autograd runs the backward passes in a thread of its own); a failure is
+        only logged (the capture would meet it again)."""
+        key = (pass_, threading.get_ident())
+        if key in self.warmed:
+            return
+        self.warmed.add(key)
+        try:
+            self._in_capture(pass_)(a, b)
+        except Exception as exc:
+            log.debug("convtune: PyTorch's convolution for %s %s not warmed for captures: %s",
+                      self.problem.describe(), pass_, exc)
+
     def _keep(self, pass_: str, executor):
         """``executor`` as the pass's from now on; the remembered native verdicts are forgotten."""
         setattr(self, _EXEC[pass_], executor)
@@ -499,7 +567,6 @@ class Route:
         """PyTorch's convolution for ``pass_`` inside a CUDA graph capture (the route's own executor stays)."""
         executor = self.captured.get(pass_)
         if executor is None:
-            say_once("capture", "convtune: %s", CAPTURE_REASON)
             executor = self.captured[pass_] = Fallback(self.problem.for_pass(pass_), CAPTURE_REASON)
         return executor
 

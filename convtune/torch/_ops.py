@@ -233,7 +233,7 @@ class _KeptForward(torch.autograd.Function):
         needs = ctx.needs_input_grad
         if spectra is not None and not torch.is_grad_enabled():
             try:
-                dx, dw = ctx.route.kept_backward(ctx.trip, spectra, grad, needs[0], needs[1])
+                dx, dw = ctx.route.kept_backward(ctx.trip, spectra, grad, needs[0], needs[1], x, w)
                 return dx, dw, _bias_grad(grad) if needs[2] else None, None, None
             except Exception as exc:  # the per-pass plans (or PyTorch's fallbacks) give the gradients instead
                 ctx.route.drop_trip(exc)

@@ -25,6 +25,14 @@ device waited on the host). With ``rounds`` (``--rounds N``) above 1 every mode 
 their timed steps then run in N interleaved rounds, so that what drifts in a long run (clocks,
 temperature, the allocators' state) weighs on each mode alike rather than on the last ones.
 
+With ``graph`` (``--graph``), every mode's training step is captured whole in a CUDA graph after its
+warm-up steps and the timed steps are the graph's replays (:func:`capture_step`): the host's work per step
+drops out for PyTorch's modes and convtune's alike, as in ``torch.compile(mode="reduce-overhead")`` or a
+hand-made ``torch.cuda.graph`` step. The modes then run one after another, each mode's graph freed
+before the next is captured (see :func:`bench_model`). convtune records the plans its eager steps resolved where they record
+safely (kernels, cuFFT work and PyTorch's operations; CuPy refuses cuBLAS calls on a capturing stream, so
+the passes of plans that call it are recorded as PyTorch's convolution: ``in_graphs_pytorch`` in the routes).
+
 With ``profile`` (``--profile-steps N``), each mode then runs N more steps under ``torch.profiler``
 (not timed with the others): the device's busy time per step (where a step's wall time exceeds it,
 the device waited on the host) and the operations with the most device and host time.
@@ -147,9 +155,10 @@ def profile_steps(step, device, steps: int) -> dict:
 DROP_IN_FUNCTIONS = ("_Forward", "_Backward", "_KeptForward")
 
 
-def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progress=None):
+def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progress=None, graph=False):
     """Set ``mode`` up on a copy of ``base``: patch and tune ahead (convtune), the first step (timed) and
-    ``warmup`` more; returns ``(record, step, runtime)``, ``step()`` being one training step."""
+    ``warmup`` more; returns ``(record, step, runtime)``, ``step()`` being one training step. With
+    ``graph``, ``step()`` replays the whole step captured in a CUDA graph (:func:`capture_step`)."""
     _flags(mode, device)
     amp = mode.endswith("amp-bf16")
     model = copy.deepcopy(base).to(device)
@@ -172,14 +181,17 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
                             "failed": [(p.key(), r) for p, r in report.failed]}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+    def body(cache=True):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp, cache_enabled=cache):
             out = model(inp)
         loss = _loss(out, target)
         loss.backward()
         opt.step()
         return loss
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        return body()
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -193,7 +205,45 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
     record["first_loss"] = first_loss
     for _ in range(warmup):
         step()
+    if graph:
+        if progress:
+            progress(f"{mode}: capturing a step in a CUDA graph")
+        t0 = time.perf_counter()
+        step = capture_step(body, opt, device)
+        record["capture_s"] = time.perf_counter() - t0
     return record, step, runtime
+
+
+def capture_step(body, opt, device):
+    """A training step captured whole in a CUDA graph, as PyTorch's recipe has it (three steps on a side
+    stream first, gradients set to ``None`` before the capture so that the captured backward writes them
+    rather than adding to them, autocast without its cast cache); returns ``step()``, which replays it and
+    returns the loss (the graph's own tensor). Inside the capture, convtune records the plans that its eager
+    steps resolved, where they record safely (:meth:`convtune.torch._dispatch.Route.run`)."""
+    if device.type != "cuda":
+        raise ValueError("--graph captures CUDA graphs: it needs a CUDA device")
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            body(cache=False)
+    torch.cuda.current_stream(device).wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    # a stream of its own for each capture: PyTorch keeps a cuBLAS workspace per stream, made on the stream's
+    # first use, so a stream that nothing has used yet makes it inside this graph's memory pool; on the one
+    # capture stream that torch.cuda.graph shares by default, graphs captured later would use a workspace of
+    # an earlier graph's pool, or of no pool (pytorch/pytorch#193402)
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream(device)):
+        loss = body(cache=False)
+    torch.cuda.synchronize(device)
+
+    def step():
+        graph.replay()
+        return loss
+    step.graph = graph  # (held by the step: freed with it)
+    return step
 
 
 def timed_steps(step, device, steps: int) -> tuple[list[float], list[float]]:
@@ -229,10 +279,11 @@ def _summarise(record: dict, samples: list[float], host: list[float]) -> None:
     record["steps"] = len(samples)
 
 
-def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None, profile=0) -> dict:
+def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, progress=None, profile=0,
+             graph=False) -> dict:
     """Train a copy of ``base`` for ``warmup + steps`` steps in ``mode``; returns the mode's record."""
     record, step, runtime = prepare_mode(mode, base, x, target, device, warmup=warmup, runtime=runtime,
-                                         progress=progress)
+                                         progress=progress, graph=graph)
     if progress:
         progress(f"{mode}: {steps} timed steps")
     _summarise(record, *timed_steps(step, device, steps))
@@ -254,7 +305,7 @@ def _finish(record, mode, step, device, runtime, progress, profile) -> None:
 
 
 def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, runtime=None, progress=None,
-                    profile=0, report=None) -> list[dict]:
+                    profile=0, report=None, graph=False) -> list[dict]:
     """Every mode set up in turn (PyTorch's first, as :func:`bench_model` orders them), then their timed
     steps in ``rounds`` interleaved rounds (each mode ``steps / rounds`` steps per round, in turn), so
     that what drifts over a run (clocks, temperature, the allocator's state) weighs on every mode alike.
@@ -266,7 +317,7 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
     for mode in modes:
         try:
             prepared.append(prepare_mode(mode, base, x, target, device, warmup=warmup, runtime=runtime,
-                                         progress=progress))
+                                         progress=progress, graph=graph))
         except Exception as exc:
             log.warning("bench-model %s failed: %s", mode, exc)
             prepared.append(({"mode": mode, "failed": f"{type(exc).__name__}: {exc}"}, None, None))
@@ -310,16 +361,23 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
 
 def _routes(runtime) -> list[dict]:
     rt = runtime or convtune.default_runtime()
-    return [{"layer": route.problem.key(), **route.labels()} for route in rt.layer_memo("torch").values()]
+    routes = []
+    for route in rt.layer_memo("torch").values():
+        entry = {"layer": route.problem.key(), **route.labels()}
+        if route.captured:  # passes recorded in CUDA graphs as PyTorch's convolution
+            entry["in_graphs_pytorch"] = sorted(route.captured)
+        routes.append(entry)
+    return routes
 
 
 def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES, steps=20, warmup=3,
                 device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="", profile=0,
-                rounds=1) -> dict:
+                rounds=1, graph=False) -> dict:
     """Benchmark ``spec``'s training step in every mode (see the module docstring), in :data:`MODES`'
     order; returns the JSON document (``checkpoint(doc)`` is called after each mode; interleaved, after each
     mode's set-up and each round). ``rounds`` above 1: the timed steps of all modes interleaved in that
-    many rounds (:func:`run_interleaved`)."""
+    many rounds (:func:`run_interleaved`). ``graph``: every mode's step captured whole in a CUDA graph and
+    replayed (:func:`capture_step`), PyTorch's modes too."""
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}; acceptable: {', '.join(MODES)}")
@@ -327,6 +385,12 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
         raise ValueError(f"rounds must be between 1 and the timed steps ({steps}), got {rounds}")
     modes = sorted(dict.fromkeys(modes), key=MODES.index)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if graph and device.type != "cuda":
+        raise ValueError(f"a CUDA graph captures work on a CUDA device, not on {device}: drop --graph or run on a GPU")
+    if graph and rounds > 1:
+        raise ValueError("--graph runs the modes one after another (--rounds 1): with two modes' graphs of a "
+                         "large model alive at once, the first replay ended in an illegal memory access on the "
+                         "H100 (PyTorch 2.11), PyTorch's modes alone too")
     torch.manual_seed(seed)
     base = model_specs.build_model(spec, "cpu")
     shape = model_specs.input_shape_for(spec, base, batch, input_shape)
@@ -343,7 +407,8 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
            "input_shape": list(shape), "parameters": model_specs.parameter_count(base), "device": str(device),
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-           "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "rounds": rounds, "modes": [],
+           "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "rounds": rounds, "graph": graph,
+           "modes": [],
            "complete": False}
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         doc["modes"] += [{"mode": m, "absent": "this GPU has no bf16"} for m in modes if m.endswith("amp-bf16")]
@@ -356,12 +421,12 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
             if checkpoint:
                 checkpoint(doc)
         run_interleaved(modes, base, x, target, device, steps=steps, warmup=warmup, rounds=rounds, runtime=runtime,
-                        progress=progress, profile=profile, report=report)
+                        progress=progress, profile=profile, report=report, graph=graph)
         modes = []
     for mode in modes:
         try:
             doc["modes"].append(run_mode(mode, base, x, target, device, steps=steps, warmup=warmup, runtime=runtime,
-                                         progress=progress, profile=profile))
+                                         progress=progress, profile=profile, graph=graph))
         except Exception as exc:  # a failed mode is a result; the others still run
             log.warning("bench-model %s %s failed: %s", spec, mode, exc)
             doc["modes"].append({"mode": mode, "failed": f"{type(exc).__name__}: {exc}"})

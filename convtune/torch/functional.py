@@ -249,16 +249,16 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
         return _pytorch(x, weight, bias, geom, groups)
     if x.numel() == 0 or weight.numel() == 0:
         return _pytorch(x, weight, bias, geom, groups)
-    if capturing(x):  # a CUDA graph records this call: PyTorch's own convolution and autograd (said once)
-        say_once("capture", "convtune: %s", CAPTURE_REASON)
-        return _pytorch(x, weight, bias, geom, groups)
     try:
         route = route_for(x.shape, weight.shape, geom.stride, geom.padding, geom.dilation, groups, math, x.device,
                           runtime, x.dtype, tensor_layout(x, weight))
     except ValueError:  # geometry PyTorch refuses too: its error is the user's
         return _pytorch(x, weight, bias, geom, groups)
-    if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                         (bias is not None and bias.requires_grad))):
+    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                            (bias is not None and bias.requires_grad))
+    if capturing(x):  # a CUDA graph records this call
+        return _captured(route, x, weight, bias, geom, groups, math, owner, training)
+    if not training:
         executor = route.fwd_exec
         kind = executor.__class__
         if (kind is Fallback or kind is Native) and executor.retry_at is None and \
@@ -278,3 +278,44 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
         # PyTorch's convolution won every pass and runs as it was measured: its own autograd, no detour
         return _pytorch(x, weight, bias, geom, groups)
     return _ops.eager_forward(x, weight, bias, route)
+
+
+def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, training: bool):
+    """A call that a CUDA graph records (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``):
+    the route as an eager call of the same kind left it (resolved, duelled and weighed outside the capture:
+    warm-up steps before a capture, as PyTorch's recipe has them), each pass's plan where it records safely
+    (:meth:`~convtune.torch._dispatch.Route.run`); PyTorch's own convolution and autograd where no eager
+    call has resolved the route yet (no lookup, tuning, duel or measurement runs on a capturing stream),
+    said once."""
+    if not training:
+        executor = route.fwd_exec
+        if executor is None or executor.retry_at is not None:
+            return _not_captured(x, weight, bias, geom, groups)
+        if (executor.__class__ is Fallback or executor.__class__ is Native) and \
+                (executor.__class__ is Fallback or _flags_as_measured(x, math)):
+            return _pytorch(x, weight, bias, geom, groups)
+        return route.run("fwd", x, weight, bias)
+    need_dx, need_dw = x.requires_grad, weight.requires_grad
+    keep = getattr(owner, "convtune_keep_spectra", False)
+    if keep and need_dx and need_dw and not route.trip_uncaptured:  # (the round trip its eager calls run)
+        trip = route.trips.get(keep)
+        if trip is not None and trip.recordable:
+            try:
+                return _ops.kept_forward(x, weight, bias, route, trip)
+            except Exception as exc:  # it failed to record: the per-pass route (and this capture keeps going)
+                route.trip_uncaptured = True
+                say_once(f"trip-capture:{route.problem.key()}", "convtune: the round trip of %s is not recorded "
+                         "in CUDA graphs (%s: %s); its per-pass plans are", route.problem.describe(),
+                         type(exc).__name__, exc)
+    key = (need_dx, need_dw)
+    if key in route.native_grads:
+        if _flags_as_measured(x, math):
+            return _pytorch(x, weight, bias, geom, groups)
+    elif key not in route.settled:
+        return _not_captured(x, weight, bias, geom, groups)
+    return _ops.eager_forward(x, weight, bias, route)
+
+
+def _not_captured(x, weight, bias, geom: Geometry, groups):
+    say_once("capture", "convtune: %s", CAPTURE_REASON)
+    return _pytorch(x, weight, bias, geom, groups)
