@@ -612,6 +612,44 @@ def test_kept_spectra_train_like_pytorch(form, monkeypatch):
     assert route.trips[True] is not None and route.trips[True].config.label().startswith("fft-trip[")
 
 
+@pytest.mark.parametrize("groups", [1, 4])
+def test_a_capture_records_a_round_trip_only_with_the_pointwise_product(groups, caplog, monkeypatch):
+    """Under a (faked) CUDA graph capture, a layer with kept spectra records its round trip where its products
+    are convtune's kernels (the pointwise product, depthwise here); where they are GEMMs (cuBLAS, which CuPy
+    refuses while capturing) PyTorch's convolution and autograd are recorded for the layer, said once."""
+    from convtune.roundtrip import RoundTrip
+    from convtune.torch import functional
+    monkeypatch.setattr(_dispatch, "_said", set())
+    class PreferPointwise(FakeTimer):  # the depthwise layer's round trip takes the pointwise product, the
+        def __call__(self, fn, backend=None, label=""):  # dense one GEMMs (the first candidate)
+            stats = super().__call__(fn, backend, label)
+            faster = groups > 1 and "pointwise" in label
+            return dataclasses.replace(stats, median_s=stats.median_s / 10) if faster else stats
+    rt = make_runtime(["fft", "im2col"], PreferPointwise())
+    plain = nn.Conv2d(4, 4, 5, padding=2, groups=groups)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=True)
+    x = torch.randn(2, 4, 10, 10, requires_grad=True)
+    for _ in range(2):  # eager steps: the round trip decided and built
+        patched(x).sum().backward()
+    (route,) = rt.layer_memo("torch").values()
+    trip = route.trips[True]
+    assert trip is not None and trip.recordable == (groups == 4), trip.config
+    calls = []
+    original = RoundTrip.kept_forward
+    monkeypatch.setattr(RoundTrip, "kept_forward", lambda self, *a: calls.append(1) or original(self, *a))
+    monkeypatch.setattr(functional, "capturing", lambda t: True)
+    monkeypatch.setattr(_dispatch, "capturing", lambda t: True)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        for _ in range(2):
+            x.grad = None
+            patched(x).sum().backward()
+            expected = torch.autograd.grad(plain(x).sum(), x)[0]
+            torch.testing.assert_close(x.grad, expected, rtol=1e-4, atol=1e-5)
+    assert bool(calls) == trip.recordable and route.trip_uncaptured == (not trip.recordable)
+    assert caplog.text.count("is not recorded in CUDA graphs") == (0 if trip.recordable else 1)
+
+
 def test_kept_spectra_fall_back_to_the_per_pass_plans_where_they_cannot_serve(caplog):
     rt = make_runtime(["fft", "im2col"])
     plain = nn.Conv2d(3, 4, 5, padding=2)

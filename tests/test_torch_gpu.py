@@ -309,29 +309,34 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     assert route.trips[keep] is not None
 
 
-#: Models captured in a CUDA graph: (strategies, the large layer's kernel, keep_spectra, AMP bf16 channels_last)
-CAPTURE_CASES = {"depthwise": (["im2col", "depthwise"], 7, False, False),
-                 "depthwise-amp": (["im2col", "depthwise"], 7, False, True),
-                 "fft": (["im2col", "fft"], 31, False, False),
-                 "fft-kept": (["im2col", "fft"], 31, True, False),
-                 "fft-amp": (["im2col", "fft"], 31, False, True)}
+#: Models captured in a CUDA graph: (strategies, the large layer's kernel and groups (0: depthwise),
+#: keep_spectra, AMP bf16 channels_last, the plans the planner is made to prefer: labels holding this word)
+CAPTURE_CASES = {"depthwise": (["im2col", "depthwise"], 7, 0, False, False, ""),
+                 "depthwise-amp": (["im2col", "depthwise"], 7, 0, False, True, ""),
+                 "fft": (["im2col", "fft"], 31, 0, False, False, "pointwise"),
+                 "fft-kept": (["im2col", "fft"], 31, 0, True, False, "pointwise"),
+                 "fft-kept-dense": (["im2col", "fft"], 15, 1, True, False, ""),  # (its trip's products: GEMMs)
+                 "fft-amp": (["im2col", "fft"], 31, 0, False, True, "pointwise")}
+
 
 
 @pytest.mark.parametrize("case", sorted(CAPTURE_CASES))
 def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, caplog, monkeypatch):
     """Forward and backward of a patched model captured with torch.cuda.graph (warm-up on a side stream, as
     PyTorch's recipe has it) and replayed twice on new data: the gradients PyTorch's own eager step gives.
-    The depthwise layer's plans (kernels launched by address; cuFFT work and kernels through the bridge) are
-    recorded in the graph; the 1x1 layer's im2col plans call cuBLAS, which CuPy refuses on a capturing
-    stream, or are recorded where it does not."""
+    The depthwise layer's plans (kernels launched by address; cuFFT work and kernels through the bridge, the
+    round trip with the pointwise product) are recorded in the graph; the 1x1 layer's im2col plans and a
+    round trip with GEMM products call cuBLAS, which CuPy refuses on a capturing stream: PyTorch's
+    convolution is recorded for those (warmed outside the capture)."""
     import logging
     from convtune.torch import _dispatch
-    strategies, k, keep, amp = CAPTURE_CASES[case]
+    strategies, k, groups, keep, amp, prefer = CAPTURE_CASES[case]
     monkeypatch.setattr(_dispatch, "_said", set())  # what this process has said once already
     torch.manual_seed(0)
     c, size = 8, 24 if k > 7 else 12
-    base = nn.Sequential(nn.Conv2d(c, c, k, padding=k // 2, groups=c), nn.ReLU(), nn.Conv2d(c, 16, 1)).cuda()
-    rt = make_runtime(strategies)
+    groups = groups or c
+    base = nn.Sequential(nn.Conv2d(c, c, k, padding=k // 2, groups=groups), nn.ReLU(), nn.Conv2d(c, 16, 1)).cuda()
+    rt = make_runtime(strategies, _Prefer(prefer))
     patched = copy.deepcopy(base)
     ct.patch(patched, runtime=rt, keep_spectra=keep)
     fmt = torch.channels_last if amp else torch.contiguous_format
@@ -357,13 +362,19 @@ def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, capl
         loss = loss_of(patched, static_x)
         loss.backward()
     assert "no eager call has looked up" not in caplog.text  # every layer was resolved before the capture
-    dw = [r for r in rt.layer_memo("torch").values() if r.problem.groups == c and r.problem.kernel_size == (k, k)]
-    recorded = [(r, p) for r in dw for p, label in r.labels().items() if label.startswith(("fft", "depthwise"))]
-    assert recorded, [r.labels() for r in dw]  # the large layer's kernel and FFT plans (its passes may be im2col's)
-    assert all(p not in r.captured and p not in r.uncaptured and not r.trip_uncaptured for r, p in recorded), \
-        ([r.labels() for r in dw], caplog.text)  # they were recorded, none failed there
-    if keep:
-        assert any(r.trips.get(keep) is not None for r in dw)
+    dw = [r for r in rt.layer_memo("torch").values() if r.problem.groups == groups and r.problem.kernel_size == (k, k)]
+    if keep:  # the layer's round trip: recorded with the pointwise product, not with GEMM products (cuBLAS)
+        (route,) = dw
+        assert route.trips.get(keep) is not None
+        assert route.trip_uncaptured == (not route.trips[keep].recordable), (route.trips[keep].config, caplog.text)
+        assert route.trips[keep].recordable == (groups == c)  # (depthwise: the pointwise product; dense: GEMMs)
+        said = f"the round trip of {route.problem.describe()} is not recorded" in caplog.text
+        assert route.trip_uncaptured == said
+    else:
+        recorded = [(r, p) for r in dw for p, label in r.labels().items() if label.startswith(("fft", "depthwise"))]
+        assert recorded, [r.labels() for r in dw]  # the large layer's kernel and FFT plans (or some im2col's)
+        assert all(p not in r.captured and p not in r.uncaptured for r, p in recorded), \
+            ([r.labels() for r in dw], caplog.text)  # they were recorded, none failed there
     for _ in range(2):
         fresh = torch.randn_like(static_x)
         static_x.copy_(fresh)

@@ -297,16 +297,25 @@ def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, train
         return route.run("fwd", x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
-    if keep and need_dx and need_dw and not route.trip_uncaptured:  # (the round trip its eager calls run)
-        trip = route.trips.get(keep)
-        if trip is not None and trip.recordable:
+    trip = route.trips.get(keep) if keep and need_dx and need_dw else None  # (the round trip its eager calls run)
+    if trip is not None:
+        why = None
+        if route.trip_uncaptured:
+            pass
+        elif not trip.recordable:
+            why = "its products call cuBLAS, which CuPy refuses on a capturing stream"
+        else:
             try:
                 return _ops.kept_forward(x, weight, bias, route, trip)
-            except Exception as exc:  # it failed to record: the per-pass route (and this capture keeps going)
-                route.trip_uncaptured = True
-                say_once(f"trip-capture:{route.problem.key()}", "convtune: the round trip of %s is not recorded "
-                         "in CUDA graphs (%s: %s); its per-pass plans are", route.problem.describe(),
-                         type(exc).__name__, exc)
+            except Exception as exc:  # it failed to record (this capture keeps going)
+                why = f"{type(exc).__name__}: {exc}"
+        if why is not None:
+            route.trip_uncaptured = True
+            say_once(f"trip-capture:{route.problem.key()}", "convtune: the round trip of %s is not recorded in "
+                     "CUDA graphs (%s): PyTorch's convolution is recorded for the layer", route.problem.describe(),
+                     why)
+        # (PyTorch's convolution for its passes ran outside captures: Route.kept_forward, kept_backward)
+        return _pytorch(x, weight, bias, geom, groups)
     key = (need_dx, need_dw)
     if key in route.native_grads:
         if _flags_as_measured(x, math):
