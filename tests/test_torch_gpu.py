@@ -341,7 +341,8 @@ def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, capl
     ct.patch(patched, runtime=rt, keep_spectra=keep)
     fmt = torch.channels_last if amp else torch.contiguous_format
     patched = patched.to(memory_format=fmt)
-    static_x = torch.randn(4, c, size, size, device="cuda").contiguous(memory_format=fmt)
+    # (the input needs its gradient too: a layer keeps spectra where both gradients are needed)
+    static_x = torch.randn(4, c, size, size, device="cuda").contiguous(memory_format=fmt).requires_grad_()
 
     def loss_of(model, x):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp, cache_enabled=False):
@@ -354,9 +355,11 @@ def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, capl
     with torch.cuda.stream(side):
         for _ in range(3):
             patched.zero_grad(set_to_none=True)
+            static_x.grad = None
             loss_of(patched, static_x).backward()
     torch.cuda.current_stream().wait_stream(side)
     patched.zero_grad(set_to_none=True)
+    static_x.grad = None
     graph = torch.cuda.CUDAGraph()
     with caplog.at_level(logging.INFO, logger="convtune"), torch.cuda.graph(graph):
         loss = loss_of(patched, static_x)
@@ -377,7 +380,8 @@ def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, capl
             ([r.labels() for r in dw], caplog.text)  # they were recorded, none failed there
     for _ in range(2):
         fresh = torch.randn_like(static_x)
-        static_x.copy_(fresh)
+        with torch.no_grad():
+            static_x.copy_(fresh)
         graph.replay()
         torch.cuda.synchronize()
         ref = copy.deepcopy(base).to(memory_format=fmt)
