@@ -45,10 +45,10 @@ def test_a_float32_channels_first_key_is_as_it_always_was():
     assert layer().key() == "ck1:conv2d:fwd:float32:fp32:n2:c4:k6:in9x10:ker3x3:s1x1:p1x1:d1x1:g1"
 
 
-def test_bounds_are_two_rounding_units_or_the_math_modes():
-    assert layer(dtype="bfloat16").tolerance == 2 ** -7 and layer(dtype="float16").tolerance == 2 ** -10
+def test_bounds_are_four_rounding_units_or_the_math_modes():
+    assert layer(dtype="bfloat16").tolerance == 2 ** -6 and layer(dtype="float16").tolerance == 2 ** -9
     assert layer().tolerance == 1e-5 and layer(math="tf32").tolerance == 1e-3
-    assert layer(dtype="float16", math="tf32").tolerance == 1e-3  # the looser of the two
+    assert layer(dtype="float16", math="tf32").tolerance == 2 ** -9  # the looser of the two
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -117,8 +117,8 @@ def test_numpy_strategies_run_half_and_channels_last_within_the_bound(dtype, lay
 
 
 def test_a_result_that_misses_its_dtypes_bound_is_rejected(fake_timer):
-    """A candidate off by 3 rounding units (what accumulating in half precision does) is rejected with
-    its error recorded; one off by half a unit passes."""
+    """A candidate off by 6 rounding units (what accumulating in half precision does on long reductions)
+    is rejected with its error recorded; one off by half a unit passes."""
     def noisy(units):
         def behaviour(a, b, out, problem, _reference):
             exact = reference(np, problem, np.asarray(a, np.float64), np.asarray(b, np.float64))
@@ -129,7 +129,7 @@ def test_a_result_that_misses_its_dtypes_bound_is_rejected(fake_timer):
         return behaviour
     names = []
     try:
-        for name, units in (("t-half-accum", 3.0), ("t-fp32-accum", 0.5)):
+        for name, units in (("t-half-accum", 6.0), ("t-fp32-accum", 0.5)):
             strategy = make_strategy(name, noisy(units))
             strategy.native_dtypes = precision.DTYPES  # it reads and writes half precision itself
             register(strategy)
@@ -137,7 +137,7 @@ def test_a_result_that_misses_its_dtypes_bound_is_rejected(fake_timer):
         for dtype in ("bfloat16", "float16"):
             d = Planner("numpy", fake_timer, strategies=names).tune(layer(dtype=dtype))
             outcomes = {o.strategy: o for o in d.outcomes}
-            assert outcomes["t-half-accum"].status == "rejected" and outcomes["t-half-accum"].error > 2.5 * \
+            assert outcomes["t-half-accum"].status == "rejected" and outcomes["t-half-accum"].error > 4 * \
                 precision.UNIT_ROUNDOFF[dtype]
             assert d.winner.strategy == "t-fp32-accum"
     finally:
