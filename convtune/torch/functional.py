@@ -256,17 +256,23 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
         return _pytorch(x, weight, bias, geom, groups)
     training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                             (bias is not None and bias.requires_grad))
-    if capturing(x):  # a CUDA graph records this call
-        return _captured(route, x, weight, bias, geom, groups, math, owner, training)
+    # (PyTorch's own call, first: a capture records the same; the capture check is a CUDA call)
     if not training:
         executor = route.fwd_exec
         kind = executor.__class__
         if (kind is Fallback or kind is Native) and executor.retry_at is None and \
                 (kind is Fallback or _flags_as_measured(x, math)):
             return _pytorch(x, weight, bias, geom, groups)  # PyTorch's own call, as measured: no detour
+        if capturing(x):  # a CUDA graph records this call
+            return _captured(route, x, weight, bias, geom, groups, math, owner, training)
         return route.run("fwd", x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
+    if (need_dx, need_dw) in route.native_grads and not (keep and need_dx and need_dw) and \
+            _flags_as_measured(x, math):
+        return _pytorch(x, weight, bias, geom, groups)  # PyTorch's convolution won every pass, as below
+    if capturing(x):  # a CUDA graph records this call
+        return _captured(route, x, weight, bias, geom, groups, math, owner, training)
     if keep and need_dx and need_dw:  # a training step that needs both gradients: one round trip, if it runs here
         trip = route.trip(keep)
         if trip is not None:
