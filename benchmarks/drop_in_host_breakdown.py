@@ -11,29 +11,13 @@ strategy is ``torch``), so the difference to PyTorch's call is the drop-in's own
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 
 import convtune
 import convtune.torch as ct
 from convtune.torch import _dispatch, functional
-
-
-def per_call_us(fn, calls: int, rounds: int, sync) -> float:
-    for _ in range(50):
-        fn()
-    sync()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        sync()
-    return statistics.median(samples)
+from torch_host_cpu import host_us  # (benchmarks/: the script's own directory)
 
 
 def main(argv=None) -> int:
@@ -81,7 +65,7 @@ def main(argv=None) -> int:
     print(f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
           f"route {route.labels()}")
     for name, fn in items:
-        print(f"{name:40s} {per_call_us(fn, args.calls, args.rounds, sync):8.2f} us")
+        print(f"{name:40s} {host_us(fn, args.calls, args.rounds, sync):8.2f} us")
     return 0
 
 

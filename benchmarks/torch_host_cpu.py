@@ -33,15 +33,20 @@ class _OneRun:
         return TimingStats(1.0, 0.0, 1.0, 1)
 
 
-def host_us(fn, calls=3000, rounds=7) -> float:
+def host_us(fn, calls=3000, rounds=7, sync=None) -> float:
+    """Host µs per call of ``fn``, the median of ``rounds`` rounds of ``calls`` calls (``sync()`` after the
+    warm-up and after each round: a GPU's queue drained between rounds)."""
+    sync = sync or (lambda: None)
     for _ in range(200):
         fn()
+    sync()
     samples = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         samples.append((time.perf_counter() - t0) / calls * 1e6)
+        sync()
     return statistics.median(samples)
 
 
