@@ -301,7 +301,7 @@ class Route:
         self.native_grads = {}
         self.captured = {}  # pass -> PyTorch's convolution for calls inside a CUDA graph capture
         self.uncaptured = set()  # passes whose plans failed inside a capture (PyTorch's recorded instead)
-        self.trip_uncaptured = False  # the round trip failed inside a capture (its per-pass plans are recorded)
+        self.trip_uncaptured = False  # the round trip is not recorded (PyTorch's convolution is, for the layer)
         self.warmed = set()  # (pass, thread) where PyTorch's convolution ran for captures (see warm_capture)
         self.settled = set()  # (input needs a gradient, weight needs one) whose plans were weighed (see settle)
 
@@ -348,7 +348,7 @@ class Route:
         x, w = x.contiguous(), w.contiguous()
         y = torch.empty(self.problem.y_shape, dtype=x.dtype, device=x.device)
         spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(x), br.array(w), br.array(y))[1])
-        if not trip.recordable and x.is_cuda:  # a capture records the per-pass route instead (see warm_capture)
+        if not trip.recordable and x.is_cuda:  # a capture records PyTorch's convolution instead (see warm_capture)
             self.warm_capture("fwd", x, w)
         if bias is not None:
             y += bias.view((1, -1) + (1,) * self.problem.rank)
@@ -401,10 +401,11 @@ class Route:
         CuPy refuses cuBLAS calls on a capturing stream, which rules out the im2col and GEMM-product plans);
         PyTorch's convolution where none is resolved yet, where the plan does not record, or where it failed
         inside a capture once (said once: no verdict on the plan, calls outside captures keep it). PyTorch's
-        convolution for such a pass ran once outside the capture when the plan was resolved
-        (:meth:`_warm_capture`: cuDNN cannot load an engine or run its benchmark inside a capture). A plan's
-        operands and workspaces come from PyTorch's allocator, whose capture pool holds them for the graph's
-        replays."""
+        convolution for a plan that does not record ran once outside captures, in the eager calls' threads
+        (:meth:`warm_capture`: cuDNN cannot make its handle, load an engine or run its benchmark inside a
+        capture). A plan's operands and workspaces come from PyTorch's allocator, whose capture pool holds
+        them for the graph's replays."""
+        out = None
         if executor is not None and executor.retry_at is None and executor.recordable and \
                 pass_ not in self.uncaptured:
             try:
@@ -413,13 +414,11 @@ class Route:
                 self.uncaptured.add(pass_)
                 say_once(f"uncaptured:{self.problem.key()}:{pass_}", "convtune: %s, %s: " + UNCAPTURED,
                          self.problem.describe(), pass_, executor.label, type(exc).__name__, exc)
-            else:
-                fmt = result_format(a, b)
-                return out if out.is_contiguous(memory_format=fmt) else out.contiguous(memory_format=fmt)
         elif executor is None or executor.retry_at is not None:
             say_once("capture", "convtune: %s", CAPTURE_REASON)
+        if out is None:
+            out = self._in_capture(pass_)(a, b, bias)
         fmt = result_format(a, b)
-        out = self._in_capture(pass_)(a, b, bias)
         return out if out.is_contiguous(memory_format=fmt) else out.contiguous(memory_format=fmt)
 
     def native_for_grads(self, need_dx: bool, need_dw: bool) -> bool:

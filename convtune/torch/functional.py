@@ -293,13 +293,10 @@ def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, train
     (:meth:`~convtune.torch._dispatch.Route.run`); PyTorch's own convolution and autograd where no eager
     call has resolved the route yet (no lookup, tuning, duel or measurement runs on a capturing stream),
     said once."""
-    if not training:
+    if not training:  # (PyTorch's own call, as measured, was answered before: _dispatch)
         executor = route.fwd_exec
         if executor is None or executor.retry_at is not None:
             return _not_captured(x, weight, bias, geom, groups)
-        if (executor.__class__ is Fallback or executor.__class__ is Native) and \
-                (executor.__class__ is Fallback or _flags_as_measured(x, math)):
-            return _pytorch(x, weight, bias, geom, groups)
         return route.run("fwd", x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
