@@ -185,7 +185,7 @@ def _explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mo
 
 dtype_option = click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
                             show_default=True, help="The operands' and result's dtype (half precision "
-                            "accumulates in float32; its error bound is two of its rounding units).")
+                            "accumulates in float32; its error bound is four of its rounding units).")
 layout_option = click.option("--layout", type=click.Choice(["channels_first", "channels_last"]),
                              default="channels_first", show_default=True,
                              help="Memory layout of the operands and result (NCHW or NHWC; NCL or NLC).")

@@ -95,7 +95,7 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     this convtune's plan. Where they can, or the winner's own version changed, it is a miss."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
-    older = current.replace("depthwise4", "depthwise3")
+    older = current.replace("depthwise5", "depthwise3")
     assert older != current
     dense, depthwise = problem(), ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(9, 9),
                                                    kernel_size=3, groups=4)
@@ -145,6 +145,24 @@ def test_a_version_that_changed_some_shapes_keeps_the_other_shapes_plans():
     assert not versions_agree(current.replace("im2col3", "im2col4"), dense, "im2col", current)  # a later convtune's
     torch_tag = next(t for t in current.split(",") if t.startswith("torch"))
     assert not versions_agree(current.replace(torch_tag, "torch1@0.0.1"), dense, "torch", current)
+
+
+def test_a_version_beside_an_outside_librarys_keeps_the_shapes_it_did_not_change():
+    """The torch strategy's version 2 changed how bfloat16 problems are timed, nothing else: under the same
+    PyTorch, a plan stored under torch1 holds for a float32 problem and not for a bfloat16 one; under another
+    PyTorch it holds for neither."""
+    from convtune.strategies import strategy_versions, versions_agree
+    current = strategy_versions()
+    torch_tag = next(t for t in current.split(",") if t.startswith("torch"))
+    assert torch_tag.startswith("torch2@")
+    library = torch_tag.partition("@")[2]
+    older = current.replace(torch_tag, f"torch1@{library}")
+    dense = problem()
+    half = dense.replace(dtype="bfloat16")
+    assert versions_agree(older, dense, "torch", current) and versions_agree(older, dense, "im2col", current)
+    assert not versions_agree(older, half, "torch", current) and not versions_agree(older, half, "im2col", current)
+    other = current.replace(torch_tag, "torch1@0.0.1")
+    assert not versions_agree(other, dense, "im2col", current)
 
 
 def test_a_failed_tuning_is_recorded_without_a_plan(cache_url):

@@ -21,6 +21,7 @@ from convtune.problem import ConvProblem  # noqa: E402
 from convtune.strategies import get_strategy, register, strategy_versions, unregister  # noqa: E402
 from convtune.strategies.base import Config, Strategy  # noqa: E402
 from conftest import FailingTimer, FakeTimer  # noqa: E402
+from convtune.timing import TimingStats  # noqa: E402
 from torch_models import MODELS  # noqa: E402
 
 
@@ -140,7 +141,7 @@ def test_tune_progress_bar_on_stderr(capsys):
 
 # -- the torch strategy ------------------------------------------------------------------------------------
 def test_torch_strategy_version_carries_pytorchs_version():
-    assert f"torch1@{torch.__version__}" in strategy_versions()
+    assert f"torch2@{torch.__version__}" in strategy_versions()
     p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
     assert get_strategy("torch").supports(p, Planner("numpy").backend) is None
 
@@ -181,6 +182,55 @@ def test_planner_times_a_strategy_that_makes_its_result_without_out():
         unregister("test-own-result")
     # verification writes into a poisoned out; timing lets the executor make its own result
     assert targets[0] is False and targets[-1] is True
+
+
+def test_the_torch_candidate_is_timed_on_bfloat16_tensors_made_once(monkeypatch):
+    """A bfloat16 problem's operands are float32 arrays of bfloat16 values; the torch candidate's verification
+    converts them, its timing runs PyTorch's convolution on bfloat16 tensors made once (its ``timed`` form),
+    the same tensors on every timed run, as the PyTorch layer calls it."""
+    from convtune.strategies import pytorch as pytorch_strategy
+    real, seen = pytorch_strategy.native_for, []
+
+    def recording(problem, **kwargs):
+        fn = real(problem, **kwargs)
+
+        def call(a, b):
+            seen.append((a.dtype, b.dtype, a.data_ptr(), b.data_ptr()))
+            return fn(a, b)
+        return call
+    monkeypatch.setattr(pytorch_strategy, "native_for", recording)
+    runs = []
+
+    def timer(fn, backend=None, label=""):
+        start = len(seen)
+        fn()
+        fn()
+        runs.append((label, seen[start:]))
+        return TimingStats(median_s=1e-3, spread_s=0.0, min_s=1e-3, repeats=2)
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3, dtype="bfloat16")
+    decision = Planner("numpy", timer, strategies=["torch", "im2col"]).tune(p)
+    assert decision.winner is not None
+    (label, calls), = [r for r in runs if r[0].startswith("torch")]
+    assert len(calls) == 2 and all(c[:2] == (torch.bfloat16, torch.bfloat16) for c in calls)
+    assert calls[0][2:] == calls[1][2:]  # the same tensors: converted once, before the timed runs
+
+
+def test_pytorchs_backward_data_keeps_a_channels_last_gradient_channels_last():
+    """PyTorch's backward-data as a plan reads only the input's shape and memory format: for a channels-last
+    gradient it says channels-last (a depthwise filter's own format is ambiguous), so PyTorch runs the pass as
+    its autograd would, without channels-first copies, and the result is channels-last; a channels-first
+    gradient keeps the broadcast stand-in."""
+    from convtune.strategies.pytorch import native_pass
+    cl = torch.channels_last
+    torch.manual_seed(0)
+    w = torch.randn(6, 1, 3, 3).contiguous(memory_format=cl)
+    x = torch.randn(2, 6, 9, 9, requires_grad=True)
+    dgrad = native_pass("dgrad", (2, 6, 9, 9), (6, 1, 3, 3), (1, 1), (1, 1), (1, 1), 6)
+    for dy in (torch.randn(2, 6, 9, 9).contiguous(memory_format=cl), torch.randn(2, 6, 9, 9)):
+        dx = dgrad(dy, w)
+        expected, = torch.autograd.grad(torch.nn.functional.conv2d(x, w, None, 1, 1, 1, 6), x, dy)
+        torch.testing.assert_close(dx, expected)
+        assert dx.is_contiguous(memory_format=cl) == (not dy.is_contiguous())
 
 
 # -- model specs -------------------------------------------------------------------------------------------

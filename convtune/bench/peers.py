@@ -61,27 +61,24 @@ def _torch_peer(name: str, tf32: bool, backend, reference: bool = False) -> Peer
     def make(problem: ConvProblem, a, b):
         if reference and problem.dtype == "float32":
             raise NotApplicable("a float32 problem: torch-fp32 is its PyTorch peer")
-        F = torch.nn.functional
-        grad = torch.nn.grad
-        conv, conv_input, conv_weight = {1: (F.conv1d, grad.conv1d_input, grad.conv1d_weight),
-                                         2: (F.conv2d, grad.conv2d_input, grad.conv2d_weight),
-                                         3: (F.conv3d, grad.conv3d_input, grad.conv3d_weight)}[problem.rank]
+        from ..strategies.pytorch import native_pass
+        # PyTorch's own computation of the pass, as its autograd runs it in training (the backward passes
+        # through convolution_backward with the input's memory format: torch.nn.grad.conv2d_input hands it
+        # a broadcast input, which for a channels-last depthwise layer makes PyTorch run the pass through
+        # channels-first copies, 3x its time in training for ConvNeXt-T's 7x7 layers in bfloat16 on the H100)
+        compute = native_pass(problem.pass_, problem.x_shape, problem.w_shape, problem.stride, problem.padding,
+                              problem.dilation, problem.groups)
         ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)  # zero-copy views of the arrays
         if reference:  # the same rounded values in float32, the same layout
             ta, tb = ta.float(), tb.float()
         elif problem.dtype == "bfloat16":  # stored in float32 (convtune.precision): PyTorch runs it in bfloat16
             ta, tb = ta.to(torch.bfloat16), tb.to(torch.bfloat16)
-        kw = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation, groups=problem.groups)
 
         def run():
             torch.backends.cudnn.benchmark = True
             torch.backends.cudnn.allow_tf32 = tf32
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            if problem.pass_ == "fwd":
-                return conv(ta, tb, **kw)
-            if problem.pass_ == "dgrad":
-                return conv_input(problem.x_shape, tb, ta, **kw)
-            return conv_weight(ta, problem.w_shape, tb, **kw)
+            return compute(ta, tb)
         return run
     return Peer(name, make)
 

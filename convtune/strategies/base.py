@@ -115,7 +115,15 @@ class Strategy:
         stream)``: the same work on C-contiguous operands and result of the problem's dtype given by
         device address, on ``stream`` (a CuPy stream of the current device), allocating nothing. The
         PyTorch bridge calls it on tensors' addresses instead of making array views
-        (:class:`~convtune.torch._dispatch.ArrayPlan`)."""
+        (:class:`~convtune.torch._dispatch.ArrayPlan`). Where ``launch`` reads bfloat16 memory itself (not
+        the float32 storage of :mod:`convtune.precision`), the executor says so with
+        ``launch_reads_bfloat16 = True``; where it needs device memory of its own, ``launch_workspace`` (bytes)
+        says how much, and the bridge passes a block of that size as a fifth argument.
+
+        An executor whose calls on the planner's arrays do work that the runtime's calls do not (packing
+        bfloat16 values to 16 bits, converting between dtypes) may carry ``timed(a, b, out)``: a call of no
+        arguments that runs the work the runtime runs, on copies of ``a`` and ``b`` prepared once. The
+        planner times that call instead of the executor's."""
         raise NotImplementedError
 
     def recordable(self, problem: ConvProblem, config: Config) -> bool:
@@ -257,12 +265,16 @@ def versions_agree(stored: str, problem: ConvProblem, winner: str, current: str 
 
 def _changed(name: str, old_tag: str | None, new_tag: str | None, problem: ConvProblem) -> bool:
     """Do a strategy's stored and current tags differ in a way that can change ``problem``'s plan? Only a
-    registered strategy's plain versions (no outside library's version beside them), the current one new,
-    whose changes since the stored one leave this shape alone (:meth:`Strategy.changed_since`) do not."""
+    registered strategy's versions (with the same outside library's version beside them, if any), the
+    current one new, whose changes since the stored one leave this shape alone
+    (:meth:`Strategy.changed_since`) do not."""
     strategy = _REGISTRY.get(name)
-    if strategy is None or old_tag is None or new_tag != f"{name}{strategy.version}":
+    if strategy is None or old_tag is None or new_tag != strategy.version_tag():
         return True
-    old_version = old_tag[len(name):]
+    old_version, _, old_library = old_tag[len(name):].partition("@")
+    new_library = new_tag[len(name):].partition("@")[2]
+    if old_library != new_library:
+        return True
     return not old_version.isdigit() or strategy.changed_since(int(old_version), problem)
 
 
