@@ -177,6 +177,51 @@ def test_depthwise_window_kernels_against_float64(pass_, case):
         assert relative_error(cp, strategy.build(p, cfg, be)(a, b, out), ref) <= 1e-5, cfg.label()
 
 
+# (input, kernel, stride, padding, dilation, batch, channels): ConvNeXt's 7x7 with channels not a multiple of 32,
+# a strided 3x3 (backward-data's gather), a dilated 5x5, a 31x31 kernel (taps outside registers, filter
+# gradient in row groups), a long 1-D kernel, uneven strides and padding
+NHWC_CASES = [((13, 17), (7, 7), 1, 3, 1, 3, 40), ((15, 16), (3, 3), 2, 1, 1, 2, 24),
+              ((20, 19), (5, 5), 1, 4, 2, 2, 33), ((40, 37), (31, 31), 1, 15, 1, 2, 16),
+              ((301,), (61,), 1, 30, 1, 3, 48), ((9, 11), (3, 5), (2, 1), (0, 2), 1, 2, 8)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", NHWC_CASES, ids=lambda c: "x".join(map(str, c[0])) + "-k" + "x".join(map(str, c[1])))
+def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
+    """The channels-last kernels (every rows setting, the tiled ones where they apply) read and write the problem's dtype in its layout, and sum
+    in float32: within one unit roundoff of the float64 result of the same rounded operands (the rounding of
+    the result alone), float32 within 1e-5. Their timed form runs on the same memory layout."""
+    import cupy as cp
+    from convtune import precision
+    from convtune.direct import depthwise_nhwc
+    from convtune.planner import relative_error
+    from convtune.strategies import get_strategy
+    size, kernel, stride, padding, dilation, n, c = case
+    be = get_backend("cupy")
+    p = convtune.ConvProblem.make(batch=n, in_channels=c, out_channels=c, input_size=size, kernel_size=kernel,
+                                  stride=stride, padding=padding, dilation=dilation, groups=c, pass_=pass_,
+                                  dtype=dtype, layout="channels_last")
+    a, b, ref = _operands_and_reference(be, p, 5)
+    strategy = get_strategy("depthwise")
+    assert strategy.supports(p, be) is None
+    nhwc = [cfg for cfg in strategy.candidates(p, be) if cfg.variant.startswith("nhwc")]
+    tiled = depthwise_nhwc.tiled_reason(p, 4) is None
+    assert tiled or p.stride != (1,) * p.rank or math.prod(kernel) > 81 or (p.rank == 1 and pass_ == "wgrad")
+    assert sorted((cfg.variant, cfg.rows) for cfg in nhwc) == \
+        [("nhwc", 2), ("nhwc", 4), ("nhwc", 8)] + ([("nhwc-tiled", 4), ("nhwc-tiled", 8)] if tiled else [])
+    bound = 1e-5 if dtype == "float32" else precision.UNIT_ROUNDOFF[dtype]
+    for cfg in nhwc:
+        out = precision.empty_result(cp, p, fill=cp.nan)
+        run = strategy.executor(p, cfg, be)
+        assert run(a, b, out) is out
+        if pass_ != "wgrad":  # (a filter of one channel per group reads as either layout)
+            assert precision.layout_of(out) == "channels_last"
+        err = relative_error(cp, out, ref)
+        assert err <= bound, f"{cfg.label()}: {err:.3g} on {p.describe()}"
+        run.timed(a, b, out)()
+
+
 def test_cudnn_best_peer_names_its_engine_and_is_exact():
     import cupy as cp
     pytest.importorskip("cudnn")

@@ -259,6 +259,49 @@ def test_the_depthwise_heuristic_keeps_the_tiled_kernels_where_they_hold_the_fil
     assert dw.heuristic_config(big, gpu).variant == "window"
 
 
+def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
+    """A channels-last depthwise problem, in any dtype, is offered the nhwc kernels first (tiled, then plain:
+    they read its
+    operands as they lie: no conversions, no conversion workspace), then the channels-first kernels between
+    conversions; kernels wider than 81 are not theirs, and large kernels on planes too big for the window
+    kernels are supported through them. A channels-first problem gets no nhwc kernel."""
+    from types import SimpleNamespace
+    from convtune.direct import depthwise_nhwc
+    from convtune.problem import ConvProblem
+    from convtune.strategies import get_strategy
+    gpu, dw = SimpleNamespace(name="cupy"), get_strategy("depthwise")
+
+    def layer(size, k, pad, c=96, **kw):
+        return ConvProblem.make(batch=8, in_channels=c, out_channels=c, input_size=size, kernel_size=k,
+                                padding=pad, groups=c, **kw)
+    for dtype in ("float32", "bfloat16", "float16"):
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            p = layer((56, 56), 7, 3, dtype=dtype, layout="channels_last", pass_=pass_)
+            configs = dw.candidates(p, gpu)
+            nhwc = [("nhwc-tiled", 4), ("nhwc-tiled", 8), ("nhwc", 4), ("nhwc", 8), ("nhwc", 2)]
+            assert [(c.variant, c.rows) for c in configs[:len(nhwc)]] == nhwc
+            assert {c.variant for c in configs[len(nhwc):]} == {"tiled", "window", "simple"}
+            assert dw.heuristic_config(p, gpu).variant.startswith("nhwc")
+            half_wgrad = pass_ == "wgrad" and dtype != "float32"
+            assert dw.workspace(p, configs[0]) == (4 * 96 * 49 if half_wgrad else 0)
+            # the channels-first kernels between conversions: the conversions' float32 copies
+            assert dw.workspace(p, configs[len(nhwc)]) == p.in_float32().min_bytes()
+            assert depthwise_nhwc.tile_shape(p, 4) == ((4, 16) if pass_ == "wgrad" else (8, 16))  # (dy's tile too)
+    assert not any(c.variant == "nhwc" for c in dw.candidates(layer((56, 56), 7, 3, dtype="bfloat16"), gpu))
+    big = layer((224, 224), 31, 15, c=8, layout="channels_last")  # too big a plane for the window kernels
+    assert dw.supports(big, gpu) is None and {c.variant for c in dw.candidates(big, gpu)} == {"nhwc"}
+    assert "81 taps" in depthwise_nhwc.tiled_reason(big, 4)
+    assert "1-D" in depthwise_nhwc.tiled_reason(ConvProblem.make(batch=2, in_channels=8, out_channels=8,
+                                                                  input_size=(300,), kernel_size=31, padding=15,
+                                                                  groups=8, pass_="wgrad", layout="channels_last"), 4)
+    assert "stride 1" in depthwise_nhwc.tiled_reason(layer((56, 56), 3, 1, stride=2, layout="channels_last"), 4)
+    assert depthwise_nhwc.row_group(big) == 2  # 62 of the filter gradient's sums per thread, in registers
+    wide = layer((1, 4096), (1, 101), (0, 50), c=8, layout="channels_last")
+    assert "wider than 81" in depthwise_nhwc.reason(wide) and "64" in dw.supports(wide, gpu)
+    assert "3-D" in dw.supports(ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(6, 6, 6),
+                                                 kernel_size=3, groups=4, layout="channels_last"), gpu)
+
+
 def test_strategies_say_which_plans_a_cuda_graph_records():
     """Kernel launches and cuFFT work record in a CUDA graph; CuPy refuses cuBLAS calls while capturing, so
     plans that call it (im2col, the FFT's GEMM products) and plans not known to record (cuDNN's) say no."""

@@ -140,6 +140,8 @@ LAUNCH_CASES = {
                                                            groups=16), (4, 16, 19, 21)),
     "depthwise-window": ("variant=window", "depthwise", dict(in_channels=16, out_channels=16, kernel_size=15,
                                                              padding=7, groups=16), (3, 16, 20, 18)),
+    "depthwise-nhwc": ("variant=nhwc", "depthwise", dict(in_channels=40, out_channels=40, kernel_size=7, padding=3,
+                                                         groups=40), (3, 40, 13, 17)),
     "im2col-1x1": ("im2col", "im2col", dict(in_channels=16, out_channels=24, kernel_size=1), (4, 16, 9, 11)),
 }
 
@@ -165,6 +167,8 @@ def test_launch_path_trains_like_pytorch_on_a_side_stream(case, layout, monkeypa
     training step gives PyTorch's output and gradients."""
     from convtune.torch._bridge import bridge
     word, strategy, kwargs, shape = LAUNCH_CASES[case]
+    if word == "variant=nhwc" and layout == "channels_first":
+        pytest.skip("the nhwc kernels are for channels-last operands")
     torch.manual_seed(0)
     plain = nn.Conv2d(**kwargs).cuda()
     rt = make_runtime([strategy], _Prefer(word))
@@ -208,6 +212,51 @@ def test_launch_path_trains_like_pytorch_on_a_side_stream(case, layout, monkeypa
     xr = x.clone().requires_grad_()
     (plain(xr) * probe).sum().backward()
     torch.testing.assert_close(grads[1], xr.grad, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_amp_channels_last_depthwise_plans_run_on_the_tensors_own_memory(dtype, monkeypatch):
+    """Under autocast, a channels-last depthwise layer's plans (the nhwc kernels) run by address on the
+    half-precision tensors themselves: no conversion to float32, nothing through the bridge's array views, the
+    filter gradient's float32 sums in a block of PyTorch's allocator. Output and gradients are within one
+    unit roundoff of float64 on the same rounded operands."""
+    from convtune.torch._bridge import bridge
+    half = getattr(torch, dtype)
+    torch.manual_seed(1)
+    plain = nn.Conv2d(40, 40, 7, padding=3, groups=40, bias=False).cuda().to(memory_format=torch.channels_last)
+    patched = copy.deepcopy(plain)
+    rt = make_runtime(["depthwise"], _Prefer("variant=nhwc"))
+    ct.patch(patched, runtime=rt)
+    x = torch.randn(3, 40, 13, 17, device="cuda").contiguous(memory_format=torch.channels_last)
+    probe = torch.randn(3, 40, 13, 17, device="cuda")
+    br = bridge("cuda")
+    through_bridge = []
+    inner_call = br.call
+    for step in range(2):  # the first tunes; the second runs the resolved plans
+        if step == 1:
+            monkeypatch.setattr(br, "call", lambda index, fn, *args: through_bridge.append(fn) or
+                                inner_call(index, fn, *args))
+        xs = x.clone().requires_grad_()
+        patched.weight.grad = None
+        with torch.autocast("cuda", dtype=half):
+            y = patched(xs)
+        (y.float() * probe).sum().backward()
+    assert through_bridge == []
+    (route,) = rt.layer_memo("torch").values()
+    assert (route.problem.dtype, route.problem.layout) == (dtype, "channels_last")
+    assert all("variant=nhwc" in label for label in route.labels().values()), route.labels()
+    assert {e.launch_dtype for e in (route.fwd_exec, route.dgrad_exec, route.wgrad_exec)} == {half}
+    assert route.wgrad_exec.launch_workspace == 4 * 40 * 49
+    assert y.dtype == half and y.is_contiguous(memory_format=torch.channels_last)
+    x64 = x.to(half).double().requires_grad_()
+    w64 = plain.weight.to(half).double().requires_grad_()
+    y64 = torch.nn.functional.conv2d(x64, w64, padding=3, groups=40)
+    dy64 = probe.to(half).double()  # the gradient autograd hands the convolution: the probe in its dtype
+    dx64, dw64 = torch.autograd.grad(y64, (x64, w64), dy64)
+    u = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11
+    for got, want in ((y, y64), (xs.grad, dx64), (patched.weight.grad, dw64)):
+        err = float((got.double() - want).norm() / want.norm())
+        assert err <= u, err
 
 
 def test_convtune_memory_comes_from_pytorchs_allocator():

@@ -1,7 +1,11 @@
 """Direct depthwise kernels (CUDA, CuPy RawKernel): all three passes, channel multiplier 1, GPU
 only. Small kernels (up to 81 taps): any stride, padding and dilation. Larger ones: the window
 kernels (stride 1, dilation 1, up to 64 wide, planes that fit shared memory), for large kernels on
-small planes."""
+small planes. These read float32 channels-first operands (other dtypes and layouts through
+conversions, :func:`convtune.precision.bounded`). Channels-last problems also get the ``nhwc``
+kernels (:mod:`convtune.direct.depthwise_nhwc`), which read and write float32, bfloat16 and
+float16 channels-last operands themselves: any stride, padding and dilation, kernels up to 81 wide;
+and ``nhwc-tiled`` (shared-memory tiles: stride 1, up to 81 taps, forward and backward-data)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from dataclasses import dataclass
 
 from ..direct.depthwise import (MAX_TAPS, TILE_W, TILED_ROWS, WINDOW_S, DepthwiseConv, tiled_reason, tiled_warps,
                                 window_layout, window_reason)
+from .. import precision
+from ..direct import depthwise_nhwc
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -17,19 +23,30 @@ from .base import Config, Strategy, register
 @dataclass(frozen=True)
 class DepthwiseConfig(Config):
     threads: int = 256
-    variant: str = "simple"  # or "tiled" (stride-1 2-D, register-blocked shared-memory tiles), "window"
-    rows: int = 1  # outputs per thread (tiled, window; window's filter gradient: taps per thread)
+    # or "tiled" (stride-1 2-D, register-blocked shared-memory tiles), "window", "nhwc" and "nhwc-tiled"
+    # (channels-last operands in their own dtype, :mod:`convtune.direct.depthwise_nhwc`)
+    variant: str = "simple"
+    rows: int = 1  # outputs per thread (tiled, window, nhwc; window's filter gradient: taps per thread)
 
 
 #: Smallest kernel (taps) offered the window kernels (below it the tiled kernels hold the filter in registers).
 WINDOW_MIN_TAPS = 49
+#: Outputs per thread along a row that the channels-last kernels try (a search axis; the first is the heuristic's).
+NHWC_ROWS = (4, 8, 2)
+#: The same for the channels-last tiled kernel (forward and stride-1 backward-data).
+NHWC_TILED_ROWS = (4, 8)
+
+
+def _channels_last_depthwise(problem: ConvProblem) -> bool:
+    return problem.layout == "channels_last" and problem.groups == problem.in_channels == problem.out_channels
 
 
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 4
+    version = 5
     config_type = DepthwiseConfig
+    changes = {5: _channels_last_depthwise}  # version 5 added the nhwc kernels; channels-first plans stand
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -39,7 +56,7 @@ class DepthwiseStrategy(Strategy):
         if not (problem.groups == problem.in_channels == problem.out_channels):
             return "not a depthwise convolution with channel multiplier 1 (groups == in == out channels)"
         taps = math.prod(problem.kernel_size)
-        if taps > MAX_TAPS:
+        if taps > MAX_TAPS and depthwise_nhwc.reason(problem) is not None:
             reason = window_reason(problem)
             if reason is not None:
                 return f"kernel of {taps} taps is over {MAX_TAPS} and {reason} (large kernels: use FFT)"
@@ -49,6 +66,16 @@ class DepthwiseStrategy(Strategy):
         return problem.rank <= 2 and problem.groups == problem.in_channels == problem.out_channels
 
     def candidates(self, problem, backend):
+        # channels-last: the nhwc kernels first (they read the operands as they lie), then the others through
+        # conversions
+        tiled = [DepthwiseConfig(threads=256, variant="nhwc-tiled", rows=r) for r in NHWC_TILED_ROWS
+                 if depthwise_nhwc.tiled_reason(problem, r) is None]
+        nhwc = [DepthwiseConfig(threads=256, variant="nhwc", rows=r) for r in NHWC_ROWS] \
+            if depthwise_nhwc.reason(problem) is None else []
+        nhwc = tiled + nhwc
+        return nhwc + self._channels_first(problem)
+
+    def _channels_first(self, problem):
         window = [DepthwiseConfig(threads=window_layout(problem, s)[1], variant="window", rows=s)
                   for s in WINDOW_S if math.prod(problem.kernel_size) >= WINDOW_MIN_TAPS
                   and window_reason(problem, s) is None]
@@ -60,13 +87,26 @@ class DepthwiseStrategy(Strategy):
         return tiled + window + [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
 
     def workspace_bytes(self, problem, config) -> int:
-        return 0
+        return depthwise_nhwc.workspace_bytes(problem) if config.variant.startswith("nhwc") else 0
+
+    def executor(self, problem, config, backend):
+        """The nhwc kernels read the problem's dtype and layout themselves; the others are float32
+        channels-first kernels, between conversions for any other problem."""
+        if config.variant.startswith("nhwc") or (problem.dtype, problem.layout) == ("float32", "channels_first"):
+            return self.build(problem, config, backend)
+        return precision.bounded(self.build(problem.in_float32(), config, backend), problem, backend.xp)
+
+    def workspace(self, problem, config) -> int:
+        native = config.variant.startswith("nhwc") or (problem.dtype, problem.layout) == ("float32", "channels_first")
+        return self.workspace_bytes(problem, config) + (0 if native else problem.in_float32().min_bytes())
 
     def recordable(self, problem, config) -> bool:
         return True  # one kernel launch per pass (and a memset for the filter gradient)
 
     def build(self, problem, config, backend):
         cp = backend.xp
+        if config.variant.startswith("nhwc"):
+            return self._build_nhwc(problem, config, backend)
         executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count, config.variant,
                                  config.rows)
         shape = problem.result_shape
@@ -74,4 +114,17 @@ class DepthwiseStrategy(Strategy):
         def run(a, b, out=None):
             return executor(a, b, cp.empty(shape, dtype=cp.float32) if out is None else out)
         run.launch = executor.launch  # by address, for the PyTorch bridge (see Strategy.build)
+        return run
+
+    def _build_nhwc(self, problem, config, backend):
+        cp = backend.xp
+        executor = depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count,
+                                                    config.rows, tiled=config.variant == "nhwc-tiled")
+
+        def run(a, b, out=None):
+            return executor(a, b, precision.empty_result(cp, problem) if out is None else out)
+        # by address on memory of the problem's own dtype (bfloat16 as 16-bit numbers: the PyTorch bridge),
+        # with a workspace of launch_workspace bytes where that is not 0 (see ArrayPlan)
+        run.launch, run.launch_reads_bfloat16, run.launch_workspace = executor.launch, True, executor.workspace
+        run.timed = executor.timed  # the planner times the launch on 16-bit copies, as the bridge runs it
         return run

@@ -25,9 +25,10 @@ Every executor takes operands dense in the format they arrive in and the result 
 format :func:`result_format` says (channels_last where an operand is), which the fake tensors of the
 registered ops promise too. A route's problem carries the call's dtype (float32, bfloat16, float16)
 and layout (:func:`tensor_layout`): its plan was tuned for them, PyTorch's own convolution running
-them natively and convtune's strategies through conversions (:mod:`convtune.precision`).
-bfloat16 tensors reach convtune's arrays as float32 copies (NumPy and CuPy have no bfloat16) and
-their results are converted back, exactly.
+them natively, the channels-last depthwise kernels too, and convtune's other strategies through
+conversions (:mod:`convtune.precision`). bfloat16 tensors reach convtune's arrays as float32 copies
+(NumPy and CuPy have no bfloat16) and their results are converted back, exactly; a by-address form
+that reads bfloat16 itself gets the tensors' own memory.
 """
 
 from __future__ import annotations
@@ -209,7 +210,8 @@ class Fallback(Native):
 
 class ArrayPlan:
     """A convtune plan of another strategy, on zero-copy array views of the tensors (bfloat16 ones
-    converted to float32 and back: :mod:`convtune.precision`).
+    converted to float32 and back: :mod:`convtune.precision`, except where a by-address form reads
+    bfloat16 itself: the channels-last depthwise kernels).
 
     On CUDA, a plan whose executor has a by-address form (``launch``: the depthwise kernels, the 1x1
     cuBLAS calls; see :meth:`Strategy.build <convtune.strategies.base.Strategy.build>`) is called on the
@@ -219,7 +221,7 @@ class ArrayPlan:
     conversions (one copy per operand, one for the result) and the executor's by-address form runs between."""
 
     __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last",
-                 "launch", "launch_dtype", "launch_format", "duel", "recordable")
+                 "launch", "launch_dtype", "launch_format", "launch_workspace", "duel", "recordable")
 
     def __init__(self, plan, bridge_, problem: ConvProblem):
         self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
@@ -229,6 +231,7 @@ class ArrayPlan:
         self.storage = torch.float16 if problem.dtype == "float16" else torch.float32
         self.channels_last = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
         self.launch = self.launch_dtype = self.launch_format = None
+        self.launch_workspace = 0
         self.duel = None  # a won duel: (its seconds per call, PyTorch's, PyTorch's executor) (see Route.settle)
         # can a CUDA graph record its work (Route.run)? (a plan whose strategy is not registered here: no)
         try:
@@ -237,9 +240,12 @@ class ArrayPlan:
             self.recordable = False
         if bridge_.device_type == "cuda":
             native, converted = plan.launch, getattr(plan.run, "float32_launch", None)
-            if native is not None and problem.dtype != "bfloat16":  # (bfloat16 is stored as float32: converted)
-                self.launch, self.launch_dtype, self.launch_format = native, self.storage, \
+            # (a launch reads bfloat16 tensors where it says so; else bfloat16, stored as float32, is converted)
+            if native is not None and (problem.dtype != "bfloat16" or
+                                       getattr(plan.run, "launch_reads_bfloat16", False)):
+                self.launch, self.launch_dtype, self.launch_format = native, getattr(torch, problem.dtype), \
                     self.channels_last or _CONTIGUOUS
+                self.launch_workspace = getattr(plan.run, "launch_workspace", 0)
             elif converted is not None:
                 self.launch, self.launch_dtype, self.launch_format = converted, torch.float32, _CONTIGUOUS
 
@@ -270,7 +276,11 @@ class ArrayPlan:
         dtype, fmt = self.launch_dtype, self.launch_format
         a, b = _dense_as(a, dtype, fmt), _dense_as(b, dtype, fmt)
         out = torch.empty(self.shape, dtype=dtype, device=a.device, memory_format=fmt)
-        self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream)
+        if self.launch_workspace:  # from PyTorch's caching allocator, on its stream, like every allocation here
+            workspace = torch.empty((self.launch_workspace,), dtype=torch.uint8, device=a.device)
+            self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, workspace.data_ptr())
+        else:
+            self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream)
         return out
 
 
