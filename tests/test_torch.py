@@ -283,6 +283,36 @@ def test_autocast_runs_the_plan_tuned_for_its_dtype(caplog):
     torch.testing.assert_close(y.float(), expected.float(), rtol=2 ** -7, atol=2 ** -7 * float(expected.abs().max()))
 
 
+def test_autocast_hands_pytorchs_convolution_the_operands_as_they_came(monkeypatch):
+    """Under autocast, a layer whose passes are PyTorch's convolution routes by autocast's dtype but does not
+    cast the operands itself: PyTorch's convolution, under the same autocast, casts them (in C++, with its
+    cache of the weights' casts), so the drop-in adds no casts of its own; its results are the plain layer's.
+    A layer that runs convtune's plan gets the operands cast."""
+    from convtune.torch import functional
+    casts = []
+    real_cast = functional._cast
+    monkeypatch.setattr(functional, "_cast", lambda x, w, b, dtype: casts.append(dtype) or real_cast(x, w, b, dtype))
+    torch.manual_seed(0)
+    for strategy, casts_per_call in (("torch", 0), ("im2col", 1)):
+        rt = make_runtime([strategy])
+        layer = ct.Conv2d(3, 4, 3, runtime=rt)
+        plain = nn.Conv2d(3, 4, 3)
+        plain.load_state_dict(layer.state_dict())
+        x = torch.randn(2, 3, 8, 8, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            layer(x), layer(x.detach())  # resolves the route's passes for training and inference calls
+            casts.clear()
+            y, expected = layer(x), plain(x)
+            y_infer = layer(x.detach())
+        assert casts == [torch.bfloat16] * (2 * casts_per_call), (strategy, casts)
+        (route,) = rt.layer_memo("torch").values()
+        assert route.problem.dtype == "bfloat16" and route.labels()["fwd"].startswith(strategy)
+        assert y.dtype == y_infer.dtype == torch.bfloat16
+        if strategy == "torch":
+            torch.testing.assert_close(y, expected, rtol=0, atol=0)
+            torch.testing.assert_close(y_infer, expected.detach(), rtol=0, atol=0)
+
+
 def test_conv3d_under_autocast_and_tune_ahead():
     """A video-style model: Conv3d layers channels_last_3d under bfloat16 autocast, tuned ahead, then trained
     on the plans tuned for them."""

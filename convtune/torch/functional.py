@@ -12,8 +12,10 @@ modules have it) and ``math``:
   is on (PyTorch's own default), else ``fp32``; or ``"fp32"``/``"tf32"``.
 
 float32, bfloat16 and float16 tensors run, channels_last ones too: the plan is the one tuned for
-the call's dtype and layout. Under autocast (AMP) the operands are cast first as autocast casts a
-convolution's (to its lower-precision dtype), so the plan of that dtype runs.
+the call's dtype and layout. Under autocast (AMP) the call's dtype is the one autocast gives a
+convolution (its lower-precision dtype), so the plan of that dtype runs: convtune's plans get the
+operands cast as autocast casts them, and PyTorch's own convolution gets them as they came, for
+autocast itself to cast (in C++, with its cache of the weights' casts).
 
 What convtune cannot run goes to PyTorch's own convolution, with the reason logged once (never an
 error where PyTorch would have run): other dtypes, or operands of different dtypes, devices other
@@ -133,17 +135,25 @@ def resolve_math(math: str, x, compiling: bool = False) -> str:
     return math
 
 
-def _unsupported(x, weight, bias, rank, compiling: bool, device_check: bool = True) -> str | None:
-    """Why convtune leaves this call to PyTorch (``None``: it runs it). Under ``torch.compile`` a missing
-    CuPy is found when the op runs (its route falls back then), not while tracing; ``device_check``
-    off asks about everything but the device (shapes found on the meta device)."""
+def _unsupported(x, weight, bias, rank, compiling: bool, device_check: bool = True, cast=None) -> str | None:
+    """Why convtune leaves this call to PyTorch (``None``: it runs it); ``cast``: the dtype autocast casts
+    the operands to (:func:`autocast_dtype`). Under ``torch.compile`` a missing CuPy is found when the op
+    runs (its route falls back then), not while tracing; ``device_check`` off asks about everything but
+    the device (shapes found on the meta device)."""
     if rank not in (1, 2, 3):
         return f"{rank}-D convolutions are not supported"
-    if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+    if cast is not None:  # autocast casts every floating-point operand to it
+        if not weight.is_floating_point() or (bias is not None and not bias.is_floating_point()):
+            kinds = ", ".join(str(t.dtype) for t in (x, weight, bias) if t is not None)
+            return f"operands of dtypes {kinds}: convtune runs convolutions whose operands share one dtype"
+        dtype = cast
+    elif weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         kinds = ", ".join(str(t.dtype) for t in (x, weight, bias) if t is not None)
         return f"operands of dtypes {kinds}: convtune runs convolutions whose operands share one dtype"
-    if x.dtype not in DTYPES:
-        return f"dtype {x.dtype}: convtune runs float32, bfloat16 and float16 convolutions"
+    else:
+        dtype = x.dtype
+    if dtype not in DTYPES:
+        return f"dtype {dtype}: convtune runs float32, bfloat16 and float16 convolutions"
     if not device_check or x.is_cpu:  # (the tensor's flags: asking for its device makes an object)
         return None
     if x.is_cuda:
@@ -193,17 +203,28 @@ conv3d = _of_rank(3, "conv3d")
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
-def autocast(x, weight, bias):
-    """The operands as autocast gives them to a convolution where it is on for their device (cast to its
-    lower-precision dtype, as ``torch.autocast`` casts ``conv2d``'s), else as they are."""
+def autocast_dtype(x):
+    """The dtype autocast gives a convolution of ``x`` where it is on for ``x``'s device (its lower-precision
+    dtype, as ``torch.autocast`` casts ``conv2d``'s operands), else ``None``."""
     if not _any_autocast():
-        return x, weight, bias
+        return None
     device = x.device.type
     if device in ("cpu", "cuda") and x.is_floating_point() and torch.is_autocast_enabled(device):
-        dtype = torch.get_autocast_dtype(device)
-        x, weight = x.to(dtype), weight.to(dtype)
-        bias = None if bias is None else bias.to(dtype)
-    return x, weight, bias
+        return torch.get_autocast_dtype(device)
+    return None
+
+
+def _cast(x, weight, bias, dtype):
+    """The operands cast to ``dtype`` as autocast casts a convolution's (as they are for ``None``)."""
+    if dtype is None:
+        return x, weight, bias
+    return x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
+
+
+def autocast(x, weight, bias):
+    """The operands as autocast gives them to a convolution where it is on for their device, else as they
+    are."""
+    return _cast(x, weight, bias, autocast_dtype(x))
 
 
 def _pytorch(x, weight, bias, geom: Geometry, groups):
@@ -220,8 +241,11 @@ def run(input, weight, bias, geom: Geometry, groups: int, math: str, runtime: Ru
     if geom.pre_pad is not None:
         x = F.pad(x, geom.pre_pad, mode="constant" if geom.pad_mode == "zeros" else geom.pad_mode)
     compiling = torch.compiler.is_compiling()
-    x, weight, bias = autocast(x, weight, bias)
-    reason = _unsupported(x, weight, bias, rank, compiling) if x.dim() == rank + 2 else None
+    cast = autocast_dtype(x)
+    if compiling:  # (the registered op takes the operands autocast would give the convolution)
+        x, weight, bias = _cast(x, weight, bias, cast)
+        cast = None
+    reason = _unsupported(x, weight, bias, rank, compiling, cast=cast) if x.dim() == rank + 2 else None
     if reason is not None or x.dim() != rank + 2:
         if reason is not None and not compiling:
             say_once(f"unsupported:{reason}", "convtune: PyTorch's convolution runs this call: %s", reason)
@@ -230,7 +254,7 @@ def run(input, weight, bias, geom: Geometry, groups: int, math: str, runtime: Ru
         y = torch.ops.convtune.conv_fwd(x, weight, bias, geom.stride, geom.padding, geom.dilation, groups,
                                         resolve_math(math, x, compiling=True))
     else:
-        y = _dispatch(x, weight, bias, geom, groups, resolve_math(math, x), runtime, owner)
+        y = _dispatch(x, weight, bias, geom, groups, resolve_math(math, x), runtime, owner, cast)
     return y.squeeze(0) if unbatched else y
 
 
@@ -242,16 +266,19 @@ def _flags_as_measured(x, math: str) -> bool:
     return _cudnn_benchmark() and _cudnn_allow_tf32() == (math == "tf32")
 
 
-def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
+def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cast=None):
+    """The call through its route. ``cast``: autocast's dtype for it (the operands are as they came: PyTorch's
+    own convolution gets them so, under the same autocast; convtune's plans get them cast)."""
     records = _collect.records
     if records is not None:
+        x, weight, bias = _cast(x, weight, bias, cast)
         records.append((owner, x, weight, geom, groups, math))
         return _pytorch(x, weight, bias, geom, groups)
     if x.numel() == 0 or weight.numel() == 0:
         return _pytorch(x, weight, bias, geom, groups)
     try:
         route = route_for(x.shape, weight.shape, geom.stride, geom.padding, geom.dilation, groups, math, x.device,
-                          runtime, x.dtype, tensor_layout(x, weight))
+                          runtime, cast or x.dtype, tensor_layout(x, weight))
     except ValueError:  # geometry PyTorch refuses too: its error is the user's
         return _pytorch(x, weight, bias, geom, groups)
     training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
@@ -263,6 +290,7 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
         if (kind is Fallback or kind is Native) and executor.retry_at is None and \
                 (kind is Fallback or _flags_as_measured(x, math)):
             return _pytorch(x, weight, bias, geom, groups)  # PyTorch's own call, as measured: no detour
+        x, weight, bias = _cast(x, weight, bias, cast)
         if capturing(x):  # a CUDA graph records this call
             return _captured(route, x, weight, bias, geom, groups, math, owner, training)
         return route.run("fwd", x, weight, bias)
@@ -271,6 +299,7 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner):
     if (need_dx, need_dw) in route.native_grads and not (keep and need_dx and need_dw) and \
             _flags_as_measured(x, math):
         return _pytorch(x, weight, bias, geom, groups)  # PyTorch's convolution won every pass, as below
+    x, weight, bias = _cast(x, weight, bias, cast)
     if capturing(x):  # a CUDA graph records this call
         return _captured(route, x, weight, bias, geom, groups, math, owner, training)
     if keep and need_dx and need_dw:  # a training step that needs both gradients: one round trip, if it runs here
