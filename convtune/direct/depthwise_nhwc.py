@@ -575,12 +575,10 @@ class NhwcDepthwiseConv:
             by = wgrad_warps(p)
             self.block = (LANES, by)
             self.kernel, cast = _kernels(cp, "wgrad-tiled", p.dtype, KH, KW, 1, DW, rows, by=by, th=th, tw=tw, dh=DH)
-            self.cast = cast if p.dtype != "float32" else None
+            self._set_cast(cast)
             self.args = tuple(i32(v) for v in (p.batch, C, H, W, OH, OW, PH, PW))
             tiles = p.batch * math.ceil(OH / th) * math.ceil(OW / tw)
             self.grid = (cx, max(1, min(tiles, math.ceil(4 * sm_count / cx), 65535)))
-            self.cast_args = (i32(C * KH * KW),)
-            self.cast_grid = (min(1024, math.ceil(C * KH * KW / 256)),)
             return
         if tiled:  # stride 1, forward or backward-data (the forward of dy, filter reversed)
             th, tw = tile_shape(p, rows)
@@ -611,16 +609,22 @@ class NhwcDepthwiseConv:
         else:
             khg = row_group(p)
             self.kernel, cast = _kernels(cp, "wgrad", p.dtype, KH, KW, SW, DW, rows, khg=khg, by=by)
-            self.cast = cast if p.dtype != "float32" else None
+            self._set_cast(cast)
             groups = math.ceil(KH / khg)
             slices = max(1, min(rows_total, math.ceil(8 * sm_count / (cx * groups))))
             self.grid = (cx, slices, groups)
             self.args = tuple(i32(v) for v in (p.batch, C, H, W, OH, OW, SH, PH, PW, DH))
-            self.cast_args = (i32(C * KH * KW),)
-            self.cast_grid = (min(1024, math.ceil(C * KH * KW / 256)),)
             return
         # rows per block: enough blocks to fill the device several times over, each reading its taps once
         self.grid = (cx, max(1, min(rows_total, math.ceil(32 * sm_count / cx), 65535)))
+
+    def _set_cast(self, cast) -> None:
+        """A half-precision filter gradient's rounding of its float32 sums (float32: none, the sums are it)."""
+        if self.p.dtype == "float32":
+            return
+        taps = self.p.in_channels * math.prod(self.p.kernel_size)
+        self.cast, self.cast_args = cast, (self.cp.int32(taps),)
+        self.cast_grid = (min(1024, math.ceil(taps / 256)),)
 
     def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:
         """The pass on dense channels-last operands and result of the problem's dtype (bfloat16 as 16-bit
