@@ -229,6 +229,49 @@ def test_bfloat16_plans_are_not_called_by_their_native_address_form():
     assert ArrayPlan(plan, _AddressBridge(), problem).launch is None
 
 
+def test_a_by_address_form_that_reads_bfloat16_gets_the_tensors_own_memory_and_a_workspace():
+    """Where a plan's by-address form says it reads bfloat16 itself (the channels-last depthwise kernels), the
+    bridge hands it the bfloat16 tensors' memory, dense in the problem's layout, and a workspace block of the
+    size it asks for as a fifth argument; the result is bfloat16 in that layout, nothing goes the array way."""
+    import ctypes
+    import math
+    import types
+    import numpy as np
+    from convtune.plan import Plan
+    from convtune.strategies.base import Config
+    from convtune.torch._dispatch import ArrayPlan, layer_problem
+
+    def at16(ptr, shape):  # the bfloat16 memory at ptr, without a copy
+        n = math.prod(shape)
+        raw = np.ctypeslib.as_array((ctypes.c_uint16 * n).from_address(ptr)).reshape(shape)
+        return torch.from_numpy(raw).view(torch.bfloat16)
+    problem = layer_problem((2, 4, 9, 8), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), 4, "fp32", torch.bfloat16,
+                            "channels_last")
+    workspaces = []
+
+    def launch(a, b, out, stream, workspace=None):
+        workspaces.append(workspace)
+        x = at16(a, (2, 9, 8, 4)).permute(0, 3, 1, 2)  # channels-last memory: N, H, W, C
+        y = torch.nn.functional.conv2d(x.float(), at16(b, (4, 1, 3, 3)).float(), None, 1, 1, 1, 4)
+        at16(out, (2, 9, 8, 4)).copy_(y.to(torch.bfloat16).permute(0, 2, 3, 1))
+
+    def run(a, b, out=None):
+        raise AssertionError("the array path ran")
+    run = types.FunctionType(run.__code__, run.__globals__)
+    run.launch, run.launch_reads_bfloat16, run.launch_workspace = launch, True, 96
+    br = _AddressBridge()
+    executor = ArrayPlan(Plan(problem, "fake", Config(), "cupy", run=run), br, problem)
+    assert executor.launch_dtype == torch.bfloat16 and executor.launch_workspace == 96
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 9, 8).to(torch.bfloat16)  # channels-first: made dense channels-last for the launch
+    w = torch.randn(4, 1, 3, 3).to(torch.bfloat16)
+    y = executor(x, w)
+    want = torch.nn.functional.conv2d(x.float(), w.float(), None, 1, 1, 1, 4).to(torch.bfloat16)
+    assert y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last) and br.called == []
+    assert len(workspaces) == 1 and isinstance(workspaces[0], int) and workspaces[0] != 0
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+
+
 # -- weighing won duels against the autograd detour (Route.settle) -----------------------------------
 def _dueled(problem, pass_, t_plan, t_native):
     from convtune.strategies.pytorch import native_for
