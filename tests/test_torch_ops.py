@@ -298,17 +298,73 @@ def test_plans_that_gain_less_than_the_autograd_detour_give_their_passes_to_pyto
     route.dgrad_exec = _dueled(problem, "dgrad", *times["dgrad"])
     route.wgrad_exec = Native(native_for(problem.for_pass("wgrad")), "torch")
     asked = []
-    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device: asked.append(device) or 50e-6)
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: asked.append(split) or 50e-6)
     assert route.native_for_grads(True, True) is settles
     labels = route.labels()
     assert all(label.startswith("torch (in the layer") for p, label in labels.items() if p != "wgrad") is settles
     route.native_for_grads(True, True)  # weighed once: not asked again
-    assert len(asked) == (0 if times["dgrad"][0] is None else 1)
+    assert asked == ([] if times["dgrad"][0] is None else [True])  # (a backward pass's plan: the split detour)
 
 
 def test_the_autograd_detour_is_measured_once_per_device():
     from convtune.torch import _dispatch
     cpu = torch.device("cpu")
-    _dispatch._detours.pop(cpu, None)
-    first = _dispatch.detour_seconds(cpu)
-    assert 0 <= first < 0.01 and _dispatch.detour_seconds(cpu) == first
+    for split in (True, False):
+        _dispatch._detours.pop((cpu, split), None)
+        first = _dispatch.detour_seconds(cpu, split)
+        assert 0 <= first < 0.01 and _dispatch.detour_seconds(cpu, split) == first
+
+
+def test_a_forward_plan_alone_is_weighed_against_the_detour_of_one_backward_call(monkeypatch):
+    """Where only the forward is convtune's plan, both gradients come from one call of PyTorch's
+    (Route.native_backward), so the plan is weighed against that detour, not the split one."""
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch import _dispatch
+    from convtune.torch._dispatch import Native, Route, layer_problem
+    problem = layer_problem((2, 3, 8, 8), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
+    route = Route(problem, None, torch.device("cpu"))
+    route.fwd_exec = _dueled(problem, "fwd", 10e-6, 30e-6)  # 20 us gained
+    route.dgrad_exec = Native(native_for(problem.for_pass("dgrad")), "torch")
+    route.wgrad_exec = Native(native_for(problem.for_pass("wgrad")), "torch")
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6 if split else 15e-6)
+    assert route.native_for_grads(True, True) is False  # 20 us > 15 us: the plan stays
+    assert route.labels()["fwd"] == route.fwd_exec.label and not route.labels()["fwd"].startswith("torch")
+
+
+@pytest.mark.parametrize("combine", [True, False])
+def test_both_gradients_of_pytorchs_passes_come_from_one_call(combine, monkeypatch):
+    """A layer whose forward is convtune's and whose backward passes are PyTorch's convolution: its backward
+    gives autograd's gradients (input, weight, bias) from one convolution_backward call, not the per-pass
+    executors; with combining off (the split detour's measurement), from the per-pass executors."""
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch import _ops
+    from convtune.torch._dispatch import Native, Route, layer_problem
+    problem = layer_problem((2, 3, 9, 8), (5, 3, 3, 3), (1, 1), (1, 0), (1, 1), 1, "fp32")
+    route = Route(problem, None, torch.device("cpu"))
+    called = []
+    for p, name in (("fwd", "fwd_exec"), ("dgrad", "dgrad_exec"), ("wgrad", "wgrad_exec")):
+        fn = native_for(problem.for_pass(p))
+        setattr(route, name, Native(lambda a, b, bias=None, fn=fn, p=p: called.append(p) or fn(a, b, bias), "torch"))
+    route.combine = combine
+    from convtune.torch import _dispatch
+    real_pass, calls = _dispatch.native_pass, []
+
+    def spied(pass_, *args, **kwargs):
+        fn = real_pass(pass_, *args, **kwargs)
+        return lambda *a: calls.append((pass_, a[-1])) or fn(*a)
+    monkeypatch.setattr(_dispatch, "native_pass", spied)
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 8, requires_grad=True)
+    w = torch.randn(5, 3, 3, 3, requires_grad=True)
+    bias = torch.randn(5, requires_grad=True)
+    g = torch.randn(2, 5, 9, 6)
+    _ops.eager_forward(x, w, bias, route).backward(g)
+    got = (x.grad, w.grad, bias.grad)
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, bias))
+    torch.nn.functional.conv2d(x2, w2, b2, 1, (1, 0)).backward(g)
+    for a, b in zip(got, (x2.grad, w2.grad, b2.grad)):
+        torch.testing.assert_close(a, b)
+    if combine:
+        assert called == ["fwd"] and calls == [("both", True)]  # (the bias's gradient asked of the same call)
+    else:
+        assert sorted(called) == ["dgrad", "fwd", "wgrad"] and calls == []

@@ -80,7 +80,9 @@ def _cudnn_flags(torch):
 def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups: int, *,
                 benchmark: bool | None = None, tf32: bool | None = None):
     """PyTorch's computation of one pass on tensors, ``fn(a, b, bias=None) -> Tensor`` (``bias`` is
-    the forward pass's only; see :mod:`convtune.problem` for the operands). On CUDA tensors
+    the forward pass's only; see :mod:`convtune.problem` for the operands). ``pass_="both"``: both
+    gradients of a training call in one call, ``fn(dy, x, w, need_bias=False) -> (dx, dw, db)`` (as
+    PyTorch's own autograd computes them; ``db`` is ``None`` unless asked). On CUDA tensors
     ``benchmark`` and ``tf32`` (``None``: leave the process's setting) hold during the call."""
     torch, reason = _load()
     if torch is None:
@@ -95,7 +97,13 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
     else:
         backward = torch.ops.aten.convolution_backward.default
         no_output_padding = [0] * rank
-        if pass_ == "dgrad":
+        if pass_ == "both":
+            out_channels = [w_shape[0]]
+
+            def compute(dy, x, w, need_bias=False):
+                return backward(dy, x, w, out_channels if need_bias else None, stride, padding, dilation, False,
+                                no_output_padding, groups, [True, True, bool(need_bias)])
+        elif pass_ == "dgrad":
             x_shape = list(x_shape)
             cl = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(x_shape))
 
@@ -122,9 +130,9 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
         return compute
     get_bench, set_bench, get_tf32, set_tf32 = _cudnn_flags(torch)
 
-    def run(a, b, bias=None):
+    def run(a, *args):
         if not a.is_cuda:
-            return compute(a, b, bias)
+            return compute(a, *args)
         old_bench, old_tf32 = get_bench(), get_tf32()
         bench_changed = benchmark is not None and old_bench != benchmark
         tf32_changed = tf32 is not None and old_tf32 != tf32
@@ -133,7 +141,7 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
         if tf32_changed:
             set_tf32(tf32)
         try:
-            return compute(a, b, bias)
+            return compute(a, *args)
         finally:
             if bench_changed:
                 set_bench(old_bench)

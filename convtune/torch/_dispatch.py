@@ -44,7 +44,7 @@ from ..errors import ConvtuneError, TuningError
 from ..problem import ConvProblem
 from ..runtime import Runtime, default_runtime
 from ..strategies import get_strategy
-from ..strategies.pytorch import native_for
+from ..strategies.pytorch import native_for, native_pass
 from ._bridge import bridge
 
 log = logging.getLogger("convtune")
@@ -186,12 +186,13 @@ def per_call_seconds(contenders, a, b, device) -> list[float]:
 
 
 class Native:
-    """PyTorch's convolution, the plan's winner (or, as :class:`Fallback`, the way out)."""
+    """PyTorch's convolution, the plan's winner (or, as :class:`Fallback`, the way out). ``flags``: the
+    ``(benchmark, tf32)`` cuDNN settings ``fn`` holds during its calls (``None``: the process's)."""
 
-    __slots__ = ("fn", "label", "retry_at")
+    __slots__ = ("fn", "label", "retry_at", "flags")
 
-    def __init__(self, fn, label: str):
-        self.fn, self.label = fn, label
+    def __init__(self, fn, label: str, flags=(None, None)):
+        self.fn, self.label, self.flags = fn, label, flags
         self.retry_at = None  # when to look the plan up again (for want of a tuned plan), or never
 
     def __call__(self, a, b, bias=None):
@@ -300,7 +301,7 @@ class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
     __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips", "native_grads",
-                 "captured", "settled", "uncaptured", "trip_uncaptured", "warmed")
+                 "captured", "settled", "uncaptured", "trip_uncaptured", "warmed", "combine", "both")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
@@ -314,6 +315,8 @@ class Route:
         self.trip_uncaptured = False  # the round trip is not recorded (PyTorch's convolution is, for the layer)
         self.warmed = set()  # (pass, thread) where PyTorch's convolution ran for captures (see warm_capture)
         self.settled = set()  # (input needs a gradient, weight needs one) whose plans were weighed (see settle)
+        self.combine = True  # may both gradients come from one call of PyTorch's (see native_backward)?
+        self.both = {}  # cuDNN flags -> PyTorch's computation of both gradients in one call
 
     # -- kept spectra (a training step's three passes as one FFT round trip) ---------------------
     def trip(self, mode):
@@ -405,6 +408,30 @@ class Route:
             out = out.contiguous(memory_format=fmt)
         return out
 
+    def native_backward(self, dy, x, w, need_bias: bool):
+        """``(dx, dw, db)`` of a training call in one call of PyTorch's ``convolution_backward``, as PyTorch's own
+        autograd computes them, where both backward passes are PyTorch's convolution for good, with the same
+        cuDNN settings (a layer whose forward alone is convtune's: two calls would cost the host one more);
+        ``None`` otherwise. Captures take the same path as the eager calls before them, whose cuDNN calls
+        they record (cuDNN cannot run its benchmark on a capturing stream)."""
+        d, g = self.dgrad_exec, self.wgrad_exec
+        if not (self.combine and isinstance(d, Native) and isinstance(g, Native) and d.retry_at is None and
+                g.retry_at is None and d.flags == g.flags):
+            return None
+        fn = self.both.get(d.flags)
+        if fn is None:
+            p = self.problem
+            fn = self.both[d.flags] = native_pass("both", p.x_shape, p.w_shape, p.stride, p.padding, p.dilation,
+                                                  p.groups, benchmark=d.flags[0], tf32=d.flags[1])
+        dx, dw, db = fn(dense(dy), dense(x), dense(w), need_bias)
+        fmt = result_format(dy, w)  # (the formats the per-pass calls give, see run)
+        if not dx.is_contiguous(memory_format=fmt):
+            dx = dx.contiguous(memory_format=fmt)
+        fmt = result_format(x, dy)
+        if not dw.is_contiguous(memory_format=fmt):
+            dw = dw.contiguous(memory_format=fmt)
+        return dx, dw, db
+
     def _run_captured(self, pass_: str, executor, a, b, bias):
         """A pass's call that a CUDA graph records: its plan, resolved by an eager call before, where its
         strategy says that it records (``recordable``: kernels, cuFFT work and PyTorch's own operations do;
@@ -457,7 +484,8 @@ class Route:
         if not plans or not all(isinstance(e, ArrayPlan) and e.duel is not None for _, e in plans):
             return False  # no verdict to weigh (no duels here, or a plan served for want of its own)
         gain = sum(e.duel[1] - e.duel[0] for _, e in plans)
-        detour = detour_seconds(self.device)
+        # (a forward plan alone leaves both gradients to one call of PyTorch's: native_backward)
+        detour = detour_seconds(self.device, split=any(p != "fwd" for p, _ in plans))
         if gain >= detour:
             return False
         for p, e in plans:
@@ -490,7 +518,8 @@ class Route:
             with runtime._lock:  # a miss is tuned here, and the runtime says so
                 plan = br.call(self.device.index, runtime.plan_for, problem, br.backend)
             if plan.strategy == "torch":
-                executor = Native(get_strategy("torch").native(problem, plan.config), plan.label)
+                executor = Native(get_strategy("torch").native(problem, plan.config), plan.label,
+                                  (plan.config.benchmark, problem.math == "tf32"))  # (TorchStrategy.native's)
             else:
                 executor = ArrayPlan(plan, br, problem)
             if plan.source in runtime._PROVISIONAL:  # served for want of its own plan: looked up again later
@@ -539,7 +568,8 @@ class Route:
     def _duel(self, problem: ConvProblem, plan: "ArrayPlan"):
         """The plan, or PyTorch's convolution where that is faster per call in the layer (see the module
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
-        native = Native(native_for(problem, benchmark=True, tf32=problem.math == "tf32"), "torch")
+        flags = (True, problem.math == "tf32")
+        native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
         store, device_key, torch_id = self.runtime.store, None, _torch_id()
         stored = None
         try:
@@ -599,28 +629,31 @@ class Route:
 _detours: dict = {}
 
 
-def detour_seconds(device) -> float:
+def detour_seconds(device, split: bool = True) -> float:
     """How much longer a training call (forward and both gradients) of a layer takes on the host through
     convtune's autograd functions than through PyTorch's own, measured once per device on a tiny layer whose
     passes all run PyTorch's convolution either way (so only the detour differs); 0 where it cannot be
-    measured."""
-    value = _detours.get(device)
+    measured. ``split``: the gradients come from two calls (a backward pass is convtune's plan), else from
+    one (:meth:`Route.native_backward`: the forward alone is)."""
+    key = (device, split)
+    value = _detours.get(key)
     if value is None:
         try:
-            value = _measure_detour(device)
+            value = _measure_detour(device, split)
         except Exception as exc:  # never an error in a training loop: no detour counted
             log.debug("convtune: the autograd detour on %s not measured: %s", device, exc)
             value = 0.0
-        _detours[device] = value
+        _detours[key] = value
     return value
 
 
-def _measure_detour(device, calls: int = 100, rounds: int = 7) -> float:
+def _measure_detour(device, split: bool = True, calls: int = 100, rounds: int = 7) -> float:
     from . import _ops
     problem = layer_problem((2, 4, 8, 8), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
     route = Route(problem, None, device)
     for p, name in _EXEC.items():
         setattr(route, name, Native(native_for(problem.for_pass(p)), "torch"))
+    route.combine = not split
     x = torch.randn(problem.x_shape, device=device, requires_grad=True)
     w = torch.randn(problem.w_shape, device=device, requires_grad=True)
     g = torch.ones(problem.y_shape, device=device)

@@ -194,8 +194,13 @@ class _Forward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, w = ctx.saved_tensors
-        dx, dw = gradients("fwd", ctx.needs_input_grad, x, w, grad, *_eager_calls(ctx.route))
-        return dx, dw, _bias_grad(grad) if ctx.needs_input_grad[2] else None, None
+        needs = ctx.needs_input_grad
+        if needs[0] and needs[1] and not torch.is_grad_enabled():  # (a plain backward: no double backward)
+            both = ctx.route.native_backward(grad, x, w, needs[2])  # one call of PyTorch's, where it gives both
+            if both is not None:
+                return (*both, None)
+        dx, dw = gradients("fwd", needs, x, w, grad, *_eager_calls(ctx.route))
+        return dx, dw, _bias_grad(grad) if needs[2] else None, None
 
 
 class _Backward(torch.autograd.Function):
