@@ -313,6 +313,21 @@ def test_autocast_hands_pytorchs_convolution_the_operands_as_they_came(monkeypat
             torch.testing.assert_close(y_infer, expected.detach(), rtol=0, atol=0)
 
 
+def test_float64_under_autocast_runs_in_float64_as_pytorchs_does(caplog):
+    """autocast leaves float64 operands alone, so a patched layer does too: PyTorch's convolution in float64
+    (convtune does not run float64), not a bfloat16 plan."""
+    rt = make_runtime(["im2col"])
+    layer = ct.Conv2d(3, 4, 3, runtime=rt).double()
+    plain = nn.Conv2d(3, 4, 3).double()
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with caplog.at_level(logging.WARNING, logger="convtune"), torch.autocast("cpu", dtype=torch.bfloat16):
+        y, expected = layer(x), plain(x)
+    assert y.dtype == expected.dtype == torch.float64 and "float64" in caplog.text
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    assert rt.layer_memo("torch") == {}  # no route: nothing looked up or tuned for it
+
+
 def test_conv3d_under_autocast_and_tune_ahead():
     """A video-style model: Conv3d layers channels_last_3d under bfloat16 autocast, tuned ahead, then trained
     on the plans tuned for them."""

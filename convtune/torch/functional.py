@@ -205,11 +205,13 @@ _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 def autocast_dtype(x):
     """The dtype autocast gives a convolution of ``x`` where it is on for ``x``'s device (its lower-precision
-    dtype, as ``torch.autocast`` casts ``conv2d``'s operands), else ``None``."""
+    dtype, as ``torch.autocast`` casts ``conv2d``'s operands), else ``None``. float64 is not cast (autocast
+    leaves it alone: the convolution runs in float64)."""
     if not _any_autocast():
         return None
     device = x.device.type
-    if device in ("cpu", "cuda") and x.is_floating_point() and torch.is_autocast_enabled(device):
+    if device in ("cpu", "cuda") and x.is_floating_point() and x.dtype is not torch.float64 and \
+            torch.is_autocast_enabled(device):
         return torch.get_autocast_dtype(device)
     return None
 
