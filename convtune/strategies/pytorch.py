@@ -83,7 +83,8 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
     the forward pass's only; see :mod:`convtune.problem` for the operands). ``pass_="both"``: both
     gradients of a training call in one call, ``fn(dy, x, w, need_bias=False) -> (dx, dw, db)`` (as
     PyTorch's own autograd computes them; ``db`` is ``None`` unless asked). On CUDA tensors
-    ``benchmark`` and ``tf32`` (``None``: leave the process's setting) hold during the call."""
+    ``benchmark`` and ``tf32`` (``None``: leave the process's setting) hold during the call; ``fn.flags`` is
+    ``(benchmark, tf32)``."""
     torch, reason = _load()
     if torch is None:
         raise RuntimeError(reason)
@@ -127,6 +128,7 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
                 return backward(dy, x, w, None, stride, padding, dilation, False, no_output_padding, groups,
                                 [False, True, False])[1]
     if benchmark is None and tf32 is None:
+        compute.flags = (None, None)
         return compute
     get_bench, set_bench, get_tf32, set_tf32 = _cudnn_flags(torch)
 
@@ -147,6 +149,7 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
                 set_bench(old_bench)
             if tf32_changed:
                 set_tf32(old_tf32)
+    run.flags = (benchmark, tf32)
     return run
 
 

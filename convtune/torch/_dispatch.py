@@ -117,6 +117,13 @@ def tensor_layout(x, w=None) -> str:
     return "channels_first"
 
 
+def in_result_format(out, a, b):
+    """``out`` in the memory format of a pass's result on operands ``a`` and ``b`` (:func:`result_format`):
+    itself where it has it, else a copy."""
+    fmt = result_format(a, b)
+    return out if out.is_contiguous(memory_format=fmt) else out.contiguous(memory_format=fmt)
+
+
 def dense(t):
     """``t`` as it is where it is dense (contiguous or channels_last), else a contiguous copy."""
     if t.is_contiguous() or is_channels_last(t):
@@ -187,12 +194,13 @@ def per_call_seconds(contenders, a, b, device) -> list[float]:
 
 class Native:
     """PyTorch's convolution, the plan's winner (or, as :class:`Fallback`, the way out). ``flags``: the
-    ``(benchmark, tf32)`` cuDNN settings ``fn`` holds during its calls (``None``: the process's)."""
+    ``(benchmark, tf32)`` cuDNN settings ``fn`` holds during its calls (``None``: the process's), as
+    :func:`~convtune.strategies.pytorch.native_pass` made it."""
 
     __slots__ = ("fn", "label", "retry_at", "flags")
 
-    def __init__(self, fn, label: str, flags=(None, None)):
-        self.fn, self.label, self.flags = fn, label, flags
+    def __init__(self, fn, label: str):
+        self.fn, self.label, self.flags = fn, label, getattr(fn, "flags", (None, None))
         self.retry_at = None  # when to look the plan up again (for want of a tuned plan), or never
 
     def __call__(self, a, b, bias=None):
@@ -393,7 +401,6 @@ class Route:
                 return self._run_captured(pass_, executor, a, b, bias)
             if executor is None or (executor.retry_at is not None and executor.retry_at <= time.monotonic()):
                 executor = self.resolve(pass_)  # (served for want of a tuned plan: is there one now?)
-        fmt = result_format(a, b)
         try:
             out = executor(a, b, bias)
         except Exception as exc:
@@ -404,9 +411,7 @@ class Route:
         else:
             if executor.__class__ is ArrayPlan and not executor.recordable and a.is_cuda:
                 self.warm_capture(pass_, a, b)  # (once per thread: what a capture records instead)
-        if not out.is_contiguous(memory_format=fmt):
-            out = out.contiguous(memory_format=fmt)
-        return out
+        return in_result_format(out, a, b)
 
     def native_backward(self, dy, x, w, need_bias: bool):
         """``(dx, dw, db)`` of a training call in one call of PyTorch's ``convolution_backward``, as PyTorch's own
@@ -424,13 +429,8 @@ class Route:
             fn = self.both[d.flags] = native_pass("both", p.x_shape, p.w_shape, p.stride, p.padding, p.dilation,
                                                   p.groups, benchmark=d.flags[0], tf32=d.flags[1])
         dx, dw, db = fn(dense(dy), dense(x), dense(w), need_bias)
-        fmt = result_format(dy, w)  # (the formats the per-pass calls give, see run)
-        if not dx.is_contiguous(memory_format=fmt):
-            dx = dx.contiguous(memory_format=fmt)
-        fmt = result_format(x, dy)
-        if not dw.is_contiguous(memory_format=fmt):
-            dw = dw.contiguous(memory_format=fmt)
-        return dx, dw, db
+        # (the formats the per-pass calls give: run)
+        return in_result_format(dx, dy, w), in_result_format(dw, x, dy), db
 
     def _run_captured(self, pass_: str, executor, a, b, bias):
         """A pass's call that a CUDA graph records: its plan, resolved by an eager call before, where its
@@ -455,8 +455,7 @@ class Route:
             say_once("capture", "convtune: %s", CAPTURE_REASON)
         if out is None:
             out = self._in_capture(pass_)(a, b, bias)
-        fmt = result_format(a, b)
-        return out if out.is_contiguous(memory_format=fmt) else out.contiguous(memory_format=fmt)
+        return in_result_format(out, a, b)
 
     def native_for_grads(self, need_dx: bool, need_dw: bool) -> bool:
         """:meth:`native` of a training call's passes (the forward, and the backward passes of the operands
@@ -518,8 +517,7 @@ class Route:
             with runtime._lock:  # a miss is tuned here, and the runtime says so
                 plan = br.call(self.device.index, runtime.plan_for, problem, br.backend)
             if plan.strategy == "torch":
-                executor = Native(get_strategy("torch").native(problem, plan.config), plan.label,
-                                  (plan.config.benchmark, problem.math == "tf32"))  # (TorchStrategy.native's)
+                executor = Native(get_strategy("torch").native(problem, plan.config), plan.label)
             else:
                 executor = ArrayPlan(plan, br, problem)
             if plan.source in runtime._PROVISIONAL:  # served for want of its own plan: looked up again later
@@ -568,8 +566,7 @@ class Route:
     def _duel(self, problem: ConvProblem, plan: "ArrayPlan"):
         """The plan, or PyTorch's convolution where that is faster per call in the layer (see the module
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
-        flags = (True, problem.math == "tf32")
-        native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
+        native = Native(native_for(problem, benchmark=True, tf32=problem.math == "tf32"), "torch")
         store, device_key, torch_id = self.runtime.store, None, _torch_id()
         stored = None
         try:
