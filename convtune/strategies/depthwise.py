@@ -37,6 +37,11 @@ NHWC_ROWS = (4, 8, 2)
 NHWC_TILED_ROWS = (4, 8)
 
 
+def _nhwc(config: DepthwiseConfig) -> bool:
+    """Is ``config`` one of the channels-last kernels (``nhwc``, ``nhwc-tiled``)?"""
+    return config.variant.startswith("nhwc")
+
+
 def _channels_last_depthwise(problem: ConvProblem) -> bool:
     return problem.layout == "channels_last" and problem.groups == problem.in_channels == problem.out_channels
 
@@ -72,8 +77,7 @@ class DepthwiseStrategy(Strategy):
                  if depthwise_nhwc.tiled_reason(problem, r) is None]
         nhwc = [DepthwiseConfig(threads=256, variant="nhwc", rows=r) for r in NHWC_ROWS] \
             if depthwise_nhwc.reason(problem) is None else []
-        nhwc = tiled + nhwc
-        return nhwc + self._channels_first(problem)
+        return tiled + nhwc + self._channels_first(problem)
 
     def _channels_first(self, problem):
         window = [DepthwiseConfig(threads=window_layout(problem, s)[1], variant="window", rows=s)
@@ -87,25 +91,31 @@ class DepthwiseStrategy(Strategy):
         return tiled + window + [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
 
     def workspace_bytes(self, problem, config) -> int:
-        return depthwise_nhwc.workspace_bytes(problem) if config.variant.startswith("nhwc") else 0
+        return depthwise_nhwc.workspace_bytes(problem) if _nhwc(config) else 0
+
+    @staticmethod
+    def _reads(problem, config) -> bool:
+        """Does ``config``'s executor read the problem's dtype and layout itself? The nhwc kernels do; the others
+        read float32 channels-first."""
+        return _nhwc(config) or (problem.dtype, problem.layout) == ("float32", "channels_first")
 
     def executor(self, problem, config, backend):
-        """The nhwc kernels read the problem's dtype and layout themselves; the others are float32
-        channels-first kernels, between conversions for any other problem."""
-        if config.variant.startswith("nhwc") or (problem.dtype, problem.layout) == ("float32", "channels_first"):
+        """:meth:`build`'s executor where it reads the problem (:meth:`_reads`), else the float32 channels-first
+        one between conversions."""
+        if self._reads(problem, config):
             return self.build(problem, config, backend)
         return precision.bounded(self.build(problem.in_float32(), config, backend), problem, backend.xp)
 
     def workspace(self, problem, config) -> int:
-        native = config.variant.startswith("nhwc") or (problem.dtype, problem.layout) == ("float32", "channels_first")
-        return self.workspace_bytes(problem, config) + (0 if native else problem.in_float32().min_bytes())
+        extra = 0 if self._reads(problem, config) else problem.in_float32().min_bytes()
+        return self.workspace_bytes(problem, config) + extra
 
     def recordable(self, problem, config) -> bool:
         return True  # one kernel launch per pass (and a memset for the filter gradient)
 
     def build(self, problem, config, backend):
         cp = backend.xp
-        if config.variant.startswith("nhwc"):
+        if _nhwc(config):
             return self._build_nhwc(problem, config, backend)
         executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count, config.variant,
                                  config.rows)
