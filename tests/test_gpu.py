@@ -150,6 +150,38 @@ def test_depthwise_tiled_kernels_on_a_convnext_shape(pass_):
         assert relative_error(cp, strategy.build(p, c, be)(a, b, out), ref) <= 1e-5, c.label()
 
 
+# (input, kernel, padding, dilation, batch, channels): 3D UX-Net's 7x7x7 with partial tiles, a dilated uneven
+# kernel whose backward-data padding goes negative in depth, 9x9x9 (81-tap slices), an even kernel one row tall
+DW3_CASES = [((13, 37, 21), 7, 3, 1, 2, 5), ((5, 9, 40), (3, 5, 3), (5, 1, 0), (2, 1, 3), 2, 3),
+             ((6, 20, 20), 9, 4, 1, 1, 4), ((4, 3, 70), (2, 1, 5), (0, 0, 2), 1, 3, 33)]
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", DW3_CASES, ids=lambda c: "x".join(map(str, c[0])) + "-k" + str(c[1]))
+def test_3d_depthwise_kernels_against_float64(pass_, case):
+    """The 3-D tiled depthwise kernels (8 and 4 rows per thread) against float64 in every pass, on arrays
+    and by address."""
+    import cupy as cp
+    from convtune.planner import relative_error
+    from convtune.strategies import get_strategy
+    size, kernel, padding, dilation, n, c = case
+    be = get_backend("cupy")
+    p = convtune.ConvProblem.make(batch=n, in_channels=c, out_channels=c, input_size=size, kernel_size=kernel,
+                                  padding=padding, dilation=dilation, groups=c, pass_=pass_)
+    a, b, ref = _operands_and_reference(be, p, 5)
+    strategy = get_strategy("depthwise")
+    assert strategy.supports(p, be) is None
+    configs = strategy.candidates(p, be)
+    assert sorted(cfg.rows for cfg in configs) == [4, 8]
+    for cfg in configs:
+        run = strategy.build(p, cfg, be)
+        out = cp.full(p.result_shape, cp.nan, dtype=cp.float32)
+        assert relative_error(cp, run(a, b, out), ref) <= 1e-5, cfg.label()
+        out = cp.full(p.result_shape, cp.nan, dtype=cp.float32)
+        run.launch(a.data.ptr, b.data.ptr, out.data.ptr, cp.cuda.get_current_stream())
+        assert relative_error(cp, out, ref) <= 1e-5, cfg.label()
+
+
 # (input, kernel, padding, batch, channels): RepLKNet's stage 3 and 4 (27x27 on 14x14, 13x13 on 7x7),
 # a 31x31 kernel on a plane larger than it with uneven padding, a 1-D window, and odd sizes
 WINDOW_CASES = [((14, 14), (27, 27), (13, 13), 3, 5), ((7, 7), (13, 13), (6, 6), 2, 6),

@@ -298,8 +298,44 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
     assert depthwise_nhwc.row_group(big) == 2  # 62 of the filter gradient's sums per thread, in registers
     wide = layer((1, 4096), (1, 101), (0, 50), c=8, layout="channels_last")
     assert "wider than 81" in depthwise_nhwc.reason(wide) and "64" in dw.supports(wide, gpu)
-    assert "3-D" in dw.supports(ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(6, 6, 6),
-                                                 kernel_size=3, groups=4, layout="channels_last"), gpu)
+    cl3 = ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(6, 6, 6), kernel_size=3, groups=4,
+                           layout="channels_last")  # the 3-D kernels, between conversions
+    assert "1-D and 2-D" in depthwise_nhwc.reason(cl3) and dw.supports(cl3, gpu) is None
+    assert [c.variant for c in dw.candidates(cl3, gpu)] == ["tiled", "tiled"]
+    assert dw.workspace(cl3, dw.candidates(cl3, gpu)[0]) == cl3.in_float32().min_bytes()
+
+
+def test_3d_depthwise_problems_get_the_3d_tiled_kernels():
+    """A 3-D depthwise problem is offered the 3-D tiled kernels (8 and 4 rows per thread, warps to cover the
+    output's height), each pass in its forward form (backward-data: dy in, padding dil*(k-1) - pad, which may
+    be negative); what they cannot run says why; the version change re-tunes 3-D depthwise plans only."""
+    from types import SimpleNamespace
+    from convtune.direct import depthwise3d
+    from convtune.problem import ConvProblem
+    from convtune.strategies import get_strategy
+    gpu, dw = SimpleNamespace(name="cupy"), get_strategy("depthwise")
+
+    def layer(size, k, pad, c=48, **kw):
+        return ConvProblem.make(batch=2, in_channels=c, out_channels=c, input_size=size, kernel_size=k,
+                                padding=pad, groups=c, **kw)
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        p = layer((48, 48, 48), 7, 3, pass_=pass_)  # 3D UX-Net's first stage
+        assert dw.supports(p, gpu) is None
+        configs = dw.candidates(p, gpu)
+        assert [(c.variant, c.rows, c.threads) for c in configs] == [("tiled", 8, 192), ("tiled", 4, 256)]
+        assert depthwise3d.forward_form(p)[2] == (3, 3, 3)
+        floats = (8 * 6 + 6) * (32 + 6) + (8 * 6 * 32 + 6 * 49 if pass_ == "wgrad" else 343)
+        assert depthwise3d.smem_bytes(p, 8, 6) == 4 * floats
+    odd = layer((5, 9, 40), (3, 5, 3), (4, 1, 0), dilation=(2, 1, 3), pass_="dgrad")
+    assert depthwise3d.forward_form(odd) == ((9, 7, 34), (5, 9, 40), (0, 3, 6))
+    assert depthwise3d.forward_form(layer((5, 9, 40), 3, 2, pass_="dgrad"))[2] == (0, 0, 0)
+    assert depthwise3d.warps(odd, 8) == 2 and depthwise3d.warps(odd, 4) == 3
+    assert "stride 1" in dw.supports(layer((16, 16, 16), 3, 1, stride=2), gpu)
+    assert "11x11 taps is over 81" in dw.supports(layer((16, 16, 16), (3, 11, 11), 1), gpu)
+    assert "48 KiB" in dw.supports(layer((16, 64, 64), (3, 9, 9), (1, 48, 48), dilation=(1, 12, 12)), gpu)
+    dense = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(8, 8, 8), kernel_size=3)
+    assert "not a depthwise" in dw.supports(dense, gpu)
+    assert dw.changed_since(5, layer((8, 8, 8), 3, 1)) and not dw.changed_since(5, layer((8, 8), 3, 1))
 
 
 def test_strategies_say_which_plans_a_cuda_graph_records():

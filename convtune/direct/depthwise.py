@@ -97,6 +97,84 @@ __device__ __forceinline__ void load_tile(float* tile, const float* __restrict__
     tile[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? __ldg(xp + (long long)ih * W + iw) : 0.f;
   }}
 }}
+
+// A thread's walk over the R + (KH-1)*DH tile rows its R outputs touch, KW inputs of a row in registers:
+// forward, acc[o] += the row x the filter's taps wr of the output it feeds ...
+__device__ __forceinline__ void add_tile(float* acc, const float* tile, const float* wr, int tx, int ty) {{
+  const float* base = tile + ty * R * IN_W + tx;
+#pragma unroll
+  for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
+    float xr[KW];
+#pragma unroll
+    for (int kw = 0; kw < KW; ++kw) xr[kw] = base[ir * IN_W + kw * DW];
+#pragma unroll
+    for (int o = 0; o < R; ++o) {{
+      const int d = ir - o;  // this input row is tap row d / DH of output o
+      if (d >= 0 && d % DH == 0 && d / DH < KH) {{
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) acc[o] += xr[kw] * wr[(d / DH) * KW + kw];
+      }}
+    }}
+  }}
+}}
+
+// ... filter gradient, acc[tap] += g[o] (output o's gradient) x the row
+__device__ __forceinline__ void add_tile_grad(float* acc, const float* tile, const float* g, int tx, int ty) {{
+  const float* base = tile + ty * R * IN_W + tx;
+#pragma unroll
+  for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
+    float xr[KW];
+#pragma unroll
+    for (int kw = 0; kw < KW; ++kw) xr[kw] = base[ir * IN_W + kw * DW];
+#pragma unroll
+    for (int o = 0; o < R; ++o) {{
+      const int d = ir - o;
+      if (d >= 0 && d % DH == 0 && d / DH < KH) {{
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) acc[(d / DH) * KW + kw] += g[o] * xr[kw];
+      }}
+    }}
+  }}
+}}
+
+// the filter gradient's sums acc[tap] over every tile of one plane pair: x plane xp (H x W), dy plane gp
+// (OH x OW); tile and gsh are the block's shared input and dy tiles
+__device__ __forceinline__ void add_plane_grad(float* acc, float* tile, float* gsh, const float* __restrict__ xp,
+                                               const float* __restrict__ gp, int H, int W, int OH, int OW, int ph,
+                                               int pw, int tx, int ty, int tid) {{
+  const int tiles_w = (OW + TW - 1) / TW, tiles = tiles_w * ((OH + TH - 1) / TH);
+  for (int t = 0; t < tiles; ++t) {{
+    const int ow0 = (t % tiles_w) * TW, oh0 = (t / tiles_w) * TH;
+    load_tile(tile, xp, H, W, oh0 - ph, ow0 - pw, tid);
+    for (int i = tid; i < TH * TW; i += TW * BY) {{
+      const int oh = oh0 + i / TW, ow = ow0 + i % TW;
+      gsh[i] = (oh < OH && ow < OW) ? __ldg(gp + (long long)oh * OW + ow) : 0.f;
+    }}
+    __syncthreads();
+    float g[R];
+#pragma unroll
+    for (int o = 0; o < R; ++o) g[o] = gsh[(ty * R + o) * TW + tx];
+    add_tile_grad(acc, tile, g, tx, ty);
+    __syncthreads();
+  }}
+}}
+
+// a block's per-tap sums into dst[0 .. KK): warp shuffles, then the warps' partial sums (red: BY * KK floats
+// of shared memory), one atomic add per tap
+__device__ __forceinline__ void reduce_taps(const float* acc, float* red, float* dst, int tx, int ty, int tid) {{
+#pragma unroll
+  for (int k = 0; k < KK; ++k) {{
+    float v = acc[k];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (tx == 0) red[ty * KK + k] = v;
+  }}
+  __syncthreads();
+  for (int k = tid; k < KK; k += TW * BY) {{
+    float v = 0.f;
+    for (int j = 0; j < BY; ++j) v += red[j * KK + k];
+    atomicAdd(dst + k, v);
+  }}
+}}
 """
 
 _FWD_TILED = _TILED_COMMON + r"""
@@ -122,21 +200,7 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw_fwd_tiled(
     float acc[R];
 #pragma unroll
     for (int o = 0; o < R; ++o) acc[o] = 0.f;
-    const float* base = tile + ty * R * IN_W + tx;
-#pragma unroll
-    for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
-      float xr[KW];
-#pragma unroll
-      for (int kw = 0; kw < KW; ++kw) xr[kw] = base[ir * IN_W + kw * DW];
-#pragma unroll
-      for (int o = 0; o < R; ++o) {{
-        const int d = ir - o;  // this input row is tap row d / DH of output o
-        if (d >= 0 && d % DH == 0 && d / DH < KH) {{
-#pragma unroll
-          for (int kw = 0; kw < KW; ++kw) acc[o] += xr[kw] * wr[(d / DH) * KW + kw];
-        }}
-      }}
-    }}
+    add_tile(acc, tile, wr, tx, ty);
     const int ow = ow0 + tx;
     if (ow < OW) {{
 #pragma unroll
@@ -162,53 +226,14 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw_wgrad_tiled(
   const int c = blockIdx.x;
   const int n0 = blockIdx.y * n_per_block, n1 = min(N, n0 + n_per_block);
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * TW + tx;
-  const int tiles_w = (OW + TW - 1) / TW, tiles = tiles_w * ((OH + TH - 1) / TH);
   float acc[KK];
 #pragma unroll
   for (int k = 0; k < KK; ++k) acc[k] = 0.f;
   for (int n = n0; n < n1; ++n) {{
     const long long nc = (long long)n * C + c;
-    for (int t = 0; t < tiles; ++t) {{
-      const int ow0 = (t % tiles_w) * TW, oh0 = (t / tiles_w) * TH;
-      load_tile(tile, x + nc * H * W, H, W, oh0 - ph, ow0 - pw, tid);
-      for (int i = tid; i < TH * TW; i += TW * BY) {{
-        const int oh = oh0 + i / TW, ow = ow0 + i % TW;
-        gsh[i] = (oh < OH && ow < OW) ? __ldg(dy + nc * OH * OW + (long long)oh * OW + ow) : 0.f;
-      }}
-      __syncthreads();
-      float g[R];
-#pragma unroll
-      for (int o = 0; o < R; ++o) g[o] = gsh[(ty * R + o) * TW + tx];
-      const float* base = tile + ty * R * IN_W + tx;
-#pragma unroll
-      for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
-        float xr[KW];
-#pragma unroll
-        for (int kw = 0; kw < KW; ++kw) xr[kw] = base[ir * IN_W + kw * DW];
-#pragma unroll
-        for (int o = 0; o < R; ++o) {{
-          const int d = ir - o;
-          if (d >= 0 && d % DH == 0 && d / DH < KH) {{
-#pragma unroll
-            for (int kw = 0; kw < KW; ++kw) acc[(d / DH) * KW + kw] += g[o] * xr[kw];
-          }}
-        }}
-      }}
-      __syncthreads();
-    }}
+    add_plane_grad(acc, tile, gsh, x + nc * H * W, dy + nc * OH * OW, H, W, OH, OW, ph, pw, tx, ty, tid);
   }}
-#pragma unroll
-  for (int k = 0; k < KK; ++k) {{
-    float v = acc[k];
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (tx == 0) red[ty * KK + k] = v;
-  }}
-  __syncthreads();
-  for (int k = tid; k < KK; k += TW * BY) {{
-    float v = 0.f;
-    for (int j = 0; j < BY; ++j) v += red[j * KK + k];
-    atomicAdd(dwt + c * KK + k, v);
-  }}
+  reduce_taps(acc, red, dwt + c * KK, tx, ty, tid);
 }}
 """
 

@@ -1,7 +1,8 @@
 """Direct depthwise kernels (CUDA, CuPy RawKernel): all three passes, channel multiplier 1, GPU
 only. Small kernels (up to 81 taps): any stride, padding and dilation. Larger ones: the window
 kernels (stride 1, dilation 1, up to 64 wide, planes that fit shared memory), for large kernels on
-small planes. These read float32 channels-first operands (other dtypes and layouts through
+small planes. 3-D problems: the tiled kernels of :mod:`convtune.direct.depthwise3d` (stride 1, any
+padding and dilation, depth slices of up to 81 taps: 7x7x7 and 9x9x9 kernels). These read float32 channels-first operands (other dtypes and layouts through
 conversions, :func:`convtune.precision.bounded`). Channels-last problems also get the ``nhwc``
 kernels (:mod:`convtune.direct.depthwise_nhwc`), which read and write float32, bfloat16 and
 float16 channels-last operands themselves: any stride, padding and dilation, kernels up to 81 wide;
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from ..direct.depthwise import (MAX_TAPS, TILE_W, TILED_ROWS, WINDOW_S, DepthwiseConv, tiled_reason, tiled_warps,
                                 window_layout, window_reason)
 from .. import precision
-from ..direct import depthwise_nhwc
+from ..direct import depthwise3d, depthwise_nhwc
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -46,18 +47,23 @@ def _channels_last_depthwise(problem: ConvProblem) -> bool:
     return problem.layout == "channels_last" and problem.groups == problem.in_channels == problem.out_channels
 
 
+def _depthwise_3d(problem: ConvProblem) -> bool:
+    return problem.rank == 3 and problem.groups == problem.in_channels == problem.out_channels
+
+
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 5
+    version = 6
     config_type = DepthwiseConfig
-    changes = {5: _channels_last_depthwise}  # version 5 added the nhwc kernels; channels-first plans stand
+    # version 5 added the nhwc kernels, 6 the 3-D ones; the plans of other shapes stand
+    changes = {5: _channels_last_depthwise, 6: _depthwise_3d}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
             return "the direct depthwise kernels are CUDA kernels: they need the CuPy (GPU) backend"
-        if problem.rank > 2:
-            return "the direct depthwise kernels are 1-D and 2-D (3-D ones are not written yet)"
+        if problem.rank == 3:
+            return depthwise3d.reason(problem, min(TILED_ROWS))
         if not (problem.groups == problem.in_channels == problem.out_channels):
             return "not a depthwise convolution with channel multiplier 1 (groups == in == out channels)"
         taps = math.prod(problem.kernel_size)
@@ -68,9 +74,12 @@ class DepthwiseStrategy(Strategy):
         return None
 
     def serves_shape(self, problem: ConvProblem) -> bool:
-        return problem.rank <= 2 and problem.groups == problem.in_channels == problem.out_channels
+        return problem.groups == problem.in_channels == problem.out_channels
 
     def candidates(self, problem, backend):
+        if problem.rank == 3:
+            return [DepthwiseConfig(threads=TILE_W * depthwise3d.warps(problem, rows), variant="tiled", rows=rows)
+                    for rows in sorted(TILED_ROWS, reverse=True) if depthwise3d.reason(problem, rows) is None]
         # channels-last: the nhwc kernels first (they read the operands as they lie), then the others through
         # conversions
         tiled = [DepthwiseConfig(threads=256, variant="nhwc-tiled", rows=r) for r in NHWC_TILED_ROWS
@@ -117,8 +126,11 @@ class DepthwiseStrategy(Strategy):
         cp = backend.xp
         if _nhwc(config):
             return self._build_nhwc(problem, config, backend)
-        executor = DepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count, config.variant,
-                                 config.rows)
+        sm_count = backend.device_info().sm_count
+        if problem.rank == 3:
+            executor = depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
+        else:
+            executor = DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
         shape = problem.result_shape
 
         def run(a, b, out=None):
