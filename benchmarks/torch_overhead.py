@@ -11,8 +11,10 @@ cache (tuned first where missing):
 
 Host time is the wall time to issue ``--calls`` calls without synchronising, divided by the count
 (the GPU work of these layers is longer than their host work, so the launch queue absorbs them and
-the clock sees the host side only), median over ``--rounds`` rounds; a synchronisation separates
-rounds. Prints a table and writes JSON.
+the clock sees the host side only); a synchronisation separates rounds. PyTorch's call and convtune's
+run in turn, round by round (what drifts during a measurement weighs on both), and the added time of a
+problem is the median over ``--rounds`` of its rounds' differences; each side's time is its median
+round. Prints a table and writes JSON.
 
     python benchmarks/torch_overhead.py torchvision:resnet50 --batch 32 --db plans.db -o overhead.json
 """
@@ -36,18 +38,24 @@ from convtune.strategies.pytorch import native_for
 from convtune.torch import models
 
 
-def host_us(fn, calls: int, rounds: int) -> float:
-    for _ in range(3):
-        fn()
+def host_us(theirs, ours, calls: int, rounds: int) -> tuple[float, float, float]:
+    """``(PyTorch's µs, convtune's µs, added µs)`` per call: medians of alternating rounds, and the median of
+    the rounds' differences."""
+    for fn in (theirs, ours):
+        for _ in range(3):
+            fn()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(rounds):
+
+    def one_round(fn):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        samples.append((time.perf_counter() - t0) / calls)
+        elapsed = (time.perf_counter() - t0) / calls
         torch.cuda.synchronize()
-    return statistics.median(samples) * 1e6
+        return elapsed * 1e6
+    pairs = [(one_round(theirs), one_round(ours)) for _ in range(rounds)]
+    return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
+            statistics.median(b - a for a, b in pairs))
 
 
 def main(argv=None) -> int:
@@ -84,30 +92,27 @@ def main(argv=None) -> int:
         route = next(r for r in runtime.layer_memo("torch").values() if r.problem == p)
         row = {"layer": item.name, "problem": key, "routes": route.labels(), "tuned_now": report.tuned}
         with torch.no_grad():
-            row["fwd-infer"] = (host_us(lambda: plain(inp), args.calls, args.rounds),
-                                host_us(lambda: ours(inp), args.calls, args.rounds))
-        row["fwd-train"] = (host_us(lambda: plain(inp_grad), args.calls, args.rounds),
-                            host_us(lambda: ours(inp_grad), args.calls, args.rounds))
+            row["fwd-infer"] = host_us(lambda: plain(inp), lambda: ours(inp), args.calls, args.rounds)
+        row["fwd-train"] = host_us(lambda: plain(inp_grad), lambda: ours(inp_grad), args.calls, args.rounds)
         dy = torch.randn(p.y_shape, device="cuda")
         w = plain.weight.detach()
         for pass_, a, b in (("dgrad", dy, w), ("wgrad", inp, dy)):
             if pass_ not in item.passes:
                 continue
             theirs = native_for(p.for_pass(pass_))  # PyTorch's own pass, with the process's flags
-            row[pass_] = (host_us(lambda: theirs(a, b), args.calls, args.rounds),
-                          host_us(lambda: route.run(pass_, a, b), args.calls, args.rounds))
+            row[pass_] = host_us(lambda: theirs(a, b), lambda: route.run(pass_, a, b), args.calls, args.rounds)
         rows.append(row)
-        cells = "  ".join(f"{k} {row[k][0]:6.1f}/{row[k][1]:6.1f}" for k in ("fwd-infer", "fwd-train", "dgrad", "wgrad")
-                          if k in row)
+        cells = "  ".join(f"{k} {row[k][0]:6.1f}/{row[k][1]:6.1f}/{row[k][2]:+6.1f}"
+                          for k in ("fwd-infer", "fwd-train", "dgrad", "wgrad") if k in row)
         print(f"{item.name:24s} {cells}  {route.labels()}", flush=True)
     summary = {}
     for kind in ("fwd-infer", "fwd-train", "dgrad", "wgrad"):
         pairs = [row[kind] for row in rows if kind in row]
         if pairs:
-            summary[kind] = {"pytorch_us": statistics.median(a for a, _ in pairs),
-                             "convtune_us": statistics.median(b for _, b in pairs),
-                             "added_us_median": statistics.median(b - a for a, b in pairs),
-                             "added_us_max": max(b - a for a, b in pairs), "problems": len(pairs)}
+            summary[kind] = {"pytorch_us": statistics.median(a for a, _, _ in pairs),
+                             "convtune_us": statistics.median(b for _, b, _ in pairs),
+                             "added_us_median": statistics.median(d for _, _, d in pairs),
+                             "added_us_max": max(d for _, _, d in pairs), "problems": len(pairs)}
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "model": args.model,
            "batch": args.batch, "calls": args.calls, "rounds": args.rounds, "rows": rows, "summary": summary}

@@ -87,3 +87,40 @@ def test_3d_problems_have_engines_within_fp32(case, pass_):
     p = problem(case, pass_)
     assert get_strategy("cudnn").supports(p, be) is None
     assert_every_engine_within(p, be, 1e-5)
+
+
+def test_operands_bind_by_position_where_the_frontend_takes_tensor_uids():
+    """A frontend whose execute_plan_at_index takes ``tensor_uids`` gets the operands by position (a cheaper
+    per-call path), the uids read from the graph's tensors; an older one gets the mapping form."""
+    from types import SimpleNamespace
+    from convtune.strategies.cudnn import _ordered_uids
+
+    def newer(tensor_dict, workspace=None, index=0, handle=None, *args, tensor_uids=None, **kwargs):
+        pass
+
+    def older(tensor_dict, workspace=None, index=0, handle=None):
+        pass
+    tensors = (SimpleNamespace(uid=3), SimpleNamespace(get_uid=lambda: 1), SimpleNamespace(uid=2))
+    assert _ordered_uids(newer, tensors) == (3, 1, 2)
+    assert _ordered_uids(older, tensors) is None
+    assert _ordered_uids(newer, (SimpleNamespace(),)) is None  # tensors without uids: the mapping form
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_plans_run_by_address_on_the_operands_memory(pass_):
+    """Each engine's by-address form (the PyTorch bridge's path) gives the float64 reference's result within
+    fp32 on a stream of its own."""
+    import cupy as cp
+    be, cudnn = get_backend("cupy"), get_strategy("cudnn")
+    p = problem("2d-stride-pad-dil", pass_, batch=3)
+    a, b = random_operands(be, p, 5)
+    ref = get_strategy("reference").build(p, None, be)(a.astype(cp.float64), b.astype(cp.float64))
+    configs = cudnn.candidates(p, be)
+    assert configs
+    stream = cp.cuda.Stream(non_blocking=True)
+    for c in configs[:6]:
+        run = cudnn.build(p, c, be)
+        out = cp.full(p.result_shape, cp.nan, dtype=cp.float32)
+        run.launch(a.data.ptr, b.data.ptr, out.data.ptr, stream)
+        stream.synchronize()
+        assert relative_error(cp, out, ref) <= 1e-5, c.label()
