@@ -207,12 +207,14 @@ def test_launch_path_trains_like_pytorch_on_a_side_stream(case, layout, monkeypa
         grads = (y * 1, xs.grad * 1, patched.weight.grad * 1, patched.bias.grad * 1)
     side.synchronize()
     assert through_bridge == []
-    for got, want in zip(grads, (expected_y, None, plain.weight.grad, plain.bias.grad)):
-        if want is not None:
-            torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5)
     xr = x.clone().requires_grad_()
-    (plain(xr) * probe).sum().backward()
-    torch.testing.assert_close(grads[1], xr.grad, rtol=2e-4, atol=2e-5)
+    ref = copy.deepcopy(plain)  # (plain's parameters hold the first step's gradients)
+    (ref(xr) * probe).sum().backward()
+    # within fp32 of PyTorch's as a whole (sums in another order: an element near zero may differ by more,
+    # relative to itself, than fp32's bound; cuDNN's filter-gradient engines showed 5% on such elements)
+    for got, want in zip(grads, (expected_y, xr.grad, plain.weight.grad, plain.bias.grad)):
+        error = float((got.double() - want.double()).norm() / want.double().norm())
+        assert error <= 1e-5, (got.shape, error)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

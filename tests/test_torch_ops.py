@@ -306,6 +306,36 @@ def test_plans_that_gain_less_than_the_autograd_detour_give_their_passes_to_pyto
     assert asked == ([] if times["dgrad"][0] is None else [True])  # (a backward pass's plan: the split detour)
 
 
+def test_calls_without_gradients_keep_the_forward_plan_that_settle_took_from_training(monkeypatch):
+    """Settle gives a training call's passes to PyTorch where the plans gain less than the autograd detour; a
+    call without gradients takes no detour, so it keeps the forward's plan that won its duel (and falls back
+    to PyTorch's, said once, where that plan fails); a new forward executor forgets it."""
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch import _dispatch
+    from convtune.torch._dispatch import ArrayPlan, Native, Route, layer_problem
+    problem = layer_problem((2, 3, 8, 8), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
+    route = Route(problem, None, torch.device("cpu"))
+    plan, streams = _address_plan(problem, "native")
+    fwd = route.fwd_exec = ArrayPlan(plan, _AddressBridge(), problem)
+    fwd.duel = (10e-6, 30e-6, Native(native_for(problem), "torch"))
+    route.dgrad_exec = Native(native_for(problem.for_pass("dgrad")), "torch")
+    route.wgrad_exec = Native(native_for(problem.for_pass("wgrad")), "torch")
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)
+    assert route.native_for_grads(True, True) is True and isinstance(route.fwd_exec, Native)
+    assert route.fwd_infer is fwd
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(5, 3, 3, 3)
+    want = torch.nn.functional.conv2d(x, w, None, 1, 1)
+    torch.testing.assert_close(route.infer(x, w), want)
+    assert streams == ["stream"]  # the plan's launch ran
+    torch.testing.assert_close(route.run("fwd", x, w), want)
+    assert streams == ["stream"]  # a training call's forward: PyTorch's
+    fwd.launch = lambda *args: (_ for _ in ()).throw(RuntimeError("boom"))
+    torch.testing.assert_close(route.infer(x, w), want)  # the plan failed: PyTorch's, from now on
+    assert route.fwd_infer is None
+    route.fwd_infer = fwd
+    route._keep("fwd", Native(native_for(problem), "torch"))
+    assert route.fwd_infer is None
+
 def test_the_autograd_detour_is_measured_once_per_device():
     from convtune.torch import _dispatch
     cpu = torch.device("cpu")

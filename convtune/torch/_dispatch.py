@@ -308,12 +308,16 @@ _EXEC = {"fwd": "fwd_exec", "dgrad": "dgrad_exec", "wgrad": "wgrad_exec"}
 class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
-    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "trips", "native_grads",
+    __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "fwd_infer", "trips",
+                 "native_grads",
                  "captured", "settled", "uncaptured", "trip_uncaptured", "warmed", "combine", "both")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
         self.fwd_exec = self.dgrad_exec = self.wgrad_exec = None
+        # the forward's plan where settle gave a training call's forward to PyTorch: calls without gradients,
+        # which take no autograd detour, keep what won the duel (see infer)
+        self.fwd_infer = None
         self.trips = {}  # keep_spectra mode -> RoundTrip, or None: the per-pass plans
         # (input needs a gradient, weight needs one) -> True where those passes all run PyTorch's own
         # convolution for good (see native_for_grads); emptied whenever an executor changes
@@ -492,11 +496,29 @@ class Route:
             native.label = (f"torch (in the layer {e.duel[1] * 1e6:.0f} us per call against {e.duel[0] * 1e6:.0f} us "
                             f"for {e.label}, less than the {detour * 1e6:.0f} us detour per training call)")
             self._keep(p, native)
-        say_once(f"settle:{self.problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: "
-                 "its plans gain %.0f us per training call, less than the %.0f us that convtune's autograd "
-                 "functions cost it", self.problem.describe(), self.device, gain * 1e6, detour * 1e6,
-                 level=logging.INFO)
+            if p == "fwd":
+                self.fwd_infer = e
+        say_once(f"settle:{self.problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s in "
+                 "training calls: its plans gain %.0f us per training call, less than the %.0f us that convtune's "
+                 "autograd functions cost it (calls without gradients keep the forward's plan)",
+                 self.problem.describe(), self.device, gain * 1e6, detour * 1e6, level=logging.INFO)
         return self.native(passes)
+
+    def infer(self, a, b, bias=None):
+        """A forward call without gradients: the forward's plan that :meth:`settle` took from training calls
+        (they pay an autograd detour that this call does not), else :meth:`run`'s. Where that plan fails,
+        :meth:`run`'s executor from then on (said once)."""
+        plan = self.fwd_infer
+        if plan is None:
+            return self.run("fwd", a, b, bias)
+        try:
+            out = plan(a, b, bias)
+        except Exception as exc:
+            self.fwd_infer = None
+            say_once(f"infer:{self.problem.key()}:{self.device}", "convtune: %s: its forward plan %s failed (%s: %s); "
+                     "PyTorch's convolution runs it", self.problem.describe(), plan.label, type(exc).__name__, exc)
+            return self.run("fwd", a, b, bias)
+        return in_result_format(out, a, b)
 
     def native(self, passes) -> bool:
         """Do these passes all run PyTorch's own convolution for good (so autograd needs nothing of
@@ -557,6 +579,8 @@ class Route:
         setattr(self, _EXEC[pass_], executor)
         self.native_grads = {}
         self.settled = set()
+        if pass_ == "fwd":
+            self.fwd_infer = None  # (settle sets it again after its own _keep)
         return executor
 
     def _duels(self) -> bool:

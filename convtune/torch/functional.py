@@ -287,7 +287,7 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
                                             (bias is not None and bias.requires_grad))
     # (PyTorch's own call, first: a capture records the same; the capture check is a CUDA call)
     if not training:
-        executor = route.fwd_exec
+        executor = route.fwd_infer or route.fwd_exec
         kind = executor.__class__
         if (kind is Fallback or kind is Native) and executor.retry_at is None and \
                 (kind is Fallback or _flags_as_measured(x, math)):
@@ -295,7 +295,7 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
         x, weight, bias = _cast(x, weight, bias, cast)
         if capturing(x):  # a CUDA graph records this call
             return _captured(route, x, weight, bias, geom, groups, math, owner, training)
-        return route.run("fwd", x, weight, bias)
+        return route.infer(x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
     if (need_dx, need_dw) in route.native_grads and not (keep and need_dx and need_dw) and \
