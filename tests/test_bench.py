@@ -1,6 +1,7 @@
 """convtune bench and report on the CPU: peers absent and said so, results file, figures."""
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -72,6 +73,23 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
     assert max(trip["errors"].values()) < 1e-5 and one_d["round_trip"]["torch-fft"] == trip["median_ms"]
     assert one_d["round_trip_floor_ms"] == pytest.approx(2 * one_d["passes"]["fwd"]["floor_ms"])
     assert "torch-fft ms (ratio)" in res.output and "floor ms" in res.output
+    # the per-pass parity count of both contenders against PyTorch (the layers' passes, not the sweep's)
+    for name in ("convtune", "drop-in"):
+        assert re.search(rf"^{name}: \d+ of 6 passes within 1.03x of torch-fp32's time", res.output, re.M), res.output
+
+
+def test_parity_counts_the_passes_within_the_bound_and_names_the_rest():
+    from convtune.bench.report import parity
+
+    def rec(torch_ms, ours, drop_in=None):
+        return {"peers": {"torch-fp32": {"median_ms": torch_ms}}, "convtune": {"median_ms": ours},
+                "drop_in": {"median_ms": drop_in} if drop_in else {"failed": "x"}}
+    results = {"layers": [{"name": "a", "passes": {"fwd": rec(1.0, 1.03, 0.5), "dgrad": rec(1.0, 1.1, 1.2)}},
+                          {"name": "b", "passes": {"wgrad": rec(None, 1.0, 1.0)}}],
+               "sweep": [{"name": "s", "passes": {"fwd": rec(1.0, 9.0)}}]}
+    got = parity(results)
+    assert got["convtune"] == {"within": 1, "passes": 2, "below": [("a", "dgrad", 0.909)]}
+    assert got["drop-in"] == {"within": 1, "passes": 2, "below": [("a", "dgrad", 0.833)]}
 
 
 def test_bench_uses_the_cache_the_second_time(tmp_path, results):

@@ -67,6 +67,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     """
     from .dispatch import measure_dispatch_overhead
     from .peers import available_peers
+    from .report import PARITY_BOUND, parity
     from .runner import DROP_IN, run_bench, speedup, sweep_layers
     from ..cache import PlanCache
     from ..network import load_network
@@ -167,6 +168,12 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
           + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "
           f"training step's forward and backward, timed whole. Warm dispatch overhead: "
           f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
+    for name, p in parity(results).items():
+        if p["passes"]:
+            below = ", ".join(f"{layer} {pass_} {ratio:.2f}x" for layer, pass_, ratio in p["below"][:8])
+            more = f" and {len(p['below']) - 8} more" if len(p["below"]) > 8 else ""
+            _echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of torch-fp32's time"
+                  + (f"; below: {below}{more}" if below else ""))
 
 
 @main.command(name="bench-model")

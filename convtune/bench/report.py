@@ -38,6 +38,42 @@ def load_results(path) -> dict:
     return doc
 
 
+#: Per-pass parity: a pass counts as at PyTorch's speed when it takes at most this multiple of PyTorch's time
+#: (the issues' per-pass targets).
+PARITY_BOUND = 1.03
+
+
+def parity(results: dict, peer: str = "torch-fp32", bound: float = PARITY_BOUND) -> dict:
+    """How many of a bench run's passes (its layers', not the sweep's) take at most ``bound`` times ``peer``'s
+    time, for convtune's array call (``convtune``) and the PyTorch layer (``drop-in``): per contender
+    ``{"within": n, "passes": m, "below": [(layer, pass, peer / contender), ...]}``; passes where either
+    side has no time are left out.
+
+    Examples
+    --------
+    >>> rec = {"peers": {"torch-fp32": {"median_ms": 1.0}}, "convtune": {"median_ms": 1.1},
+    ...        "drop_in": {"median_ms": 0.9}}
+    >>> parity({"layers": [{"name": "l", "passes": {"fwd": rec}}]})["convtune"]["below"]
+    [('l', 'fwd', 0.909)]
+    """
+    out = {}
+    for name, key in (("convtune", "convtune"), ("drop-in", "drop_in")):
+        within, passes, below = 0, 0, []
+        for entry in results.get("layers") or []:
+            for pass_, rec in entry["passes"].items():
+                theirs = (rec.get("peers", {}).get(peer) or {}).get("median_ms")
+                ours = (rec.get(key) or {}).get("median_ms")
+                if not theirs or not ours:
+                    continue
+                passes += 1
+                if ours <= bound * theirs:
+                    within += 1
+                else:
+                    below.append((entry["name"], pass_, round(theirs / ours, 3)))
+        out[name] = {"within": within, "passes": passes, "below": below}
+    return out
+
+
 def _pyplot():
     try:
         import matplotlib
