@@ -99,8 +99,9 @@ __device__ __forceinline__ void load_tile(float* tile, const float* __restrict__
 }}
 
 // A thread's walk over the R + (KH-1)*DH tile rows its R outputs touch, KW inputs of a row in registers:
-// forward, acc[o] += the row x the filter's taps wr of the output it feeds ...
-__device__ __forceinline__ void add_tile(float* acc, const float* tile, const float* wr, int tx, int ty) {{
+// add(o, kh, xr) for each output o that the row feeds as the filter's tap row kh
+template <typename F>
+__device__ __forceinline__ void each_tile_row(const float* tile, int tx, int ty, F add) {{
   const float* base = tile + ty * R * IN_W + tx;
 #pragma unroll
   for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
@@ -110,31 +111,25 @@ __device__ __forceinline__ void add_tile(float* acc, const float* tile, const fl
 #pragma unroll
     for (int o = 0; o < R; ++o) {{
       const int d = ir - o;  // this input row is tap row d / DH of output o
-      if (d >= 0 && d % DH == 0 && d / DH < KH) {{
-#pragma unroll
-        for (int kw = 0; kw < KW; ++kw) acc[o] += xr[kw] * wr[(d / DH) * KW + kw];
-      }}
+      if (d >= 0 && d % DH == 0 && d / DH < KH) add(o, d / DH, xr);
     }}
   }}
 }}
 
-// ... filter gradient, acc[tap] += g[o] (output o's gradient) x the row
+// forward: acc[o] += the row x the filter's taps wr of the output it feeds
+__device__ __forceinline__ void add_tile(float* acc, const float* tile, const float* wr, int tx, int ty) {{
+  each_tile_row(tile, tx, ty, [&](int o, int kh, const float* xr) {{
+#pragma unroll
+    for (int kw = 0; kw < KW; ++kw) acc[o] += xr[kw] * wr[kh * KW + kw];
+  }});
+}}
+
+// filter gradient: acc[tap] += g[o] (output o's gradient) x the row
 __device__ __forceinline__ void add_tile_grad(float* acc, const float* tile, const float* g, int tx, int ty) {{
-  const float* base = tile + ty * R * IN_W + tx;
+  each_tile_row(tile, tx, ty, [&](int o, int kh, const float* xr) {{
 #pragma unroll
-  for (int ir = 0; ir < R + (KH - 1) * DH; ++ir) {{
-    float xr[KW];
-#pragma unroll
-    for (int kw = 0; kw < KW; ++kw) xr[kw] = base[ir * IN_W + kw * DW];
-#pragma unroll
-    for (int o = 0; o < R; ++o) {{
-      const int d = ir - o;
-      if (d >= 0 && d % DH == 0 && d / DH < KH) {{
-#pragma unroll
-        for (int kw = 0; kw < KW; ++kw) acc[(d / DH) * KW + kw] += g[o] * xr[kw];
-      }}
-    }}
-  }}
+    for (int kw = 0; kw < KW; ++kw) acc[kh * KW + kw] += g[o] * xr[kw];
+  }});
 }}
 
 // the filter gradient's sums acc[tap] over every tile of one plane pair: x plane xp (H x W), dy plane gp
