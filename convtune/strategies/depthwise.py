@@ -78,8 +78,7 @@ class DepthwiseStrategy(Strategy):
 
     def candidates(self, problem, backend):
         if problem.rank == 3:
-            return [DepthwiseConfig(threads=TILE_W * depthwise3d.warps(problem, rows), variant="tiled", rows=rows)
-                    for rows in sorted(TILED_ROWS, reverse=True) if depthwise3d.reason(problem, rows) is None]
+            return self._tiled(problem, depthwise3d.warps, depthwise3d.reason)
         # channels-last: the nhwc kernels first (they read the operands as they lie), then the others through
         # conversions
         tiled = [DepthwiseConfig(threads=256, variant="nhwc-tiled", rows=r) for r in NHWC_TILED_ROWS
@@ -94,10 +93,17 @@ class DepthwiseStrategy(Strategy):
                   and window_reason(problem, s) is None]
         if math.prod(problem.kernel_size) > MAX_TAPS:
             return window
-        tiled = [DepthwiseConfig(threads=TILE_W * tiled_warps(problem, rows), variant="tiled", rows=rows)
-                 for rows in sorted(TILED_ROWS, reverse=True) if tiled_reason(problem, rows) is None]
         # the tiled kernels first: the heuristic's choice (the first candidate) for kernels they hold
-        return tiled + window + [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
+        return self._tiled(problem, tiled_warps, tiled_reason) + window + \
+            [DepthwiseConfig(threads=t) for t in (256, 128, 512)]
+
+    @staticmethod
+    def _tiled(problem, warps, reason):
+        """The tiled kernels' configs that ``reason(problem, rows)`` allows, most rows per thread first, with
+        ``warps(problem, rows)`` warps per block (2-D: :mod:`convtune.direct.depthwise`; 3-D:
+        :mod:`convtune.direct.depthwise3d`)."""
+        return [DepthwiseConfig(threads=TILE_W * warps(problem, rows), variant="tiled", rows=rows)
+                for rows in sorted(TILED_ROWS, reverse=True) if reason(problem, rows) is None]
 
     def workspace_bytes(self, problem, config) -> int:
         return depthwise_nhwc.workspace_bytes(problem) if _nhwc(config) else 0
