@@ -121,6 +121,9 @@ def test_plans_run_by_address_on_the_operands_memory(pass_):
     for c in configs[:6]:
         run = cudnn.build(p, c, be)
         out = cp.full(p.result_shape, cp.nan, dtype=cp.float32)
+        # the NaN fill runs on the current stream, which a non-blocking stream does not wait for: let it land first,
+        # or the fill can overwrite the engine's output (an all-NaN result seen once on the H100)
+        cp.cuda.Device().synchronize()
         run.launch(a.data.ptr, b.data.ptr, out.data.ptr, stream)
         stream.synchronize()
         assert relative_error(cp, out, ref) <= 1e-5, c.label()
