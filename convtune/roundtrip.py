@@ -43,8 +43,21 @@ from .timing import TimingStats
 
 log = logging.getLogger("convtune")
 
-#: Version of the round-trip executor; part of every stored trip decision (6: depthwise round trips).
-VERSION = 6
+#: Version of the round-trip executor; part of every stored trip decision (6: depthwise round trips; 7: the
+#: GPU's fused and packed trips for 3-D problems too).
+VERSION = 7
+#: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
+#: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
+#: version not listed here changed every shape.
+CHANGES = {7: lambda p: p.rank == 3}
+
+
+def stale(decision_version: int, problem: ConvProblem) -> bool:
+    """Must a stored round-trip decision of ``decision_version`` be measured again for ``problem`` (its
+    forward problem)? Yes where any version since changed that shape, or the decision is of a newer one."""
+    if decision_version >= VERSION:
+        return decision_version != VERSION
+    return any(CHANGES.get(v, lambda p: True)(problem) for v in range(decision_version + 1, VERSION + 1))
 #: Default cap on the bytes a layer's kept spectra may hold between its passes.
 DEFAULT_KEEP_LIMIT = 2 << 30
 #: The cost model keeps this many transform sizes for the round trip's benchmark.
@@ -335,7 +348,7 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     if freqmajor.unsupported_reason(p) is not None:  # depthwise and other many-group layers: pointwise only
         return pointwise
     configs = [TripConfig(sizes=s, tf32=tf32) for s in ranked[:KEEP_SIZES]]
-    if backend.name == "cupy" and p.rank <= 2:  # (the GPU variants are 1-D and 2-D, as in the fft strategy)
+    if backend.name == "cupy":
         fused = freqmajor.callbacks_available()
         if fused:
             configs = [dataclasses.replace(c, fused=True) for c in configs] + configs

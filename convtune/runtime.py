@@ -309,7 +309,7 @@ class Runtime:
         except CacheError as exc:
             self._store_failed("looked up", exc)
             decision = None
-        if decision is not None and decision.version != roundtrip.VERSION:
+        if decision is not None and roundtrip.stale(decision.version, fwd):
             log.info("round trip of %s: stored decision is of version %d, now %d; measuring again", fwd.key(),
                      decision.version, roundtrip.VERSION)
             decision = None

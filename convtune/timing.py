@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -28,19 +28,22 @@ class TimingStats:
     spread_s: float  # interquartile range (or max - min for fewer than 4 repeats)
     min_s: float
     repeats: int
+    #: the samples in the order taken, where a comparison needs them (:meth:`CudaEventTimer.interleaved`)
+    samples: tuple = field(default=(), repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "samples"}
 
     @classmethod
-    def from_samples(cls, samples: list[float]) -> "TimingStats":
+    def from_samples(cls, samples: list[float], keep: bool = False) -> "TimingStats":
         ordered = sorted(samples)
         if len(ordered) >= 4:
             q = statistics.quantiles(ordered, n=4)
             spread = q[2] - q[0]
         else:
             spread = ordered[-1] - ordered[0]
-        return cls(median_s=statistics.median(ordered), spread_s=spread, min_s=ordered[0], repeats=len(ordered))
+        return cls(median_s=statistics.median(ordered), spread_s=spread, min_s=ordered[0], repeats=len(ordered),
+                   samples=tuple(samples) if keep else ())
 
 
 class CpuTimer:
@@ -70,6 +73,20 @@ class CpuTimer:
                     max(samples) - min(samples) <= self.stable * statistics.median(samples):
                 break
         return TimingStats.from_samples(samples)
+
+    def interleaved(self, fns, backend=None, label: str = "") -> list[TimingStats]:
+        """Time several calls side by side: each is warmed up and given its own loop count, then every
+        repeat runs each once in turn (the order reversed every other repeat), so what drifts over the
+        measurement weighs on all alike. One :class:`TimingStats` per call, their samples by repeat
+        (``paired_ratio`` compares them repeat by repeat)."""
+        loops = []
+        for fn in fns:
+            fn()
+            n = 1
+            while self._run(fn, n) < self.min_time_s and n < self.max_loops:
+                n = min(self.max_loops, n * 2)
+            loops.append(n)
+        return _interleave(fns, self.repeats, lambda i, fn: self._run(fn, loops[i]) / loops[i])
 
     @staticmethod
     def _run(fn, loops):
@@ -141,9 +158,55 @@ class CudaEventTimer:
                     break
         return TimingStats.from_samples(samples)
 
+    def interleaved(self, fns, backend, label: str = "") -> list[TimingStats]:
+        """Time several calls side by side (a contender and its peer): each warmed up, then every repeat
+        runs each once in turn, after its own L2 flush and between its own events, the order reversed
+        every other repeat, so clocks and whatever else drifts over the measurement weigh on all alike
+        (two calls of PyTorch's timed minutes apart in one process differed by up to 8% on the H100).
+        One :class:`TimingStats` per call, their samples by repeat (``paired_ratio`` compares them
+        repeat by repeat); every call gets ``repeats`` runs (no early or adaptive stop)."""
+        cp = backend.xp
+        for _ in range(self.warmup):
+            for fn in fns:
+                fn()
+        backend.synchronize()
+        stream = cp.cuda.get_current_stream()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+
+        def once(i, fn):
+            if self.flush_l2:
+                self._flush(cp)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            return cp.cuda.get_elapsed_time(start, end) / 1e3
+        return _interleave(fns, self.repeats, once)
+
     def __repr__(self):
         return (f"CudaEventTimer(warmup={self.warmup}, repeats={self.repeats}, flush_l2={self.flush_l2}, "
                 f"adaptive={self.adaptive})")
+
+
+def _interleave(fns, repeats: int, once) -> list[TimingStats]:
+    """``repeats`` rounds of ``once(i, fns[i])`` for every call, in turn, the order reversed every other
+    round; per call the :class:`TimingStats` of its samples, kept in round order (``samples``)."""
+    samples = [[] for _ in fns]
+    order = list(range(len(fns)))
+    for r in range(repeats):
+        for i in (order if r % 2 == 0 else order[::-1]):
+            samples[i].append(once(i, fns[i]))
+    return [TimingStats.from_samples(s, keep=True) for s in samples]
+
+
+def paired_ratio(peer: TimingStats, ours: TimingStats) -> TimingStats:
+    """The peer's time over ours, repeat by repeat, of two :meth:`interleaved` measurements (above 1:
+    ours is faster); its median is the paired comparison's result, its spread how much the pairs
+    disagree. A statistic of ratios, not of seconds."""
+    a, b = peer.samples, ours.samples
+    if not a or len(a) != len(b):
+        raise ValueError("paired_ratio takes two measurements of one interleaved() call")
+    return TimingStats.from_samples([x / y for x, y in zip(a, b)])
 
 
 def default_timer(backend, adaptive: bool = True):

@@ -46,6 +46,10 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
             assert rec["drop_in"]["error"] < 1e-5 and rec["drop_in"]["median_ms"] > 0 and rec["drop_in"]["route"]
             assert rec["peers"]["torch-fp32-ref"] == {"not_applicable": "a float32 problem: torch-fp32 is its "
                                                                         "PyTorch peer"}
+            # the layer's pass and PyTorch's timed again side by side: both medians and the paired ratio
+            pair = rec["paired"]
+            assert pair["peer"] == "torch-fp32" and pair["contender"] == "drop-in" and pair["repeats"] == 3
+            assert pair["median_ms"] > 0 and pair["peer_ms"] > 0 and pair["ratio"] > 0
         per_pass = sum(r["convtune"]["median_ms"] for r in entry["passes"].values())
         assert entry["round_trip"]["drop-in"] == pytest.approx(sum(r["drop_in"]["median_ms"]
                                                                    for r in entry["passes"].values()))
@@ -76,6 +80,8 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
     # the per-pass parity count of both contenders against PyTorch (the layers' passes, not the sweep's)
     for name in ("convtune", "drop-in"):
         assert re.search(rf"^{name}: \d+ of 6 passes within 1.03x of torch-fp32's time", res.output, re.M), res.output
+    assert re.search(r"^drop-in: \d+ of 6 passes within 1.03x of torch-fp32's time \(6 of them timed side by side",
+                     res.output, re.M), res.output
 
 
 def test_parity_counts_the_passes_within_the_bound_and_names_the_rest():
@@ -88,8 +94,17 @@ def test_parity_counts_the_passes_within_the_bound_and_names_the_rest():
                           {"name": "b", "passes": {"wgrad": rec(None, 1.0, 1.0)}}],
                "sweep": [{"name": "s", "passes": {"fwd": rec(1.0, 9.0)}}]}
     got = parity(results)
-    assert got["convtune"] == {"within": 1, "passes": 2, "below": [("a", "dgrad", 0.909)]}
-    assert got["drop-in"] == {"within": 1, "passes": 2, "below": [("a", "dgrad", 0.833)]}
+    assert got["convtune"] == {"within": 1, "passes": 2, "paired": 0, "below": [("a", "dgrad", 0.909)]}
+    assert got["drop-in"] == {"within": 1, "passes": 2, "paired": 0, "below": [("a", "dgrad", 0.833)]}
+    # a side-by-side measurement decides for the contender it names, over the two separate medians
+    results["layers"][0]["passes"]["dgrad"]["paired"] = {"peer": "torch-fp32", "contender": "drop-in", "ratio": 0.99}
+    results["layers"][0]["passes"]["fwd"]["paired"] = {"peer": "torch-fp32", "contender": "drop-in", "ratio": 0.95}
+    got = parity(results)
+    assert got["drop-in"] == {"within": 1, "passes": 2, "paired": 2, "below": [("a", "fwd", 0.95)]}
+    assert got["convtune"]["paired"] == 0 and got["convtune"]["within"] == 1
+    # a pairing with another peer (torch-tf32 for a tf32 problem) does not stand for torch-fp32's
+    results["layers"][0]["passes"]["fwd"]["paired"]["peer"] = "torch-tf32"
+    assert parity(results)["drop-in"]["paired"] == 1
 
 
 def test_bench_uses_the_cache_the_second_time(tmp_path, results):

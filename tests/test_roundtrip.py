@@ -201,3 +201,14 @@ def test_own_transforms_in_round_trips(backend):
     c = TripConfig(sizes=(64, 64), packed=True, own=True)
     assert TripConfig.from_dict(c.as_dict()) == c and c.label() == "fft-trip[sizes=64x64,packed,own]"
     assert not TripConfig.from_dict({"sizes": [64, 64], "packed": True}).own
+
+
+def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_version_changed_its_shape():
+    """Version 7 added the GPU's fused and packed trips for 3-D problems only: a 2-D decision of version 6
+    stands, a 3-D one is measured again; an older version (6 changed every shape) or a newer one never stands."""
+    from convtune import roundtrip
+    two, three = problem("2d-large-kernel"), problem("3d-basic")
+    assert roundtrip.VERSION == 7
+    assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three)
+    assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
+    assert roundtrip.stale(5, two) and roundtrip.stale(8, two)

@@ -60,3 +60,25 @@ def test_a_sequence_flushes_before_each_step_and_sums_them(fake):
     stats = CudaEventTimer(warmup=2, repeats=4).sequence([cp.step("a", 1.0), cp.step("b", 0.5)], backend)
     assert stats.repeats == 4 and stats.median_s == pytest.approx(1.5e-3)
     assert cp.log == ["a", "b"] * 2 + ["flush", "a", "flush", "b"] * 4
+
+
+def test_interleaved_calls_take_turns_each_flushed_and_pair_up(fake):
+    from convtune.timing import paired_ratio
+    cp, backend = fake
+    peer, ours = CudaEventTimer(warmup=2, repeats=4).interleaved([cp.step("p", 2.0), cp.step("o", 1.0)], backend)
+    # warm-up of both, then every repeat runs each after its own flush, the order reversed every other repeat
+    assert cp.log == ["p", "o"] * 2 + ["flush", "p", "flush", "o", "flush", "o", "flush", "p"] * 2
+    assert peer.samples == (2e-3,) * 4 and ours.samples == (1e-3,) * 4 and ours.repeats == 4
+    ratio = paired_ratio(peer, ours)
+    assert ratio.median_s == pytest.approx(2.0) and ratio.repeats == 4
+    assert "samples" not in peer.as_dict()
+    with pytest.raises(ValueError, match="interleaved"):
+        paired_ratio(CudaEventTimer(warmup=0, repeats=3)(cp.step("x", 1.0), backend), ours)
+
+
+def test_paired_ratio_is_taken_repeat_by_repeat():
+    from convtune.timing import TimingStats, paired_ratio
+    # a drift that slows both sides alike leaves every pair's ratio at 2
+    peer = TimingStats.from_samples([2.0, 4.0, 8.0], keep=True)
+    ours = TimingStats.from_samples([1.0, 2.0, 4.0], keep=True)
+    assert paired_ratio(peer, ours).median_s == 2.0 and paired_ratio(peer, ours).spread_s == 0.0

@@ -172,7 +172,8 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
         if p["passes"]:
             below = ", ".join(f"{layer} {pass_} {ratio:.2f}x" for layer, pass_, ratio in p["below"][:8])
             more = f" and {len(p['below']) - 8} more" if len(p["below"]) > 8 else ""
-            _echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of torch-fp32's time"
+            how = f" ({p['paired']} of them timed side by side with it)" if p["paired"] else ""
+            _echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of torch-fp32's time{how}"
                   + (f"; below: {below}{more}" if below else ""))
 
 

@@ -46,8 +46,9 @@ PARITY_BOUND = 1.03
 def parity(results: dict, peer: str = "torch-fp32", bound: float = PARITY_BOUND) -> dict:
     """How many of a bench run's passes (its layers', not the sweep's) take at most ``bound`` times ``peer``'s
     time, for convtune's array call (``convtune``) and the PyTorch layer (``drop-in``): per contender
-    ``{"within": n, "passes": m, "below": [(layer, pass, peer / contender), ...]}``; passes where either
-    side has no time are left out.
+    ``{"within": n, "passes": m, "paired": k, "below": [(layer, pass, peer / contender), ...]}``; passes where
+    either side has no time are left out. Where the pass was also timed side by side with that peer (the
+    record's ``paired``, for the contender it names), the paired ratio decides; ``paired`` counts those passes.
 
     Examples
     --------
@@ -58,19 +59,25 @@ def parity(results: dict, peer: str = "torch-fp32", bound: float = PARITY_BOUND)
     """
     out = {}
     for name, key in (("convtune", "convtune"), ("drop-in", "drop_in")):
-        within, passes, below = 0, 0, []
+        within, passes, below, paired = 0, 0, [], 0
         for entry in results.get("layers") or []:
             for pass_, rec in entry["passes"].items():
-                theirs = (rec.get("peers", {}).get(peer) or {}).get("median_ms")
-                ours = (rec.get(key) or {}).get("median_ms")
-                if not theirs or not ours:
-                    continue
+                pair = rec.get("paired") or {}
+                if pair.get("contender") == name and pair.get("peer") == peer and pair.get("ratio"):
+                    ratio = pair["ratio"]
+                    paired += 1
+                else:
+                    theirs = (rec.get("peers", {}).get(peer) or {}).get("median_ms")
+                    ours = (rec.get(key) or {}).get("median_ms")
+                    if not theirs or not ours:
+                        continue
+                    ratio = theirs / ours
                 passes += 1
-                if ours <= bound * theirs:
+                if ratio >= 1 / bound:
                     within += 1
                 else:
-                    below.append((entry["name"], pass_, round(theirs / ours, 3)))
-        out[name] = {"within": within, "passes": passes, "below": below}
+                    below.append((entry["name"], pass_, round(ratio, 3)))
+        out[name] = {"within": within, "passes": passes, "paired": paired, "below": below}
     return out
 
 

@@ -24,6 +24,7 @@ from ..planner import random_operands, relative_error
 from ..problem import ConvProblem
 from ..runtime import Runtime, conv, conv_backward_data, conv_backward_filter
 from . import torchfft
+from ..timing import paired_ratio
 from .peers import NotApplicable, as_cupy
 
 log = logging.getLogger("convtune")
@@ -58,6 +59,7 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
     a, b = random_operands(backend, problem, seed)
     ref = reference(xp, problem, a.astype(xp.float64), b.astype(xp.float64))
     record = {"peers": {}}
+    paired_peer, peer_fn = parity_peer(problem), None
     for peer in peers:
         if peer.make is None:
             record["peers"][peer.name] = {"absent": peer.absent_reason}
@@ -78,6 +80,8 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
                                           "repeats": stats.repeats, "error": err}
             if getattr(fn, "label", None):
                 record["peers"][peer.name]["plan"] = fn.label
+            if peer.name == paired_peer:
+                peer_fn = fn  # timed again beside the drop-in below
         except Exception as exc:
             record["peers"][peer.name] = {"failed": f"{type(exc).__name__}: {exc}"}
         _give_back_memory(backend)
@@ -85,6 +89,7 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
     # convolution hands back PyTorch's tensor as a view, where writing into ``out`` would add a copy
     # (on the H100 3-D layers' PyTorch plans measured 0.23x to 0.97x of PyTorch itself with it; how
     # much of that was the copy and how much the array path's host work was not measured)
+    layer_call = None  # the pass as the PyTorch layer runs it
     try:
         drop_in = _drop_in_call(problem, a, b, runtime) if problem.dtype != "float32" else None
         if drop_in is not None:  # half precision: as training runs it, on tensors of its dtype (no conversions
@@ -108,30 +113,58 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
                               "repeats": stats.repeats, "error": err}
         if drop_in is not None:
             record["convtune"]["via"] = "convtune.torch on tensors of the problem's dtype and layout"
+            layer_call = call
     except Exception as exc:  # a failure is a result to report, not a reason to stop the benchmark
         log.warning("convtune failed on %s: %s", problem.key(), exc)
         record["convtune"] = {"failed": f"{type(exc).__name__}: {exc}"}
     if problem.dtype == "float32" and "failed" not in record["convtune"]:
-        record["drop_in"] = bench_drop_in(problem, a, b, ref, backend, runtime, timer)
-    del ref, a, b
+        record["drop_in"], layer_call = bench_drop_in(problem, a, b, ref, backend, runtime, timer)
+    if peer_fn is not None and layer_call is not None and hasattr(timer, "interleaved"):
+        _give_back_memory(backend)
+        contender = DROP_IN if "drop_in" in record else "convtune"  # (half precision: convtune's call is the layer's)
+        record["paired"] = bench_paired(paired_peer, peer_fn, layer_call, contender, backend, timer)
+    del ref, a, b, peer_fn, layer_call
     return record
+
+
+def parity_peer(problem: ConvProblem) -> str:
+    """The PyTorch peer a pass is held to (the per-pass targets' ``<= 1.03x PyTorch``): PyTorch in the problem's
+    dtype and layout with TF32 as the problem's math mode allows."""
+    return "torch-tf32" if problem.math == "tf32" else "torch-fp32"
+
+
+def bench_paired(peer_name: str, peer_fn, layer_call, contender: str, backend: Backend, timer) -> dict:
+    """The pass through the PyTorch layer and the parity peer timed side by side, repeat by repeat
+    (:meth:`CudaEventTimer.interleaved`), after convtune has tuned and given its memory back (PyTorch's
+    algorithm choice was made when the peer first ran, before tuning). Each side's median and the median of
+    the per-repeat ratios (peer / drop-in): the per-pass parity figure, freer of drift than two medians
+    taken minutes apart."""
+    try:
+        peer, ours = timer.interleaved([peer_fn, layer_call], backend, f"{peer_name} / {contender}")
+        ratio = paired_ratio(peer, ours)
+        return {"peer": peer_name, "contender": contender, "peer_ms": peer.median_s * 1e3,
+                "median_ms": ours.median_s * 1e3, "ratio": ratio.median_s, "ratio_spread": ratio.spread_s,
+                "repeats": ours.repeats}
+    except Exception as exc:  # a result to report
+        return {"failed": f"{type(exc).__name__}: {exc}"}
 
 
 def bench_drop_in(problem: ConvProblem, a, b, ref, backend: Backend, runtime: Runtime, timer) -> dict:
     """A float32 pass as a PyTorch user's patched layer runs it: the layer's route on tensors (the plan, or
     PyTorch's convolution where it won the duel in the layer, host work and all), timed like the peers; the
-    array API above pays what a PyTorch user does not (DLPack views, its own dispatch) and skips the duel."""
+    array API above pays what a PyTorch user does not (DLPack views, its own dispatch) and skips the duel.
+    Returns ``(record, call)``: ``call`` runs the pass again (None where it could not run)."""
     try:
         drop_in = _drop_in_call(problem, a, b, runtime)
         if drop_in is None:
-            return {"absent": "PyTorch is not installed"}
+            return {"absent": "PyTorch is not installed"}, None
         call, route = drop_in
         err = relative_error(backend.xp, as_cupy(call(), backend.xp).reshape(problem.result_shape), ref)
         stats = timer(call, backend, "drop-in")
         return {"route": route.labels()[problem.pass_], "median_ms": stats.median_s * 1e3,
-                "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats, "error": err}
+                "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats, "error": err}, call
     except Exception as exc:  # a result to report
-        return {"failed": f"{type(exc).__name__}: {exc}"}
+        return {"failed": f"{type(exc).__name__}: {exc}"}, None
 
 
 def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):

@@ -289,9 +289,8 @@ class _CupyOps(_Ops):
         key = ("load", batch, n_shape, steps)
         held = self._plans.get(key)
         if held is None:
-            L, n, s = _as_2d(self.sizes), _as_2d(n_shape), _as_2d(steps)
-            name = "convtune_ld_" + "_".join(map(str, L + n + s))
-            code = _LOAD_CALLBACK.format(name=name, L0=L[0], L1=L[1], n0=n[0], n1=n[1], s0=s[0], s1=s[1])
+            name = "convtune_ld_" + "_".join(map(str, self.sizes + tuple(n_shape) + tuple(steps)))
+            code = _load_callback(name, self.sizes, n_shape, steps)
             held = self._plans[key] = self._callback_plan(True, batch, code, name, 0)
         return held[0]
 
@@ -299,10 +298,8 @@ class _CupyOps(_Ops):
         key = ("store", batch, geometry)
         held = self._plans.get(key)
         if held is None:
-            (o0, s0, c0), (o1, s1, c1) = _as_2d_geometry(geometry)
-            L = _as_2d(self.sizes)
-            name = "convtune_st_" + "_".join(map(str, L + (o0, s0, c0, o1, s1, c1)))
-            code = _STORE_CALLBACK.format(name=name, L0=L[0], L1=L[1], o0=o0, s0=s0, c0=c0, o1=o1, s1=s1, c1=c1)
+            name = "convtune_st_" + "_".join(map(str, self.sizes + sum(map(tuple, geometry), ())))
+            code = _store_callback(name, self.sizes, geometry)
             slot = [self.xp.zeros(1, dtype=self.xp.uint64), 0]  # [device word, the pointer it holds]
             held = self._plans[key] = self._callback_plan(False, batch, code, name, slot[0].data.ptr) + (slot,)
         return held[0], held[-1]
@@ -547,47 +544,60 @@ extern "C" __global__ void convtune_fft_embed(const float* __restrict__ src, flo
 """
 _EMBED_THREADS = 256
 
-#: cuFFT load callback of the fused forward transform: element ``offset`` of the zero-extended
-#: (B, L0, L1) operand, read from the unextended (B, n0, n1) one (sample k of an axis at k * step).
-_LOAD_CALLBACK = r"""
-#include <cufftXt.h>
+def _load_callback(name: str, L, n, steps) -> str:
+    """cuFFT load callback of the fused forward transform, any rank: element ``offset`` of the zero-extended
+    (B, *L) operand, read from the unextended (B, *n) one (sample k of an axis at k * step, zero elsewhere)."""
+    at = _unravel(L)
+    keep = " && ".join(f"i{j} % {s} == 0 && i{j} / {s} < {m}" for j, (s, m) in enumerate(zip(steps, n)))
+    return f"""#include <cufftXt.h>
 __device__ cufftReal {name}(void* dataIn, unsigned long long offset, void* info, void* shared) {{
-    const unsigned long long image = (unsigned long long){L0} * {L1};
-    unsigned long long b = offset / image;
-    int pos = (int)(offset - b * image);
-    int r = pos / {L1}, c = pos - r * {L1};
-    if (r % {s0} == 0 && c % {s1} == 0 && r / {s0} < {n0} && c / {s1} < {n1})
-        return ((const float*)dataIn)[(b * {n0} + r / {s0}) * {n1} + c / {s1}];
+{at}
+    if ({keep})
+        return ((const float*)dataIn)[{_ravel("b", [f"i{j} / {s}" for j, s in enumerate(steps)], n)}];
     return 0.0f;
 }}
 """
 
-#: cuFFT store callback of the fused inverse transform: element ``offset`` of the (B, L0, L1) result
-#: lands at output position q of an axis when (index + offset_axis) mod L == q * step, q < count;
-#: the output's address is the device word ``info`` points to (the plan's own output is scratch).
-_STORE_CALLBACK = r"""
-#include <cufftXt.h>
+
+def _store_callback(name: str, L, geometry) -> str:
+    """cuFFT store callback of the fused inverse transform, any rank: element ``offset`` of the (B, *L) result
+    lands at output position q of an axis when (index + offset_axis) mod L == q * step, q < count; the output's
+    address is the device word ``info`` points to (the plan's own output is scratch)."""
+    at = _unravel(L)
+    shift = "\n".join(f"    int t{j} = (i{j} + {o}) % {size};" for j, ((o, _, _), size) in enumerate(zip(geometry, L)))
+    keep = " && ".join(f"t{j} % {s} == 0 && t{j} / {s} < {c}" for j, (_, s, c) in enumerate(geometry))
+    index = _ravel("b", [f"t{j} / {s}" for j, (_, s, _) in enumerate(geometry)], [c for _, _, c in geometry])
+    return f"""#include <cufftXt.h>
 __device__ void {name}(void* dataOut, unsigned long long offset, cufftReal element, void* info, void* shared) {{
-    const unsigned long long image = (unsigned long long){L0} * {L1};
-    unsigned long long b = offset / image;
-    int pos = (int)(offset - b * image);
-    int r = pos / {L1}, c = pos - r * {L1};
-    int t0 = (r + {o0}) % {L0}, t1 = (c + {o1}) % {L1};
-    if (t0 % {s0} == 0 && t1 % {s1} == 0 && t0 / {s0} < {c0} && t1 / {s1} < {c1})
-        (*(float**)info)[(b * {c0} + t0 / {s0}) * {c1} + t1 / {s1}] = element;
+{at}
+{shift}
+    if ({keep})
+        (*(float**)info)[{index}] = element;
 }}
 """
 
+
+def _unravel(L) -> str:
+    """C lines splitting a callback's ``offset`` into the batch index ``b`` and per-axis indices i0, i1, ..."""
+    lines = [f"    const unsigned long long image = {' * '.join(f'(unsigned long long){v}' for v in L)};",
+             "    unsigned long long b = offset / image;",
+             "    int pos = (int)(offset - b * image);"]
+    for j in range(len(L) - 1, 0, -1):
+        lines.append(f"    int i{j} = pos % {L[j]}; pos /= {L[j]};")
+    lines.append("    int i0 = pos;")
+    return "\n".join(lines)
+
+
+def _ravel(batch: str, index, extents) -> str:
+    """C expression of the flat position of (batch, *index) in a C-contiguous (B, *extents) array."""
+    expr = batch
+    for i, e in zip(index, extents):
+        expr = f"({expr}) * {e} + {i}"
+    return expr
+
+
 #: cuFFT's JIT (LTO) callbacks arrived in cuFFT 11.3.3 (CUDA 12.8).
 MIN_CALLBACK_CUFFT = 11303
-
-
-def _as_2d(values) -> tuple:
-    return (1,) * (2 - len(values)) + tuple(values)
-
-
-def _as_2d_geometry(geometry):
-    return ((0, 1, 1),) * (2 - len(geometry)) + tuple(geometry)
 
 
 @functools.lru_cache(maxsize=None)

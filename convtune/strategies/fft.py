@@ -80,13 +80,14 @@ def narrow_variants(problem, configs) -> list:
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 9
+    version = 10
     config_type = FftConfig
     #: 9: the gemm and pointwise products' transforms on the GPU through cuFFT plans made once (one
     #: embedding kernel per operand) instead of ``cupy.fft`` (same results, less host and device time). Those
     #: candidates run on kernels wider than 3 on some axis: narrower ones get convtune's own transforms only
-    #: (:meth:`pruned`), and on the CPU nothing changed.
-    changes = {9: lambda p: any(k > 3 for k in p.kernel_size)}
+    #: (:meth:`pruned`), and on the CPU nothing changed. 10: 3-D problems get the GPU's fused (cuFFT
+    #: callbacks of any rank), packed and strided variants too.
+    changes = {9: lambda p: any(k > 3 for k in p.kernel_size), 10: lambda p: p.rank == 3}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
@@ -203,9 +204,7 @@ class FftStrategy(Strategy):
         tf32 = problem.math == "tf32"
         configs = [FftConfig(sizes=s, product=prod, chunk=problem.batch, tf32=tf32 and prod in GEMMS)
                    for s in ranked[:keep] for prod in products]
-        # the GPU's own variants below are 1-D and 2-D only until a GPU run has tested them on 3-D problems
-        # (3-D problems take cuFFT's n-D transforms with the gemm, fgemm and pointwise products)
-        gpu = backend.name == "cupy" and problem.rank <= 2
+        gpu = backend.name == "cupy"  # (convtune's own transforms below are 2-D: 64x64)
         # cuFFT's JIT callbacks fold the zero-extension and the crop into the transforms (GPU only)
         fused = "fgemm" in products and gpu and freqmajor.callbacks_available()
         if fused:
