@@ -74,7 +74,7 @@ class CpuTimer:
                 break
         return TimingStats.from_samples(samples)
 
-    def interleaved(self, fns, backend=None, label: str = "") -> list[TimingStats]:
+    def interleaved(self, fns, backend=None, label: str = "", repeats: int | None = None) -> list[TimingStats]:
         """Time several calls side by side: each is warmed up and given its own loop count, then every
         repeat runs each once in turn (the order reversed every other repeat), so what drifts over the
         measurement weighs on all alike. One :class:`TimingStats` per call, their samples by repeat
@@ -86,7 +86,7 @@ class CpuTimer:
             while self._run(fn, n) < self.min_time_s and n < self.max_loops:
                 n = min(self.max_loops, n * 2)
             loops.append(n)
-        return _interleave(fns, self.repeats, lambda i, fn: self._run(fn, loops[i]) / loops[i])
+        return _interleave(fns, repeats or self.repeats, lambda i, fn: self._run(fn, loops[i]) / loops[i])
 
     @staticmethod
     def _run(fn, loops):
@@ -158,13 +158,14 @@ class CudaEventTimer:
                     break
         return TimingStats.from_samples(samples)
 
-    def interleaved(self, fns, backend, label: str = "") -> list[TimingStats]:
+    def interleaved(self, fns, backend, label: str = "", repeats: int | None = None) -> list[TimingStats]:
         """Time several calls side by side (a contender and its peer): each warmed up, then every repeat
         runs each once in turn, after its own L2 flush and between its own events, the order reversed
         every other repeat, so clocks and whatever else drifts over the measurement weigh on all alike
         (two calls of PyTorch's timed minutes apart in one process differed by up to 8% on the H100).
         One :class:`TimingStats` per call, their samples by repeat (``paired_ratio`` compares them
-        repeat by repeat); every call gets ``repeats`` runs (no early or adaptive stop)."""
+        repeat by repeat); every call gets ``repeats`` runs (the timer's unless given; no early or adaptive
+        stop)."""
         cp = backend.xp
         for _ in range(self.warmup):
             for fn in fns:
@@ -181,7 +182,7 @@ class CudaEventTimer:
             end.record(stream)
             end.synchronize()
             return cp.cuda.get_elapsed_time(start, end) / 1e3
-        return _interleave(fns, self.repeats, once)
+        return _interleave(fns, repeats or self.repeats, once)
 
     def __repr__(self):
         return (f"CudaEventTimer(warmup={self.warmup}, repeats={self.repeats}, flush_l2={self.flush_l2}, "

@@ -105,6 +105,8 @@ def test_parity_counts_the_passes_within_the_bound_and_names_the_rest():
     # a pairing with another peer (torch-tf32 for a tf32 problem) does not stand for torch-fp32's
     results["layers"][0]["passes"]["fwd"]["paired"]["peer"] = "torch-tf32"
     assert parity(results)["drop-in"]["paired"] == 1
+    assert parity(results, peer="torch-tf32")["drop-in"] == {"within": 0, "passes": 1, "paired": 1,
+                                                             "below": [("a", "fwd", 0.95)]}
 
 
 def test_bench_uses_the_cache_the_second_time(tmp_path, results):

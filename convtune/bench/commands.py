@@ -168,12 +168,13 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
           + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "
           f"training step's forward and backward, timed whole. Warm dispatch overhead: "
           f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
-    for name, p in parity(results).items():
+    held_to = "torch-tf32" if math_mode == "tf32" else "torch-fp32"  # (runner.parity_peer: PyTorch in the math mode)
+    for name, p in parity(results, peer=held_to).items():
         if p["passes"]:
             below = ", ".join(f"{layer} {pass_} {ratio:.2f}x" for layer, pass_, ratio in p["below"][:8])
             more = f" and {len(p['below']) - 8} more" if len(p["below"]) > 8 else ""
             how = f" ({p['paired']} of them timed side by side with it)" if p["paired"] else ""
-            _echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of torch-fp32's time{how}"
+            _echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of {held_to}'s time{how}"
                   + (f"; below: {below}{more}" if below else ""))
 
 

@@ -122,7 +122,10 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
     if peer_fn is not None and layer_call is not None and hasattr(timer, "interleaved"):
         _give_back_memory(backend)
         contender = DROP_IN if "drop_in" in record else "convtune"  # (half precision: convtune's call is the layer's)
-        record["paired"] = bench_paired(paired_peer, peer_fn, layer_call, contender, backend, timer)
+        theirs = (record["peers"].get(paired_peer) or {}).get("median_ms")
+        ours = (record.get("drop_in") or record["convtune"]).get("median_ms")
+        record["paired"] = bench_paired(paired_peer, peer_fn, layer_call, contender, backend, timer,
+                                        pair_ms=theirs + ours if theirs and ours else None)
     del ref, a, b, peer_fn, layer_call
     return record
 
@@ -133,14 +136,24 @@ def parity_peer(problem: ConvProblem) -> str:
     return "torch-tf32" if problem.math == "tf32" else "torch-fp32"
 
 
-def bench_paired(peer_name: str, peer_fn, layer_call, contender: str, backend: Backend, timer) -> dict:
+#: The side-by-side measurement's repeats: at least the timer's, more for quick passes (as many as fit in
+#: PAIRED_BUDGET_S), at most PAIRED_MAX_REPEATS.
+PAIRED_BUDGET_S, PAIRED_MAX_REPEATS = 1.0, 200
+
+
+def bench_paired(peer_name: str, peer_fn, layer_call, contender: str, backend: Backend, timer,
+                 pair_ms: float | None = None) -> dict:
     """The pass through the PyTorch layer and the parity peer timed side by side, repeat by repeat
     (:meth:`CudaEventTimer.interleaved`), after convtune has tuned and given its memory back (PyTorch's
     algorithm choice was made when the peer first ran, before tuning). Each side's median and the median of
     the per-repeat ratios (peer / drop-in): the per-pass parity figure, freer of drift than two medians
-    taken minutes apart."""
+    taken minutes apart. ``pair_ms``: the two calls' time together, as measured before (on the GPU, more repeats
+    for quick passes, whose ratios scatter most)."""
+    repeats = getattr(timer, "repeats", 25)
+    if pair_ms and backend.name == "cupy":  # (a CPU timer's repeat lasts its minimum time, however quick the call)
+        repeats = max(repeats, min(PAIRED_MAX_REPEATS, int(PAIRED_BUDGET_S * 1e3 / pair_ms)))
     try:
-        peer, ours = timer.interleaved([peer_fn, layer_call], backend, f"{peer_name} / {contender}")
+        peer, ours = timer.interleaved([peer_fn, layer_call], backend, f"{peer_name} / {contender}", repeats=repeats)
         ratio = paired_ratio(peer, ours)
         return {"peer": peer_name, "contender": contender, "peer_ms": peer.median_s * 1e3,
                 "median_ms": ours.median_s * 1e3, "ratio": ratio.median_s, "ratio_spread": ratio.spread_s,
