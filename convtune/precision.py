@@ -127,6 +127,74 @@ def stored(xp, a, problem):
     return laid_out(xp, round_to(xp, a, problem.dtype), problem.layout)
 
 
+# -- the memory a by-address launch reads ---------------------------------------------------------------
+def _memory_order(ndim: int, layout: str) -> tuple:
+    """Axis order of ``layout``'s memory for a logical ``(N, C, *spatial)`` array."""
+    return (0, *range(2, ndim), 1) if layout == "channels_last" and ndim >= 3 else tuple(range(ndim))
+
+
+def launch_memory(xp, a, dtype: str, layout: str):
+    """``a`` (stored as :mod:`convtune.precision` stores ``dtype`` in ``layout``) as the memory a by-address
+    launch of that dtype and layout reads: a C-contiguous array in the layout's memory order (``(N, *spatial,
+    C)`` for channels_last) in the dtype's own element type (bfloat16: its 16 bits, as ``uint16``). A view
+    where ``a`` is that memory already (float32 and float16)."""
+    a = xp.ascontiguousarray(a.transpose(_memory_order(a.ndim, layout)))
+    if dtype == "bfloat16":  # float32 storage of bfloat16 values: their upper 16 bits, exactly
+        a = (a.view(xp.uint32) >> 16).astype(xp.uint16)
+    return a
+
+
+def launch_result(xp, shape, dtype: str, layout: str):
+    """An uninitialised result of logical ``shape`` as a launch writes it (see :func:`launch_memory`)."""
+    order = _memory_order(len(shape), layout)
+    element = {"float32": xp.float32, "float16": xp.float16, "bfloat16": xp.uint16}[dtype]
+    return xp.empty(tuple(shape[axis] for axis in order), dtype=element)
+
+
+def from_launch(xp, memory, dtype: str, layout: str):
+    """A launch's result memory (:func:`launch_result`) as a logical ``(N, C, *spatial)`` array in the dtype's
+    storage (a view, but for bfloat16's widening)."""
+    if dtype == "bfloat16":
+        memory = (memory.astype(xp.uint32) << 16).view(xp.float32)
+    order = _memory_order(memory.ndim, layout)
+    return memory.transpose([order.index(axis) for axis in range(memory.ndim)])
+
+
+def launched(launch, problem, xp, workspace: int = 0):
+    """The array executor ``run(a, b, out=None)`` of a by-address ``launch(a, b, out, stream[, workspace])``
+    that reads and writes ``problem``'s dtype and layout itself (bfloat16 as 16-bit numbers): the operands
+    made launch memory (:func:`launch_memory`), the result written back in the problem's storage. ``run``
+    carries what :meth:`Strategy.build <convtune.strategies.base.Strategy.build>` describes: ``launch``,
+    ``launch_reads_bfloat16``, ``launch_workspace`` (bytes; passed as a fifth argument where not 0) and
+    ``timed`` (the launch on memory prepared once: what the PyTorch bridge's calls run, without the
+    packing the array calls add)."""
+    dtype, layout, shape = problem.dtype, problem.layout, problem.result_shape
+
+    def prepared(a, b):
+        ws = xp.empty(workspace, dtype=xp.uint8) if workspace else None
+        return (launch_memory(xp, a, dtype, layout), launch_memory(xp, b, dtype, layout),
+                launch_result(xp, shape, dtype, layout), ws)
+
+    def call(ma, mb, res, ws):
+        args = (ma.data.ptr, mb.data.ptr, res.data.ptr, xp.cuda.get_current_stream())
+        launch(*args) if ws is None else launch(*args, ws.data.ptr)
+
+    def run(a, b, out=None):
+        held = prepared(a, b)
+        call(*held)
+        result = from_launch(xp, held[2], dtype, layout)
+        if out is None:
+            return laid_out(xp, result, layout)
+        out[...] = result
+        return out
+
+    def timed(a, b, out):
+        held = prepared(a, b)
+        return lambda: call(*held)
+    run.launch, run.launch_reads_bfloat16, run.launch_workspace, run.timed = launch, True, workspace, timed
+    return run
+
+
 def bounded(run, problem, xp):
     """``run`` (the float32 channels-first executor of ``problem``'s strategy) as an executor of ``problem``
     in its dtype and layout: operands converted to float32 channels-first, the result rounded to the

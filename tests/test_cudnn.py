@@ -25,6 +25,22 @@ def test_cpu_backend_is_declined_with_a_reason():
     assert reason == "cuDNN needs the CuPy (GPU) backend"
 
 
+def test_tensors_are_described_in_the_problems_layout_and_half_problems_keep_tensor_cores():
+    """Channels-last strides for every operand (a 1-D problem's lifted height is spatial: (N, L, C) memory),
+    packed ones for channels-first; half-precision engines may use tensor cores in any math mode, no engine may
+    reduce in reduced precision."""
+    from convtune.strategies.cudnn import _strides, excluded_notes
+    assert _strides([2, 3, 4, 5]) == [60, 20, 5, 1]
+    assert _strides([2, 3, 4, 5], "channels_last") == [60, 1, 15, 3]
+    assert _strides([2, 3, 1, 7], "channels_last") == [21, 1, 21, 3]  # N, L, C
+    assert _strides([2, 3, 4, 5, 6], "channels_last") == [360, 1, 90, 18, 3]
+    assert "TENSOR_CORE" in excluded_notes("fp32", "float32")
+    assert excluded_notes("fp32", "float16") == excluded_notes("tf32", "bfloat16") == ("REDUCED_PRECISION_REDUCTION",)
+    strategy, p = get_strategy("cudnn"), problem("2d-odd")
+    assert all(strategy.reads(p.replace(dtype=d, layout=l)) for d in ("float32", "bfloat16", "float16")
+               for l in ("channels_first", "channels_last"))
+
+
 def test_config_is_engine_and_knobs():
     c = CudnnConfig(engine=7, knobs=(("SPLIT_K", 2), ("TILE_SIZE", 1)))
     assert CudnnConfig.from_dict(c.as_dict()) == c
@@ -127,3 +143,33 @@ def test_plans_run_by_address_on_the_operands_memory(pass_):
         run.launch(a.data.ptr, b.data.ptr, out.data.ptr, stream)
         stream.synchronize()
         assert relative_error(cp, out, ref) <= 1e-5, c.label()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, layout", [("float32", "channels_last"), ("bfloat16", "channels_first"),
+                                           ("bfloat16", "channels_last"), ("float16", "channels_last")])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_engines_read_half_precision_and_channels_last_themselves(dtype, layout, pass_):
+    """cuDNN's engines run a problem's dtype and layout natively (no float32 channels-first conversions): in 1-D
+    (a height-1 problem on (N, L, C) memory), 2-D and 3-D, each within the dtype's bound against float64, in the
+    problem's layout; the call the planner times (``timed``, on 16-bit memory prepared once) runs too."""
+    import cupy as cp
+    from convtune import ConvProblem, precision
+    be, cudnn = get_backend("cupy"), get_strategy("cudnn")
+    for size, kernel in (((23,), 5), ((11, 9), 3), ((5, 6, 7), 3)):
+        p = ConvProblem.make(batch=2, in_channels=8, out_channels=16, input_size=size, kernel_size=kernel,
+                             padding=1, pass_=pass_, dtype=dtype, layout=layout)
+        assert cudnn.reads(p)
+        a, b = random_operands(be, p, 7)
+        ref = get_strategy("reference").build(p, None, be)(a.astype(cp.float64), b.astype(cp.float64))
+        configs = cudnn.candidates(p, be)
+        assert configs, p.describe()
+        for c in configs[:3]:
+            run = cudnn.executor(p, c, be)
+            out = precision.empty_result(cp, p, fill=cp.nan)
+            run(a, b, out)
+            assert relative_error(cp, out, ref) <= p.tolerance, (c.label(), p.describe())
+            if len(size) > 1:
+                assert precision.layout_of(run(a, b)) == layout
+            run.timed(a, b, out)()
+            cp.cuda.Device().synchronize()

@@ -452,3 +452,33 @@ def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, capl
             error = float((a.grad.float() - b.grad.float()).norm() / b.grad.float().norm())
             assert error <= 3e-2, (a.shape, error)
 
+
+
+@pytest.mark.parametrize("strategy", ["depthwise", "cudnn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_one_d_layer_on_nlc_memory_runs_its_plan_by_address_right(strategy, dtype):
+    """A Conv1d on (N, L, C) memory (x.transpose(1, 2), as sequence models call it) is a channels_last problem
+    whose plans (the channels-last depthwise kernels, cuDNN's engines) read (N, L, C) memory by address: the
+    forward and both gradients match PyTorch's."""
+    rt = make_runtime([strategy], _Prefer("variant=nhwc") if strategy == "depthwise" else None)
+    torch.manual_seed(0)
+    groups = 32 if strategy == "depthwise" else 1
+    layer_ = ct.Conv1d(32, 32, 7, padding=3, groups=groups, runtime=rt).cuda().to(dtype)
+    plain = nn.Conv1d(32, 32, 7, padding=3, groups=groups).cuda().to(dtype)
+    plain.load_state_dict(layer_.state_dict())
+    x = torch.randn(4, 100, 32, device="cuda", dtype=dtype).transpose(1, 2).requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    y, want = layer_(x), plain(x2)
+    dy = torch.randn_like(want)
+    y.backward(dy)
+    want.backward(dy)
+    bound = 1e-5 if dtype == torch.float32 else 4 * 2 ** -8
+    for got, ref in ((y, want), (x.grad, x2.grad), (layer_.weight.grad, plain.weight.grad)):
+        assert float((got.float() - ref.float()).norm() / ref.float().norm()) <= bound
+    (route,) = rt.layer_memo("torch").values()
+    assert route.problem.layout == "channels_last"
+    assert all(label.startswith(strategy) for label in route.labels().values()), route.labels()
+    if strategy == "depthwise":
+        assert all("variant=nhwc" in label for label in route.labels().values()), route.labels()
+    executors = (route.fwd_exec, route.dgrad_exec, route.wgrad_exec)
+    assert all(e.launch is not None and e.launch_format == "NLC" for e in executors)  # by address, (N, L, C)

@@ -272,6 +272,36 @@ def test_a_by_address_form_that_reads_bfloat16_gets_the_tensors_own_memory_and_a
     torch.testing.assert_close(y, want, rtol=0, atol=0)
 
 
+def test_a_one_d_channels_last_launch_gets_and_gives_memory_in_nlc_order():
+    """A 1-D call on (N, L, C) memory is a channels_last problem; PyTorch has no memory format for it, and the
+    launch of such a problem (the channels-last depthwise kernels, cuDNN's) reads and writes (N, L, C) memory:
+    the bridge hands it that, for channels-first operands too, and the result is right either way."""
+    import types
+    from convtune.plan import Plan
+    from convtune.strategies.base import Config
+    from convtune.torch._dispatch import ArrayPlan, layer_problem
+    n, c, length, k = 2, 6, 11, 3
+    problem = layer_problem((n, c, length), (c, 1, k), (1,), (1,), (1,), c, "fp32", torch.float32, "channels_last")
+
+    def launch(a, b, out, stream):
+        x = _at(a, (n, length, c)).permute(0, 2, 1)  # NLC memory
+        w = _at(b, (c, k, 1)).permute(0, 2, 1)  # (C, 1, k) in the same order: its memory as contiguous
+        _at(out, (n, length, c)).copy_(torch.nn.functional.conv1d(x, w, None, 1, 1, 1, c).permute(0, 2, 1))
+
+    def run(a, b, out=None):
+        raise AssertionError("the array path ran")
+    run = types.FunctionType(run.__code__, run.__globals__)
+    run.launch = launch
+    br = _AddressBridge()
+    executor = ArrayPlan(Plan(problem, "fake", Config(), "cupy", run=run), br, problem)
+    torch.manual_seed(0)
+    w = torch.randn(c, 1, k)
+    for x in (torch.randn(n, length, c).transpose(1, 2), torch.randn(n, c, length)):  # NLC, and channels-first
+        y = executor(x, w)
+        assert y.transpose(1, 2).is_contiguous() and br.called == []
+        torch.testing.assert_close(y, torch.nn.functional.conv1d(x, w, None, 1, 1, 1, c))
+
+
 # -- weighing won duels against the autograd detour (Route.settle) -----------------------------------
 def _dueled(problem, pass_, t_plan, t_native):
     from convtune.strategies.pytorch import native_for

@@ -543,9 +543,8 @@ class NhwcDepthwiseConv:
     """One channels-last depthwise problem's executor on CuPy: ``rows`` outputs per thread along the row,
     ``threads // 32`` warps per block (32 channels each).
 
-    ``__call__(a, b, out)`` takes arrays as :mod:`convtune.precision` stores the problem's dtype and layout
-    (bfloat16: float32 arrays of bfloat16 values, packed to 16 bits around the launch). :meth:`launch` runs
-    on 16-bit (or float32) memory by address: the PyTorch bridge's path, and what :meth:`timed` times."""
+    :meth:`launch` runs on channels-last memory of the problem's dtype (bfloat16 as 16-bit numbers) by address:
+    the PyTorch bridge's path; :func:`convtune.precision.launched` makes the array executor of it."""
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, rows: int = 1, tiled: bool = False):
         why = tiled_reason(p, rows) if tiled else reason(p)
@@ -640,56 +639,3 @@ class NhwcDepthwiseConv:
         self.cp.cuda.runtime.memsetAsync(workspace, 0, self.result_bytes, stream.ptr)
         self.kernel(self.grid, self.block, (a, b, workspace, *self.args), 0, stream)
         self.cast(self.cast_grid, (256,), (workspace, out, *self.cast_args), 0, stream)
-
-    # -- arrays (the planner, the array API) ---------------------------------------------------------
-    def _memory(self, a):
-        """``a``'s memory as a C-contiguous array in channels-last order (N, *spatial, C), in the kernel's
-        element type: bfloat16 values (float32 storage) packed to their upper 16 bits; a filter (C, 1, *k)
-        as it is."""
-        cp = self.cp
-        if a.ndim >= 3 and a.shape[1] != 1:
-            a = a.transpose(0, *range(2, a.ndim), 1)
-        a = cp.ascontiguousarray(a)
-        if self.p.dtype == "bfloat16":
-            a = (a.view(cp.uint32) >> 16).astype(cp.uint16)
-        return a
-
-    def _result(self):
-        """A C-contiguous result buffer in channels-last order, in the kernel's element type."""
-        cp, p = self.cp, self.p
-        shape = p.result_shape
-        if len(shape) >= 3 and shape[1] != 1:
-            shape = (shape[0], *shape[2:], shape[1])
-        return cp.empty(shape, dtype={"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[p.dtype])
-
-    def _prepared(self, a, b):
-        cp = self.cp
-        ma, mb, res = self._memory(a), self._memory(b), self._result()
-        ws = cp.empty(self.workspace, dtype=cp.uint8) if self.workspace else None
-        return ma, mb, res, ws
-
-    def __call__(self, a, b, out):
-        cp = self.cp
-        ma, mb, res, ws = self._prepared(a, b)
-        self.launch(ma.data.ptr, mb.data.ptr, res.data.ptr, cp.cuda.get_current_stream(),
-                    None if ws is None else ws.data.ptr)
-        if self.p.dtype == "bfloat16":
-            res = (res.astype(cp.uint32) << 16).view(cp.float32)
-        if res.ndim >= 3 and self.p.result_shape[1] != 1:  # channels-last order back to the logical (N, C, ...)
-            res = res.transpose(0, res.ndim - 1, *range(1, res.ndim - 1))
-        out[...] = res
-        return out
-
-    def timed(self, a, b, out):
-        """A call of no arguments that runs the pass on copies of ``a`` and ``b`` made once in the kernel's
-        own element type and layout: what the PyTorch bridge's calls run (:meth:`launch`), without the
-        packing that :meth:`__call__` adds for arrays of float32 storage."""
-        cp = self.cp
-        ma, mb, res, ws = self._prepared(a, b)
-        args = (ma.data.ptr, mb.data.ptr, res.data.ptr)
-        wsp = None if ws is None else ws.data.ptr
-
-        def run():
-            _keep = (ma, mb, res, ws)  # noqa: F841 (the memory lives as long as the call)
-            self.launch(*args, cp.cuda.get_current_stream(), wsp)
-        return run

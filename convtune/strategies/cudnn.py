@@ -9,9 +9,11 @@ index in a list).
 A cached winner is rebuilt directly from its engine id and knobs
 (``create_execution_plan``), without enumerating engines again. Graphs are kept
 per problem in process memory; one handle per device, bound to CuPy's current
-stream at every call. Rank 1 runs as a height-1 2-D problem, rank 3 on 5-D tensors. In ``fp32`` mode
+stream at every call. Rank 1 runs as a height-1 2-D problem, rank 3 on 5-D tensors. Every dtype and
+layout runs natively: bfloat16 and float16 operands with float32 compute, channels-last problems as
+tensors with channels-last strides (a 1-D one's memory is (N, L, C)). In ``fp32`` mode
 plans with tensor-core numerics (TF32) are excluded by the frontend's numeric
-notes; the planner's float64 check confirms the error.
+notes, in every mode plans that reduce in reduced precision; the planner's float64 check confirms the error.
 
 The frontend is optional: without it, or without a GPU, the strategy says why
 it does not support a problem.
@@ -27,6 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .. import precision
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -42,9 +45,22 @@ ENUMERATION_BUDGET_S = 30.0
 #: 15 minutes, while the FFT path runs such kernels in under a millisecond.
 MAX_TAPS = 1024
 
-#: Numeric notes that rule a plan out, per math mode.
+#: Numeric notes that rule a plan out, per math mode (float32 problems; see :func:`excluded_notes`).
 EXCLUDED_NOTES = {"fp32": ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"),
                   "tf32": ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")}
+
+
+def excluded_notes(math: str, dtype: str) -> tuple[str, ...]:
+    """The numeric notes that rule a plan out: per math mode for float32; for bfloat16 and float16 operands
+    tensor cores are their engines' own way (multiplying half numbers is exact in float32) and only a
+    reduction in reduced precision is ruled out (accumulation is float32 or better, see convtune.precision).
+
+    >>> excluded_notes("fp32", "bfloat16")
+    ('REDUCED_PRECISION_REDUCTION',)
+    """
+    if dtype == "float32":
+        return EXCLUDED_NOTES[math]
+    return ("REDUCED_PRECISION_REDUCTION",)
 
 
 @dataclass(frozen=True)
@@ -81,12 +97,21 @@ def _geometry(p: ConvProblem):
     return x, w, y, lift(p.padding, 0), lift(p.stride, 1), lift(p.dilation, 1)
 
 
-def _strides(dims):
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.append(acc)
-        acc *= d
-    return list(reversed(out))
+def _strides(dims, layout: str = "channels_first"):
+    """Element strides of a dense tensor of logical ``dims`` ``(N, C, *spatial)`` in ``layout``'s memory order
+    (channels_last: N, spatial..., C; a 1-D problem's lifted height axis is spatial too)."""
+    order = list(range(len(dims)))
+    if layout == "channels_last":
+        order = [0, *range(2, len(dims)), 1]
+    out, acc = [0] * len(dims), 1
+    for axis in reversed(order):
+        out[axis] = acc
+        acc *= dims[axis]
+    return out
+
+
+#: The frontend's data type of each problem dtype (operands and result; compute is always float32).
+_DATA_TYPES = {"float32": "FLOAT", "bfloat16": "BFLOAT16", "float16": "HALF"}
 
 
 class _Graph:
@@ -94,31 +119,31 @@ class _Graph:
 
     def __init__(self, cudnn, handle, p: ConvProblem):
         x, w, y, pad, stride, dil = _geometry(p)
-        f32 = cudnn.data_type.FLOAT
-        g = cudnn.pygraph(io_data_type=f32, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
+        f32, io = cudnn.data_type.FLOAT, getattr(cudnn.data_type, _DATA_TYPES[p.dtype])
+        g = cudnn.pygraph(io_data_type=io, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
         geometry = dict(padding=pad, stride=stride, dilation=dil, compute_data_type=f32)
+
+        def tensor(name, dims):  # every operand and the result in the problem's dtype and layout
+            return g.tensor(name=name, dim=dims, stride=_strides(dims, p.layout), data_type=io)
         if p.pass_ == "fwd":
-            a = g.tensor(name="X", dim=x, stride=_strides(x), data_type=f32)
-            b = g.tensor(name="W", dim=w, stride=_strides(w), data_type=f32)
+            a, b = tensor("X", x), tensor("W", w)
             out, dims = g.conv_fprop(image=a, weight=b, **geometry), y
         elif p.pass_ == "dgrad":
-            a = g.tensor(name="DY", dim=y, stride=_strides(y), data_type=f32)
-            b = g.tensor(name="W", dim=w, stride=_strides(w), data_type=f32)
+            a, b = tensor("DY", y), tensor("W", w)
             out, dims = g.conv_dgrad(loss=a, filter=b, **geometry), x
         else:
-            a = g.tensor(name="X", dim=x, stride=_strides(x), data_type=f32)
-            b = g.tensor(name="DY", dim=y, stride=_strides(y), data_type=f32)
+            a, b = tensor("X", x), tensor("DY", y)
             out, dims = g.conv_wgrad(image=a, loss=b, **geometry), w
-        # set the output layout explicitly: an inferred one need not be NCHW-packed
-        out.set_output(True).set_dim(dims).set_stride(_strides(dims)).set_data_type(f32)
+        # set the output layout explicitly: an inferred one need not be packed in the problem's layout
+        out.set_output(True).set_dim(dims).set_stride(_strides(dims, p.layout)).set_data_type(io)
         g.validate()
         g.build_operation_graph()
         self.graph, self.tensors, self.cudnn = g, (a, b, out), cudnn
         self.built: dict[CudnnConfig, tuple[int, int]] = {}  # config -> (plan index, workspace bytes)
 
-    def enumerate(self, math: str) -> list[tuple[CudnnConfig, int]]:
+    def enumerate(self, math: str, dtype: str = "float32") -> list[tuple[CudnnConfig, int]]:
         """Every plan the heuristics offer, and every engine with default knobs, that builds, with its
-        workspace."""
+        workspace (the numerics :func:`excluded_notes` rules out left out)."""
         cudnn, g = self.cudnn, self.graph
         g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in HEURISTICS])
         try:
@@ -132,7 +157,7 @@ class _Graph:
             except Exception as exc:  # the engine does not support this graph
                 log.debug("cuDNN engine %d not offered: %s", engine, exc)
         # the notes filter applies to every plan in the list, the engines' default-knob plans included
-        notes = [getattr(cudnn.numerical_note, n) for n in EXCLUDED_NOTES[math]
+        notes = [getattr(cudnn.numerical_note, n) for n in excluded_notes(math, dtype)
                  if hasattr(cudnn.numerical_note, n)]
         if notes:
             g.deselect_numeric_notes(notes)
@@ -201,8 +226,13 @@ _CTX = _Context()
 @register
 class CudnnStrategy(Strategy):
     name = "cudnn"
-    version = 2
+    version = 3
     config_type = CudnnConfig
+    #: cuDNN reads every dtype and layout itself: bfloat16 and float16 engines with float32 compute, tensors
+    #: with channels-last strides (3: before, those problems ran float32 channels-first between conversions)
+    native_dtypes = ("float32", "bfloat16", "float16")
+    native_layouts = ("channels_first", "channels_last")
+    changes = {3: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
 
     def serves_shape(self, problem: ConvProblem) -> bool:
         return problem.rank in (1, 2, 3) and math.prod(problem.kernel_size) <= MAX_TAPS
@@ -229,7 +259,7 @@ class CudnnStrategy(Strategy):
                 handle = _CTX.handle(cudnn, backend.xp)
                 try:
                     graph = _Graph(cudnn, handle, problem)
-                    _CTX.candidates[key] = graph.enumerate(problem.math)
+                    _CTX.candidates[key] = graph.enumerate(problem.math, problem.dtype)
                     _CTX.enumerated[key] = graph
                 except Exception as exc:  # the frontend declines the whole graph
                     log.info("cuDNN offers no plan for %s: %s", key, exc)
@@ -272,8 +302,9 @@ class CudnnStrategy(Strategy):
         uids = _ordered_uids(execute, graph.tensors)
 
         def launch(a: int, b: int, out: int, stream) -> None:
-            """The plan on packed NCHW float32 data given by device address, on ``stream``: the PyTorch bridge's
-            path (no array views), and the arrays' below. Where the frontend binds operands by position
+            """The plan on dense data of the problem's dtype and layout (bfloat16 as 16-bit numbers) given by
+            device address, on ``stream``: the PyTorch bridge's path (no array views), and the arrays' below
+            (:func:`convtune.precision.launched` beyond float32 channels-first). Where the frontend binds operands by position
             (``tensor_uids``), a call costs the host 8 to 10 us less than through the mapping form, of the 110
             to 140 us that the frontend's execute takes on the H100's host for any layer size."""
             cudnn.set_stream(handle, stream.ptr)
@@ -282,6 +313,8 @@ class CudnnStrategy(Strategy):
             else:
                 execute((a, b, out), ws_ptr, index, handle, tensor_uids=uids)
         launch.workspace = workspace  # (the plan's workspace lives as long as the plan: cuDNN writes it)
+        if (problem.dtype, problem.layout) != ("float32", "channels_first"):
+            return precision.launched(launch, problem, cp)
 
         def run(a, b, out=None):
             # cuDNN is handed raw pointers to packed NCHW data: views are packed first

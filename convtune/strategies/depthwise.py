@@ -149,10 +149,6 @@ class DepthwiseStrategy(Strategy):
         executor = depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count,
                                                     config.rows, tiled=config.variant == "nhwc-tiled")
 
-        def run(a, b, out=None):
-            return executor(a, b, precision.empty_result(cp, problem) if out is None else out)
-        # by address on memory of the problem's own dtype (bfloat16 as 16-bit numbers: the PyTorch bridge),
-        # with a workspace of launch_workspace bytes where that is not 0 (see ArrayPlan)
-        run.launch, run.launch_reads_bfloat16, run.launch_workspace = executor.launch, True, executor.workspace
-        run.timed = executor.timed  # the planner times the launch on 16-bit copies, as the bridge runs it
-        return run
+        # by address on memory of the problem's own dtype (bfloat16 as 16-bit numbers: the PyTorch bridge), with a
+        # workspace where it needs one; the planner times the launch on 16-bit copies, as the bridge runs it
+        return precision.launched(executor.launch, problem, cp, executor.workspace)

@@ -52,6 +52,9 @@ log = logging.getLogger("convtune")
 _CHANNELS_LAST = torch.channels_last
 _CHANNELS_LAST_3D = torch.channels_last_3d
 _CONTIGUOUS = torch.contiguous_format
+#: The memory order of a channels-last 1-D call (N, L, C), for which PyTorch has no memory format: a by-address
+#: launch of such a problem reads and writes it (see ArrayPlan)
+_NLC = "NLC"
 _said: set[str] = set()
 _said_lock = threading.Lock()
 
@@ -255,7 +258,7 @@ class ArrayPlan:
             if native is not None and (problem.dtype != "bfloat16" or
                                        getattr(plan.run, "launch_reads_bfloat16", False)):
                 self.launch, self.launch_dtype, self.launch_format = native, getattr(torch, problem.dtype), \
-                    self.channels_last or _CONTIGUOUS
+                    self.channels_last or (_NLC if problem.layout == "channels_last" else _CONTIGUOUS)
                 self.launch_workspace = getattr(plan.run, "launch_workspace", 0)
             elif converted is not None:
                 self.launch, self.launch_dtype, self.launch_format = converted, torch.float32, _CONTIGUOUS
@@ -286,7 +289,11 @@ class ArrayPlan:
         plan's ``launch`` on dense copies of the operands where they are not dense in its dtype and layout."""
         dtype, fmt = self.launch_dtype, self.launch_format
         a, b = _dense_as(a, dtype, fmt), _dense_as(b, dtype, fmt)
-        out = torch.empty(self.shape, dtype=dtype, device=a.device, memory_format=fmt)
+        if fmt is _NLC:
+            n, c, length = self.shape
+            out = torch.empty((n, length, c), dtype=dtype, device=a.device).transpose(1, 2)
+        else:
+            out = torch.empty(self.shape, dtype=dtype, device=a.device, memory_format=fmt)
         if self.launch_workspace:  # from PyTorch's caching allocator, on its stream, like every allocation here
             workspace = torch.empty((self.launch_workspace,), dtype=torch.uint8, device=a.device)
             self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, workspace.data_ptr())
@@ -297,7 +304,10 @@ class ArrayPlan:
 
 def _dense_as(t, dtype, fmt):
     """``t`` in ``dtype``, dense in memory format ``fmt`` (itself where it is; ``Tensor.to`` alone would keep
-    a non-dense tensor of the same dtype as it is)."""
+    a non-dense tensor of the same dtype as it is); ``fmt`` :data:`_NLC`: a 3-D tensor dense in (N, L, C) order."""
+    if fmt is _NLC:
+        t = t.to(dtype)
+        return t if t.transpose(1, 2).is_contiguous() else t.transpose(1, 2).contiguous().transpose(1, 2)
     if t.dtype != dtype:
         t = t.to(dtype=dtype, memory_format=fmt)
     return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
