@@ -395,6 +395,18 @@ def test_a_plan_that_fails_when_it_runs_falls_back(caplog, monkeypatch):
     assert "out of memory in the test" in caplog.text and route.fwd_exec.label == "pytorch (fallback)"
 
 
+def _counting(original, calls):
+    """``original`` (a plan) answering as itself, each call of it recorded in ``calls``."""
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(original, name)
+
+        def __call__(self, *args):
+            calls.append(1)
+            return original(*args)
+    return Counting()
+
+
 def test_calls_inside_a_cuda_graph_capture_record_plans_resolved_before(caplog, monkeypatch):
     """While a stream records a CUDA graph (faked here: CI has no GPU), no plan is looked up, tuned or
     duelled: a layer no eager call has resolved records PyTorch's convolution, said once; once eager calls
@@ -423,15 +435,7 @@ def test_calls_inside_a_cuda_graph_capture_record_plans_resolved_before(caplog, 
     assert route.fwd_exec.label.startswith("im2col")
     calls = []
     original = route.fwd_exec.plan
-
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(original, name)
-
-        def __call__(self, *args):
-            calls.append(1)
-            return original(*args)
-    monkeypatch.setattr(route.fwd_exec, "plan", Counting())
+    monkeypatch.setattr(route.fwd_exec, "plan", _counting(original, calls))
     monkeypatch.setattr(functional, "capturing", lambda t: True)
     monkeypatch.setattr(_dispatch, "capturing", lambda t: True)
     # im2col's plans call cuBLAS on the GPU, which CuPy refuses while capturing: not tried, PyTorch's recorded
@@ -465,6 +469,37 @@ def test_calls_inside_a_cuda_graph_capture_record_plans_resolved_before(caplog, 
     with torch.no_grad():
         torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)  # outside: the plan again
     assert route.fwd_exec.label.startswith("im2col")
+
+
+def test_an_inference_call_inside_a_capture_records_the_forward_plan_that_eager_inference_runs(monkeypatch):
+    """Where settle gave a training call's forward to PyTorch and kept the duel's winner for calls without
+    gradients (Route.fwd_infer), a captured inference call records that plan too, as eager inference runs it,
+    where its strategy says it records; PyTorch's convolution where it does not (faked capture: CI has no GPU)."""
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch import functional
+    rt = make_runtime(["im2col"])
+    layer, plain = ct.Conv2d(3, 4, 3, padding=1, runtime=rt), nn.Conv2d(3, 4, 3, padding=1)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        expected = plain(x)
+        layer(x)
+    (route,) = rt.layer_memo("torch").values()
+    plan = route.fwd_exec
+    calls = []
+    monkeypatch.setattr(plan, "plan", _counting(plan.plan, calls))
+    # as Route.settle leaves a layer whose forward plan gained less than the training calls' detour
+    route.fwd_exec, route.fwd_infer = _dispatch.Native(native_for(route.problem), "torch"), plan
+    monkeypatch.setattr(functional, "capturing", lambda t: True)
+    monkeypatch.setattr(_dispatch, "capturing", lambda t: True)
+    monkeypatch.setattr(plan, "recordable", True)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
+    assert calls == [1] and not route.captured  # recorded: the inference plan
+    monkeypatch.setattr(plan, "recordable", False)  # (im2col's cuBLAS calls: CuPy refuses them while capturing)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
+    assert calls == [1] and set(route.captured) == {"fwd"}  # PyTorch's convolution recorded instead
 
 
 def test_pytorchs_convolution_for_captures_is_warmed_once_per_thread():

@@ -538,6 +538,8 @@ class Route:
             say_once(f"infer:{self.problem.key()}:{self.device}", "convtune: %s: its forward plan %s failed (%s: %s); "
                      "PyTorch's convolution runs it", self.problem.describe(), plan.label, type(exc).__name__, exc)
             return self.run("fwd", a, b, bias)
+        if not plan.recordable and a.is_cuda:
+            self.warm_capture("fwd", a, b)  # (what a capture of this call records instead: see _run_captured)
         return in_result_format(out, a, b)
 
     def native(self, passes) -> bool:

@@ -325,6 +325,8 @@ def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, train
     call has resolved the route yet (no lookup, tuning, duel or measurement runs on a capturing stream),
     said once."""
     if not training:  # (PyTorch's own call, as measured, was answered before: _dispatch)
+        if route.fwd_infer is not None:  # what an eager inference call runs (Route.infer), where it records
+            return route._run_captured("fwd", route.fwd_infer, x, weight, bias)
         executor = route.fwd_exec
         if executor is None or executor.retry_at is not None:
             return _not_captured(x, weight, bias, geom, groups)
