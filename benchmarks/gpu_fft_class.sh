@@ -10,7 +10,8 @@
 #    SLaK's later-stage depthwise layers): $OUT/bench-stages.json;
 # 3. `convtune bench` of r3d-18 and unet3d-encoder (3-D), fp32: $OUT/bench-r3d-18.json, bench-unet3d.json.
 # With UXNET_LIMIT > 0 (default 0: off), also uxnet3d-encoder (3-D depthwise 7x7x7: issue 20's large-kernel
-# 3-D layers): $OUT/bench-uxnet3d.json.
+# 3-D layers): $OUT/bench-uxnet3d.json; with DENSE3D_LIMIT > 0 (default 0: off), benchmarks/dense3d.yaml (dense
+# 5x5x5 and 7x7x7 layers, where the GPU's rank-3 FFT variants run): $OUT/bench-dense3d.json.
 # Each part has a time limit (FFT_LIMIT, EXTRA_LIMIT, R3D_LIMIT, UNET_LIMIT, UXNET_LIMIT seconds; 0 skips a part);
 # the tables end each log.
 cd "$(dirname "$0")/.."
@@ -32,3 +33,4 @@ part bench-stages ${STAGES_LIMIT:-0} bench benchmarks/large_kernel_stages.yaml -
 part bench-r3d-18 ${R3D_LIMIT:-300} bench r3d-18 --db /tmp/3d.db -o "$O/bench-r3d-18.json" --no-keep-spectra
 part bench-unet3d ${UNET_LIMIT:-300} bench unet3d-encoder --db /tmp/3d.db -o "$O/bench-unet3d.json" --no-keep-spectra
 part bench-uxnet3d ${UXNET_LIMIT:-0} bench uxnet3d-encoder --db /tmp/3d.db -o "$O/bench-uxnet3d.json" --no-keep-spectra
+part bench-dense3d ${DENSE3D_LIMIT:-0} bench benchmarks/dense3d.yaml --db /tmp/3d.db -o "$O/bench-dense3d.json" --no-keep-spectra

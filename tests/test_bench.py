@@ -81,7 +81,7 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
     trip = one_d["torch_fft_round_trip"]
     assert max(trip["errors"].values()) < 1e-5 and one_d["round_trip"]["torch-fft"] == trip["median_ms"]
     assert one_d["round_trip_floor_ms"] == pytest.approx(2 * one_d["passes"]["fwd"]["floor_ms"])
-    assert "torch-fft ms (ratio)" in res.output and "floor ms" in res.output
+    assert "torch-fft ms (ratio)" in res.output and "floor ms" in res.output and "side by side" in res.output
     # the per-pass parity count of both contenders against PyTorch (the layers' passes, not the sweep's)
     for name in ("convtune", "drop-in"):
         assert re.search(rf"^{name}: \d+ of 6 passes within 1.03x of torch-fp32's time", res.output, re.M), res.output

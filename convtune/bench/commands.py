@@ -137,7 +137,9 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     for entry in results["layers"] + (results["sweep"] or []):
         for pass_, rec in entry["passes"].items():
             c = rec["convtune"]
+            pair = rec.get("paired") or {}
             row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")), drop_in(rec),
+                   f"{pair['ratio']:.2f}x" if pair.get("ratio") else "-",
                    floor(rec.get("floor_ms")), f"{c['error']:.1e}" if c.get("error") is not None else "-"]
             for name in available:
                 peer = rec["peers"][name]
@@ -149,20 +151,22 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
         if kept.get("median_ms") is not None:
             errors = kept["errors"]
             rows.append([entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), kept["plan"],
-                         _ms_value(kept["median_ms"]), "", "", f"{max(errors.values()):.1e}"] + [""] * len(available))
+                         _ms_value(kept["median_ms"]), "", "", "", f"{max(errors.values()):.1e}"] + [""] * len(available))
         if entry.get("round_trip"):
             rt = entry["round_trip"]
             row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
-                   _ms_value(rt.get("convtune")), floor(rt.get(DROP_IN)), floor(entry.get("round_trip_floor_ms")), ""]
+                   _ms_value(rt.get("convtune")), floor(rt.get(DROP_IN)), "", floor(entry.get("round_trip_floor_ms")), ""]
             for name in available:
                 sp = speedup(rt, name)
                 row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
             rows.append(row)
-    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "drop-in ms", "floor ms", "error"] +
+    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "drop-in ms", "side by side", "floor ms", "error"] +
                       [f"{n} ms (ratio)" for n in available], rows))
     bandwidth = results.get("copy_bandwidth_GBps")
     _echo("drop-in = the pass through a patched PyTorch layer on tensors (float32; PyTorch's: its convolution "
-          "won the duel in the layer); "
+          "won the duel in the layer); side by side = PyTorch's time over the layer's (convtune's for half "
+          "precision), the two timed in turns after tuning (median of per-repeat ratios; '-': not timed so, their "
+          "medians more than 2x apart); "
           "ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
           "pass must move once, at this device's measured copy bandwidth"
           + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "
