@@ -38,6 +38,7 @@ from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
 from .problem import ConvProblem
+from .strategies.base import changed_since
 from .strategies.fft import narrow_variants, own_transform_configs
 from .timing import TimingStats
 
@@ -55,9 +56,7 @@ CHANGES = {7: lambda p: p.rank == 3}
 def stale(decision_version: int, problem: ConvProblem) -> bool:
     """Must a stored round-trip decision of ``decision_version`` be measured again for ``problem`` (its
     forward problem)? Yes where any version since changed that shape, or the decision is of a newer one."""
-    if decision_version >= VERSION:
-        return decision_version != VERSION
-    return any(CHANGES.get(v, lambda p: True)(problem) for v in range(decision_version + 1, VERSION + 1))
+    return changed_since(CHANGES, decision_version, VERSION, problem)
 #: Default cap on the bytes a layer's kept spectra may hold between its passes.
 DEFAULT_KEEP_LIMIT = 2 << 30
 #: The cost model keeps this many transform sizes for the round trip's benchmark.

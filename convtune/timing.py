@@ -57,13 +57,7 @@ class CpuTimer:
         self.adaptive, self.min_repeats, self.stable = adaptive, min_repeats, stable
 
     def __call__(self, fn, backend=None, label: str = "", stop_above: float | None = None) -> TimingStats:
-        fn()  # warm-up: first-call costs (FFT plans, allocations) stay out of the numbers
-        loops = 1
-        while True:
-            elapsed = self._run(fn, loops)
-            if elapsed >= self.min_time_s or loops >= self.max_loops:
-                break
-            loops = min(self.max_loops, loops * max(2, int(self.min_time_s / max(elapsed, 1e-9) * 1.2)))
+        loops, elapsed = self._loops(fn)
         samples = [elapsed / loops]
         if stop_above is not None and samples[0] > stop_above:
             return TimingStats.from_samples(samples)
@@ -79,14 +73,20 @@ class CpuTimer:
         repeat runs each once in turn (the order reversed every other repeat), so what drifts over the
         measurement weighs on all alike. One :class:`TimingStats` per call, their samples by repeat
         (``paired_ratio`` compares them repeat by repeat)."""
-        loops = []
-        for fn in fns:
-            fn()
-            n = 1
-            while self._run(fn, n) < self.min_time_s and n < self.max_loops:
-                n = min(self.max_loops, n * 2)
-            loops.append(n)
+        loops = [self._loops(fn)[0] for fn in fns]
         return _interleave(fns, repeats or self.repeats, lambda i, fn: self._run(fn, loops[i]) / loops[i])
+
+    def _loops(self, fn) -> tuple[int, float]:
+        """``(loops, seconds)``: after a warm-up call (first-call costs, such as FFT plans and allocations, stay
+        out of the numbers), the loop count whose run lasts ``min_time_s`` (at most ``max_loops``), and how
+        long that run took."""
+        fn()
+        loops = 1
+        while True:
+            elapsed = self._run(fn, loops)
+            if elapsed >= self.min_time_s or loops >= self.max_loops:
+                return loops, elapsed
+            loops = min(self.max_loops, loops * max(2, int(self.min_time_s / max(elapsed, 1e-9) * 1.2)))
 
     @staticmethod
     def _run(fn, loops):

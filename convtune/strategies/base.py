@@ -177,9 +177,7 @@ class Strategy:
         (the candidates it offers, what they compute, how fast they run)? Per :attr:`changes`: where each
         version since changed some shapes only, plans of the other shapes survive them
         (:func:`versions_agree`). Any other version (a later one included) has changed everything."""
-        if version >= self.version:
-            return version != self.version
-        return any(self.changes.get(v, _every_shape)(problem) for v in range(version + 1, self.version + 1))
+        return changed_since(self.changes, version, self.version, problem)
 
     def __repr__(self):
         return f"<strategy {self.name} v{self.version}>"
@@ -187,6 +185,16 @@ class Strategy:
 
 def _every_shape(problem: ConvProblem) -> bool:
     return True
+
+
+def changed_since(changes: dict, version: int, current: int, problem: ConvProblem) -> bool:
+    """Could anything between ``version`` and ``current`` change what is stored for ``problem``? ``changes``:
+    version -> the shapes it changed (a predicate); a version not listed changed every shape, and a version
+    newer than ``current`` is not this code's (a strategy's :attr:`Strategy.changes`, the round trip's
+    :data:`convtune.roundtrip.CHANGES`)."""
+    if version >= current:
+        return version != current
+    return any(changes.get(v, _every_shape)(problem) for v in range(version + 1, current + 1))
 
 
 _REGISTRY: dict[str, Strategy] = {}
