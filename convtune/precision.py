@@ -114,8 +114,7 @@ def round_to(xp, a, dtype: str):
 
 def empty_result(xp, problem, fill=None):
     """An array for ``problem``'s result in its storage dtype and layout (filled with ``fill`` if given)."""
-    out = xp.empty(problem.result_shape, dtype=getattr(xp, STORAGE[problem.dtype]))
-    out = laid_out(xp, out, problem.layout)
+    out = _empty_in(xp, problem.result_shape, STORAGE[problem.dtype], problem.layout)
     if fill is not None:
         out[...] = fill
     return out
@@ -198,17 +197,99 @@ def launched(launch, problem, xp, workspace: int = 0):
 def bounded(run, problem, xp):
     """``run`` (the float32 channels-first executor of ``problem``'s strategy) as an executor of ``problem``
     in its dtype and layout: operands converted to float32 channels-first, the result rounded to the
-    dtype and written in the layout (see the module docstring)."""
-    dtype, layout = problem.dtype, problem.layout
+    dtype and written in the layout (see the module docstring).
+
+    On the GPU the result is rounded and laid out in one kernel (:func:`_rounding_kernel`), and the
+    executor carries ``timed`` (:meth:`Strategy.build <convtune.strategies.base.Strategy.build>`): the
+    operands read from the dtype's own memory in the layout (bfloat16 as 16 bits), widened to float32
+    channels-first, ``run``, the result narrowed back, one kernel per conversion, as the PyTorch bridge
+    runs it (its conversions are PyTorch's, from and to half-precision tensors). ``float32_run`` (and
+    ``float32_launch`` where ``run`` has a by-address form) is ``run`` itself, for a caller that makes the
+    conversions."""
+    dtype, layout, shape = problem.dtype, problem.layout, problem.result_shape
     f32 = xp.float32
+    gpu = hasattr(xp, "ElementwiseKernel")
 
     def call(a, b, out=None):
         result = run(xp.ascontiguousarray(a, dtype=f32), xp.ascontiguousarray(b, dtype=f32))
+        if gpu:  # one pass: rounded and laid out
+            if out is None:
+                out = _empty_in(xp, shape, STORAGE[dtype], layout)
+            _rounding_kernel(xp, dtype, bits=False)(result, out)
+            return out
         result = round_to(xp, result, dtype)
         if out is None:
             return laid_out(xp, result, layout)
         out[...] = result
         return out
+    call.float32_run = run
     if getattr(run, "launch", None) is not None:  # the float32 channels-first executor by address: a caller
         call.float32_launch = run.launch          # with its own conversions (the PyTorch bridge) may call it
+    if gpu:
+        def timed(a, b, out):
+            ma, mb = (_logical(launch_memory(xp, v, dtype, layout), layout) for v in (a, b))
+            result = _logical(launch_result(xp, shape, dtype, layout), layout)
+            a32, b32, r32 = xp.empty(a.shape, f32), xp.empty(b.shape, f32), xp.empty(shape, f32)
+            widen, narrow = _widening_kernel(xp, dtype), _rounding_kernel(xp, dtype, bits=True)
+
+            def go():
+                widen(ma, a32)
+                widen(mb, b32)
+                run(a32, b32, r32)
+                narrow(r32, result)
+                return result  # (the dtype's own memory, as a logical view)
+            return go
+        call.timed = timed
     return call
+
+
+def _empty_in(xp, shape, storage: str, layout: str):
+    """An uninitialised array of logical ``shape`` whose memory is in ``layout``'s order."""
+    order = _memory_order(len(shape), layout)
+    return _logical(xp.empty(tuple(shape[axis] for axis in order), dtype=getattr(xp, storage)), layout)
+
+
+def _logical(memory, layout: str):
+    """Memory in ``layout``'s order (C-contiguous, ``(N, *spatial, C)`` for channels_last) as a logical
+    ``(N, C, *spatial)`` view."""
+    order = _memory_order(memory.ndim, layout)
+    return memory.transpose([order.index(axis) for axis in range(memory.ndim)])
+
+
+# (CuPy's elementwise kernels index each array by its own strides: one kernel converts and lays out at once)
+_WIDEN = {"bfloat16": ("uint16 h", "y = __uint_as_float(((unsigned int)h) << 16)"),
+          "float16": ("float16 h", "y = (float)h"), "float32": ("float32 h", "y = h")}
+_BF16_ROUNDED = "unsigned int r = __float_as_uint(x); r = (r + (((r >> 16) & 1u) + 0x7FFFu)) & 0xFFFF0000u;"
+_NARROW = {("bfloat16", False): ("float32 y", _BF16_ROUNDED + " y = __uint_as_float(r)"),
+           ("bfloat16", True): ("uint16 y", _BF16_ROUNDED + " y = (unsigned short)(r >> 16)"),
+           ("float16", False): ("float16 y", "y = (float16)x"), ("float16", True): ("float16 y", "y = (float16)x"),
+           ("float32", False): ("float32 y", "y = x"), ("float32", True): ("float32 y", "y = x")}
+
+
+def _widening_kernel(xp, dtype: str):
+    """``k(h, y)``: ``dtype``'s memory (bfloat16 as its 16 bits) into float32 ``y``, any strides on both."""
+    return _kernel(xp, "in", dtype, False)
+
+
+def _rounding_kernel(xp, dtype: str, bits: bool):
+    """``k(x, y)``: float32 ``x`` rounded to ``dtype`` (to nearest, ties to even, as :func:`round_to`) into
+    ``y``: ``dtype``'s storage (bfloat16 in float32), or with ``bits`` its own memory (bfloat16 as 16 bits)."""
+    return _kernel(xp, "out", dtype, bits)
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(xp, way: str, dtype: str, bits: bool):
+    key = (way, dtype, bits)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        if way == "in":
+            params, body = _WIDEN[dtype]
+            kernel = xp.ElementwiseKernel(params, "float32 y", body, f"convtune_widen_{dtype}")
+        else:
+            params, body = _NARROW[dtype, bits]
+            kernel = xp.ElementwiseKernel("float32 x", params, body,
+                                          f"convtune_round_{dtype}{'_bits' if bits else ''}")
+        _KERNELS[key] = kernel
+    return kernel

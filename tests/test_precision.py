@@ -257,6 +257,9 @@ def test_pytorch_layers_run_the_plan_of_their_dtype_and_layout(fake_default_time
                      ("bfloat16", "channels_last")}
     labels = {label for r in rt.layer_memo("torch").values() for label in r.labels().values()}
     assert labels and all(label.startswith(("im2col", "fft")) for label in labels)  # convtune's own, converted
+    # by PyTorch: the float32 channels-first executor on float32 copies, not the array form's conversions
+    executors = [e for r in rt.layer_memo("torch").values() for e in (r.fwd_exec, r.dgrad_exec, r.wgrad_exec)]
+    assert executors and all(e.float32_run is not None for e in executors)
 
 
 def test_tune_ahead_under_autocast_tunes_the_autocast_dtype(fake_default_timer):
@@ -310,6 +313,38 @@ def test_every_gpu_strategy_runs_half_and_channels_last_within_the_bound(dtype, 
                 assert err <= p.tolerance, f"{strategy.describe(config)}: error {err:.3g} on {p.describe()}"
                 checked.add(strategy.name)
     assert {"torch", "im2col", "fft", "cudnn"} <= checked, checked
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, layout", [k for k in KINDS if k != ("float32", "channels_first")])
+def test_the_gpus_conversions_are_one_kernel_each_and_round_as_the_cpu(dtype, layout):
+    """bounded's GPU forms: the result rounded and laid out in one kernel (the array form) and the timed form's
+    widening and narrowing of the dtype's own memory give what round_to and laid_out give, ties and odd
+    sizes included."""
+    import cupy as cp
+    p = layer(dtype=dtype, layout=layout, in_channels=3, out_channels=5, input_size=(7, 9))
+    rng = np.random.default_rng(1)
+    exact = rng.standard_normal(p.y_shape).astype(np.float32)
+    exact.flat[:4] = [1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 1 + 2 ** -11]  # ties of bfloat16 and float16
+    expected = precision.laid_out(np, precision.round_to(np, exact, dtype), layout)
+
+    def fake_run(a, b, out=None):  # the float32 executor: hands back the exact result
+        result = cp.asarray(exact)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+    call = precision.bounded(fake_run, p, cp)
+    a, b = (cp.asarray(precision.stored(np, rng.standard_normal(s).astype(np.float32), p)) for s in p.operand_shapes)
+    got = call(a, b)
+    assert precision.layout_of(got) == layout
+    assert str(got.dtype) == precision.STORAGE[dtype] and np.array_equal(cp.asnumpy(got), expected)
+    out = precision.empty_result(cp, p, fill=cp.nan)
+    assert call(a, b, out) is out and np.array_equal(cp.asnumpy(out), expected)
+    memory = call.timed(a, b, None)()  # the dtype's own memory (bfloat16: 16 bits) as a logical view
+    widened = cp.empty(p.y_shape, cp.float32)
+    precision._widening_kernel(cp, dtype)(memory, widened)
+    assert np.array_equal(cp.asnumpy(widened), expected.astype(np.float32))
 
 
 @pytest.mark.gpu
