@@ -314,3 +314,27 @@ def test_a_pass_is_timed_side_by_side_with_pytorch_where_their_medians_are_close
                                  "ratio": 1.0, "ratio_spread": pytest.approx(0.3), "repeats": 3}
     else:
         assert timer.interleaved_calls == [] and "skipped" in rec["paired"]
+
+
+def test_a_layer_whose_every_pass_is_pytorchs_is_timed_as_its_training_runs_its_gradients(fake_timer):
+    """A layer whose training calls run PyTorch's own convolution and autograd (every pass settled to it): the
+    drop-in's gradient passes are PyTorch's computation of them, not the route's per-pass calls (a path its
+    training never takes); its forward is the route's call. A layer with a plan of convtune's keeps the route."""
+    pytest.importorskip("torch")
+    from convtune import ConvProblem, Runtime
+    from convtune.backend import get_backend
+    from convtune.bench import runner
+    from convtune.planner import random_operands
+    from convtune.strategies.reference import reference
+    backend = get_backend("numpy")
+    layer = dict(batch=2, in_channels=3, out_channels=4, input_size=(8, 9), kernel_size=3, padding=1)
+    for strategies, by_autograd in ((["torch"], True), (["im2col"], False)):
+        rt = Runtime(planner_options={"strategies": strategies, "timer": fake_timer})
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            p = ConvProblem.make(**layer, pass_=pass_)
+            a, b = random_operands(backend, p, 0)
+            ref = reference(backend.xp, p, a.astype("float64"), b.astype("float64"))
+            rec, call = runner.bench_drop_in(p, a, b, ref, backend, rt, fake_timer)
+            assert rec["error"] < 1e-5 and call is not None, rec
+            assert rec["route"].endswith("run by PyTorch's autograd (every pass of the layer is PyTorch's)") == \
+                (by_autograd and pass_ != "fwd"), rec["route"]

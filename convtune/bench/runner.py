@@ -93,9 +93,9 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
     try:
         drop_in = _drop_in_call(problem, a, b, runtime) if problem.dtype != "float32" else None
         if drop_in is not None:  # half precision: as training runs it, on tensors of its dtype (no conversions
-            call, route = drop_in  # around PyTorch's own plan; the others' are theirs), like the PyTorch peers
+            call, route, how = drop_in  # around PyTorch's own plan; the others' are theirs), like the PyTorch peers
             err = relative_error(xp, as_cupy(call(), xp), ref)
-            label = route.labels()[problem.pass_]
+            label = route.labels()[problem.pass_] + (f", run by {how}" if how else "")
             plan = runtime.plan_for(problem, backend)  # (resolved by the call above: its source)
         else:
             plan = None
@@ -179,21 +179,25 @@ def bench_drop_in(problem: ConvProblem, a, b, ref, backend: Backend, runtime: Ru
         drop_in = _drop_in_call(problem, a, b, runtime)
         if drop_in is None:
             return {"absent": "PyTorch is not installed"}, None
-        call, route = drop_in
+        call, route, how = drop_in
         err = relative_error(backend.xp, as_cupy(call(), backend.xp).reshape(problem.result_shape), ref)
         stats = timer(call, backend, "drop-in")
-        return {"route": route.labels()[problem.pass_], "median_ms": stats.median_s * 1e3,
+        return {"route": route.labels()[problem.pass_] + (f", run by {how}" if how else ""), "median_ms": stats.median_s * 1e3,
                 "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats, "error": err}, call
     except Exception as exc:  # a result to report
         return {"failed": f"{type(exc).__name__}: {exc}"}, None
 
 
 def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):
-    """``(call, route)``: the pass through the PyTorch layer's route, on tensors of the problem's dtype
-    made from the operands (``call()`` returns the result tensor), or ``None`` without PyTorch."""
+    """``(call, route, label)``: the pass as the PyTorch layer runs it in a training step, on tensors of the
+    problem's dtype made from the operands (``call()`` returns the result tensor), and what runs it; ``None``
+    without PyTorch. That is the layer's route, except for a gradient pass of a layer whose training calls
+    PyTorch's own convolution and autograd run (every pass of the layer settled to PyTorch's convolution:
+    ``Route.native_for_grads``): there the pass is PyTorch's own computation of it, as its autograd makes it;
+    the route's per-pass call, with its host work, is a path such a layer's training never takes."""
     try:
         import torch
-        from ..torch._dispatch import route_for
+        from ..torch._dispatch import _EXEC, route_for
     except ImportError:
         return None
     dtype = getattr(torch, problem.dtype)
@@ -201,7 +205,10 @@ def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):
     fwd = problem.for_pass("fwd")
     route = route_for(fwd.x_shape, fwd.w_shape, fwd.stride, fwd.padding, fwd.dilation, fwd.groups, fwd.math,
                       ta.device, runtime, dtype, fwd.layout)
-    return (lambda: route.run(problem.pass_, ta, tb)), route
+    if problem.pass_ != "fwd" and route.native_for_grads(True, True):  # (resolves the layer's every pass)
+        compute = getattr(route, _EXEC[problem.pass_]).fn  # (with the cuDNN flags its plan was measured with)
+        return (lambda: compute(ta, tb)), route, "PyTorch's autograd (every pass of the layer is PyTorch's)"
+    return (lambda: route.run(problem.pass_, ta, tb)), route, None
 
 
 def round_trip(passes: dict) -> dict:
