@@ -70,7 +70,7 @@ class CpuTimer:
 
     def interleaved(self, fns, backend=None, label: str = "", repeats: int | None = None) -> list[TimingStats]:
         """Time several calls side by side: each is warmed up and given its own loop count, then every
-        repeat runs each once in turn (the order reversed every other repeat), so what drifts over the
+        repeat runs each once in turn (the order rotated every repeat), so what drifts over the
         measurement weighs on all alike. One :class:`TimingStats` per call, their samples by repeat
         (``paired_ratio`` compares them repeat by repeat)."""
         loops = [self._loops(fn)[0] for fn in fns]
@@ -160,8 +160,8 @@ class CudaEventTimer:
 
     def interleaved(self, fns, backend, label: str = "", repeats: int | None = None) -> list[TimingStats]:
         """Time several calls side by side (a contender and its peer): each warmed up, then every repeat
-        runs each once in turn, after its own L2 flush and between its own events, the order reversed
-        every other repeat, so clocks and whatever else drifts over the measurement weigh on all alike
+        runs each once in turn, after its own L2 flush and between its own events, the order rotated
+        every repeat, so clocks and whatever else drifts over the measurement weigh on all alike
         (two calls of PyTorch's timed minutes apart in one process differed by up to 8% on the H100).
         One :class:`TimingStats` per call, their samples by repeat (``paired_ratio`` compares them
         repeat by repeat); every call gets ``repeats`` runs (the timer's unless given; no early or adaptive
@@ -190,12 +190,14 @@ class CudaEventTimer:
 
 
 def _interleave(fns, repeats: int, once) -> list[TimingStats]:
-    """``repeats`` rounds of ``once(i, fns[i])`` for every call, in turn, the order reversed every other
-    round; per call the :class:`TimingStats` of its samples, kept in round order (``samples``)."""
+    """``repeats`` rounds of ``once(i, fns[i])`` for every call, in turn, the order rotated by one every round
+    (two calls: reversed every other round), so each call takes each place in the round equally often; per call
+    the :class:`TimingStats` of its samples, kept in round order (``samples``)."""
     samples = [[] for _ in fns]
-    order = list(range(len(fns)))
+    n = len(fns)
     for r in range(repeats):
-        for i in (order if r % 2 == 0 else order[::-1]):
+        for k in range(n):
+            i = (k + r) % n
             samples[i].append(once(i, fns[i]))
     return [TimingStats.from_samples(s, keep=True) for s in samples]
 

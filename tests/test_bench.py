@@ -100,19 +100,28 @@ def test_parity_counts_the_passes_within_the_bound_and_names_the_rest():
                           {"name": "b", "passes": {"wgrad": rec(None, 1.0, 1.0)}}],
                "sweep": [{"name": "s", "passes": {"fwd": rec(1.0, 9.0)}}]}
     got = parity(results)
-    assert got["convtune"] == {"within": 1, "passes": 2, "paired": 0, "below": [("a", "dgrad", 0.909)]}
-    assert got["drop-in"] == {"within": 1, "passes": 2, "paired": 0, "below": [("a", "dgrad", 0.833)]}
+    none = {"null": {}, "noise": {}}
+    assert got["convtune"] == {"within": 1, "passes": 2, "paired": 0, "below": [("a", "dgrad", 0.909)], **none}
+    assert got["drop-in"] == {"within": 1, "passes": 2, "paired": 0, "below": [("a", "dgrad", 0.833)], **none}
     # a side-by-side measurement decides for the contender it names, over the two separate medians
     results["layers"][0]["passes"]["dgrad"]["paired"] = {"peer": "torch-fp32", "contender": "drop-in", "ratio": 0.99}
     results["layers"][0]["passes"]["fwd"]["paired"] = {"peer": "torch-fp32", "contender": "drop-in", "ratio": 0.95}
     got = parity(results)
-    assert got["drop-in"] == {"within": 1, "passes": 2, "paired": 2, "below": [("a", "fwd", 0.95)]}
+    assert got["drop-in"] == {"within": 1, "passes": 2, "paired": 2, "below": [("a", "fwd", 0.95)], **none}
     assert got["convtune"]["paired"] == 0 and got["convtune"]["within"] == 1
     # a pairing with another peer (torch-tf32 for a tf32 problem) does not stand for torch-fp32's
     results["layers"][0]["passes"]["fwd"]["paired"]["peer"] = "torch-tf32"
     assert parity(results)["drop-in"]["paired"] == 1
     assert parity(results, peer="torch-tf32")["drop-in"] == {"within": 0, "passes": 1, "paired": 1,
-                                                             "below": [("a", "fwd", 0.95)]}
+                                                             "below": [("a", "fwd", 0.95)], **none}
+    # the peer timed against itself in the same turns: reported beside a pass below, never counted as within
+    results["layers"][0]["passes"]["fwd"]["paired"]["null_ratio"] = 0.94
+    results["layers"][0]["passes"]["dgrad"]["paired"].update(peer="torch-tf32", null_ratio=1.01)
+    got = parity(results, peer="torch-tf32")["drop-in"]
+    assert got["within"] == 1 and got["below"] == [("a", "fwd", 0.95)]
+    assert got["null"] == {("a", "fwd"): 0.94, ("a", "dgrad"): 1.01} and got["noise"] == {("a", "fwd"): 0.94}
+    results["layers"][0]["passes"]["fwd"]["paired"]["null_ratio"] = 0.97  # nearer 1 than the pass: not noise
+    assert parity(results, peer="torch-tf32")["drop-in"]["noise"] == {}
 
 
 def test_bench_uses_the_cache_the_second_time(tmp_path, results):
@@ -298,20 +307,23 @@ def test_a_pass_is_timed_side_by_side_with_pytorch_where_their_medians_are_close
             return TimingStats(t, 0.0, t, 1)
 
         def interleaved(self, fns, backend, label="", repeats=None):
-            self.interleaved_calls.append((label, repeats))
+            self.interleaved_calls.append((label, len(fns), repeats))
             for fn in fns:
                 fn()
             return [TimingStats.from_samples([1e-3, 1.2e-3, 0.9e-3], keep=True),
-                    TimingStats.from_samples([1e-3, 1e-3, 1e-3], keep=True)]
+                    TimingStats.from_samples([1e-3, 1e-3, 1e-3], keep=True),
+                    TimingStats.from_samples([1e-3, 1.1e-3, 0.9e-3], keep=True)]
     backend, timer = get_backend("numpy"), Timer()
     p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
     peer = Peer("torch-fp32", lambda q, a, b: (lambda: reference(backend.xp, q, a, b)))
     rt = Runtime(store=MemoryPlanStore(), planner_options={"timer": timer, "strategies": ["im2col"]})
     rec = bench_pass(p, backend, rt, timer, [peer])
     if paired:
-        assert timer.interleaved_calls == [("torch-fp32 / drop-in", 5)]  # (CPU: the timer's repeats)
+        # the peer, the layer's pass and the peer again (its ratio to itself: how far apart two runs of one call come)
+        assert timer.interleaved_calls == [("torch-fp32 / drop-in", 3, 5)]  # (CPU: the timer's repeats)
         assert rec["paired"] == {"peer": "torch-fp32", "contender": "drop-in", "peer_ms": 1.0, "median_ms": 1.0,
-                                 "ratio": 1.0, "ratio_spread": pytest.approx(0.3), "repeats": 3}
+                                 "ratio": 1.0, "ratio_spread": pytest.approx(0.3), "repeats": 3,
+                                 "null_ratio": 1.0, "null_spread": pytest.approx(1.2 / 1.1 - 1)}
     else:
         assert timer.interleaved_calls == [] and "skipped" in rec["paired"]
 

@@ -76,6 +76,15 @@ def test_interleaved_calls_take_turns_each_flushed_and_pair_up(fake):
         paired_ratio(CudaEventTimer(warmup=0, repeats=3)(cp.step("x", 1.0), backend), ours)
 
 
+def test_three_interleaved_calls_take_every_place_in_turn(fake):
+    cp, backend = fake
+    a, b, c = CudaEventTimer(warmup=1, repeats=3).interleaved([cp.step("a", 1.0), cp.step("b", 2.0),
+                                                               cp.step("c", 3.0)], backend)
+    timed = [step for step in cp.log[3:] if step != "flush"]
+    assert timed == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # the order rotated by one every repeat
+    assert (a.samples, b.samples, c.samples) == ((1e-3,) * 3, (2e-3,) * 3, (3e-3,) * 3)
+
+
 def test_paired_ratio_is_taken_repeat_by_repeat():
     from convtune.timing import TimingStats, paired_ratio
     # a drift that slows both sides alike leaves every pair's ratio at 2

@@ -175,11 +175,15 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     held_to = "torch-tf32" if math_mode == "tf32" else "torch-fp32"  # (runner.parity_peer: PyTorch in the math mode)
     for name, p in parity(results, peer=held_to).items():
         if p["passes"]:
-            below = ", ".join(f"{layer} {pass_} {ratio:.2f}x" for layer, pass_, ratio in p["below"][:8])
+            below = ", ".join(f"{layer} {pass_} {ratio:.2f}x" + (f" ({held_to} against itself {null:.2f}x)"
+                                                                   if (null := p["null"].get((layer, pass_))) else "")
+                              for layer, pass_, ratio in p["below"][:8])
             more = f" and {len(p['below']) - 8} more" if len(p["below"]) > 8 else ""
             how = f" ({p['paired']} of them timed side by side with it)" if p["paired"] else ""
+            noise = (f"; {len(p['noise'])} of those below are no further from 1 than {held_to} timed against itself "
+                     "in the same turns") if p["noise"] else ""
             _echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of {held_to}'s time{how}"
-                  + (f"; below: {below}{more}" if below else ""))
+                  + (f"; below: {below}{more}" if below else "") + noise)
 
 
 @main.command(name="bench-model")

@@ -46,9 +46,12 @@ PARITY_BOUND = 1.03
 def parity(results: dict, peer: str = "torch-fp32", bound: float = PARITY_BOUND) -> dict:
     """How many of a bench run's passes (its layers', not the sweep's) take at most ``bound`` times ``peer``'s
     time, for convtune's array call (``convtune``) and the PyTorch layer (``drop-in``): per contender
-    ``{"within": n, "passes": m, "paired": k, "below": [(layer, pass, peer / contender), ...]}``; passes where
-    either side has no time are left out. Where the pass was also timed side by side with that peer (the
-    record's ``paired``, for the contender it names), the paired ratio decides; ``paired`` counts those passes.
+    ``{"within": n, "passes": m, "paired": k, "below": [(layer, pass, peer / contender), ...], "null": {...},
+    "noise": {...}}``; passes where either side has no time are left out. Where the pass was also timed side by
+    side with that peer (the record's ``paired``, for the contender it names), the paired ratio decides; ``paired``
+    counts those passes, ``null`` holds their peer's ratio to itself (``{(layer, pass): ratio}``, where measured)
+    and ``noise`` those of the passes below whose peer's ratio to itself is at least as far from 1 as theirs
+    (reported, not counted as within).
 
     Examples
     --------
@@ -59,13 +62,15 @@ def parity(results: dict, peer: str = "torch-fp32", bound: float = PARITY_BOUND)
     """
     out = {}
     for name, key in (("convtune", "convtune"), ("drop-in", "drop_in")):
-        within, passes, below, paired = 0, 0, [], 0
+        within, passes, below, paired, null = 0, 0, [], 0, {}
         for entry in results.get("layers") or []:
             for pass_, rec in entry["passes"].items():
                 pair = rec.get("paired") or {}
                 if pair.get("contender") == name and pair.get("peer") == peer and pair.get("ratio"):
                     ratio = pair["ratio"]
                     paired += 1
+                    if pair.get("null_ratio"):
+                        null[entry["name"], pass_] = round(pair["null_ratio"], 3)
                 else:
                     theirs = (rec.get("peers", {}).get(peer) or {}).get("median_ms")
                     ours = (rec.get(key) or {}).get("median_ms")
@@ -77,7 +82,11 @@ def parity(results: dict, peer: str = "torch-fp32", bound: float = PARITY_BOUND)
                     within += 1
                 else:
                     below.append((entry["name"], pass_, round(ratio, 3)))
-        out[name] = {"within": within, "passes": passes, "paired": paired, "below": below}
+        # the passes below whose peer, timed against itself in the same run, came out at least as far from 1
+        noise = {(layer, pass_): null[layer, pass_] for layer, pass_, ratio in below
+                 if (layer, pass_) in null and abs(1 - null[layer, pass_]) >= abs(1 - ratio)}
+        out[name] = {"within": within, "passes": passes, "paired": paired, "below": below, "null": null,
+                     "noise": noise}
     return out
 
 

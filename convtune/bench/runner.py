@@ -155,17 +155,22 @@ def bench_paired(peer_name: str, peer_fn, layer_call, contender: str, backend: B
     (:meth:`CudaEventTimer.interleaved`), after convtune has tuned and given its memory back (PyTorch's
     algorithm choice was made when the peer first ran, before tuning). Each side's median and the median of
     the per-repeat ratios (peer / drop-in): the per-pass parity figure, freer of drift than two medians
-    taken minutes apart. ``pair_ms``: the two calls' time together, as measured before (on the GPU, more repeats
+    taken minutes apart. The peer runs a second time in each repeat, and its ratio to itself (``null_ratio``)
+    says how far from 1 the measurement puts two runs of one call. ``pair_ms``: the two calls' time together, as measured before (on the GPU, more repeats
     for quick passes, whose ratios scatter most)."""
     repeats = getattr(timer, "repeats", 25)
     if pair_ms and backend.name == "cupy":  # (a CPU timer's repeat lasts its minimum time, however quick the call)
         repeats = max(repeats, min(PAIRED_MAX_REPEATS, int(PAIRED_BUDGET_S * 1e3 / pair_ms)))
     try:
-        peer, ours = timer.interleaved([peer_fn, layer_call], backend, f"{peer_name} / {contender}", repeats=repeats)
-        ratio = paired_ratio(peer, ours)
+        # the peer twice: the same call timed against itself (METHOD.md: "time the same version twice; a difference
+        # smaller than that is noise"); on the H100 one PyTorch call measured 0.95x of itself in the same interleaved
+        # run on 17-20 us passes of 3-D layers
+        peer, ours, again = timer.interleaved([peer_fn, layer_call, peer_fn], backend, f"{peer_name} / {contender}",
+                                              repeats=repeats)
+        ratio, null = paired_ratio(peer, ours), paired_ratio(peer, again)
         return {"peer": peer_name, "contender": contender, "peer_ms": peer.median_s * 1e3,
                 "median_ms": ours.median_s * 1e3, "ratio": ratio.median_s, "ratio_spread": ratio.spread_s,
-                "repeats": ours.repeats}
+                "repeats": ours.repeats, "null_ratio": null.median_s, "null_spread": null.spread_s}
     except Exception as exc:  # a result to report
         return {"failed": f"{type(exc).__name__}: {exc}"}
 
