@@ -211,17 +211,7 @@ def bounded(run, problem, xp):
     gpu = hasattr(xp, "ElementwiseKernel")
 
     def call(a, b, out=None):
-        result = run(xp.ascontiguousarray(a, dtype=f32), xp.ascontiguousarray(b, dtype=f32))
-        if gpu:  # one pass: rounded and laid out
-            if out is None:
-                out = _empty_in(xp, shape, STORAGE[dtype], layout)
-            _rounding_kernel(xp, dtype, bits=False)(result, out)
-            return out
-        result = round_to(xp, result, dtype)
-        if out is None:
-            return laid_out(xp, result, layout)
-        out[...] = result
-        return out
+        return narrowed(xp, run(widened(xp, a), widened(xp, b)), problem, out)
     call.float32_run = run
     if getattr(run, "launch", None) is not None:  # the float32 channels-first executor by address: a caller
         call.float32_launch = run.launch          # with its own conversions (the PyTorch bridge) may call it
@@ -241,6 +231,27 @@ def bounded(run, problem, xp):
             return go
         call.timed = timed
     return call
+
+
+def widened(xp, a):
+    """A problem's operand (its dtype's storage, its layout) as float32 channels-first: ``a`` itself where it is."""
+    return xp.ascontiguousarray(a, dtype=xp.float32)
+
+
+def narrowed(xp, result, problem, out=None):
+    """A float32 channels-first ``result`` as ``problem`` stores its result: rounded to its dtype, in its layout
+    (into ``out`` where given; on the GPU in one kernel)."""
+    dtype, layout = problem.dtype, problem.layout
+    if hasattr(xp, "ElementwiseKernel"):  # one pass: rounded and laid out
+        if out is None:
+            out = _empty_in(xp, result.shape, STORAGE[dtype], layout)
+        _rounding_kernel(xp, dtype, bits=False)(result, out)
+        return out
+    result = round_to(xp, result, dtype)
+    if out is None:
+        return laid_out(xp, result, layout)
+    out[...] = result
+    return out
 
 
 def _empty_in(xp, shape, storage: str, layout: str):

@@ -20,6 +20,11 @@ sizes, each pass after an L2 flush, checks all three results against float64, an
 fastest with the sum of the three per-pass winners. The verdict (a :class:`TripDecision`) is
 stored next to the per-pass plans, and a layer with ``keep_spectra='auto'`` follows it.
 
+A half-precision or channels_last layer runs the round trip of its float32 channels-first problem between
+conversions (as :func:`convtune.precision.bounded` runs a per-pass plan): its operands widened, its results rounded
+to the dtype and laid out; the verdict weighs that, conversions included, against the layer's own per-pass winners
+(cuDNN's and PyTorch's half-precision passes among them). The PyTorch layer has PyTorch make the conversions.
+
 A kept weight spectrum is the weight as it was in the forward pass (as with saved tensors in
 autograd): change the weight between forward and backward and the backward passes do not see it.
 """
@@ -32,6 +37,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from . import precision
 from .backend import Backend, gemm_precision, get_backend
 from .fft import cost, freqmajor, spectral
 from .fft import sizes as fft_sizes
@@ -45,12 +51,13 @@ from .timing import TimingStats
 log = logging.getLogger("convtune")
 
 #: Version of the round-trip executor; part of every stored trip decision (6: depthwise round trips; 7: the
-#: GPU's fused and packed trips for 3-D problems too).
-VERSION = 7
+#: GPU's fused and packed trips for 3-D problems too; 8: half-precision and channels_last layers, between
+#: conversions).
+VERSION = 8
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
-CHANGES = {7: lambda p: p.rank == 3}
+CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -102,10 +109,9 @@ def held_bytes(problem: ConvProblem, sizes) -> int:
 
 
 def unsupported_reason(problem: ConvProblem) -> str | None:
-    """Why the round trip (the frequency-major executor's) cannot run ``problem``, or ``None``."""
-    if problem.dtype != "float32" or problem.layout != "channels_first":
-        return (f"kept spectra run float32 channels-first layers; this one is {problem.dtype} {problem.layout} "
-                "(its passes keep their own plans)")
+    """Why the round trip (the frequency-major executor's) cannot run ``problem``, or ``None``. A half-precision
+    or channels_last layer runs the float32 channels-first round trip between conversions (:class:`RoundTrip`)."""
+    problem = problem.in_float32()
     if freqmajor.unsupported_reason(problem) is None or _pointwise_applies(problem):
         return None
     return (f"{problem.groups} groups of {problem.in_per_group}->{problem.out_per_group} channels: too many groups "
@@ -148,6 +154,11 @@ class RoundTrip:
     def __init__(self, problem: ConvProblem, config: TripConfig, backend: Backend | str):
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.problem, self.config = problem.for_pass("fwd"), config
+        # a half-precision or channels_last layer: the float32 channels-first trip, its operands widened and its
+        # results narrowed (convtune.precision; the PyTorch layer converts with PyTorch around float32, which it
+        # builds for the float32 problem itself)
+        self.float32 = self.problem.in_float32()
+        self.converted = self.float32 != self.problem
         reason = unsupported_reason(self.problem)
         if reason is not None:
             raise ValueError(f"{config.label()}: {reason}")
@@ -162,14 +173,14 @@ class RoundTrip:
             if not _pointwise_applies(self.problem):
                 raise ValueError(f"{config.label()}: the pointwise product takes at most "
                                  f"{spectral.POINTWISE_MAX_PAIRS} channel pairs per group")
-            self._ex = spectral.SpectralKept(xp, self.problem, config.sizes, "pointwise")
+            self._ex = spectral.SpectralKept(xp, self.float32, config.sizes, "pointwise")
         elif config.product != "fgemm":
             raise ValueError(f"{config.label()}: unknown round-trip product {config.product!r} (fgemm, pointwise)")
         else:
-            reason = freqmajor.unsupported_reason(self.problem)
+            reason = freqmajor.unsupported_reason(self.float32)
             if reason is not None:
                 raise ValueError(f"{config.label()}: {reason}; the pointwise round trip takes it")
-            self._ex = freqmajor.FreqMajorConv(xp, self.problem, config.sizes, self.problem.batch,
+            self._ex = freqmajor.FreqMajorConv(xp, self.float32, config.sizes, self.problem.batch,
                                                fused=config.fused and self.backend.name == "cupy",
                                                packed=config.packed, own=config.own, narrow=config.narrow)
         self.release()
@@ -185,29 +196,39 @@ class RoundTrip:
         self._pending = set()
 
     def _check(self, name, a, shape):
+        """``a`` checked, as the float32 channels-first executor reads it (converted where the layer is not)."""
         if tuple(a.shape) != tuple(shape):
             raise ValueError(f"{name} has shape {tuple(a.shape)}; this round trip is for "
                              f"{self.problem.describe()} ({name} {tuple(shape)})")
-        if str(a.dtype) != "float32":
-            raise ValueError(f"convtune runs float32 arrays; {name} is {a.dtype}")
+        storage = precision.STORAGE[self.problem.dtype]
+        if str(a.dtype) != storage:
+            raise ValueError(f"this round trip runs {storage} arrays; {name} is {a.dtype}")
+        return precision.widened(self.xp, a) if self.converted else a
 
     def _out(self, out, shape):
-        if out is None:
+        if out is None or self.converted:  # (a converted trip narrows its float32 result into ``out``)
+            if out is not None and tuple(out.shape) != tuple(shape):
+                raise ValueError(f"out has shape {tuple(out.shape)}; this pass writes {tuple(shape)}")
             return self.xp.empty(shape, dtype=self.xp.float32)
         if tuple(out.shape) != tuple(shape):
             raise ValueError(f"out has shape {tuple(out.shape)}; this pass writes {tuple(shape)}")
         return out
 
+    def _result(self, result, out, pass_: str):
+        """A pass's float32 result as the layer stores it (itself for a float32 channels-first layer)."""
+        if not self.converted:
+            return result
+        return precision.narrowed(self.xp, result, self.problem.for_pass(pass_), out)
+
     def forward(self, x, w, out=None):
         """``y``; keeps the spectra of ``x`` and ``w`` (a new forward pass drops what was kept)."""
         p = self.problem
-        self._check("x", x, p.x_shape)
-        self._check("w", w, p.w_shape)
+        x, w = self._check("x", x, p.x_shape), self._check("w", w, p.w_shape)
         self.release()
-        out = self._out(out, p.y_shape)
-        self._xs, self._ws = self._forward_keeping(x, w, out)
+        y = self._out(out, p.y_shape)
+        self._xs, self._ws = self._forward_keeping(x, w, y)
         self._pending = {"dgrad", "wgrad"}
-        return out
+        return self._result(y, out, "fwd")
 
     def _forward_keeping(self, x, w, out):
         """``out`` = the forward pass of checked operands; returns the spectra of ``x`` and ``w``."""
@@ -217,9 +238,8 @@ class RoundTrip:
         return xs, ws
 
     def _dy_spectrum(self, dy):
-        self._check("dy", dy, self.problem.y_shape)
-        if self._dys is None or self._dy is not dy:
-            self._dys, self._dy = self._ex.dy_spectrum(dy), dy
+        if self._dys is None or self._dy is not dy:  # (``dy`` as given: converted once for both passes)
+            self._dys, self._dy = self._ex.dy_spectrum(self._check("dy", dy, self.problem.y_shape)), dy
         return self._dys
 
     def _need(self, pass_):
@@ -239,36 +259,36 @@ class RoundTrip:
     def backward_data(self, dy, out=None):
         """``dx`` from ``dy`` and the kept weight spectrum."""
         self._need("dgrad")
-        out = self._out(out, self.problem.x_shape)
+        dx = self._out(out, self.problem.x_shape)
         with gemm_precision(self.xp, self.config.tf32):
-            self._ex.backward_data_from(self._dy_spectrum(dy), self._ws, out)
+            self._ex.backward_data_from(self._dy_spectrum(dy), self._ws, dx)
         self._done("dgrad")
-        return out
+        return self._result(dx, out, "dgrad")
 
     def backward_filter(self, dy, out=None):
         """``dw`` from ``dy`` and the kept input spectrum (summed over the whole batch)."""
         self._need("wgrad")
-        out = self._out(out, self.problem.w_shape)
+        dw = self._out(out, self.problem.w_shape)
         with gemm_precision(self.xp, self.config.tf32):
-            self._ex.backward_filter_from([(self._dy_spectrum(dy), self._xs)], out)
+            self._ex.backward_filter_from([(self._dy_spectrum(dy), self._xs)], dw)
         self._done("wgrad")
-        return out
+        return self._result(dw, out, "wgrad")
 
     # -- stateless form: the caller holds the spectra (one layer's autograd context per call) ---------
     def kept_forward(self, x, w, out=None):
         """``(y, spectra)``: the forward pass and the spectra of ``x`` and ``w`` for :meth:`kept_backward`
         (nothing is kept on this object: each call's spectra are the caller's)."""
         p = self.problem
-        self._check("x", x, p.x_shape)
-        self._check("w", w, p.w_shape)
-        out = self._out(out, p.y_shape)
-        return out, self._forward_keeping(x, w, out)
+        x, w = self._check("x", x, p.x_shape), self._check("w", w, p.w_shape)
+        y = self._out(out, p.y_shape)
+        spectra = self._forward_keeping(x, w, y)
+        return self._result(y, out, "fwd"), spectra
 
     def kept_backward(self, spectra, dy, dx_out=None, dw_out=None, need_dx=True, need_dw=True):
         """``(dx, dw)`` (``None`` where not needed) from ``dy`` and :meth:`kept_forward`'s spectra:
         ``dy`` is transformed once for both."""
         p = self.problem
-        self._check("dy", dy, p.y_shape)
+        dy = self._check("dy", dy, p.y_shape)
         xs, ws = spectra
         dx = dw = None
         with gemm_precision(self.xp, self.config.tf32):
@@ -277,7 +297,8 @@ class RoundTrip:
                 dx = self._ex.backward_data_from(dys, ws, self._out(dx_out, p.x_shape))
             if need_dw:
                 dw = self._ex.backward_filter_from([(dys, xs)], self._out(dw_out, p.w_shape))
-        return dx, dw
+        return (None if dx is None else self._result(dx, dx_out, "dgrad"),
+                None if dw is None else self._result(dw, dw_out, "wgrad"))
 
     def __call__(self, x, w, dy):
         """One round trip: ``(y, dx, dw)``."""
@@ -338,7 +359,7 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     they apply, convtune's own transforms; with the pointwise product where a group has at most
     :data:`~convtune.fft.spectral.POINTWISE_MAX_PAIRS` channel pairs (only those for depthwise and
     other many-group layers)."""
-    p = problem.for_pass("fwd")
+    p = problem.for_pass("fwd").in_float32()  # (a half-precision or channels_last layer: its float32 trip's)
     calibration = cost.calibration_for(backend.device_info().key())
     ranked = sorted(fft_sizes.size_candidates(p),
                     key=lambda s: sum(cost.estimate(p.for_pass(q), s, calibration) for q in ("fwd", "dgrad", "wgrad")))

@@ -204,11 +204,56 @@ def test_own_transforms_in_round_trips(backend):
 
 
 def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_version_changed_its_shape():
-    """Version 7 added the GPU's fused and packed trips for 3-D problems only: a 2-D decision of version 6
-    stands, a 3-D one is measured again; an older version (6 changed every shape) or a newer one never stands."""
+    """Version 7 added the GPU's fused and packed trips for 3-D problems only, version 8 half-precision and
+    channels_last layers: a 2-D float32 decision of version 6 stands, a 3-D one is measured again, a half-precision
+    one of version 7 too; an older version (6 changed every shape) or a newer one never stands."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
-    assert roundtrip.VERSION == 7
-    assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three)
+    half = two.replace(dtype="bfloat16", layout="channels_last")
+    assert roundtrip.VERSION == 8
+    assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and not roundtrip.stale(8, half)
+    assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(5, two) and roundtrip.stale(8, two)
+    assert roundtrip.stale(5, two) and roundtrip.stale(9, two)
+
+
+HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
+              ("float32", "channels_last")]
+
+
+@pytest.mark.parametrize("dtype, layout", HALF_KINDS)
+@pytest.mark.parametrize("name", ["2d-large-kernel", "2d-depthwise-7x7", "1d-depthwise-long"])
+def test_half_precision_and_channels_last_layers_round_trip_between_conversions(backend, name, dtype, layout):
+    """A half-precision or channels_last layer's round trip: the float32 channels-first trip between conversions,
+    its results rounded to the dtype and laid out, within the dtype's bound; the stateless form writes into the
+    caller's arrays; tuning measures it against the per-pass plans."""
+    from convtune import precision
+    p = problem(name).replace(dtype=dtype, layout=layout)
+    assert unsupported_reason(p) is None
+    xp = backend.xp
+    x, w, dy = _operands(backend, p)
+    refs = _references(backend, p, x, w, dy)
+    for config in trip_candidates(p, backend):
+        trip = RoundTrip(p, config, backend)
+        assert trip.converted and trip.float32 == p.in_float32()
+        got = trip(x, w, dy)
+        for out, ref, q in zip(got, refs, ("fwd", "dgrad", "wgrad")):
+            assert str(out.dtype) == precision.STORAGE[dtype], (config.label(), q)
+            if q != "wgrad" or p.rank > 1:
+                assert precision.layout_of(out) == layout or out.shape[1] == 1, (config.label(), q)
+            assert numpy.array_equal(precision.round_to(numpy, _host(out).astype(numpy.float32), dtype),
+                                     _host(out).astype(numpy.float32))  # (values of the dtype)
+            err = relative_error(xp, out, ref)
+            assert err <= p.tolerance, f"{config.label()} {q}: error {err:.2g}"
+        outs = [precision.empty_result(xp, p.for_pass(q), fill=numpy.nan) for q in ("fwd", "dgrad", "wgrad")]
+        y, spectra = trip.kept_forward(x, w, outs[0])
+        dx, dw = trip.kept_backward(spectra, dy, outs[1], outs[2])
+        assert y is outs[0] and dx is outs[1] and dw is outs[2]
+        for out, first in zip(outs, got):
+            assert numpy.array_equal(_host(out), _host(first))
+    decision = tune_round_trip(p, backend, 10.0, ("a", "b", "c"), timer=FakeTimer(default=1.0))
+    assert decision.winner is not None and decision.pays and decision.problem == p.for_pass("fwd")
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else numpy.asarray(a)

@@ -362,6 +362,21 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     assert route.trips[keep] is not None
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kept_spectra_of_half_precision_channels_last_layers_on_cuda(dtype):
+    """A large depthwise layer in half precision, channels_last, with kept spectra: its training step is the float32
+    round trip between PyTorch's conversions, within the dtype's bound of float64."""
+    rt = make_runtime(["fft", "torch"], FakeTimer(times={"fft-trip": 1e-3, "torch": 2.0}, default=1.0))
+    plain = nn.Conv2d(32, 32, 31, padding=15, groups=32).cuda().to(dtype=dtype, memory_format=torch.channels_last)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=True)
+    x = torch.randn(4, 32, 40, 40, device="cuda").to(dtype=dtype, memory_format=torch.channels_last)
+    assert_trains_within(plain, patched, x, bound=4 * 2.0 ** (-8 if dtype is torch.bfloat16 else -11))
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips[True] is not None and (route.problem.dtype, route.problem.layout) == (
+        str(dtype).split(".")[1], "channels_last")
+
+
 #: Models captured in a CUDA graph: (strategies, the large layer's kernel and groups (0: depthwise),
 #: keep_spectra, AMP bf16 channels_last, the plans the planner is made to prefer: labels holding this word)
 CAPTURE_CASES = {"depthwise": (["im2col", "depthwise"], 7, 0, False, False, ""),

@@ -374,8 +374,10 @@ class Route:
                     reason = decision.reason if decision is not None else "no round-trip decision (miss policy)"
                 elif mode == "auto" and not decision.pays:
                     reason = f"it does not pay here ({decision.reason})"
-                else:
-                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem, decision.config, br.backend)
+                else:  # (float32 channels-first: a half-precision or channels_last layer's conversions are PyTorch's,
+                    # kept_forward and kept_backward)
+                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem.in_float32(), decision.config,
+                                   br.backend)
         except Exception as exc:  # a failure is a reason for the per-pass plans, never an error
             trip, reason = None, f"{type(exc).__name__}: {exc}"
         if trip is None:
@@ -395,26 +397,38 @@ class Route:
     def kept_forward(self, trip, x, w, bias):
         """``(y, spectra)``: the forward pass through ``trip``, keeping the spectra for :meth:`kept_backward`."""
         br = bridge(self.device.type)
-        x, w = x.contiguous(), w.contiguous()
-        y = torch.empty(self.problem.y_shape, dtype=x.dtype, device=x.device)
-        spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(x), br.array(w), br.array(y))[1])
+        a, b = _dense_as(x, torch.float32, _CONTIGUOUS), _dense_as(w, torch.float32, _CONTIGUOUS)
+        y = torch.empty(self.problem.y_shape, dtype=torch.float32, device=x.device)
+        spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(a), br.array(b), br.array(y))[1])
         if not trip.recordable and x.is_cuda:  # a capture records PyTorch's convolution instead (see warm_capture)
             self.warm_capture("fwd", x, w)
+        y = self._as_layer(y, x.dtype)
         if bias is not None:
             y += bias.view((1, -1) + (1,) * self.problem.rank)
         return y, spectra
+
+    def _as_layer(self, result, dtype):
+        """A round trip's float32 channels-first result in the layer's dtype and layout (one pass; itself for a
+        float32 channels-first layer)."""
+        if dtype == result.dtype and self.problem.layout == "channels_first":
+            return result
+        fmt = channels_last_format(result.dim()) if self.problem.layout == "channels_last" else None
+        return result.to(dtype=dtype, memory_format=fmt or _CONTIGUOUS)
 
     def kept_backward(self, trip, spectra, dy, need_dx: bool, need_dw: bool, x=None, w=None):
         """``(dx, dw)`` (``None`` where not needed) from ``dy`` and the forward's spectra (``x`` and ``w``, the
         forward's operands, for :meth:`warm_capture` only)."""
         br = bridge(self.device.type)
         p = self.problem
-        dy = dy.contiguous()
-        dx = torch.empty(p.x_shape, dtype=dy.dtype, device=dy.device) if need_dx else None
-        dw = torch.empty(p.w_shape, dtype=dy.dtype, device=dy.device) if need_dw else None
+        dtype = dy.dtype
+        g = _dense_as(dy, torch.float32, _CONTIGUOUS)
+        dx = torch.empty(p.x_shape, dtype=torch.float32, device=dy.device) if need_dx else None
+        dw = torch.empty(p.w_shape, dtype=torch.float32, device=dy.device) if need_dw else None
         br.call(self.device.index, lambda: trip.kept_backward(
-            spectra, br.array(dy), br.array(dx) if need_dx else None, br.array(dw) if need_dw else None,
+            spectra, br.array(g), br.array(dx) if need_dx else None, br.array(dw) if need_dw else None,
             need_dx, need_dw))
+        dx = None if dx is None else self._as_layer(dx, dtype)
+        dw = None if dw is None else self._as_layer(dw, dtype)
         if not trip.recordable and dy.is_cuda:  # (the per-pass route's backward passes, in this thread)
             if need_dx and w is not None:
                 self.warm_capture("dgrad", dy, w)
