@@ -350,3 +350,17 @@ def test_round_trip_decisions_are_stored_and_reused(cache_url):
     layer = convtune.Conv2d(3, 4, 5, padding=2, seed=0, runtime=second, keep_spectra="auto")
     y = layer(np.random.default_rng(0).standard_normal(p.x_shape, dtype=np.float32))
     assert layer._trip[1] is not None and layer._trip[1].config == made.config and y.shape == p.y_shape
+
+
+def test_a_half_precision_layers_round_trip_decision_is_stored_apart_and_reused(cache_url):
+    """A bfloat16 channels_last layer's kept-spectra decision (its float32 trip between conversions, roundtrip v8)
+    is stored under its own key, beside the float32 layer's, and read back by a new runtime without timing."""
+    be = get_backend("numpy")
+    plain = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(12, 12), kernel_size=5, padding=2)
+    half = plain.replace(dtype="bfloat16", layout="channels_last")
+    first = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FakeTimer(times={"fft-trip": 1e-3})})
+    made = {p: first.round_trip_for(p, be) for p in (plain, half)}
+    assert all(d.pays and d.winner is not None for d in made.values()) and made[half].problem == half
+    assert PlanCache(cache_url).trip_count() == 2
+    second = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FailingTimer()})
+    assert second.round_trip_for(half, be) == made[half] and second.tuned == 0
