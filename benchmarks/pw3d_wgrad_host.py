@@ -3,14 +3,15 @@
 placeholder made once), their host time per call, then their GPU medians timed in turns (CudaEventTimer.interleaved)
 and each one's ratio to the first. GPU only:
     source scripts/gpu-env.sh; python3 benchmarks/pw3d_wgrad_host.py
-(18th session: forms that run the same code came out 0.95x and 1.00x of the first; BENCHMARKS.md's 3-D section.)"""
-import time, statistics, torch, cupy as cp
+(18th session, at c03b7cf, when interleaved reversed the order every other repeat instead of rotating it: forms that
+run the same code came out 0.95x and 1.00x of the first; BENCHMARKS.md's 3-D section.)"""
+import time
+
+import torch
 from convtune.backend import get_backend
 from convtune.timing import CudaEventTimer, paired_ratio
 from convtune.strategies.pytorch import native_pass
 from convtune.torch import _dispatch as D
-from convtune.bench.peers import _torch_peer
-from convtune.problem import ConvProblem
 be = get_backend("cupy")
 timer = CudaEventTimer()
 def host(fn, n=3000):
