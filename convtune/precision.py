@@ -145,9 +145,8 @@ def launch_memory(xp, a, dtype: str, layout: str):
 
 def launch_result(xp, shape, dtype: str, layout: str):
     """An uninitialised result of logical ``shape`` as a launch writes it (see :func:`launch_memory`)."""
-    order = _memory_order(len(shape), layout)
-    element = {"float32": xp.float32, "float16": xp.float16, "bfloat16": xp.uint16}[dtype]
-    return xp.empty(tuple(shape[axis] for axis in order), dtype=element)
+    return _empty_memory(xp, shape, {"float32": xp.float32, "float16": xp.float16, "bfloat16": xp.uint16}[dtype],
+                         layout)
 
 
 def from_launch(xp, memory, dtype: str, layout: str):
@@ -155,8 +154,7 @@ def from_launch(xp, memory, dtype: str, layout: str):
     storage (a view, but for bfloat16's widening)."""
     if dtype == "bfloat16":
         memory = (memory.astype(xp.uint32) << 16).view(xp.float32)
-    order = _memory_order(memory.ndim, layout)
-    return memory.transpose([order.index(axis) for axis in range(memory.ndim)])
+    return _logical(memory, layout)
 
 
 def launched(launch, problem, xp, workspace: int = 0):
@@ -256,8 +254,12 @@ def narrowed(xp, result, problem, out=None):
 
 def _empty_in(xp, shape, storage: str, layout: str):
     """An uninitialised array of logical ``shape`` whose memory is in ``layout``'s order."""
-    order = _memory_order(len(shape), layout)
-    return _logical(xp.empty(tuple(shape[axis] for axis in order), dtype=getattr(xp, storage)), layout)
+    return _logical(_empty_memory(xp, shape, getattr(xp, storage), layout), layout)
+
+
+def _empty_memory(xp, shape, element, layout: str):
+    """Uninitialised C-contiguous memory for an array of logical ``shape`` in ``layout``'s order."""
+    return xp.empty(tuple(shape[axis] for axis in _memory_order(len(shape), layout)), dtype=element)
 
 
 def _logical(memory, layout: str):

@@ -206,12 +206,10 @@ class RoundTrip:
         return precision.widened(self.xp, a) if self.converted else a
 
     def _out(self, out, shape):
-        if out is None or self.converted:  # (a converted trip narrows its float32 result into ``out``)
-            if out is not None and tuple(out.shape) != tuple(shape):
-                raise ValueError(f"out has shape {tuple(out.shape)}; this pass writes {tuple(shape)}")
-            return self.xp.empty(shape, dtype=self.xp.float32)
-        if tuple(out.shape) != tuple(shape):
+        if out is not None and tuple(out.shape) != tuple(shape):
             raise ValueError(f"out has shape {tuple(out.shape)}; this pass writes {tuple(shape)}")
+        if out is None or self.converted:  # (a converted trip narrows its float32 result into ``out``)
+            return self.xp.empty(shape, dtype=self.xp.float32)
         return out
 
     def _result(self, result, out, pass_: str):

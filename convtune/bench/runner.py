@@ -95,7 +95,7 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
         if drop_in is not None:  # half precision: as training runs it, on tensors of its dtype (no conversions
             call, route, how = drop_in  # around PyTorch's own plan; the others' are theirs), like the PyTorch peers
             err = relative_error(xp, as_cupy(call(), xp), ref)
-            label = route.labels()[problem.pass_] + (f", run by {how}" if how else "")
+            label = _drop_in_label(route, problem.pass_, how)
             plan = runtime.plan_for(problem, backend)  # (resolved by the call above: its source)
         else:
             plan = None
@@ -160,8 +160,8 @@ def bench_paired(peer_name: str, peer_fn, layer_call, contender: str, backend: B
     algorithm choice was made when the peer first ran, before tuning). Each side's median and the median of
     the per-repeat ratios (peer / drop-in): the per-pass parity figure, freer of drift than two medians
     taken minutes apart. The peer runs a second time in each repeat, and its ratio to itself (``null_ratio``)
-    says how far from 1 the measurement puts two runs of one call. ``pair_ms``: the two calls' time together, as measured before (on the GPU, more repeats
-    for quick passes, whose ratios scatter most)."""
+    says how far from 1 the measurement puts two runs of one call. ``pair_ms``: the two calls' time together,
+    as measured before (on the GPU, more repeats for quick passes, whose ratios scatter most)."""
     repeats = getattr(timer, "repeats", 25)
     if pair_ms and backend.name == "cupy":  # (a CPU timer's repeat lasts its minimum time, however quick the call)
         repeats = max(repeats, min(PAIRED_MAX_REPEATS, int(PAIRED_BUDGET_S * 1e3 / pair_ms)))
@@ -191,7 +191,7 @@ def bench_drop_in(problem: ConvProblem, a, b, ref, backend: Backend, runtime: Ru
         call, route, how = drop_in
         err = relative_error(backend.xp, as_cupy(call(), backend.xp).reshape(problem.result_shape), ref)
         stats = timer(call, backend, "drop-in")
-        return {"route": route.labels()[problem.pass_] + (f", run by {how}" if how else ""), "median_ms": stats.median_s * 1e3,
+        return {"route": _drop_in_label(route, problem.pass_, how), "median_ms": stats.median_s * 1e3,
                 "spread_ms": stats.spread_s * 1e3, "repeats": stats.repeats, "error": err}, call
     except Exception as exc:  # a result to report
         return {"failed": f"{type(exc).__name__}: {exc}"}, None
@@ -218,6 +218,11 @@ def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):
         compute = getattr(route, _EXEC[problem.pass_]).fn  # (with the cuDNN flags its plan was measured with)
         return (lambda: compute(ta, tb)), route, "PyTorch's autograd (every pass of the layer is PyTorch's)"
     return (lambda: route.run(problem.pass_, ta, tb)), route, None
+
+
+def _drop_in_label(route, pass_: str, how: str | None) -> str:
+    """What runs a pass in the PyTorch layer (:func:`_drop_in_call`'s ``how`` added where it is not the route)."""
+    return route.labels()[pass_] + (f", run by {how}" if how else "")
 
 
 def round_trip(passes: dict) -> dict:

@@ -92,6 +92,13 @@ def channels_last_format(dim: int):
     return {4: _CHANNELS_LAST, 5: _CHANNELS_LAST_3D}.get(dim)
 
 
+def layout_format(problem: ConvProblem):
+    """PyTorch's memory format for a problem's tensors: channels-last for a channels_last problem of rank 2 or 3,
+    else contiguous (a 1-D channels_last problem's (N, L, C) memory has no format of its own)."""
+    fmt = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
+    return fmt or _CONTIGUOUS
+
+
 def is_channels_last(t) -> bool:
     """A 4-D or 5-D tensor laid out channels-last (and not also plain contiguous, as C == 1 tensors are)."""
     fmt = channels_last_format(t.dim())
@@ -269,7 +276,7 @@ class ArrayPlan:
         # forward from 1.01 ms, its float32 plan's time, to 3.53: transposing float32 copies, and the rounding
         # as four integer passes over the result)
         self.float32_run = getattr(plan.run, "float32_run", None) if self.launch is None else None
-        self.result_format = self.channels_last or _CONTIGUOUS
+        self.result_format = layout_format(problem)
 
     def _operand(self, t):
         t = t.contiguous(memory_format=self.channels_last) if self.channels_last else t.contiguous()
@@ -412,8 +419,7 @@ class Route:
         float32 channels-first layer)."""
         if dtype == result.dtype and self.problem.layout == "channels_first":
             return result
-        fmt = channels_last_format(result.dim()) if self.problem.layout == "channels_last" else None
-        return result.to(dtype=dtype, memory_format=fmt or _CONTIGUOUS)
+        return result.to(dtype=dtype, memory_format=layout_format(self.problem))
 
     def kept_backward(self, trip, spectra, dy, need_dx: bool, need_dw: bool, x=None, w=None):
         """``(dx, dw)`` (``None`` where not needed) from ``dy`` and the forward's spectra (``x`` and ``w``, the
