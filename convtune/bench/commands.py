@@ -165,7 +165,8 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     bandwidth = results.get("copy_bandwidth_GBps")
     _echo("drop-in = the pass through a patched PyTorch layer on tensors (float32; PyTorch's: its convolution "
           "won the duel in the layer); side by side = PyTorch's time over the layer's (convtune's for half "
-          "precision), the two timed in turns after tuning (median of per-repeat ratios; '-': not timed so, their "
+          "precision), timed in turns after tuning with PyTorch run twice per turn (median of per-repeat ratios; "
+          "'-': not timed so, their "
           "medians more than 2x apart); "
           "ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
           "pass must move once, at this device's measured copy bandwidth"
