@@ -1,5 +1,6 @@
 """Tune-ahead, the torch strategy, model specs in the CLI, and bench-model (CPU)."""
 
+import copy
 import json
 import logging
 import sys
@@ -97,6 +98,60 @@ def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monk
     assert len(runtime.layer_memo("torch")) == len(routes)  # the layers found the routes made ahead
     for (name, a), (_, b) in zip(model.named_parameters(), plain.named_parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def _two_layer_model():
+    """A model whose first layer tunes to PyTorch's convolution (a runtime of the torch strategy alone) and
+    whose second to im2col (a runtime of im2col alone), and the plain model it started as."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 5, 5, padding=2))
+    model = copy.deepcopy(plain)
+    ct.patch(model, runtime=make_runtime(["torch"]), filter=lambda m, name: name == "0")
+    ct.patch(model, runtime=make_runtime(["im2col"]), filter=lambda m, name: name == "2")
+    return plain, model
+
+
+def test_tune_hands_back_the_layers_whose_every_pass_runs_pytorchs_convolution(caplog):
+    plain, model = _two_layer_model()
+    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        report = ct.tune(model, x, runtime=make_runtime(), progress=False)
+    assert report.handed_back == ["0"] and "1 layers handed back to PyTorch" in str(report)
+    assert "handed back to PyTorch" in caplog.text
+    assert type(model[0]) is nn.Conv2d and isinstance(model[2], ct.Conv2d)  # the plain class back; the other kept
+    assert not hasattr(model[0], "convtune_math") and model[0].weight is model[0]._parameters["weight"]
+    from test_torch import assert_same_training
+    assert_same_training(plain, model, x)
+
+
+def test_tune_keeps_layers_patched_where_told_or_where_a_pass_it_needs_was_not_tuned():
+    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    _, model = _two_layer_model()
+    report = ct.tune(model, x, runtime=make_runtime(), progress=False, hand_back=False)
+    assert report.handed_back == [] and isinstance(model[0], ct.Conv2d) and "handed back" not in str(report)
+    _, model = _two_layer_model()
+    report = ct.tune(model, x, passes=("fwd",), runtime=make_runtime(), progress=False)
+    assert report.handed_back == [] and isinstance(model[0], ct.Conv2d)  # (its gradients' plans are not known yet)
+    _, model = _two_layer_model()
+    report = ct.tune(model, x.detach(), passes=("fwd", "wgrad"), runtime=make_runtime(), progress=False)
+    assert report.handed_back == ["0"]  # the first layer's input needs no gradient: its backward-data is not run
+
+
+def test_tune_hands_back_a_layer_only_where_all_its_calls_run_pytorchs_convolution():
+    """One module called on two shapes: handed back only where the routes of both run PyTorch's convolution."""
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x) + nn.functional.interpolate(self.conv(x[..., ::2, ::2]), scale_factor=2)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    for timer, expected in ((FakeTimer({"im2col": 0.1, "torch": 1.0}), []), (FakeTimer({"torch": 0.1}), ["conv"])):
+        model = Twice()
+        runtime = make_runtime(("torch", "im2col"), timer)
+        ct.patch(model, runtime=runtime)
+        assert ct.tune(model, x, runtime=runtime, progress=False).handed_back == expected
 
 
 def test_tune_ahead_builds_the_round_trips_of_layers_with_kept_spectra():
@@ -403,6 +458,7 @@ def test_cli_bench_model_native_mode_is_pytorchs_convolution_through_the_drop_in
     assert native["patched_layers"] > 0 and native["tuning"]["tuned"] == native["tuning"]["problems"] > 0
     labels = [label for route in native["routes"] for key, label in route.items() if key != "layer"]
     assert labels and all(label.startswith("torch") for label in labels)
+    assert native["tuning"]["handed_back"] == 0  # (its layers stay patched: the drop-in's own cost is measured)
     assert native["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
     assert not _tuned_keys(tmp_path / "plans.db")
 

@@ -253,8 +253,9 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         rows.append((m["mode"], f"{m['step_ms']:.2f}", f"{m['spread_ms']:.2f}", f"{m['host_ms']:.2f}",
                      f"{m['first_step_s']:.2f}",
                      f"{mem / 2 ** 30:.2f}" if mem else "-",
-                     f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached)"
-                     if tuning else ""))
+                     f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached"
+                     + (f"; {tuning['handed_back']} of {m['patched_layers']} layers handed back to PyTorch"
+                        if tuning.get("handed_back") else "") + ")" if tuning else ""))
     _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
     _echo(_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
     _echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"

@@ -175,9 +175,10 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
         if progress:
             progress(f"{mode}: tuning ahead")
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            report = tune(model, inp, runtime=runtime, progress=False)
+            # (the -native modes measure the drop-in's own cost: their layers stay patched)
+            report = tune(model, inp, runtime=runtime, progress=False, hand_back=not mode.endswith("-native"))
         record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
-                            "cached": report.cached, "routes": report.routes,
+                            "cached": report.cached, "routes": report.routes, "handed_back": len(report.handed_back),
                             "failed": [(p.key(), r) for p, r in report.failed]}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 

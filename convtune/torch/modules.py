@@ -198,8 +198,13 @@ def unpatch(model: nn.Module) -> list[str]:
     restored = []
     for name, module in _post_order(model):
         if isinstance(module, _Convtune):
-            module.__class__ = module._convtune_base
-            for attr in ("convtune_math", "convtune_runtime", "convtune_keep_spectra"):
-                module.__dict__.pop(attr, None)
+            restore(module)
             restored.append(name)
     return restored
+
+
+def restore(module: _Convtune) -> None:
+    """Give one convtune convolution module its original class back (see :func:`unpatch`)."""
+    module.__class__ = module._convtune_base
+    for attr in ("convtune_math", "convtune_runtime", "convtune_keep_spectra"):
+        module.__dict__.pop(attr, None)

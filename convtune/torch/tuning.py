@@ -9,6 +9,12 @@ tunes what is missing, with progress, so that the first training step finds only
 then makes the routes of the patched layers (in the runtime each was patched with) and resolves
 each pass: the plans are built, and on CUDA each plan of another strategy runs its duel against
 PyTorch's convolution (or finds its stored verdict), so that the first step does none of that either.
+Last, a patched layer whose every call of the example run settled on PyTorch's own convolution (every pass
+it needs, its calls without gradients too, under the cuDNN flags in force) is handed back to PyTorch: its
+module gets its own class back (:func:`~convtune.torch.unpatch` of that one module), so its calls pay no
+drop-in at all, not even the lookup (on ResNet-50 under AMP, where PyTorch's convolution wins every pass,
+that lookup was the whole difference between the two). ``hand_back=False`` keeps them patched: a layer
+handed back runs PyTorch's convolution for shapes the example run did not show as well.
 
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
@@ -40,7 +46,7 @@ from ..runtime import Runtime, _Held, default_runtime
 from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
-from ._dispatch import layer_problem, route_for, tensor_layout
+from ._dispatch import Native, layer_problem, route_for, tensor_layout
 
 log = logging.getLogger("convtune")
 
@@ -127,13 +133,15 @@ class TuneReport:
     elsewhere: int = 0  # tuned meanwhile by another process on the cache (another rank)
     trips: list[tuple[ConvProblem, str]] = field(default_factory=list)  # layers with kept spectra: each verdict
     routes: int = 0  # patched layers' routes made and resolved ahead (plans built, duels run)
+    handed_back: list[str] = field(default_factory=list)  # patched layers unpatched: PyTorch's convolution throughout
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
         trips = f", {len(self.trips)} round-trip verdicts" if self.trips else ""
         routes = f", {self.routes} layer routes resolved" if self.routes else ""
+        back = f", {len(self.handed_back)} layers handed back to PyTorch" if self.handed_back else ""
         text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
-                f"{len(self.failed)} failed{trips}{routes}, in {self.seconds:.1f} s")
+                f"{len(self.failed)} failed{trips}{routes}{back}, in {self.seconds:.1f} s")
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
 
 
@@ -168,8 +176,30 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def _route(key: tuple):
+    """The route a patched layer's calls of ``key`` (:attr:`Problem.route_key`) find: in its runtime."""
+    return route_for(*key[:8], key[10] or default_runtime(), *key[8:10])
+
+
+def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
+    """Does a patched layer's call needing ``passes`` run PyTorch's own convolution, as the plain module would,
+    in every form (in training, as its autograd runs it; without gradients)? Its route's passes resolved."""
+    if route.device.type == "cuda" and not (torch.backends.cudnn.benchmark and
+                                            torch.backends.cudnn.allow_tf32 == (route.problem.math == "tf32")):
+        return False  # the patched layer runs PyTorch's convolution with the flags its verdicts were measured with
+    infer = route.fwd_infer or route.fwd_exec
+    if not isinstance(infer, Native) or infer.retry_at is not None:  # (Fallback is a Native)
+        return False
+    need_dx, need_dw = "dgrad" in passes, "wgrad" in passes
+    if not (need_dx or need_dw):
+        return True
+    if keep and need_dx and need_dw and route.trips.get(keep) is not None:
+        return False  # a round trip with kept spectra runs the layer
+    return route.native_for_grads(need_dx, need_dw)
+
+
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
-         progress: bool | Callable[[int, int, str], None] = True) -> TuneReport:
+         progress: bool | Callable[[int, int, str], None] = True, hand_back: bool = True) -> TuneReport:
     """Tune every convolution problem of ``model`` (see :func:`collect`) that the plan cache lacks.
 
     Parameters
@@ -186,6 +216,9 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
         Defaults to :func:`convtune.default_runtime` (the persistent plan cache).
     progress : bool or callable
         ``True``: a progress bar on stderr; a callable gets ``(done, total, label)``.
+    hand_back : bool
+        Unpatch the patched layers whose every call runs PyTorch's own convolution (see the module
+        docstring): :attr:`TuneReport.handed_back`.
 
     Patched layers with ``keep_spectra`` get their round-trip verdicts too (after the per-pass plans they
     are measured against), where all three passes are tuned: :attr:`TuneReport.trips`.
@@ -200,8 +233,10 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     distinct: dict[tuple, tuple[ConvProblem, torch.device, list[str]]] = {}
     kept: dict[tuple, tuple[ConvProblem, torch.device, str]] = {}  # layers with kept spectra: their round trips
     routes: dict[tuple, tuple[tuple[str, ...], str, object]] = {}  # patched layers: passes, name, keep_spectra
+    layer_calls: dict[str, list] = {}  # a patched layer's name -> its calls: (route key, passes, keep_spectra)
     for item in collect(model, example_inputs, math):
         if item.route_key is not None:
+            layer_calls.setdefault(item.name, []).append((item.route_key, item.passes, item.keep_spectra))
             needed = tuple(p for p in item.passes if p in wanted)
             known, _, keep = routes.get(item.route_key, ((), item.name, False))
             keep = keep or (item.keep_spectra if len(item.passes) == 3 else False)
@@ -265,17 +300,42 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
             log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
     for key, (route_passes, name, keep) in routes.items():  # the first step's one-time work, done here
         shown(len(items), f"{name} route")
-        # the route the layer's calls will find: in the runtime it was patched with
-        route = route_for(*key[:8], key[10] or default_runtime(), *key[8:10])
+        route = _route(key)  # the route the layer's calls will find: in the runtime it was patched with
         for pass_ in route_passes:
             if getattr(route, f"{pass_}_exec") is None:
                 route.resolve(pass_)  # (never raises: what cannot run falls back, said once)
         if keep and len(route_passes) == len(PASSES):
             route.trip(keep)  # its round trip built (or None: the per-pass plans, the reason said once)
         report.routes += 1
+    if hand_back:
+        _hand_back(model, layer_calls, wanted, report)
     shown(len(items), "done")
     if torch.cuda.is_available() and any(d.type == "cuda" for _p, d, _n in distinct.values()):
         torch.cuda.empty_cache()  # what tuning held goes back to the device before training starts
     report.seconds = time.perf_counter() - started
     log.info("convtune.torch.tune: %s", report)
     return report
+
+
+def _hand_back(model: nn.Module, layer_calls: dict, wanted: tuple[str, ...], report: TuneReport) -> None:
+    """Unpatch the patched layers whose every call runs PyTorch's convolution throughout (its passes all
+    tuned here); their names go to ``report.handed_back``."""
+    from .modules import _Convtune, restore
+    modules = dict(model.named_modules())
+    for name, calls in layer_calls.items():
+        module = modules.get(name)
+        if not isinstance(module, _Convtune):
+            continue
+        try:
+            throughout = all(set(passes) <= set(wanted) and _pytorch_throughout(_route(key), passes, keep)
+                             for key, passes, keep in calls)
+        except Exception as exc:  # (settling measures the autograd detour) the layer stays patched
+            log.debug("convtune.torch.tune: %s stays patched: %s", name or "the model", exc)
+            continue
+        if throughout:
+            restore(module)
+            report.handed_back.append(name)
+    if report.handed_back:
+        log.info("convtune.torch.tune: %d patched layer(s) handed back to PyTorch (its own convolution won "
+                 "every pass they run): %s", len(report.handed_back), ", ".join(n or "the model" for n in
+                                                                                  report.handed_back))
