@@ -511,14 +511,47 @@ def test_cli_bench_model_interleaves_the_timed_steps_in_rounds(tmp_path, fake_de
     assert doc["rounds"] == 2 and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
     steps = [s for s, _ in order]
     assert [n for _, n in order] == [3, 3, 2, 2]  # 5 steps in two rounds: 3 then 2, per mode
-    assert steps[0] is steps[2] and steps[1] is steps[3] and steps[0] is not steps[1]  # alternating
+    assert steps[0] is steps[3] and steps[1] is steps[2] and steps[0] is not steps[1]  # alternating, rotated
     for m in doc["modes"]:
         assert m["steps"] == 5 and m["rounds"] == 2 and 0 < m["host_ms"] and m["step_ms"] > 0
+        assert len(m["round_ms"]) == 2 and all(t > 0 for t in m["round_ms"])
+    assert "(round by round: median" in result.output
     assert doc["modes"][0]["first_loss"] == pytest.approx(doc["modes"][1]["first_loss"], rel=1e-4)
     assert "interleaved over 2 rounds" in result.output
     bad = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--steps", "3", "--rounds", "4",
               "--db", tmp_path / "plans.db", "-o", tmp_path / "bad.json")
     assert bad.exit_code == 1 and "--rounds 4 is more than --steps 3" in bad.output
+
+
+def test_cli_bench_model_null_times_each_pytorch_mode_twice(tmp_path, fake_default_timer, monkeypatch):
+    """``--null``: a second copy of each PyTorch mode, set up before convtune's, timed in the same rounds;
+    its ratio to the first is printed as PyTorch against itself, and round by round."""
+    order = []
+    out = tmp_path / "bench.json"
+    from convtune.torch import bench as bench_mod
+    timed = bench_mod.timed_steps
+
+    def spy(step, device, n):
+        order.append(step)
+        return timed(step, device, n)
+    monkeypatch.setattr(bench_mod, "timed_steps", spy)
+    result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes",
+                 "convtune-fp32,torch-fp32", "--steps", "6", "--warmup", "0", "--rounds", "3", "--null",
+                 "--db", tmp_path / "plans.db", "-o", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["null"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "torch-fp32-again", "convtune-fp32"]
+    assert len(set(order)) == 3 and order[3:6] == order[1:3] + order[:1]  # rounds in rotated order
+    torch_mode, again, ours = doc["modes"]
+    assert again["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-6) and "tuning" not in again
+    assert "torch-fp32-again vs torch-fp32:" in result.output and "PyTorch against itself" in result.output
+    assert "convtune-fp32 vs torch-fp32:" in result.output and "convtune-fp32 vs torch-fp32-again" not in result.output
+    from convtune.torch.bench import paired
+    mid, low, high = paired(doc)["convtune-fp32 vs torch-fp32"]
+    rounds = [p / o for o, p in zip(ours["round_ms"], torch_mode["round_ms"])]
+    assert low == min(rounds) <= mid <= high == max(rounds)
+    bad = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--null", "-o", out)
+    assert bad.exit_code == 1 and "--rounds 2 or more" in bad.output
 
 
 def test_an_interrupted_interleaved_bench_model_keeps_the_rounds_it_measured(tmp_path, fake_default_timer,
@@ -527,7 +560,7 @@ def test_an_interrupted_interleaved_bench_model_keeps_the_rounds_it_measured(tmp
 
     def interrupt(step, n):
         calls.append(n)
-        if len(calls) == 3:  # the first mode's second round
+        if len(calls) == 3:  # the second round's first turn
             raise KeyboardInterrupt
     result, doc = _interleaved_run(tmp_path, monkeypatch, "torch-fp32,convtune-fp32", 4, interrupt)
     assert result.exit_code == 1 and "interrupted" in result.output
@@ -541,7 +574,7 @@ def test_an_interleaved_mode_that_fails_after_a_round_is_shown_failed(tmp_path, 
 
     def fail_second_mode_later(step, n):
         calls.append(n)
-        if len(calls) == 4:  # the second mode's second round
+        if len(calls) == 3:  # the second mode's second round (which the rotated order takes first)
             raise RuntimeError("out of memory in the test")
     result, doc = _interleaved_run(tmp_path, monkeypatch, "torch-fp32,convtune-fp32", 4, fail_second_mode_later)
     assert result.exit_code == 0, result.output

@@ -205,13 +205,16 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Above 1: every mode set up first, then their timed steps interleaved in this many rounds "
                    "(what drifts over a run weighs on every mode alike; all modes' models are held at once).")
+@click.option("--null", is_flag=True, default=False,
+              help="With --rounds: each PyTorch mode twice (the copy named ...-again), so that the table says what "
+                   "PyTorch's step measures against itself: the noise of every other ratio.")
 @click.option("--graph", is_flag=True, default=False,
               help="Capture every mode's training step whole in a CUDA graph (after its warm-up steps) and time "
                    "its replays: PyTorch's modes and convtune's alike, without the host's work per step.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
               help="JSON results file (written after every mode).")
-def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, rounds, graph,
-                    output):
+def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, rounds, null,
+                    graph, output):
     """Time whole training steps of MODEL, patched by convtune and not, in one process.
 
     MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
@@ -224,7 +227,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     from ..runtime import Runtime
     from ..cache import PlanCache
     try:
-        from ..torch.bench import bench_model, speedups
+        from ..torch.bench import bench_model, paired, speedups
     except ImportError as exc:
         raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
@@ -238,7 +241,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         doc = bench_model(model, batch=batch, input_shape=_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
                           progress=lambda text: _echo(f"  {text}", err=True), profile=profile_steps,
-                          rounds=rounds, graph=graph)
+                          rounds=rounds, graph=graph, null=null)
     except KeyboardInterrupt:
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
     except ValueError as exc:  # bad arguments (modes, rounds, --graph without CUDA)
@@ -259,10 +262,16 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
     _echo(_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
     _echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"
-          + (f"; timed steps interleaved over {rounds} rounds" if rounds > 1 else "")
+          + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
+             if rounds > 1 else "")
           + ("; every step a CUDA graph's replay" if graph else ""))
+    by_round = paired(doc)
     for name, ratio in speedups(doc).items():
-        _echo(f"{name}: {ratio:.2f}x")
+        text = f"{name}: {ratio:.2f}x"
+        if name in by_round:
+            mid, low, high = by_round[name]
+            text += f" (round by round: median {mid:.2f}x, {low:.2f}x to {high:.2f}x)"
+        _echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith("-again") else ""))
     for m in doc["modes"]:
         prof = m.get("profile")
         if prof:

@@ -23,7 +23,15 @@ Each mode's steps are timed alone (CUDA events around a step, the host waiting f
 host's time to issue a step is recorded beside it (``host_ms``: where it nears the step's time, the
 device waited on the host). With ``rounds`` (``--rounds N``) above 1 every mode is set up first and
 their timed steps then run in N interleaved rounds, so that what drifts in a long run (clocks,
-temperature, the allocators' state) weighs on each mode alike rather than on the last ones.
+temperature, the allocators' state) weighs on each mode alike rather than on the last ones: the modes
+take turns in an order that rotates every round, each turn starts with one untimed step (the first
+step after another model's is not what training runs), and each round's median step of each mode is
+kept (``round_ms``), so that a ratio can be taken round by round (:func:`paired`: the median of the
+rounds' ratios, which drift between rounds does not move). With ``null`` (``--null``) each PyTorch mode
+runs twice, as two copies set up alike (the second named ``...-again``): the ratio of PyTorch to
+itself is what the same step measures as, the noise any other ratio carries (METHOD.md: time the
+same version twice). On the H100, ResNet-50 under AMP with every layer handed back to PyTorch (the
+patched model was PyTorch's own) measured 0.92x in 8 rounds of one or two steps without these.
 
 With ``graph`` (``--graph``), every mode's training step is captured whole in a CUDA graph after its
 warm-up steps and the timed steps are the graph's replays (:func:`capture_step`): the host's work per step
@@ -74,10 +82,17 @@ MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtun
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
 FORMAT = "convtune-bench-model"
 FORMAT_VERSION = 1
+#: The suffix of a PyTorch mode's second copy (``null``): the same step, timed again.
+AGAIN = "-again"
+
+
+def _kind(mode: str) -> str:
+    """The mode a copy stands for (``torch-fp32-again``: ``torch-fp32``)."""
+    return mode[:-len(AGAIN)] if mode.endswith(AGAIN) else mode
 
 
 def _flags(mode: str, device: torch.device) -> None:
-    tf32 = mode.endswith("tf32")
+    tf32 = _kind(mode).endswith("tf32")
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -160,23 +175,24 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
     ``warmup`` more; returns ``(record, step, runtime)``, ``step()`` being one training step. With
     ``graph``, ``step()`` replays the whole step captured in a CUDA graph (:func:`capture_step`)."""
     _flags(mode, device)
-    amp = mode.endswith("amp-bf16")
+    kind = _kind(mode)
+    amp = kind.endswith("amp-bf16")
     model = copy.deepcopy(base).to(device)
     inp = x
     if amp and x.dim() == 4:
         model = model.to(memory_format=torch.channels_last)
         inp = x.contiguous(memory_format=torch.channels_last)
     record = {"mode": mode}
-    if mode.endswith("-native"):  # PyTorch's convolution through the drop-in (see the module docstring)
+    if kind.endswith("-native"):  # PyTorch's convolution through the drop-in (see the module docstring)
         runtime = convtune.Runtime(store=convtune.MemoryPlanStore(), planner_options={"strategies": ["torch"]})
-    if mode.startswith("convtune"):
+    if kind.startswith("convtune"):
         record["patched_layers"] = len(patch(model, math="auto", runtime=runtime,
-                                             keep_spectra="auto" if mode.endswith("-kept") else False))
+                                             keep_spectra="auto" if kind.endswith("-kept") else False))
         if progress:
             progress(f"{mode}: tuning ahead")
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             # (the -native modes measure the drop-in's own cost: their layers stay patched)
-            report = tune(model, inp, runtime=runtime, progress=False, hand_back=not mode.endswith("-native"))
+            report = tune(model, inp, runtime=runtime, progress=False, hand_back=not kind.endswith("-native"))
         record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
                             "cached": report.cached, "routes": report.routes, "handed_back": len(report.handed_back),
                             "failed": [(p.key(), r) for p, r in report.failed]}
@@ -301,7 +317,7 @@ def _finish(record, mode, step, device, runtime, progress, profile) -> None:
         if progress:
             progress(f"{mode}: {profile} profiled steps")
         record["profile"] = profile_steps(step, device, profile)
-    if mode.startswith("convtune"):
+    if _kind(mode).startswith("convtune"):
         record["routes"] = _routes(runtime)
 
 
@@ -327,16 +343,20 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
             report(records)
     per_round = [steps // rounds + (1 if r < steps % rounds else 0) for r in range(rounds)]
     samples = [([], []) for _ in prepared]  # each mode's step and host seconds so far
+    turns = list(zip(prepared, samples))
     for r, n in enumerate(per_round):
         if progress:
             progress(f"round {r + 1} of {rounds}: {n} timed steps per mode")
-        for (record, step, _), (all_s, all_h) in zip(prepared, samples):
+        first = r % len(turns)  # (the order rotates: no mode always follows the same one)
+        for (record, step, _), (all_s, all_h) in turns[first:] + turns[:first]:
             if "failed" in record:
                 continue
             _flags(record["mode"], device)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             try:
+                step()  # untimed: the first step after another model's
+                _sync(device)
                 s, h = timed_steps(step, device, n)
             except Exception as exc:
                 log.warning("bench-model %s failed: %s", record["mode"], exc)
@@ -346,6 +366,7 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
             all_h += h
             _summarise(record, all_s, all_h)
             record["rounds"] = r + 1
+            record.setdefault("round_ms", []).append(statistics.median(s) * 1e3)
             if device.type == "cuda":
                 record["peak_memory_bytes"] = max(record.get("peak_memory_bytes", 0),
                                                   torch.cuda.max_memory_allocated(device))
@@ -373,18 +394,24 @@ def _routes(runtime) -> list[dict]:
 
 def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES, steps=20, warmup=3,
                 device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="", profile=0,
-                rounds=1, graph=False) -> dict:
+                rounds=1, graph=False, null=False) -> dict:
     """Benchmark ``spec``'s training step in every mode (see the module docstring), in :data:`MODES`'
     order; returns the JSON document (``checkpoint(doc)`` is called after each mode; interleaved, after each
     mode's set-up and each round). ``rounds`` above 1: the timed steps of all modes interleaved in that
     many rounds (:func:`run_interleaved`). ``graph``: every mode's step captured whole in a CUDA graph and
-    replayed (:func:`capture_step`), PyTorch's modes too."""
+    replayed (:func:`capture_step`), PyTorch's modes too. ``null``: each PyTorch mode twice (interleaved
+    only; see the module docstring)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}; acceptable: {', '.join(MODES)}")
     if not 1 <= rounds <= steps:
         raise ValueError(f"rounds must be between 1 and the timed steps ({steps}), got {rounds}")
+    if null and rounds < 2:
+        raise ValueError("--null times each PyTorch mode twice side by side: it needs --rounds 2 or more")
     modes = sorted(dict.fromkeys(modes), key=MODES.index)
+    if null:  # (the copies set up right after PyTorch's modes, before convtune tunes anything)
+        peers = [m for m in modes if m.startswith("torch")]
+        modes = peers + [m + AGAIN for m in peers] + [m for m in modes if not m.startswith("torch")]
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if graph and device.type != "cuda":
         raise ValueError(f"a CUDA graph captures work on a CUDA device, not on {device}: drop --graph or run on a GPU")
@@ -409,6 +436,7 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
            "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "rounds": rounds, "graph": graph,
+           "null": null,
            "modes": [],
            "complete": False}
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -440,12 +468,32 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
     return doc
 
 
+def _pairs(doc: dict):
+    """``(name, ours, peer)``: each convtune mode against each PyTorch mode, each PyTorch copy against its
+    original (the modes' records, failed ones left out)."""
+    modes = {m["mode"]: m for m in doc["modes"] if "failed" not in m and m.get("step_ms")}
+    for name, m in modes.items():
+        if name.endswith(AGAIN) and _kind(name) in modes:
+            yield f"{name} vs {_kind(name)}", m, modes[_kind(name)]
+    for ours in (m for n, m in modes.items() if n.startswith("convtune")):
+        for peer in (m for n, m in modes.items() if n.startswith("torch") and not n.endswith(AGAIN)):
+            yield f"{ours['mode']} vs {peer['mode']}", ours, peer
+
+
 def speedups(doc: dict) -> dict:
-    """Step-time ratios: each convtune mode against each PyTorch mode (above 1: convtune faster)."""
-    times = {m["mode"]: m.get("step_ms") for m in doc["modes"] if "failed" not in m}
+    """Step-time ratios (medians): each convtune mode against each PyTorch mode (above 1: convtune faster),
+    each PyTorch copy (``null``) against its original."""
+    return {name: peer["step_ms"] / ours["step_ms"] for name, ours, peer in _pairs(doc)
+            if math.isfinite(peer["step_ms"])}
+
+
+def paired(doc: dict) -> dict:
+    """The same ratios round by round (interleaved runs): ``{name: (median, lowest, highest)}`` of the
+    rounds' ratios of median steps, over the rounds both modes ran."""
     out = {}
-    for ours in (m for m in times if m.startswith("convtune")):
-        for peer in (m for m in times if m.startswith("torch")):
-            if times[ours] and times[peer] and math.isfinite(times[peer]):
-                out[f"{ours} vs {peer}"] = times[peer] / times[ours]
+    for name, ours, peer in _pairs(doc):
+        rounds = list(zip(ours.get("round_ms", ()), peer.get("round_ms", ())))
+        if len(rounds) >= 2:
+            ratios = [p / o for o, p in rounds]
+            out[name] = (statistics.median(ratios), min(ratios), max(ratios))
     return out
