@@ -46,6 +46,7 @@ from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
 from . import fft64, narrow as narrow_product
 from .cost import spectrum_elems
+from .spectral_kernels import row_launch
 from .spectral import (fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions,
                        input_gather, is_fft_aligned)
 
@@ -207,13 +208,12 @@ class _CupyOps(_Ops):
             L = (1,) * (3 - a.ndim) + self.sizes
             s = (1,) * (3 - a.ndim) + tuple(steps)
             rows = a.shape[0] * L[0]
-            shift = min(5, max(0, (L[1] - 1).bit_length()))  # up to a warp per row, fewer for short rows
-            per_block = _EMBED_THREADS >> shift
-            launch = self._embeds[key] = (((rows + per_block - 1) // per_block,), (numpy.int64(rows),) +
-                                          tuple(numpy.int32(v) for v in L + n + s + (shift,)))
-        grid, args = launch
+            grid, shift, seg_len = row_launch(rows, L[1], _EMBED_THREADS)
+            launch = self._embeds[key] = (_embed_kernel(seg_len > 0), grid, (numpy.int64(rows),) +
+                                          tuple(numpy.int32(v) for v in L + n + s + (seg_len or shift,)))
+        kernel, grid, args = launch
         out = self.xp.empty(a.shape[:1] + self.sizes, dtype=self.xp.float32)
-        _embed_kernel()(grid, (_EMBED_THREADS,), (self.xp.ascontiguousarray(a), out) + args)
+        kernel(grid, (_EMBED_THREADS,), (self.xp.ascontiguousarray(a), out) + args)
         return out
 
     def _transpose(self, a):
@@ -515,31 +515,48 @@ def _packed_gemm_kernel():
 
 
 _EMBED_SOURCE = r"""
-extern "C" __global__ void convtune_fft_embed(const float* __restrict__ src, float* __restrict__ dst,
-                                              long long rows, int L0, int L1, int n0, int n1, int s0, int s1,
-                                              int row_shift) {
-    // 2^row_shift threads per output row (image b, row r), as many rows as fit in the block; no
-    // per-element index division on the common s1 == 1 path
-    const int per_row = 1 << row_shift;
-    long long row = (long long)blockIdx.x * (blockDim.x >> row_shift) + (threadIdx.x >> row_shift);
-    if (row >= rows) return;
-    const int c0 = threadIdx.x & (per_row - 1);
+__device__ __forceinline__ void convtune_embed_row(const float* __restrict__ src, float* __restrict__ dst,
+                                                   long long row, int L0, int L1, int n0, int n1, int s0, int s1,
+                                                   int c, int c_end, int step) {
+    // elements c, c + step, ... < c_end of output row (image b, row r); no per-element index division on
+    // the common s1 == 1 path
     long long b = row / L0;
     int r = (int)(row - b * L0);
     float* out = dst + row * L1;
     if (r % s0 != 0 || r / s0 >= n0) {
-        for (int c = c0; c < L1; c += per_row) out[c] = 0.0f;
+        for (; c < c_end; c += step) out[c] = 0.0f;
         return;
     }
     const float* in = src + (b * n0 + r / s0) * n1;
     if (s1 == 1) {
-        for (int c = c0; c < L1; c += per_row) out[c] = c < n1 ? in[c] : 0.0f;
+        for (; c < c_end; c += step) out[c] = c < n1 ? in[c] : 0.0f;
     } else {
-        for (int c = c0; c < L1; c += per_row) {
+        for (; c < c_end; c += step) {
             int q = c / s1;
             out[c] = (c == q * s1 && q < n1) ? in[q] : 0.0f;
         }
     }
+}
+
+extern "C" __global__ void convtune_fft_embed(const float* __restrict__ src, float* __restrict__ dst,
+                                              long long rows, int L0, int L1, int n0, int n1, int s0, int s1,
+                                              int row_shift) {
+    // short rows (spectral_kernels.row_launch): 2^row_shift threads per row, as many rows as fit in the block
+    const int per_row = 1 << row_shift;
+    long long row = (long long)blockIdx.x * (blockDim.x >> row_shift) + (threadIdx.x >> row_shift);
+    if (row >= rows) return;
+    convtune_embed_row(src, dst, row, L0, L1, n0, n1, s0, s1, threadIdx.x & (per_row - 1), L1, per_row);
+}
+
+extern "C" __global__ void convtune_fft_embed_long(const float* __restrict__ src, float* __restrict__ dst,
+                                                   long long rows, int L0, int L1, int n0, int n1, int s0, int s1,
+                                                   int seg_len) {
+    // long rows: a block per segment of seg_len elements of a row, all its threads on it
+    unsigned int segs = (L1 + seg_len - 1) / seg_len, seg = blockIdx.x % segs;
+    long long row = blockIdx.x / segs;
+    if (row >= rows) return;
+    int c = seg * seg_len + threadIdx.x;
+    convtune_embed_row(src, dst, row, L0, L1, n0, n1, s0, s1, c, min(L1, (int)(seg + 1) * seg_len), blockDim.x);
 }
 """
 _EMBED_THREADS = 256
@@ -678,9 +695,10 @@ def callbacks_available() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _embed_kernel():
+def _embed_kernel(long_rows: bool = False):
+    """The embedding kernel for short rows, or (``long_rows``) for rows split into segments (see row_launch)."""
     import cupy
-    return cupy.RawKernel(_EMBED_SOURCE, "convtune_fft_embed")
+    return cupy.RawKernel(_EMBED_SOURCE, "convtune_fft_embed_long" if long_rows else "convtune_fft_embed")
 
 
 def _is_cupy(xp) -> bool:

@@ -49,20 +49,46 @@ extern "C" __global__ void convtune_spec_corr(const float2* __restrict__ a, cons
     }
 }
 
+__device__ __forceinline__ int convtune_wrap(int v, int L) {
+    // v mod L in [0, L): one add or subtract on the common path
+    if (v < 0) { v += L; if (v < 0) v = (v % L + L) % L; }
+    else if (v >= L) { v -= L; if (v >= L) v %= L; }
+    return v;
+}
+
+__device__ __forceinline__ void convtune_gather_row(const float* __restrict__ full, float* __restrict__ out,
+                                                    long long row, int L0, int L1, int c0, int c1, int o0, int s0,
+                                                    int o1, int s1, int c, int c_end, int step) {
+    // elements c, c + step, ... < c_end of output row (b, q0): the row's source worked out once, no 64-bit
+    // division per element
+    long long b = row / c0;
+    int q0 = (int)(row - b * c0);
+    const float* in = full + (b * L0 + convtune_wrap(q0 * s0 - o0, L0)) * L1;
+    float* o = out + row * c1;
+    for (; c < c_end; c += step) o[c] = in[convtune_wrap(c * s1 - o1, L1)];
+}
+
 extern "C" __global__ void convtune_spec_gather(const float* __restrict__ full, float* __restrict__ out,
-                                                long long total, int L0, int L1, int c0, int c1,
-                                                int o0, int s0, int o1, int s1) {
-    // out (B, c0, c1) from full (B, L0, L1): out[b, q0, q1] = full[b, (q0 s0 - o0) mod L0, (q1 s1 - o1) mod L1]
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        int q1 = (int)(i % c1);
-        long long r = i / c1;
-        int q0 = (int)(r % c0);
-        long long b = r / c0;
-        int i0 = ((q0 * s0 - o0) % L0 + L0) % L0;
-        int i1 = ((q1 * s1 - o1) % L1 + L1) % L1;
-        out[i] = full[(b * L0 + i0) * L1 + i1];
-    }
+                                                long long rows, int L0, int L1, int c0, int c1,
+                                                int o0, int s0, int o1, int s1, int row_shift) {
+    // out (B, c0, c1) from full (B, L0, L1): out[b, q0, q1] = full[b, (q0 s0 - o0) mod L0, (q1 s1 - o1) mod L1];
+    // short rows (row_launch): 2^row_shift threads per row, as many rows as fit in the block
+    const int per_row = 1 << row_shift;
+    long long row = (long long)blockIdx.x * (blockDim.x >> row_shift) + (threadIdx.x >> row_shift);
+    if (row >= rows) return;
+    convtune_gather_row(full, out, row, L0, L1, c0, c1, o0, s0, o1, s1, threadIdx.x & (per_row - 1), c1, per_row);
+}
+
+extern "C" __global__ void convtune_spec_gather_long(const float* __restrict__ full, float* __restrict__ out,
+                                                     long long rows, int L0, int L1, int c0, int c1,
+                                                     int o0, int s0, int o1, int s1, int seg_len) {
+    // long rows: a block per segment of seg_len elements of a row, all its threads on it
+    unsigned int segs = (c1 + seg_len - 1) / seg_len, seg = blockIdx.x % segs;
+    long long row = blockIdx.x / segs;
+    if (row >= rows) return;
+    int c = seg * seg_len + threadIdx.x;
+    convtune_gather_row(full, out, row, L0, L1, c0, c1, o0, s0, o1, s1, c, min(c1, (int)(seg + 1) * seg_len),
+                        blockDim.x);
 }
 """
 
@@ -75,6 +101,29 @@ def _kernel(name: str):
 
 def _grid(total: int) -> tuple[int]:
     return (max(1, min((total + _THREADS - 1) // _THREADS, _MAX_BLOCKS)),)
+
+
+#: A row at least this long gets blocks of its own, one per segment of :data:`SEGMENT` elements.
+LONG_ROW = 4 * _THREADS
+SEGMENT = 8 * _THREADS
+
+
+def long_row(length: int) -> bool:
+    """Does a row of ``length`` elements get blocks of its own (the kernels' ``_long`` forms)?"""
+    return length >= LONG_ROW
+
+
+def row_launch(rows: int, length: int, threads: int = _THREADS) -> tuple[tuple[int], int, int]:
+    """``(grid, row_shift, seg_len)`` of a kernel that writes ``rows`` rows of ``length`` elements (the
+    embedding, the gather). A short row gets ``2**row_shift`` threads (up to a warp), a block several rows;
+    a long one (``seg_len`` > 0) a block per segment of ``seg_len`` elements, all its threads on it. (One
+    warp per row, the earlier layout, left a 16k-long 1-D layer's 512 rows 16k threads: its embedding and
+    gather ran at a third of the memory bandwidth on the H100.)"""
+    if long_row(length):
+        return (rows * -(-length // SEGMENT),), 0, SEGMENT
+    shift = min(5, max(0, (length - 1).bit_length()))
+    per_block = threads >> shift
+    return (max(1, -(-rows // per_block)),), shift, 0
 
 
 class Kernels:
@@ -121,9 +170,11 @@ class Kernels:
         def make():
             L = (1,) * (2 - len(self.sizes)) + self.sizes
             g = ((0, 1, 1),) * (2 - len(geometry)) + tuple(geometry)
-            total = out.size
-            values = L + (g[0][2], g[1][2], g[0][0], g[0][1], g[1][0], g[1][1])
-            return _grid(total), (numpy.int64(total),) + tuple(numpy.int32(v) for v in values)
-        kernel, (grid, args) = self._launch("convtune_spec_gather", key, make)
+            rows = out.size // g[1][2]
+            grid, shift, seg_len = row_launch(rows, g[1][2])
+            values = L + (g[0][2], g[1][2], g[0][0], g[0][1], g[1][0], g[1][1], seg_len or shift)
+            return grid, (numpy.int64(rows),) + tuple(numpy.int32(v) for v in values)
+        name = "convtune_spec_gather_long" if long_row(out.shape[-1]) else "convtune_spec_gather"
+        kernel, (grid, args) = self._launch(name, key, make)
         kernel(grid, (_THREADS,), (self.xp.ascontiguousarray(full), out) + args)
         return True
