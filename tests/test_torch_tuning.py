@@ -137,6 +137,27 @@ def test_tune_keeps_layers_patched_where_told_or_where_a_pass_it_needs_was_not_t
     assert report.handed_back == ["0"]  # the first layer's input needs no gradient: its backward-data is not run
 
 
+def test_tune_keeps_a_layer_patched_whose_calls_without_gradients_keep_a_plan(monkeypatch):
+    """(The CPU standing in for CUDA.) A layer whose plans won their duels, but by less than the autograd
+    detour: its training calls run PyTorch's convolution, its calls without gradients the forward's plan
+    (Route.settle). It stays patched, or inference would lose that plan."""
+    from convtune.torch import _dispatch
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device: [100e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)  # more than any gain
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    report = ct.tune(model, x, runtime=runtime, progress=False)
+    (route,) = runtime.layer_memo("torch").values()
+    assert route.native_for_grads(True, True) and route.fwd_infer is not None  # settled: training is PyTorch's
+    assert route.fwd_exec.label.startswith("torch")
+    assert report.handed_back == [] and isinstance(model[0], ct.Conv2d)
+    model(x).sum().backward()  # a training step, then tuning again: the settled route is asked once more
+    assert ct.tune(model, x, runtime=runtime, progress=False).handed_back == [] and isinstance(model[0], ct.Conv2d)
+
+
 def test_tune_hands_back_a_layer_only_where_all_its_calls_run_pytorchs_convolution():
     """One module called on two shapes: handed back only where the routes of both run PyTorch's convolution."""
     class Twice(nn.Module):

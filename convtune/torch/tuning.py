@@ -187,15 +187,14 @@ def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
     if route.device.type == "cuda" and not (torch.backends.cudnn.benchmark and
                                             torch.backends.cudnn.allow_tf32 == (route.problem.math == "tf32")):
         return False  # the patched layer runs PyTorch's convolution with the flags its verdicts were measured with
-    infer = route.fwd_infer or route.fwd_exec
-    if not isinstance(infer, Native) or infer.retry_at is not None:  # (Fallback is a Native)
-        return False
     need_dx, need_dw = "dgrad" in passes, "wgrad" in passes
-    if not (need_dx or need_dw):
-        return True
-    if keep and need_dx and need_dw and route.trips.get(keep) is not None:
-        return False  # a round trip with kept spectra runs the layer
-    return route.native_for_grads(need_dx, need_dw)
+    if need_dx or need_dw:
+        if keep and need_dx and need_dw and route.trips.get(keep) is not None:
+            return False  # a round trip with kept spectra runs the layer
+        if not route.native_for_grads(need_dx, need_dw):  # (settled first: it may keep a plan for inference)
+            return False
+    infer = route.fwd_infer or route.fwd_exec  # what a call without gradients runs
+    return isinstance(infer, Native) and infer.retry_at is None  # (Fallback is a Native)
 
 
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
