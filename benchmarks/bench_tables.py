@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/bench_tables.py RESULTS.json [--layers a,b,...]   # every pass of every layer
     python benchmarks/bench_tables.py RESULTS.json --round-trips         # one row per layer: its round trip
-    python benchmarks/bench_tables.py --models BENCH-MODEL.json ...      # training steps, one row per model
+    python benchmarks/bench_tables.py --models BENCH-MODEL.json ...      # training steps, a row per convtune mode
 """
 
 import argparse
@@ -61,36 +61,39 @@ def round_trips_table(doc, wanted):
         _row([entry["name"], f"{rt['convtune']:.3f}" if rt.get("convtune") else "FAILED", plan] + cells)
 
 
+#: The PyTorch mode each convtune mode is held to in the models table (its own numerics and layout).
+PEER_OF = {"convtune-fp32": "torch-fp32", "convtune-tf32": "torch-tf32", "convtune-amp-bf16": "torch-amp-bf16",
+           "convtune-fp32-kept": "torch-fp32", "convtune-fp32-native": "torch-fp32"}
+
+
 def models_table(paths):
-    """One row per `convtune bench-model` document: step times of every mode and convtune's speedups."""
-    head = ["model", "input", "PyTorch fp32 ms", "PyTorch TF32 ms", "PyTorch AMP bf16 CL ms", "convtune fp32 ms",
-            "vs fp32", "vs TF32", "vs AMP", "first step s (PyTorch fp32 / convtune)", "tuning s",
-            "peak GiB (PyTorch fp32 / convtune)"]
+    """One row per convtune mode of each `convtune bench-model` document, against its PyTorch peer: both step
+    times, the ratio of the medians and, for interleaved runs, round by round (median and range); with
+    `--null`, PyTorch's ratio to itself; the layers handed back to PyTorch, tuning and first-step times."""
+    from convtune.bench.steps import AGAIN, paired, speedups
+    head = ["model", "input", "mode", "PyTorch ms", "convtune ms", "vs PyTorch", "round by round",
+            "PyTorch vs itself", "layers handed back", "tuning s", "first step s (PyTorch / convtune)"]
     _row(head)
     print("|" + "---|" * len(head))
     for path in paths:
         doc = json.load(open(path))
         modes = {m["mode"]: m for m in doc["modes"]}
-        ours = modes.get("convtune-fp32", {})
-
-        def ms(name):
-            return modes.get(name, {}).get("step_ms")
-
-        def ratio(name):
-            return f"**{ms(name) / ours['step_ms']:.2f}x**" if ms(name) and ours.get("step_ms") else "-"
-
-        def gib(mode):
-            mem = mode.get("peak_memory_bytes")
-            return f"{mem / 2 ** 30:.2f}" if mem else "-"
-        fp32 = modes.get("torch-fp32", {})
-        first = f"{fp32.get('first_step_s', float('nan')):.2f} / {ours.get('first_step_s', float('nan')):.2f}"
-        tuning = ours.get("tuning", {})
-        _row([doc["model"], "x".join(map(str, doc["input_shape"]))] +
-             [f"{ms(m):.2f}" if ms(m) else "-" for m in ("torch-fp32", "torch-tf32", "torch-amp-bf16",
-                                                          "convtune-fp32")] +
-             [ratio("torch-fp32"), ratio("torch-tf32"), ratio("torch-amp-bf16"), first,
-              f"{tuning['seconds']:.1f} ({tuning['tuned']} tuned)" if tuning else "-",
-              f"{gib(fp32)} / {gib(ours)}"])
+        ratios, rounds = speedups(doc), paired(doc)
+        for name, ours in modes.items():
+            peer_name = PEER_OF.get(name)
+            if peer_name is None or peer_name not in modes or "step_ms" not in ours:
+                continue
+            peer, key = modes[peer_name], f"{name} vs {peer_name}"
+            null = ratios.get(f"{peer_name}{AGAIN} vs {peer_name}")
+            by_round = rounds.get(key)
+            tuning = ours.get("tuning") or {}
+            _row([doc["model"], "x".join(map(str, doc["input_shape"])), name, f"{peer['step_ms']:.2f}",
+                  f"{ours['step_ms']:.2f}", f"**{ratios[key]:.2f}x**" if key in ratios else "-",
+                  f"{by_round[0]:.2f}x ({by_round[1]:.2f}x to {by_round[2]:.2f}x)" if by_round else "-",
+                  f"{null:.2f}x" if null else "-",
+                  f"{tuning['handed_back']} of {ours.get('patched_layers', '?')}" if "handed_back" in tuning else "-",
+                  f"{tuning['seconds']:.1f} ({tuning['tuned']} tuned)" if tuning else "-",
+                  f"{peer.get('first_step_s', float('nan')):.2f} / {ours.get('first_step_s', float('nan')):.2f}"])
 
 
 def main():

@@ -350,3 +350,19 @@ def test_a_layer_whose_every_pass_is_pytorchs_is_timed_as_its_training_runs_its_
             assert rec["error"] < 1e-5 and call is not None, rec
             assert rec["route"].endswith("run by PyTorch's autograd (every pass of the layer is PyTorch's)") == \
                 (by_autograd and pass_ != "fwd"), rec["route"]
+
+
+def test_bench_model_ratios_pair_each_convtune_mode_with_each_pytorch_mode_and_pytorch_with_itself():
+    """``convtune.bench.steps``: peer over convtune (medians, and round by round where rounds were kept); a
+    PyTorch copy (``--null``) against its original only; failed modes left out."""
+    from convtune.bench.steps import paired, speedups
+    doc = {"modes": [{"mode": "torch-amp-bf16", "step_ms": 20.0, "round_ms": [20.0, 22.0, 18.0]},
+                     {"mode": "torch-amp-bf16-again", "step_ms": 25.0, "round_ms": [25.0, 22.0, 18.0]},
+                     {"mode": "torch-fp32", "failed": "RuntimeError: out of memory"},
+                     {"mode": "convtune-amp-bf16", "step_ms": 10.0, "round_ms": [10.0, 11.0, 12.0]}]}
+    assert speedups(doc) == {"torch-amp-bf16-again vs torch-amp-bf16": 0.8, "convtune-amp-bf16 vs torch-amp-bf16": 2.0}
+    rounds = paired(doc)
+    assert rounds["convtune-amp-bf16 vs torch-amp-bf16"] == (2.0, 1.5, 2.0)  # 2.0, 2.0, 1.5
+    assert rounds["torch-amp-bf16-again vs torch-amp-bf16"] == (1.0, 0.8, 1.0)
+    del doc["modes"][0]["round_ms"]  # one side without rounds (run one mode after another): no round ratio
+    assert "convtune-amp-bf16 vs torch-amp-bf16" not in paired(doc)

@@ -567,7 +567,7 @@ def test_cli_bench_model_null_times_each_pytorch_mode_twice(tmp_path, fake_defau
     assert again["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-6) and "tuning" not in again
     assert "torch-fp32-again vs torch-fp32:" in result.output and "PyTorch against itself" in result.output
     assert "convtune-fp32 vs torch-fp32:" in result.output and "convtune-fp32 vs torch-fp32-again" not in result.output
-    from convtune.torch.bench import paired
+    from convtune.bench.steps import paired
     mid, low, high = paired(doc)["convtune-fp32 vs torch-fp32"]
     rounds = [p / o for o, p in zip(ours["round_ms"], torch_mode["round_ms"])]
     assert low == min(rounds) <= mid <= high == max(rounds)

@@ -227,7 +227,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     from ..runtime import Runtime
     from ..cache import PlanCache
     try:
-        from ..torch.bench import bench_model, paired, speedups
+        from ..torch.bench import bench_model
     except ImportError as exc:
         raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
@@ -265,6 +265,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
           + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
              if rounds > 1 else "")
           + ("; every step a CUDA graph's replay" if graph else ""))
+    from .steps import paired, speedups
     by_round = paired(doc)
     for name, ratio in speedups(doc).items():
         text = f"{name}: {ratio:.2f}x"

@@ -61,7 +61,6 @@ from __future__ import annotations
 import copy
 import gc
 import logging
-import math
 import platform
 import statistics
 import time
@@ -71,6 +70,7 @@ import torch
 from torch import nn
 
 import convtune
+from ..bench.steps import AGAIN, kind as _kind
 from . import models as model_specs
 from .modules import patch
 from .tuning import tune
@@ -82,13 +82,6 @@ MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtun
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
 FORMAT = "convtune-bench-model"
 FORMAT_VERSION = 1
-#: The suffix of a PyTorch mode's second copy (``null``): the same step, timed again.
-AGAIN = "-again"
-
-
-def _kind(mode: str) -> str:
-    """The mode a copy stands for (``torch-fp32-again``: ``torch-fp32``)."""
-    return mode[:-len(AGAIN)] if mode.endswith(AGAIN) else mode
 
 
 def _flags(mode: str, device: torch.device) -> None:
@@ -466,34 +459,3 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
     if checkpoint:
         checkpoint(doc)
     return doc
-
-
-def _pairs(doc: dict):
-    """``(name, ours, peer)``: each convtune mode against each PyTorch mode, each PyTorch copy against its
-    original (the modes' records, failed ones left out)."""
-    modes = {m["mode"]: m for m in doc["modes"] if "failed" not in m and m.get("step_ms")}
-    for name, m in modes.items():
-        if name.endswith(AGAIN) and _kind(name) in modes:
-            yield f"{name} vs {_kind(name)}", m, modes[_kind(name)]
-    for ours in (m for n, m in modes.items() if n.startswith("convtune")):
-        for peer in (m for n, m in modes.items() if n.startswith("torch") and not n.endswith(AGAIN)):
-            yield f"{ours['mode']} vs {peer['mode']}", ours, peer
-
-
-def speedups(doc: dict) -> dict:
-    """Step-time ratios (medians): each convtune mode against each PyTorch mode (above 1: convtune faster),
-    each PyTorch copy (``null``) against its original."""
-    return {name: peer["step_ms"] / ours["step_ms"] for name, ours, peer in _pairs(doc)
-            if math.isfinite(peer["step_ms"])}
-
-
-def paired(doc: dict) -> dict:
-    """The same ratios round by round (interleaved runs): ``{name: (median, lowest, highest)}`` of the
-    rounds' ratios of median steps, over the rounds both modes ran."""
-    out = {}
-    for name, ours, peer in _pairs(doc):
-        rounds = list(zip(ours.get("round_ms", ()), peer.get("round_ms", ())))
-        if len(rounds) >= 2:
-            ratios = [p / o for o, p in rounds]
-            out[name] = (statistics.median(ratios), min(ratios), max(ratios))
-    return out
