@@ -4,7 +4,8 @@ Three lines turn a model's convolutions into convtune's tuned plans::
 
     import convtune.torch as ct
     ct.patch(model)                                   # in place; ct.unpatch(model) undoes it
-    ct.tune(model, example_batch)                     # optional: tune ahead, with progress
+    ct.tune(model, example_batch)                     # optional: tune ahead, with progress; layers whose
+                                                      # every pass is PyTorch's own get their class back
 
 * :mod:`~convtune.torch.modules`: ``Conv1d``/``Conv2d``/``Conv3d`` (subclasses of PyTorch's), ``patch``,
   ``unpatch``;
