@@ -28,7 +28,7 @@ def _covered(rows, length, threads=256):
     return seen
 
 
-@pytest.mark.parametrize("rows, length", [(1, 1), (5, 3), (7, 33), (3, 200), (9, LONG_ROW - 1), (2, LONG_ROW),
+@pytest.mark.parametrize("rows, length", [(0, 5), (0, SEGMENT), (1, 1), (5, 3), (7, 33), (3, 200), (9, LONG_ROW - 1), (2, LONG_ROW),
                                           (3, SEGMENT), (2, SEGMENT + 1), (3, 3 * SEGMENT + 17)])
 def test_row_launch_visits_every_element_once(rows, length):
     seen = _covered(rows, length, threads=256)

@@ -265,14 +265,14 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
           + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
              if rounds > 1 else "")
           + ("; every step a CUDA graph's replay" if graph else ""))
-    from .steps import paired, speedups
+    from .steps import AGAIN, paired, speedups
     by_round = paired(doc)
     for name, ratio in speedups(doc).items():
         text = f"{name}: {ratio:.2f}x"
         if name in by_round:
             mid, low, high = by_round[name]
             text += f" (round by round: median {mid:.2f}x, {low:.2f}x to {high:.2f}x)"
-        _echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith("-again") else ""))
+        _echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith(AGAIN) else ""))
     for m in doc["modes"]:
         prof = m.get("profile")
         if prof:

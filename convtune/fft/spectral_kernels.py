@@ -120,7 +120,7 @@ def row_launch(rows: int, length: int, threads: int = _THREADS) -> tuple[tuple[i
     warp per row, the earlier layout, left a 16k-long 1-D layer's 512 rows 16k threads: its embedding and
     gather ran at a third of the memory bandwidth on the H100.)"""
     if long_row(length):
-        return (rows * -(-length // SEGMENT),), 0, SEGMENT
+        return (max(1, rows * -(-length // SEGMENT)),), 0, SEGMENT
     shift = min(5, max(0, (length - 1).bit_length()))
     per_block = threads >> shift
     return (max(1, -(-rows // per_block)),), shift, 0

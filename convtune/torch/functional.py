@@ -263,8 +263,11 @@ def run(input, weight, bias, geom: Geometry, groups: int, math: str, runtime: Ru
 def _flags_as_measured(x, math: str) -> bool:
     """Do the process's cuDNN flags match those the ``torch`` plans were measured with (benchmark on,
     TF32 as the math mode says)? Always on the CPU."""
-    if not x.is_cuda:
-        return True
+    return not x.is_cuda or cudnn_flags_as_measured(math)
+
+
+def cudnn_flags_as_measured(math: str) -> bool:
+    """:func:`_flags_as_measured` of a CUDA call in math mode ``math``."""
     return _cudnn_benchmark() and _cudnn_allow_tf32() == (math == "tf32")
 
 

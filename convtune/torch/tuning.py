@@ -184,8 +184,7 @@ def _route(key: tuple):
 def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
     """Does a patched layer's call needing ``passes`` run PyTorch's own convolution, as the plain module would,
     in every form (in training, as its autograd runs it; without gradients)? Its route's passes resolved."""
-    if route.device.type == "cuda" and not (torch.backends.cudnn.benchmark and
-                                            torch.backends.cudnn.allow_tf32 == (route.problem.math == "tf32")):
+    if route.device.type == "cuda" and not functional.cudnn_flags_as_measured(route.problem.math):
         return False  # the patched layer runs PyTorch's convolution with the flags its verdicts were measured with
     need_dx, need_dw = "dgrad" in passes, "wgrad" in passes
     if need_dx or need_dw:
