@@ -54,7 +54,10 @@ class _Backend:
 
 
 def has_rules(name: str) -> bool:
-    return type(get_strategy(name)).pruned is not Strategy.pruned
+    """Rules that a stored search can replay: fixed ones (not those a strategy learns in the process from the
+    searches before, like cuDNN's runtime-compiled engines: ``Strategy.rules_learned``)."""
+    strategy = get_strategy(name)
+    return type(strategy).pruned is not Strategy.pruned and not strategy.rules_learned
 
 
 def from_db(url):

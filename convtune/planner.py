@@ -28,7 +28,9 @@ timing it, and its rank in its strategy's list, which for cuDNN is the heuristic
    the verification batch was smaller, the fastest timed candidate is checked
    again on the full batch (and ``rejected`` if it now misses the tolerance,
    the next fastest then checked in turn);
-6. the fastest that passed wins; with no survivor, :class:`~convtune.errors.TuningError`.
+6. the fastest that passed wins; with no survivor, :class:`~convtune.errors.TuningError`; every
+   strategy is then shown the whole search (:meth:`~convtune.strategies.base.Strategy.observe`: rules
+   learned in the process, such as cuDNN's on runtime-compiled engines, learn from it).
 
 The decision also says where the search's own time went (:attr:`Decision.phases`: listing, the
 float64 reference, the operands, the full-batch check).
@@ -201,6 +203,11 @@ class Planner:
         best = min(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
         winner = _with(best, status="winner")
         outcomes = [winner if o is best else o for o in outcomes]
+        for strategy in self._strategies():
+            try:
+                strategy.observe(problem, tuple(outcomes), winner)
+            except Exception as exc:  # a lesson not learned costs search time, never the decision
+                log.warning("%s could not learn from %s's search: %s", strategy.name, problem.describe(), exc)
         log.info("tuned %s: %s (%s)", problem.key(), winner.label,
                  f"{winner.timing.median_s * 1e3:.3f} ms" if winner.timing else "only candidate, not timed")
         return Decision(problem, self.backend.device_info(), winner, tuple(outcomes), "measured",

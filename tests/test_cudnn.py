@@ -173,3 +173,87 @@ def test_engines_read_half_precision_and_channels_last_themselves(dtype, layout,
                 assert precision.layout_of(run(a, b)) == layout
             run.timed(a, b, out)()
             cp.cuda.Device().synchronize()
+
+
+class _Note:
+    def __init__(self, name):
+        self.name = name
+
+
+class _FakeFrontendGraph:
+    """A cuDNN frontend graph without cuDNN: plans by (engine, behavior notes); builds are counted."""
+
+    def __init__(self, plans):
+        self.plans, self.listed, self.builds = plans, [], []
+
+    def create_execution_plans(self, modes):
+        self.listed = list(range(len(self.plans)))
+
+    def get_engine_count(self):
+        return 0
+
+    def create_execution_plan(self, engine, knobs):
+        self.plans.append((engine, ()))
+        self.listed.append(len(self.plans) - 1)
+
+    def get_execution_plan_count(self):
+        return len(self.listed)
+
+    def get_engine_and_knobs_at_index(self, index):
+        return self.plans[self.listed[index]][0], {}
+
+    def get_behavior_notes_for_plan_at_index(self, index):
+        return [_Note(n) for n in self.plans[self.listed[index]][1]]
+
+    def build_plan_at_index(self, index):
+        self.builds.append(self.plans[self.listed[index]][0])
+
+    def get_workspace_size_plan_at_index(self, index):
+        return 1024 * (index + 1)
+
+
+def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not_built_again(monkeypatch):
+    """An engine's runtime-compiled plans are listed but not built once its record says they cost seconds and
+    came nowhere near a winner; the planner is told why (pruned), an exhaustive search still builds them
+    (workspace), and every search's outcomes teach the records of the engines it built."""
+    from types import SimpleNamespace
+
+    from convtune.plan import CandidateOutcome
+    from convtune.strategies import cudnn as module
+    from convtune.timing import TimingStats
+    monkeypatch.setattr(module._CTX, "compiled", {})
+    monkeypatch.setattr(module._CTX, "enumerated", {})
+    p = problem("2d-odd").replace(dtype="bfloat16", layout="channels_last")
+    kind = (p.pass_, "bfloat16", "channels_last")
+    slow = module._CTX.compiled[(69, *kind)] = module.CompileRecord(builds=[1.2] * 5)
+    for ratio in (3.0, 2.0, 1.6, 1.4, 1.3):
+        slow.tried(ratio)
+    near = module._CTX.compiled[(72, *kind)] = module.CompileRecord(builds=[0.5] * 5)
+    for ratio in (1.5, 1.5, 1.1, 1.5, 1.5):  # came within RTC_NEAR once: kept
+        near.tried(ratio)
+    rtc = ("RUNTIME_COMPILATION",)
+    fake = _FakeFrontendGraph([(62, ()), (69, rtc), (72, rtc), (70, rtc)])
+    graph = object.__new__(module._Graph)
+    graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt, graph.kind = fake, {}, set(), {}, {}, kind
+    graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    found = graph.enumerate("fp32", "bfloat16")
+    assert [c.engine for c, _ws in found] == [62, 69, 72, 70]
+    assert fake.builds == [62, 72, 70]
+    assert {c.engine for c in graph.compiled} == {72, 70} and [c.engine for c in graph.deferred] == [69]
+    assert len(module._CTX.compiled[(70, *kind)].builds) == 1 and len(near.builds) == 6
+
+    strategy = get_strategy("cudnn")
+    module._CTX.enumerated[p.key()] = graph
+    assert strategy.pruned(p, CudnnConfig(69), None).startswith("runtime-compiled: a build takes 1.20 s")
+    assert strategy.pruned(p, CudnnConfig(72), None) is None and strategy.pruned(p, CudnnConfig(62), None) is None
+    assert strategy.workspace_bytes(p, CudnnConfig(69)) == 2048 and fake.builds[-1] == 69  # built on demand, in place
+
+    def outcome(engine, status, median=None, error=None):
+        timing = TimingStats(median_s=median, spread_s=0.0, min_s=median, repeats=3) if median else None
+        return CandidateOutcome("cudnn", CudnnConfig(engine).as_dict(), f"cudnn[eng{engine}]", status,
+                                timing=timing, error=error)
+    winner = outcome(62, "winner", 1e-3)
+    strategy.observe(p, (winner, outcome(72, "ok", 1.08e-3), outcome(70, "rejected", error=1.0)), winner)
+    assert near.trials == 6 and near.closest == pytest.approx(1.08)
+    assert module._CTX.compiled[(70, *kind)].trials == 1 and module._CTX.compiled[(70, *kind)].closest == float("inf")
+    assert slow.trials == 5  # not built here: nothing learned

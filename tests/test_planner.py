@@ -255,3 +255,29 @@ def test_filter_gradient_winner_is_checked_again_on_the_full_batch(extra_strateg
     assert d.winner.strategy != "t-lossy" and d.winner.error <= 1e-5
     # the forward pass does not sum over the batch: no second check, the fast candidate wins
     assert Planner("numpy", timer).tune(problem("2d-odd", "fwd", batch=6)).winner.strategy == "t-lossy"
+
+
+def test_strategies_are_told_every_outcome_and_the_winner_once_a_search_ends(extra_strategies):
+    """Strategy.observe sees the whole search (its rules may learn from it); a strategy whose lesson fails
+    costs nothing but a warning."""
+    seen = []
+
+    class Watching(make_strategy("t-watch", correct)):
+        def observe(self, p, outcomes, winner):
+            seen.append((p, [o.label for o in outcomes], winner.label))
+
+    class Broken(make_strategy("t-broken", correct)):
+        def observe(self, p, outcomes, winner):
+            raise RuntimeError("no lesson")
+    register(Watching)
+    register(Broken)
+    try:
+        timer = FakeTimer({"t-watch": 0.001}, default=2.0)
+        p = problem("2d-odd")
+        d = Planner("numpy", timer).tune(p)
+    finally:
+        unregister("t-watch")
+        unregister("t-broken")
+    assert d.winner.strategy == "t-watch"
+    assert len(seen) == 1 and seen[0][0] == p and seen[0][2] == d.winner.label
+    assert seen[0][1] == [o.label for o in d.outcomes]

@@ -85,6 +85,9 @@ class Strategy:
     #: Timed whenever it is correct: neither a slow run on the verification batch nor a spent time budget
     #: rules it out (PyTorch's own convolution, the reference point a tuned plan must not fall behind).
     always_timed: ClassVar[bool] = False
+    #: Its :meth:`pruned` rules are learned from earlier searches in the process (:meth:`observe`), so a stored
+    #: search cannot replay them (``benchmarks/check_rules.py`` leaves them out).
+    rules_learned: ClassVar[bool] = False
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         """``None`` when the problem can run here, else the reason it cannot."""
@@ -103,6 +106,10 @@ class Strategy:
         ``None``: it is tried. ``room``: the workspace a candidate may have (``None``: no limit). An
         exhaustive search ignores this."""
         return None
+
+    def observe(self, problem: ConvProblem, outcomes, winner) -> None:
+        """Told every candidate's outcome (:class:`~convtune.plan.CandidateOutcome`) and the winner's once a
+        search ends, so that rules learned in this process (:meth:`pruned`) can use it. Nothing by default."""
 
     def heuristic_config(self, problem: ConvProblem, backend) -> Config:
         """A sensible configuration without timing (the first candidate by default)."""

@@ -25,9 +25,10 @@ import importlib
 import inspect
 import logging
 import math
+import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import precision
 from ..problem import ConvProblem
@@ -44,6 +45,18 @@ ENUMERATION_BUDGET_S = 30.0
 #: 4096-tap depthwise backward-data of hyena-long-dw with heuristics A+B+FALLBACK did not finish in
 #: 15 minutes, while the FFT path runs such kernels in under a millisecond.
 MAX_TAPS = 1024
+#: Runtime-compiled plans (behavior note RUNTIME_COMPILATION) compile a kernel for the shape when they are
+#: built: 0.2 to 2.7 s a build on an H100 (cuDNN 9.19), and again for the verification batch. Under AMP they
+#: cost ResNet-50's tuning 136 of its 164 s of cuDNN candidates while winning 1 problem in 106, by 0.5%; yet
+#: some win by up to 40% (engine 72 on 7x7 and 9x9 bfloat16 layers), and the cheap ones (engines 70 and 71,
+#: 0.03 s a build) win 3-D and fp32 problems by up to 2.9x. So no engine is ruled out by name or by
+#: note alone: once an engine's runtime-compiled plans have been tried on ``RTC_TRIALS`` problems of the
+#: same pass, dtype and layout in this process, taking at least ``RTC_SLOW_BUILD_S`` to build (median) and
+#: never coming within ``RTC_NEAR`` times the winner, its runtime-compiled plans for such problems are listed
+#: but not built, and the planner records them ``skipped`` with that reason (an exhaustive search builds them).
+RTC_TRIALS = 5
+RTC_NEAR = 1.15
+RTC_SLOW_BUILD_S = 0.2
 
 #: Numeric notes that rule a plan out, per math mode (float32 problems; see :func:`excluded_notes`).
 EXCLUDED_NOTES = {"fp32": ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"),
@@ -114,10 +127,49 @@ def _strides(dims, layout: str = "channels_first"):
 _DATA_TYPES = {"float32": "FLOAT", "bfloat16": "BFLOAT16", "float16": "HALF"}
 
 
+@dataclass
+class CompileRecord:
+    """What one engine's runtime-compiled plans cost to build and how close they came to the winners, in this
+    process, for problems of one pass, dtype and layout."""
+
+    builds: list[float] = field(default_factory=list)
+    trials: int = 0
+    closest: float = math.inf  #: the best time / the winner's time over the trials
+
+    def tried(self, ratio: float) -> None:
+        self.trials += 1
+        self.closest = min(self.closest, ratio)
+
+    def skip_reason(self) -> str | None:
+        """Why the engine's runtime-compiled plans are not built any more, or ``None``.
+
+        >>> r = CompileRecord(builds=[0.6, 1.9, 0.5])
+        >>> for ratio in (2.2, 1.9, 1.3, 1.6, 1.7):
+        ...     r.tried(ratio)
+        >>> r.skip_reason()
+        'runtime-compiled: a build takes 0.60 s (median of 3), and in 5 problems like this one its plans came no closer than 1.30x the winner'
+        >>> r.tried(1.1); r.skip_reason() is None
+        True
+        """
+        if self.trials < RTC_TRIALS or self.closest <= RTC_NEAR or not self.builds:
+            return None
+        build = statistics.median(self.builds)
+        if build < RTC_SLOW_BUILD_S:
+            return None
+        return (f"runtime-compiled: a build takes {build:.2f} s (median of {len(self.builds)}), and in {self.trials} "
+                f"problems like this one its plans came no closer than {self.closest:.2f}x the winner")
+
+
 class _Graph:
     """One problem's graph: built once; plans appended by engine id + knobs."""
 
     def __init__(self, cudnn, handle, p: ConvProblem):
+        #: runtime-compiled plans built (their outcomes teach the engine's record) and listed but not built
+        #: (config -> the reason, :meth:`CudnnStrategy.pruned`), and what keys the engines' records
+        self.compiled: set[CudnnConfig] = set()
+        self.deferred: dict[CudnnConfig, str] = {}
+        self.unbuilt: dict[CudnnConfig, int] = {}  # a deferred plan's index in the list, where it can be replayed
+        self.kind = (p.pass_, p.dtype, p.layout)
         x, w, y, pad, stride, dil = _geometry(p)
         f32, io = cudnn.data_type.FLOAT, getattr(cudnn.data_type, _DATA_TYPES[p.dtype])
         g = cudnn.pygraph(io_data_type=io, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
@@ -143,7 +195,8 @@ class _Graph:
 
     def enumerate(self, math: str, dtype: str = "float32") -> list[tuple[CudnnConfig, int]]:
         """Every plan the heuristics offer, and every engine with default knobs, that builds, with its
-        workspace (the numerics :func:`excluded_notes` rules out left out)."""
+        workspace (the numerics :func:`excluded_notes` rules out left out; a runtime-compiled plan whose
+        engine's :class:`CompileRecord` says so is listed with workspace 0 and not built, see ``RTC_TRIALS``)."""
         cudnn, g = self.cudnn, self.graph
         g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in HEURISTICS])
         try:
@@ -178,24 +231,50 @@ class _Graph:
                 if config in seen:
                     continue
                 seen.add(config)
+                record = self._compile_record(index, config)
+                if record is not None:
+                    reason = record.skip_reason()
+                    if reason is not None:
+                        self.deferred[config] = reason
+                        if replayable:
+                            self.unbuilt[config] = index
+                        found.append((config, 0))
+                        continue
+                    self.compiled.add(config)
+                t0 = time.perf_counter()
                 if replayable:
                     g.build_plan_at_index(index)
                     self.built[config] = (index, int(g.get_workspace_size_plan_at_index(index)))
                 else:
                     self.plan(config)
+                if record is not None:
+                    record.builds.append(time.perf_counter() - t0)
             except Exception as exc:  # a plan that is barred or fails to build is skipped
                 log.debug("cuDNN plan %d skipped: %s", index, exc)
                 continue
             found.append((config, self.built[config][1]))
         return found
 
+    def _compile_record(self, index: int, config: CudnnConfig) -> CompileRecord | None:
+        """The record of ``config``'s engine for this kind of problem where plan ``index`` is runtime-compiled,
+        else ``None`` (also where the frontend cannot say)."""
+        try:
+            notes = self.graph.get_behavior_notes_for_plan_at_index(index)
+        except Exception as exc:  # a frontend without behavior notes: every plan is built
+            log.debug("cuDNN: no behavior notes for plan %d (%s)", index, exc)
+            return None
+        if not any(getattr(n, "name", str(n)).endswith("RUNTIME_COMPILATION") for n in notes):
+            return None
+        return _CTX.compiled.setdefault((config.engine, *self.kind), CompileRecord())
+
     def plan(self, config: CudnnConfig) -> tuple[int, int]:
         """Index and workspace of ``config``'s plan, appending and building it if needed."""
         if config not in self.built:
-            knob_types = self.cudnn.knob_type
-            knobs = {getattr(knob_types, k): v for k, v in config.knobs}
-            self.graph.create_execution_plan(config.engine, knobs)
-            index = self.graph.get_execution_plan_count() - 1
+            index = self.unbuilt.pop(config, None)
+            if index is None:  # not listed yet
+                knob_types = self.cudnn.knob_type
+                self.graph.create_execution_plan(config.engine, {getattr(knob_types, k): v for k, v in config.knobs})
+                index = self.graph.get_execution_plan_count() - 1
             self.graph.build_plan_at_index(index)
             self.built[config] = (index, int(self.graph.get_workspace_size_plan_at_index(index)))
         return self.built[config]
@@ -212,6 +291,8 @@ class _Context:
         #: once per problem, and never a plan the enumeration built already)
         self.enumerated: dict[str, _Graph] = {}
         self.candidates: dict[str, list[tuple[CudnnConfig, int]]] = {}
+        #: (engine, pass, dtype, layout) -> what its runtime-compiled plans cost and achieved here
+        self.compiled: dict[tuple, CompileRecord] = {}
 
     def handle(self, cudnn, cp):
         device = cp.cuda.Device().id
@@ -233,6 +314,7 @@ class CudnnStrategy(Strategy):
     native_dtypes = ("float32", "bfloat16", "float16")
     native_layouts = ("channels_first", "channels_last")
     changes = {3: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
+    rules_learned = True  # runtime-compiled engines' records (RTC_TRIALS)
 
     def serves_shape(self, problem: ConvProblem) -> bool:
         return problem.rank in (1, 2, 3) and math.prod(problem.kernel_size) <= MAX_TAPS
@@ -270,11 +352,42 @@ class CudnnStrategy(Strategy):
         return [config for config, _ws in self._enumerated(problem, backend)]
 
     def workspace_bytes(self, problem, config) -> int:
+        graph = _CTX.enumerated.get(problem.key())
+        if graph is not None and config in graph.deferred:  # an exhaustive search wants it after all
+            with _CTX.lock:
+                return graph.plan(config)[1]
         for known, ws in _CTX.candidates.get(problem.key(), ()):
             if known == config:
                 return ws
-        graph = _CTX.enumerated.get(problem.key())
         return graph.built[config][1] if graph and config in graph.built else 0
+
+    def pruned(self, problem, config, backend, room=None):
+        graph = _CTX.enumerated.get(problem.key())
+        return graph.deferred.get(config) if graph is not None else None
+
+    def observe(self, problem, outcomes, winner) -> None:
+        """Each runtime-compiled engine tried here counts one trial, at its best plan's time over the winner's
+        (a plan that failed, was rejected or was too slow to time counts as infinitely slow)."""
+        graph = _CTX.enumerated.get(problem.key())
+        if graph is None or not graph.compiled or not winner.median_s:
+            return
+        closest: dict[int, float] = {}
+        for o in outcomes:
+            if o.strategy != self.name:
+                continue
+            config = CudnnConfig.from_dict(o.config)
+            if config not in graph.compiled:
+                continue
+            if o.median_s:
+                ratio = o.median_s / winner.median_s
+            elif o.status in ("rejected", "failed") or (o.status == "skipped" and o.error is not None):
+                ratio = math.inf
+            else:  # not tried (a spent time budget, say): no evidence either way
+                continue
+            closest[config.engine] = min(ratio, closest.get(config.engine, math.inf))
+        with _CTX.lock:
+            for engine, ratio in closest.items():
+                _CTX.compiled.setdefault((engine, *graph.kind), CompileRecord()).tried(ratio)
 
     def heuristic_config(self, problem, backend):
         configs = self.candidates(problem, backend)
