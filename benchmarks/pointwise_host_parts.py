@@ -1,0 +1,84 @@
+"""Device probe: where a 1x1 cuBLAS plan's host time goes when the PyTorch layer calls it by address
+(issue 15's inference forward: 12 of ResNet-50's routes keep such plans, +13 to +34 µs over PyTorch's call).
+
+Times, per call (median of many short rounds of back-to-back calls, synchronised between rounds: a round of
+50 calls stays far below the launch queue's depth, so the clock sees the host's work, not the GPU's), each piece of
+:class:`convtune.torch._dispatch.ArrayPlan`'s by-address call of ResNet-50's 1x1 layers' forward plans
+(im2col's bare cuBLAS GEMM), against PyTorch's ``conv2d`` (cuDNN benchmark on, no TF32) on the same tensors.
+A first form timed rounds of 2000 calls: those filled the launch queue and measured the GPU's time instead.
+
+    source scripts/gpu-env.sh; python3 benchmarks/pointwise_host_parts.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from convtune.backend import get_backend
+from convtune.planner import build_from_config
+from convtune.problem import ConvProblem
+from convtune.strategies.im2col import Im2colConfig
+from convtune.torch._bridge import bridge
+from convtune.torch._dispatch import ArrayPlan
+
+LAYERS = [dict(in_channels=64, out_channels=64, input_size=(56, 56)),
+          dict(in_channels=256, out_channels=64, input_size=(56, 56)),
+          dict(in_channels=1024, out_channels=256, input_size=(14, 14)),
+          dict(in_channels=512, out_channels=2048, input_size=(7, 7))]
+
+
+def per_call_us(fn, calls=50, rounds=101) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(best)
+
+
+def main() -> None:
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False  # fp32 against the fp32 plan
+    be = get_backend("cupy")
+    br = bridge("cuda")
+    from cupy_backends.cuda.libs import cublas
+    import cupy
+    for spec in LAYERS:
+        p = ConvProblem.make(batch=32, kernel_size=1, pass_="fwd", **spec)
+        plan = build_from_config(p, "im2col", Im2colConfig(chunk=p.batch), be, "measured")
+        ap = ArrayPlan(plan, br, p)
+        x = torch.randn(p.operand_shapes[0], device="cuda")
+        w = torch.randn(p.operand_shapes[1], device="cuda")
+        out = torch.empty(p.result_shape, device="cuda")
+        stream = br.launch_stream(0)
+        launch = plan.launch
+        handle = cupy.cuda.device.get_cublas_handle()
+        rows = {
+            "torch conv2d": lambda: torch.nn.functional.conv2d(x, w),
+            "ArrayPlan call (no bias)": lambda: ap(x, w),
+            "  launch_stream": lambda: br.launch_stream(0),
+            "  torch.empty(result)": lambda: torch.empty(p.result_shape, device=x.device),
+            "  _dense_as checks (is_contiguous x2)": lambda: (x.is_contiguous(), w.is_contiguous()),
+            "  plan.launch(addresses)": lambda: launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), stream),
+            "    data_ptr x3": lambda: (x.data_ptr(), w.data_ptr(), out.data_ptr()),
+            "    current_stream + use + use back": lambda: (cupy.cuda.get_current_stream(), stream.use(),
+                                                           cupy.cuda.Stream.null.use()),
+            "    get_cublas_handle": cupy.cuda.device.get_cublas_handle,
+            "    getMathMode + getPointerMode": lambda: (cublas.getMathMode(handle), cublas.getPointerMode(handle)),
+            "    cublas.setStream": lambda: cublas.setStream(handle, stream.ptr),
+        }
+        print(f"== {p.describe()}")
+        for name, fn in rows.items():
+            print(f"   {name:42s} {per_call_us(fn):7.2f} us")
+
+
+if __name__ == "__main__":
+    main()
