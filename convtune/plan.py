@@ -34,8 +34,10 @@ class CandidateOutcome:
     error: float | None = None
     timing: TimingStats | None = None
     reason: str = ""
-    #: what it cost to search: seconds spent building, verifying (build and runs on the small batch,
-    #: the error check) and timing it, and its place in its strategy's list (the heuristics' order for cuDNN)
+    #: what it cost to search: seconds spent building it (on the verification batch and the full one),
+    #: verifying it (its runs on the verification batch and the error check; before the 20th session's
+    #: caches this also held the verification batch's build) and timing it, and its place in its
+    #: strategy's list (the heuristics' order for cuDNN)
     build_s: float | None = None
     verify_s: float | None = None
     timing_s: float | None = None

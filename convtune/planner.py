@@ -12,7 +12,8 @@ timing it, and its rank in its strategy's list, which for cuDNN is the heuristic
    its reason (:meth:`~convtune.strategies.base.Strategy.pruned`; not in an
    ``exhaustive`` search, nor where the rules would leave no candidate at all);
 2. a configuration whose workspace exceeds the budget is ``over_budget``;
-3. verification on a reduced batch against the float64 reference computed on
+3. each strategy prepares its candidates at once (:meth:`~convtune.strategies.base.Strategy.prepare`:
+   compiling their kernels on several threads); verification on a reduced batch against the float64 reference computed on
    the same device, with the output poisoned with NaN first so an unwritten
    element fails; past the math mode's tolerance it is ``rejected``, an
    exception is ``failed`` (out-of-memory included) and tuning goes on; one
@@ -191,6 +192,7 @@ class Planner:
         candidates = self._enumerate(s)
         if candidates and not self._operands_fit(s, candidates, "the problem", 1, "its operands and result"):
             candidates = []  # checked before anything is verified: it cannot be timed here
+        self._prepare(s, candidates)
         survivors = self._verify(s, candidates)
         timed = self._time(s, survivors)
         timed = self._confirm_full_batch(s, timed)
@@ -263,6 +265,21 @@ class Planner:
                 self._within_limit(s, cand, kept)
         return kept
 
+    def _prepare(self, s: _Search, candidates: list[Candidate]) -> None:
+        """Each strategy's :meth:`~convtune.strategies.base.Strategy.prepare` on its candidates, timed as a phase."""
+        by_strategy: dict = {}
+        for cand in candidates:
+            by_strategy.setdefault(cand.strategy.name, (cand.strategy, []))[1].append(cand.config)
+        for name, (strategy, configs) in by_strategy.items():
+            t0 = time.perf_counter()
+            try:
+                strategy.prepare(s.problem, configs, self.backend)
+            except Exception as exc:  # the candidates' own builds say what is wrong
+                log.debug("%s could not prepare %s: %s", name, s.problem.describe(), exc)
+            spent = time.perf_counter() - t0
+            if spent > 1e-3:
+                s.phase(f"preparing {name}", spent)
+
     def _within_limit(self, s: _Search, cand: Candidate, kept: list) -> None:
         """``cand`` into ``kept``, or recorded ``over_budget`` where its workspace is over the limit."""
         ws = cand.strategy.workspace(s.problem, cand.config)
@@ -328,7 +345,9 @@ class Planner:
             try:
                 out = precision.empty_result(xp, small, fill=xp.nan)
                 run = cand.strategy.executor(small, cand.config, self.backend)
-                s.spend(cand, "build_s", time.perf_counter() - started)
+                built = time.perf_counter()
+                s.spend(cand, "build_s", built - started)
+                started = built  # verify_s is the runs and the check, not the build again (tune's totals add them)
                 first_s = self._synchronized_run(run, a, b, out)
                 err = relative_error(xp, out, ref)
                 if not err <= problem.tolerance:

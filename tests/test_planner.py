@@ -281,3 +281,33 @@ def test_strategies_are_told_every_outcome_and_the_winner_once_a_search_ends(ext
     assert d.winner.strategy == "t-watch"
     assert len(seen) == 1 and seen[0][0] == p and seen[0][2] == d.winner.label
     assert seen[0][1] == [o.label for o in d.outcomes]
+
+
+def test_strategies_prepare_their_candidates_before_verification(extra_strategies):
+    """Strategy.prepare gets each strategy's candidates once, before any is verified, and its time is a phase
+    of the search; a failing prepare costs nothing (the candidates' own builds say what is wrong)."""
+    events = []
+
+    class Preparing(make_strategy("t-prep", correct)):
+        def prepare(self, p, configs, backend):
+            events.append(("prepare", len(configs)))
+            time.sleep(0.01)
+
+        def build(self, p, config, backend):
+            events.append(("build", p.batch))
+            return super().build(p, config, backend)
+
+    class Broken(make_strategy("t-unprepared", correct)):
+        def prepare(self, p, configs, backend):
+            raise RuntimeError("cannot prepare")
+    register(Preparing)
+    register(Broken)
+    try:
+        d = Planner("numpy", FakeTimer({"t-prep": 0.001}, default=2.0)).tune(problem("2d-odd"))
+    finally:
+        unregister("t-prep")
+        unregister("t-unprepared")
+    assert events[0] == ("prepare", 1) and ("build", 2) in events[1:]
+    assert d.phases["preparing t-prep"] >= 0.01 and "preparing t-prep-broken" not in d.phases
+    assert d.winner.strategy == "t-prep"
+    assert any(o.strategy == "t-unprepared" and o.status == "ok" for o in d.outcomes)

@@ -23,9 +23,9 @@ Two families:
 
 from __future__ import annotations
 
-import functools
 import math
 
+from ..compiling import compiled_once
 from ..problem import ConvProblem
 
 #: Largest kernel (taps) whose filter gradient keeps one accumulator per tap in registers (the simple
@@ -437,7 +437,7 @@ TILED_MAX_WARPS = 8
 SMEM_LIMIT = 48 * 1024
 
 
-@functools.cache
+@compiled_once
 def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: int = 1, by: int = 1):
     source, name = _SOURCES[which]
     code = source.format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by, s=rows)

@@ -18,9 +18,9 @@ float32 channels-first operands; other dtypes and layouts through conversions):
 
 from __future__ import annotations
 
-import functools
 import math
 
+from ..compiling import compiled_once
 from ..problem import ConvProblem
 from .depthwise import _TILED_COMMON, SMEM_LIMIT, TILE_W, TILED_MAX_WARPS, DepthwiseConv
 
@@ -108,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw3_wgrad_tiled(
 _SOURCES = {"fwd": (_FWD3, "dw3_fwd_tiled"), "wgrad": (_WGRAD3, "dw3_wgrad_tiled")}
 
 
-@functools.cache
+@compiled_once
 def _kernel(cp, which: str, kernel: tuple, dilation: tuple, rows: int, by: int):
     source, name = _SOURCES[which]
     (kd, kh, kw), (dd, dh, dw) = kernel, dilation

@@ -27,9 +27,9 @@ every product and sum is float32.
 
 from __future__ import annotations
 
-import functools
 import math
 
+from ..compiling import compiled_once
 from ..problem import ConvProblem
 
 #: Taps a thread keeps in registers (the forward's filter; the filter gradient's accumulators per row group).
@@ -448,7 +448,7 @@ _SOURCES = {"fwd": (_FWD, ("dwl_fwd",)), "fwd-tiled": (_FWD_TILED, ("dwl_fwd_til
             "wgrad-tiled": (_WGRAD_TILED + _CAST, ("dwl_wgrad_tiled", "dwl_cast"))}
 
 
-@functools.cache
+@compiled_once
 def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int = 1, r: int = 1, flip: int = 0,
              khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1):
     source, names = _SOURCES[which]

@@ -107,6 +107,12 @@ class Strategy:
         exhaustive search ignores this."""
         return None
 
+    def prepare(self, problem: ConvProblem, configs: list, backend) -> None:
+        """Before the planner verifies ``configs`` (this strategy's candidates for ``problem`` that it will
+        build), do at once what their builds would do one after another: compiling their kernels, say
+        (:func:`convtune.compiling.build_concurrently`). A failure here is left to the candidate's own
+        build, which the planner records. Nothing by default."""
+
     def observe(self, problem: ConvProblem, outcomes, winner) -> None:
         """Told every candidate's outcome (:class:`~convtune.plan.CandidateOutcome`) and the winner's once a
         search ends, so that rules learned in this process (:meth:`pruned`) can use it. Nothing by default."""
