@@ -322,3 +322,23 @@ def test_tune_takes_several_batch_sizes(tmp_path):
     assert bad.exit_code == 1 and "--batch takes positive integers" in bad.output
     neither = CliRunner().invoke(main, ["tune", "--db", str(tmp_path / "p.db")])
     assert neither.exit_code == 1 and "give a NETWORK to tune, or --pending" in neither.output
+
+
+def test_the_runtime_compiled_engine_rule_replayed_on_a_stored_amp_search_loses_no_winner(monkeypatch):
+    """cuDNN's learned rule, replayed on ResNet-50's AMP search from before it (H100, every runtime-compiled plan
+    built and timed), skips plans and none within 3% of its problem's winner; it can fail: a rule that drops
+    the build-time condition and any engine never within 0.9x of the winner, told that the winning engines 62 and
+    72 are runtime-compiled, skips winners."""
+    import importlib.util
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("replay_rtc_rule", root / "benchmarks" / "replay_rtc_rule.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    db = str(root / "docs/device-logs/2026-11-24-s20-amp-tune-r50-old.db")
+    skipped, lost = replay.replay(db, set(replay.RUNTIME_COMPILED))
+    assert skipped >= 40 and lost == []
+    from convtune.strategies import cudnn
+    monkeypatch.setattr(cudnn, "RTC_SLOW_BUILD_S", 0.0)
+    monkeypatch.setattr(cudnn, "RTC_NEAR", 0.9)
+    skipped, lost = replay.replay(db, {62, 72})
+    assert lost
