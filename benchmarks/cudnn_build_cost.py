@@ -22,7 +22,7 @@ import time
 
 from convtune.backend import get_backend
 from convtune.problem import ConvProblem
-from convtune.strategies.cudnn import _CTX, _Graph, _load, excluded_notes
+from convtune.strategies.cudnn import _CTX, _Graph, _load
 
 #: ResNet-50's layers at batch 32 (the ones whose tuning the runtime-compiled engines dominated), one per kind.
 PROBLEMS = [dict(in_channels=64, out_channels=64, input_size=(56, 56), kernel_size=3, padding=1),
@@ -31,10 +31,10 @@ PROBLEMS = [dict(in_channels=64, out_channels=64, input_size=(56, 56), kernel_si
             dict(in_channels=256, out_channels=256, input_size=(14, 14), kernel_size=3, padding=1)]
 
 
-def notes_of(graph, cudnn, index) -> list[str]:
-    """The behavior notes of plan ``index`` (created, maybe not built), by name."""
+def notes_of(graph, index) -> list[str]:
+    """The behavior notes of plan ``index`` (listed, maybe not built), by name."""
     try:
-        return sorted(getattr(n, "name", str(n)) for n in graph.graph.get_behavior_notes_for_plan_at_index(index))
+        return sorted(graph.behavior_notes(index))
     except Exception as exc:  # a frontend whose call takes another form: said, not guessed
         return [f"? ({type(exc).__name__}: {str(exc)[:80]})"]
 
@@ -43,17 +43,7 @@ def probe(p: ConvProblem, be, cudnn) -> None:
     handle = _CTX.handle(cudnn, be.xp)
     t0 = time.perf_counter()
     graph = _Graph(cudnn, handle, p)
-    g = graph.graph
-    g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in ("A", "B", "FALLBACK")])
-    for engine in range(int(g.get_engine_count())):
-        try:
-            g.create_execution_plan(engine, {})
-        except Exception:  # the engine does not support this graph
-            pass
-    notes = [getattr(cudnn.numerical_note, n) for n in excluded_notes(p.math, p.dtype)
-             if hasattr(cudnn.numerical_note, n)]
-    if notes:
-        g.deselect_numeric_notes(notes)
+    g = graph.list_plans(p.math, p.dtype)  # as the strategy lists them
     listed = time.perf_counter() - t0
     small = _Graph(cudnn, handle, p.replace(batch=2))
     print(f"== {p.describe()}: {g.get_execution_plan_count()} plans listed in {listed:.2f} s")
@@ -65,7 +55,7 @@ def probe(p: ConvProblem, be, cudnn) -> None:
             print(f"   plan {index}: no engine ({exc})")
             continue
         named = tuple(sorted((getattr(k, "name", str(k)), int(v)) for k, v in knobs.items()))
-        kind = ",".join(notes_of(graph, cudnn, index)) or "-"
+        kind = ",".join(notes_of(graph, index)) or "-"
         t = time.perf_counter()
         try:
             g.build_plan_at_index(index)

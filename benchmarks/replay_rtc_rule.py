@@ -18,7 +18,7 @@ import json
 import math
 import sqlite3
 
-from convtune.strategies.cudnn import CompileRecord
+from convtune.strategies.cudnn import CompileRecord, trial_ratio
 
 RUNTIME_COMPILED = (19, 69, 70, 71, 72, 77, 78)
 
@@ -29,7 +29,7 @@ def replay(db: str, engines) -> tuple[int, list]:
     skipped, lost = 0, []
     for pid, pass_, dtype, layout, key in c.execute(
             "select id, pass_, dtype, layout, key from problems order by id"):
-        rows = c.execute("select strategy, config, status, time_median_s, run_id, build_s from measurements "
+        rows = c.execute("select strategy, config, status, time_median_s, run_id, build_s, error from measurements "
                          "where problem_id = ?", (pid,)).fetchall()
         if not rows:
             continue
@@ -40,10 +40,11 @@ def replay(db: str, engines) -> tuple[int, list]:
             continue
         closest: dict = {}
         builds: dict = {}
-        for strategy, config, _status, median, _run, build_s in rows:
+        for strategy, config, status, median, _run, build_s, error in rows:
             engine = json.loads(config).get("engine") if strategy == "cudnn" else None
-            if engine in engines:
-                closest[engine] = min(median / best if median else math.inf, closest.get(engine, math.inf))
+            ratio = trial_ratio(status, median, error, best) if engine in engines else None
+            if ratio is not None:  # (as the strategy's observe counts it)
+                closest[engine] = min(ratio, closest.get(engine, math.inf))
                 builds.setdefault(engine, []).append(build_s if build_s is not None else math.inf)
         for engine, ratio in closest.items():
             record = records.setdefault((engine, pass_, dtype, layout), CompileRecord())

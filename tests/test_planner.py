@@ -76,13 +76,15 @@ def sleeps_then_correct(seconds):
 
 @pytest.fixture
 def extra_strategies():
-    """``add(name, behaviour=correct, **kw)`` registers a test strategy for the test's duration."""
+    """``add(name, behaviour=correct, **kw)`` registers a test strategy for the test's duration (``add(cls)``: a
+    strategy class of the test's own, one made by :func:`make_strategy` and changed)."""
     names = []
 
     def add(name, behaviour=correct, **kw):
-        register(make_strategy(name, behaviour, **kw))
-        names.append(name)
-        return name
+        cls = name if isinstance(name, type) else make_strategy(name, behaviour, **kw)
+        register(cls)
+        names.append(cls.name)
+        return cls.name
     yield add
     for n in names:
         unregister(n)
@@ -269,15 +271,10 @@ def test_strategies_are_told_every_outcome_and_the_winner_once_a_search_ends(ext
     class Broken(make_strategy("t-broken", correct)):
         def observe(self, p, outcomes, winner):
             raise RuntimeError("no lesson")
-    register(Watching)
-    register(Broken)
-    try:
-        timer = FakeTimer({"t-watch": 0.001}, default=2.0)
-        p = problem("2d-odd")
-        d = Planner("numpy", timer).tune(p)
-    finally:
-        unregister("t-watch")
-        unregister("t-broken")
+    extra_strategies(Watching)
+    extra_strategies(Broken)
+    p = problem("2d-odd")
+    d = Planner("numpy", FakeTimer({"t-watch": 0.001}, default=2.0)).tune(p)
     assert d.winner.strategy == "t-watch"
     assert len(seen) == 1 and seen[0][0] == p and seen[0][2] == d.winner.label
     assert seen[0][1] == [o.label for o in d.outcomes]
@@ -300,13 +297,9 @@ def test_strategies_prepare_their_candidates_before_verification(extra_strategie
     class Broken(make_strategy("t-unprepared", correct)):
         def prepare(self, p, configs, backend):
             raise RuntimeError("cannot prepare")
-    register(Preparing)
-    register(Broken)
-    try:
-        d = Planner("numpy", FakeTimer({"t-prep": 0.001}, default=2.0)).tune(problem("2d-odd"))
-    finally:
-        unregister("t-prep")
-        unregister("t-unprepared")
+    extra_strategies(Preparing)
+    extra_strategies(Broken)
+    d = Planner("numpy", FakeTimer({"t-prep": 0.001}, default=2.0)).tune(problem("2d-odd"))
     assert events[0] == ("prepare", 1) and ("build", 2) in events[1:]
     assert d.phases["preparing t-prep"] >= 0.01 and "preparing t-prep-broken" not in d.phases
     assert d.winner.strategy == "t-prep"

@@ -134,6 +134,20 @@ def _strides(dims, layout: str = "channels_first"):
 _DATA_TYPES = {"float32": "FLOAT", "bfloat16": "BFLOAT16", "float16": "HALF"}
 
 
+def trial_ratio(status: str, median_s: float | None, error: float | None, winner_s: float) -> float | None:
+    """What a candidate's outcome teaches a :class:`CompileRecord`: its time over the winner's; infinity where
+    it failed, was rejected or was too slow to time; ``None`` where it was not tried (a spent time budget, say).
+
+    >>> trial_ratio("ok", 2e-3, 0.0, 1e-3), trial_ratio("rejected", None, 1.0, 1e-3), trial_ratio("skipped", None, None, 1e-3)
+    (2.0, inf, None)
+    """
+    if median_s:
+        return median_s / winner_s
+    if status in ("rejected", "failed") or (status == "skipped" and error is not None):
+        return math.inf
+    return None
+
+
 @dataclass
 class CompileRecord:
     """What one engine's runtime-compiled plans cost to build and how close they came to the winners, in this
@@ -210,23 +224,7 @@ class _Graph:
         """Every plan the heuristics offer, and every engine with default knobs, that builds, with its
         workspace (the numerics :func:`excluded_notes` rules out left out; a runtime-compiled plan whose
         engine's :class:`CompileRecord` says so is listed with workspace 0 and not built, see ``RTC_TRIALS``)."""
-        cudnn, g = self.cudnn, self.graph
-        g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in HEURISTICS])
-        try:
-            engines = int(g.get_engine_count())
-        except Exception as exc:  # an older frontend: the heuristics' plans only
-            log.debug("cuDNN: no engine count (%s)", exc)
-            engines = 0
-        for engine in range(engines):
-            try:
-                g.create_execution_plan(engine, {})
-            except Exception as exc:  # the engine does not support this graph
-                log.debug("cuDNN engine %d not offered: %s", engine, exc)
-        # the notes filter applies to every plan in the list, the engines' default-knob plans included
-        notes = [getattr(cudnn.numerical_note, n) for n in excluded_notes(math, dtype)
-                 if hasattr(cudnn.numerical_note, n)]
-        if notes:
-            g.deselect_numeric_notes(notes)
+        g = self.list_plans(math, dtype)
         found, seen = [], set()
         started = time.perf_counter()
         for index in range(g.get_execution_plan_count()):
@@ -268,17 +266,44 @@ class _Graph:
             found.append((config, self.built[config][1]))
         return found
 
+    def list_plans(self, math: str, dtype: str = "float32"):
+        """The graph with every plan listed (none built): the heuristics' plans and every engine with its default
+        knobs, less those the numerics :func:`excluded_notes` rules out."""
+        cudnn, g = self.cudnn, self.graph
+        g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in HEURISTICS])
+        try:
+            engines = int(g.get_engine_count())
+        except Exception as exc:  # an older frontend: the heuristics' plans only
+            log.debug("cuDNN: no engine count (%s)", exc)
+            engines = 0
+        for engine in range(engines):
+            try:
+                g.create_execution_plan(engine, {})
+            except Exception as exc:  # the engine does not support this graph
+                log.debug("cuDNN engine %d not offered: %s", engine, exc)
+        # the notes filter applies to every plan in the list, the engines' default-knob plans included
+        notes = [getattr(cudnn.numerical_note, n) for n in excluded_notes(math, dtype)
+                 if hasattr(cudnn.numerical_note, n)]
+        if notes:
+            g.deselect_numeric_notes(notes)
+        return g
+
+    def behavior_notes(self, index: int) -> list[str]:
+        """The behavior notes of plan ``index`` (listed, maybe not built), by name; raises where the frontend
+        cannot say."""
+        return [getattr(n, "name", str(n)) for n in self.graph.get_behavior_notes_for_plan_at_index(index)]
+
     def _compile_record(self, index: int, config: CudnnConfig) -> CompileRecord | None:
         """The record of ``config``'s engine for this kind of problem where plan ``index`` is runtime-compiled,
         else ``None`` (also where the frontend cannot say)."""
         try:
-            notes = self.graph.get_behavior_notes_for_plan_at_index(index)
+            notes = self.behavior_notes(index)
         except Exception as exc:  # a frontend without behavior notes: every plan is built
             log.debug("cuDNN: no behavior notes for plan %d (%s)", index, exc)
             return None
-        if not any(getattr(n, "name", str(n)).endswith("RUNTIME_COMPILATION") for n in notes):
+        if not any(name.endswith("RUNTIME_COMPILATION") for name in notes):
             return None
-        return _CTX.compiled.setdefault((config.engine, *self.kind), CompileRecord())
+        return _CTX.record(config.engine, self.kind)
 
     def plan(self, config: CudnnConfig) -> tuple[int, int]:
         """Index and workspace of ``config``'s plan, appending and building it if needed."""
@@ -306,6 +331,10 @@ class _Context:
         self.candidates: dict[str, list[tuple[CudnnConfig, int]]] = {}
         #: (engine, pass, dtype, layout) -> what its runtime-compiled plans cost and achieved here
         self.compiled: dict[tuple, CompileRecord] = {}
+
+    def record(self, engine: int, kind: tuple) -> CompileRecord:
+        """The :class:`CompileRecord` of ``engine`` for problems of ``kind`` (pass, dtype, layout)."""
+        return self.compiled.setdefault((engine, *kind), CompileRecord())
 
     def handle(self, cudnn, cp):
         device = cp.cuda.Device().id
@@ -391,16 +420,12 @@ class CudnnStrategy(Strategy):
             config = CudnnConfig.from_dict(o.config)
             if config not in graph.compiled:
                 continue
-            if o.median_s:
-                ratio = o.median_s / winner.median_s
-            elif o.status in ("rejected", "failed") or (o.status == "skipped" and o.error is not None):
-                ratio = math.inf
-            else:  # not tried (a spent time budget, say): no evidence either way
-                continue
-            closest[config.engine] = min(ratio, closest.get(config.engine, math.inf))
+            ratio = trial_ratio(o.status, o.median_s, o.error, winner.median_s)
+            if ratio is not None:
+                closest[config.engine] = min(ratio, closest.get(config.engine, math.inf))
         with _CTX.lock:
             for engine, ratio in closest.items():
-                _CTX.compiled.setdefault((engine, *graph.kind), CompileRecord()).tried(ratio)
+                _CTX.record(engine, graph.kind).tried(ratio)
 
     def heuristic_config(self, problem, backend):
         configs = self.candidates(problem, backend)
