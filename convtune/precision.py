@@ -114,7 +114,7 @@ def round_to(xp, a, dtype: str):
 
 def empty_result(xp, problem, fill=None):
     """An array for ``problem``'s result in its storage dtype and layout (filled with ``fill`` if given)."""
-    out = _empty_in(xp, problem.result_shape, STORAGE[problem.dtype], problem.layout)
+    out = empty_in(xp, problem.result_shape, STORAGE[problem.dtype], problem.layout)
     if fill is not None:
         out[...] = fill
     return out
@@ -141,6 +141,17 @@ def launch_memory(xp, a, dtype: str, layout: str):
     if dtype == "bfloat16":  # float32 storage of bfloat16 values: their upper 16 bits, exactly
         a = (a.view(xp.uint32) >> 16).astype(xp.uint16)
     return a
+
+
+def bits_of(xp, a, layout: str):
+    """A bfloat16 operand (float32 storage, logical shape, ``layout``) as its 16 bits: a ``uint16`` array of the same
+    logical shape whose memory is in ``layout``'s order (a copy)."""
+    return _logical(launch_memory(xp, a, "bfloat16", layout), layout)
+
+
+def empty_bits(xp, shape, layout: str):
+    """An uninitialised bfloat16 result of logical ``shape`` as its 16 bits (see :func:`bits_of`)."""
+    return _logical(launch_result(xp, shape, "bfloat16", layout), layout)
 
 
 def launch_result(xp, shape, dtype: str, layout: str):
@@ -242,7 +253,7 @@ def narrowed(xp, result, problem, out=None):
     dtype, layout = problem.dtype, problem.layout
     if hasattr(xp, "ElementwiseKernel"):  # one pass: rounded and laid out
         if out is None:
-            out = _empty_in(xp, result.shape, STORAGE[dtype], layout)
+            out = empty_in(xp, result.shape, STORAGE[dtype], layout)
         _rounding_kernel(xp, dtype, bits=False)(result, out)
         return out
     result = round_to(xp, result, dtype)
@@ -252,8 +263,9 @@ def narrowed(xp, result, problem, out=None):
     return out
 
 
-def _empty_in(xp, shape, storage: str, layout: str):
-    """An uninitialised array of logical ``shape`` whose memory is in ``layout``'s order."""
+def empty_in(xp, shape, storage: str, layout: str):
+    """An uninitialised array of logical ``shape`` whose memory is in ``layout``'s order (``storage``: a dtype name
+    of ``xp``)."""
     return _logical(_empty_memory(xp, shape, getattr(xp, storage), layout), layout)
 
 

@@ -20,10 +20,12 @@ sizes, each pass after an L2 flush, checks all three results against float64, an
 fastest with the sum of the three per-pass winners. The verdict (a :class:`TripDecision`) is
 stored next to the per-pass plans, and a layer with ``keep_spectra='auto'`` follows it.
 
-A half-precision or channels_last layer runs the round trip of its float32 channels-first problem between
-conversions (as :func:`convtune.precision.bounded` runs a per-pass plan): its operands widened, its results rounded
-to the dtype and laid out; the verdict weighs that, conversions included, against the layer's own per-pass winners
-(cuDNN's and PyTorch's half-precision passes among them). The PyTorch layer has PyTorch make the conversions.
+A half-precision or channels_last layer's trip with convtune's own transforms (``own``) reads and writes the
+layer's dtype and layout itself (:mod:`convtune.fft.fft64`; bfloat16 also as its 16 bits, as the PyTorch layer hands
+it). Any other trip of such a layer runs the round trip of its float32 channels-first problem between conversions
+(as :func:`convtune.precision.bounded` runs a per-pass plan): its operands widened, its results rounded to the dtype
+and laid out; the PyTorch layer has PyTorch make those conversions. The verdict weighs either, conversions included,
+against the layer's own per-pass winners (cuDNN's and PyTorch's half-precision passes among them).
 
 A kept weight spectrum is the weight as it was in the forward pass (as with saved tensors in
 autograd): change the weight between forward and backward and the backward passes do not see it.
@@ -52,12 +54,13 @@ log = logging.getLogger("convtune")
 
 #: Version of the round-trip executor; part of every stored trip decision (6: depthwise round trips; 7: the
 #: GPU's fused and packed trips for 3-D problems too; 8: half-precision and channels_last layers, between
-#: conversions).
-VERSION = 8
+#: conversions; 9: convtune's own transforms read and write those layers themselves).
+VERSION = 9
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
-CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
+CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layout != "channels_first",
+           9: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -158,7 +161,8 @@ class RoundTrip:
         # results narrowed (convtune.precision; the PyTorch layer converts with PyTorch around float32, which it
         # builds for the float32 problem itself)
         self.float32 = self.problem.in_float32()
-        self.converted = self.float32 != self.problem
+        # convtune's own transforms read and write the layer's dtype and layout themselves: no conversions
+        self.converted = self.float32 != self.problem and not (config.own and config.product == "fgemm")
         reason = unsupported_reason(self.problem)
         if reason is not None:
             raise ValueError(f"{config.label()}: {reason}")
@@ -180,7 +184,8 @@ class RoundTrip:
             reason = freqmajor.unsupported_reason(self.float32)
             if reason is not None:
                 raise ValueError(f"{config.label()}: {reason}; the pointwise round trip takes it")
-            self._ex = freqmajor.FreqMajorConv(xp, self.float32, config.sizes, self.problem.batch,
+            self._ex = freqmajor.FreqMajorConv(xp, self.float32 if self.converted else self.problem, config.sizes,
+                                               self.problem.batch,
                                                fused=config.fused and self.backend.name == "cupy",
                                                packed=config.packed, own=config.own, narrow=config.narrow)
         self.release()
@@ -201,15 +206,20 @@ class RoundTrip:
             raise ValueError(f"{name} has shape {tuple(a.shape)}; this round trip is for "
                              f"{self.problem.describe()} ({name} {tuple(shape)})")
         storage = precision.STORAGE[self.problem.dtype]
-        if str(a.dtype) != storage:
+        # (convtune's own transforms also read bfloat16 as its 16 bits: the PyTorch layer's tensors)
+        bits = not self.converted and self.problem.dtype == "bfloat16" and str(a.dtype) in ("uint16", "int16")
+        if str(a.dtype) != storage and not bits:
             raise ValueError(f"this round trip runs {storage} arrays; {name} is {a.dtype}")
         return precision.widened(self.xp, a) if self.converted else a
 
     def _out(self, out, shape):
         if out is not None and tuple(out.shape) != tuple(shape):
             raise ValueError(f"out has shape {tuple(out.shape)}; this pass writes {tuple(shape)}")
-        if out is None or self.converted:  # (a converted trip narrows its float32 result into ``out``)
+        if self.converted:  # (a converted trip narrows its float32 result into ``out``)
             return self.xp.empty(shape, dtype=self.xp.float32)
+        if out is None:  # (the layer's storage and layout: float32 channels-first, or what own transforms write)
+            p = self.problem
+            return precision.empty_in(self.xp, shape, precision.STORAGE[p.dtype], p.layout)
         return out
 
     def _result(self, result, out, pass_: str):

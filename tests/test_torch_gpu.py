@@ -377,6 +377,28 @@ def test_kept_spectra_of_half_precision_channels_last_layers_on_cuda(dtype):
         str(dtype).split(".")[1], "channels_last")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("keep", [False, True])
+def test_own_transform_plans_of_half_precision_channels_last_layers_train_on_cuda(dtype, keep):
+    """A dense 9x9 layer at 56x56 (64x64 transforms) in half precision, channels_last, whose plans are convtune's own
+    transforms: per pass, and as a round trip with kept spectra that reads and writes the layer's tensors itself
+    (bfloat16 as its 16 bits, no float32 copies); its training step within the dtype's bound of float64."""
+    rt = make_runtime(["fft", "torch"], _Prefer("own"))
+    plain = nn.Conv2d(8, 12, 9).cuda().to(dtype=dtype, memory_format=torch.channels_last)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=keep)
+    x = torch.randn(4, 8, 56, 56, device="cuda").to(dtype=dtype, memory_format=torch.channels_last)
+    assert_trains_within(plain, patched, x, bound=4 * 2.0 ** (-8 if dtype is torch.bfloat16 else -11))
+    (route,) = rt.layer_memo("torch").values()
+    if keep:
+        trip = route.trips[True]
+        assert trip is not None and trip.config.own and not trip.converted
+        assert (trip.problem.dtype, trip.problem.layout) == (str(dtype).split(".")[1], "channels_last")
+    else:
+        labels = route.labels()
+        assert len(labels) == 3 and all("own" in label for label in labels.values()), labels
+
+
 #: Models captured in a CUDA graph: (strategies, the large layer's kernel and groups (0: depthwise),
 #: keep_spectra, AMP bf16 channels_last, the plans the planner is made to prefer: labels holding this word)
 CAPTURE_CASES = {"depthwise": (["im2col", "depthwise"], 7, 0, False, False, ""),

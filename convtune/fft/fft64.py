@@ -20,6 +20,15 @@ The spectrum's frequency order is the kernels' own: ``f = v * 64 + u`` for row f
 frequencies. The product does not care (it works frequency by frequency), but a spectrum made here
 must be inverted here: an executor uses either these kernels or cuFFT for all its transforms.
 Unnormalised in both directions, as cuFFT is.
+
+Operands as they lie: the forward kernel reads (N, C, n0, n1) images of any strides in float32, float16 or
+bfloat16 (as its 16 bits), widening to float32; the inverse writes the gathered result into any strides in those
+dtypes, rounded to nearest (or a float32 array holding bfloat16 values, rounded to them). So a half-precision or
+channels_last problem needs no conversions around the transforms (:class:`~convtune.fft.freqmajor.FreqMajorConv`,
+the FFT strategy's ``own`` plans). Dense channels_last operands go through one tiled transposing pass in their own
+dtype first (:func:`channels_first_copy`, :func:`channels_last_into`): a block reads one image, and a channels_last
+image's samples lie a sector apart each (on the H100 fbfft-L2's inverse into channels_last float32 took 0.50 ms
+read in place against 0.15 ms plus 0.08 for the transpose).
 """
 
 from __future__ import annotations
@@ -47,6 +56,36 @@ __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
     return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
 __device__ __forceinline__ float2 conjf2(float2 a) { return make_float2(a.x, -a.y); }
+
+// the operands' element types: float32, and float16 and bfloat16 as their 16 bits
+struct h16 { unsigned short v; };
+struct b16 { unsigned short v; };
+__device__ __forceinline__ float load(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float load(const h16* p) {
+    const unsigned short h = __ldg(reinterpret_cast<const unsigned short*>(p));
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ float load(const b16* p) {
+    return __uint_as_float(((unsigned int)__ldg(reinterpret_cast<const unsigned short*>(p))) << 16);
+}
+// bfloat16's bits of v: to nearest, ties to even; NaN stays NaN
+__device__ __forceinline__ unsigned int bf16_bits(float v) {
+    unsigned int u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+// ROUND: a float32 result that stores bfloat16 values (convtune.precision's storage) is rounded to them
+template <bool ROUND> __device__ __forceinline__ void store(float* p, float v) {
+    *p = ROUND ? __uint_as_float(bf16_bits(v) << 16) : v;
+}
+template <bool ROUND> __device__ __forceinline__ void store(h16* p, float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    p->v = h;
+}
+template <bool ROUND> __device__ __forceinline__ void store(b16* p, float v) { p->v = (unsigned short)bf16_bits(v); }
 // a * (-i) forward, a * i inverse
 template <bool INV> __device__ __forceinline__ float2 rot(float2 a) {
     return INV ? make_float2(-a.y, a.x) : make_float2(a.y, -a.x);
@@ -88,28 +127,31 @@ template <bool INV> __device__ __forceinline__ void step2(float2* a, const float
     dft8<INV>(a);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-convtune_rfft64(const float* __restrict__ src, float2* __restrict__ out, const float2* __restrict__ tw,
-                int n0, int n1, int s0, int s1)
+// image b of src is (b / C, b % C) of an (N, C, n0, n1) array with element strides sN, sC, sH, sW, any
+// dtype; its sample (i, j) is placed at (i s0, j s1) of the 64 x 64 grid
+template <typename T> __device__ __forceinline__ void rfft64(
+    const T* __restrict__ src, float2* __restrict__ out, const float2* __restrict__ tw, int C, long long sN,
+    long long sC, long long sH, long long sW, int n0, int n1, int s0, int s1)
 {
-    // image blockIdx.x of src (B, n0, n1), sample (i, j) placed at (i s0, j s1) of the 64 x 64 grid
     __shared__ float2 buf[32 * 72];
     __shared__ float2 col0[64];
     const int t = threadIdx.x >> 3, j = threadIdx.x & 7;
     const long long b = blockIdx.x;
-    const float* img = src + b * n0 * n1;
+    const long long ni = b / C;
+    const T* img = src + ni * sN + (b - ni * C) * sC;
     float2 a[8];
     // rows p and p + 32 as one complex row
     {
         const int r0 = t, r1 = t + 32;
         const bool ok0 = r0 % s0 == 0 && r0 / s0 < n0, ok1 = r1 % s0 == 0 && r1 / s0 < n0;
-        const float* row0 = img + (r0 / s0) * n1;
-        const float* row1 = img + (r1 / s0) * n1;
+        const T* row0 = img + (r0 / s0) * sH;
+        const T* row1 = img + (r1 / s0) * sH;
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
             const int c = j + 8 * n;
             const bool okc = c % s1 == 0 && c / s1 < n1;
-            a[n] = make_float2(ok0 && okc ? __ldg(row0 + c / s1) : 0.f, ok1 && okc ? __ldg(row1 + c / s1) : 0.f);
+            const long long at = (c / s1) * sW;
+            a[n] = make_float2(ok0 && okc ? load(row0 + at) : 0.f, ok1 && okc ? load(row1 + at) : 0.f);
         }
     }
     step1<false>(a, buf, t, j, tw);
@@ -156,12 +198,22 @@ convtune_rfft64(const float* __restrict__ src, float2* __restrict__ out, const f
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-convtune_irfft64(const float2* __restrict__ in, float* __restrict__ dst, const float2* __restrict__ tw,
-                 int o0, int s0, int c0, int o1, int s1, int c1)
+#define RFFT64(NAME, T) \
+extern "C" __global__ void __launch_bounds__(256) \
+NAME(const T* __restrict__ src, float2* __restrict__ out, const float2* __restrict__ tw, int C, long long sN, \
+     long long sC, long long sH, long long sW, int n0, int n1, int s0, int s1) \
+{ rfft64<T>(src, out, tw, C, sN, sC, sH, sW, n0, n1, s0, s1); }
+RFFT64(convtune_rfft64_f32, float)
+RFFT64(convtune_rfft64_f16, h16)
+RFFT64(convtune_rfft64_b16, b16)
+
+// element (r, c) of image b's inverse lands at (q0, q1) of image b = (b / C, b % C) of an (N, C, c0, c1)
+// array with element strides sN, sC, sH, sW when (r + o0) mod 64 == q0 s0 with q0 < c0, and the same along
+// the columns; stored in the array's dtype (ROUND: float32 storage of bfloat16 values)
+template <typename T, bool ROUND> __device__ __forceinline__ void irfft64(
+    const float2* __restrict__ in, T* __restrict__ dst, const float2* __restrict__ tw, int C, long long sN,
+    long long sC, long long sH, long long sW, int o0, int s0, int c0, int o1, int s1, int c1)
 {
-    // element (r, c) of image blockIdx.x's inverse lands at (q0, q1) of dst (B, c0, c1) when
-    // (r + o0) mod 64 == q0 s0 with q0 < c0, and the same along the columns
     __shared__ float2 buf[32 * 72];
     const int t = threadIdx.x >> 3, j = threadIdx.x & 7;
     const long long b = blockIdx.x;
@@ -206,17 +258,56 @@ convtune_irfft64(const float2* __restrict__ in, float* __restrict__ dst, const f
     __syncthreads();
     step2<true>(a, buf, t, j);
     // a[k] = (row t, column j + 8 k) + i (row t + 32, same column)
-    float* img = dst + b * c0 * c1;
+    const long long ni = b / C;
+    T* img = dst + ni * sN + (b - ni * C) * sC;
     const int t0a = (t + o0) & 63, t0b = (t + 32 + o0) & 63;
     const bool oka = t0a % s0 == 0 && t0a / s0 < c0, okb = t0b % s0 == 0 && t0b / s0 < c0;
+    T* rowa = img + (t0a / s0) * sH;
+    T* rowb = img + (t0b / s0) * sH;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
         const int t1 = (j + 8 * k + o1) & 63;
         if (t1 % s1 != 0 || t1 / s1 >= c1) continue;
-        if (oka) img[(t0a / s0) * c1 + t1 / s1] = a[k].x;
-        if (okb) img[(t0b / s0) * c1 + t1 / s1] = a[k].y;
+        const long long at = (t1 / s1) * sW;
+        if (oka) store<ROUND>(rowa + at, a[k].x);
+        if (okb) store<ROUND>(rowb + at, a[k].y);
     }
 }
+
+#define IRFFT64(NAME, T, ROUND) \
+extern "C" __global__ void __launch_bounds__(256) \
+NAME(const float2* __restrict__ in, T* __restrict__ dst, const float2* __restrict__ tw, int C, long long sN, \
+     long long sC, long long sH, long long sW, int o0, int s0, int c0, int o1, int s1, int c1) \
+{ irfft64<T, ROUND>(in, dst, tw, C, sN, sC, sH, sW, o0, s0, c0, o1, s1, c1); }
+IRFFT64(convtune_irfft64_f32, float, false)
+IRFFT64(convtune_irfft64_f32r, float, true)
+IRFFT64(convtune_irfft64_f16, h16, false)
+IRFFT64(convtune_irfft64_b16, b16, false)
+
+// src (N, R, S) -> dst (N, S, R), both dense, through 32 x 32 tiles in shared memory (reads and writes both
+// coalesced): channels_last (N, H W, C) operands to channels-first and back, in their own element size
+template <typename T> __device__ __forceinline__ void transpose_tiles(const T* __restrict__ src, T* __restrict__ dst,
+                                                                      int R, int S)
+{
+    __shared__ T tile[32][33];
+    const long long base = (long long)blockIdx.z * R * S;
+    const int s0 = blockIdx.x * 32, r0 = blockIdx.y * 32, tx = threadIdx.x;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int r = r0 + i, c = s0 + tx;
+        if (r < R && c < S) tile[i][tx] = src[base + (long long)r * S + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int c = s0 + i, r = r0 + tx;
+        if (c < S && r < R) dst[base + (long long)c * R + r] = tile[tx][i];
+    }
+}
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose16(const unsigned short* __restrict__ src, unsigned short* __restrict__ dst, int R, int S)
+{ transpose_tiles(src, dst, R, S); }
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose32(const unsigned int* __restrict__ src, unsigned int* __restrict__ dst, int R, int S)
+{ transpose_tiles(src, dst, R, S); }
 """
 
 
@@ -250,40 +341,105 @@ def _twiddles(device_id: int):
         return cupy.asarray(numpy.exp(-2j * numpy.pi * k / SIZE).astype(numpy.complex64))
 
 
+#: an operand's array dtype -> the kernels' element type (bfloat16 as its 16 bits: int16 or uint16 arrays)
+_ELEMENTS = {"float32": "f32", "float16": "f16", "int16": "b16", "uint16": "b16"}
+
+
+def _images(a, what: str):
+    """``a`` (B, n0, n1) or (N, C, n0, n1) as the kernels read it: its element type, the images' channel count
+    ``C`` and element strides ``(sN, sC, sH, sW)`` (a 3-D array is one channel per image)."""
+    element = _ELEMENTS.get(str(a.dtype))
+    if element is None:
+        raise ValueError(f"{what} must be float32, float16, or bfloat16 as 16-bit integers, not {a.dtype}")
+    if a.ndim not in (3, 4):
+        raise ValueError(f"{what} must be (B, n0, n1) or (N, C, n0, n1), not {a.shape}")
+    item = a.itemsize
+    if any(st % item or st < 0 for st in a.strides):
+        raise ValueError(f"{what}'s strides {a.strides} are not whole non-negative elements")
+    strides = [st // item for st in a.strides]
+    if a.ndim == 3:
+        return element, 1, (strides[0], 0, strides[1], strides[2])
+    return element, a.shape[1], tuple(strides)
+
+
 def rfft(src, out, steps=(1, 1)):
-    """Spectra of the real images ``src`` (B, n0, n1), sample (i, j) placed at (i s0, j s1) of the
-    zero-extended 64x64 grid, into ``out`` (B, FREQS) complex64, in this module's frequency order."""
-    if src.ndim != 3:
-        raise ValueError(f"the images must be (B, n0, n1), not {src.shape}")
-    b, n0, n1 = src.shape
+    """Spectra of the real images ``src``, sample (i, j) placed at (i s0, j s1) of the zero-extended 64x64
+    grid, into ``out`` (B, FREQS) complex64, in this module's frequency order. ``src`` is (B, n0, n1) or
+    (N, C, n0, n1) (B = N C images), of any strides (channels_last too), float32, float16, or bfloat16 as
+    its 16 bits (an int16 or uint16 array): the kernel reads it as it lies and widens to float32."""
+    element, C, (sN, sC, sH, sW) = _images(src, "the images")
+    *lead, n0, n1 = src.shape
+    b = int(numpy.prod(lead))
     if tuple(out.shape) != (b, FREQS) or not out.flags.c_contiguous:
         raise ValueError(f"the spectrum buffer must be C-contiguous ({b}, {FREQS}), not {tuple(out.shape)}")
     if min(steps) < 1 or (n0 - 1) * steps[0] >= SIZE or (n1 - 1) * steps[1] >= SIZE:
         raise ValueError(f"{n0}x{n1} samples at steps {tuple(steps)} do not fit a {SIZE}x{SIZE} transform")
-    import cupy
-    src = cupy.ascontiguousarray(src)
     if b:
-        i32 = numpy.int32
-        _kernel("convtune_rfft64")(
-            (b,), (_THREADS,), (src, out, _twiddles(src.device.id), i32(n0), i32(n1), i32(steps[0]), i32(steps[1])))
+        i32, i64 = numpy.int32, numpy.int64
+        _kernel("convtune_rfft64_" + element)(
+            (b,), (_THREADS,), (src, out, _twiddles(src.device.id), i32(C), i64(sN), i64(sC), i64(sH), i64(sW),
+                                i32(n0), i32(n1), i32(steps[0]), i32(steps[1])))
     return out
 
 
-def irfft(spec, dst, geometry=((0, 1, SIZE), (0, 1, SIZE))):
-    """Inverse of the spectra ``spec`` (B, FREQS) gathered into ``dst`` (B, c0, c1) float32: element
-    (r, c) of each 64x64 result lands at (q0, q1) where ``(r + o0) mod 64 == q0 * s0``, ``q0 < c0``
-    (and the same along the columns), ``geometry = ((o0, s0, c0), (o1, s1, c1))``; the rest is dropped."""
+def irfft(spec, dst, geometry=((0, 1, SIZE), (0, 1, SIZE)), round_bfloat16: bool = False):
+    """Inverse of the spectra ``spec`` (B, FREQS) gathered into ``dst``: element (r, c) of each 64x64 result
+    lands at (q0, q1) where ``(r + o0) mod 64 == q0 * s0``, ``q0 < c0`` (and the same along the columns),
+    ``geometry = ((o0, s0, c0), (o1, s1, c1))``; the rest is dropped. ``dst`` is (B, c0, c1) or (N, C, c0, c1)
+    (B = N C), of any strides and of :func:`rfft`'s dtypes, written in its own dtype (rounded to nearest);
+    ``round_bfloat16``: a float32 ``dst`` holds bfloat16 values (:mod:`convtune.precision`'s storage)."""
     (o0, s0, c0), (o1, s1, c1) = geometry
     b = spec.shape[0]
     if tuple(spec.shape) != (b, FREQS) or not spec.flags.c_contiguous:
         raise ValueError(f"the spectrum must be C-contiguous (B, {FREQS}), not {tuple(spec.shape)}")
-    if tuple(dst.shape) != (b, c0, c1) or not dst.flags.c_contiguous:
-        raise ValueError(f"the destination must be C-contiguous ({b}, {c0}, {c1}), not {tuple(dst.shape)}")
+    element, C, (sN, sC, sH, sW) = _images(dst, "the destination")
+    *lead, d0, d1 = dst.shape
+    if int(numpy.prod(lead)) != b or (d0, d1) != (c0, c1):
+        raise ValueError(f"the destination must hold {b} images of {c0}x{c1}, not {tuple(dst.shape)}")
     if min(s0, s1) < 1:
         raise ValueError(f"gather steps must be positive, not {s0} and {s1}")
+    if round_bfloat16 and element == "f32":
+        element = "f32r"
     if b:
-        i32 = numpy.int32
-        _kernel("convtune_irfft64")(
-            (b,), (_THREADS,), (spec, dst, _twiddles(spec.device.id),
+        i32, i64 = numpy.int32, numpy.int64
+        _kernel("convtune_irfft64_" + element)(
+            (b,), (_THREADS,), (spec, dst, _twiddles(spec.device.id), i32(C), i64(sN), i64(sC), i64(sH), i64(sW),
                                 i32(o0 % SIZE), i32(s0), i32(c0), i32(o1 % SIZE), i32(s1), i32(c1)))
+    return dst
+
+
+def dense_channels_last(a) -> bool:
+    """Is ``a`` (N, C, n0, n1) dense in channels_last order (N, n0, n1, C), with more than one channel?"""
+    if a.ndim != 4 or a.shape[1] == 1:
+        return False
+    n, c, h, w = a.shape
+    expected = (h * w * c, 1, w * c, c)
+    return all(st == e * a.itemsize or size == 1 for st, e, size in zip(a.strides, expected, a.shape))
+
+
+def _transpose(src, dst, r: int, s: int, samples: int):
+    """Dense (samples, r, s) ``src`` -> dense (samples, s, r) ``dst``, elements of 2 or 4 bytes."""
+    if samples and r and s:
+        i32 = numpy.int32
+        _kernel(f"convtune_transpose{8 * src.itemsize}")(((s + 31) // 32, (r + 31) // 32, samples), (32, 8),
+                                                          (src, dst, i32(r), i32(s)))
+
+
+def channels_first_copy(a):
+    """A dense channels_last (N, C, n0, n1) array's values in a new C-contiguous array of its dtype: one transposing
+    pass (32 x 32 tiles) that reads and writes whole sectors, where the transforms' reads of channels_last images
+    straight from it touch a sector per element (on the H100, fbfft-L2's 8192 images of 64x64 in bfloat16 storage:
+    0.28 ms a transform against 0.12 from channels-first)."""
+    import cupy
+    n, c, h, w = a.shape
+    out = cupy.empty(a.shape, dtype=a.dtype)
+    _transpose(a, out, h * w, c, n)
+    return out
+
+
+def channels_last_into(src, dst):
+    """The C-contiguous (N, C, n0, n1) ``src`` written into the dense channels_last ``dst`` of its dtype (one
+    transposing pass, as :func:`channels_first_copy`)."""
+    n, c, h, w = src.shape
+    _transpose(src, dst, c, h * w, n)
     return dst

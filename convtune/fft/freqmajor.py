@@ -62,6 +62,11 @@ class _Ops:
     """What both array modules' frequency-major operations share: the sizes, and the unfused inverse
     transform followed by its gather."""
 
+    #: convtune's own transforms (:mod:`convtune.fft.fft64`; GPU only), which read and write operands as they lie
+    own = False
+    #: float32 results hold bfloat16 values (rounded to them when written; own transforms only)
+    round_bfloat16 = False
+
     def __init__(self, xp, sizes):
         self.xp, self.sizes = xp, tuple(sizes)
         self.spec_shape = self.sizes[:-1] + (self.sizes[-1] // 2 + 1,)
@@ -234,10 +239,13 @@ class _CupyOps(_Ops):
     def rfft(self, a, steps):
         """(B, *n) real, sample ``k`` of each axis placed at ``k * step`` of L -> (F, B) complex64;
         the zero-extension is one kernel, or (fused) cuFFT's load callback reading ``a`` itself."""
-        b = a.shape[0]
-        if self.own:  # convtune's kernels need no cuFFT alignment (fft64.rfft makes ``a`` contiguous)
+        if self.own:  # convtune's kernels read ``a`` as it lies: (B, *n) or (n, C, *n), any strides and dtype
+            if fft64.dense_channels_last(a):  # (whole sectors: channels-first first, in its dtype)
+                a = fft64.channels_first_copy(a)
+            b = math.prod(a.shape[:-2])
             spec = fft64.rfft(a, self.xp.empty((b, self.F), dtype=self.xp.complex64), tuple(steps))
             return spec.T if self.packed else self._transpose(spec)
+        b = a.shape[0]
         a = fft_aligned(self.xp.ascontiguousarray(a))
         shape = (self.F, b) if self.strided else (b, self.F)
         spec = self.xp.empty(shape, dtype=self.xp.complex64)
@@ -269,12 +277,11 @@ class _CupyOps(_Ops):
         """Inverse transform of (F, B) gathered into ``target`` (n, C, *counts); fused, cuFFT's store
         callback writes the gathered elements straight into ``target`` (no full-size copy is read)."""
         b = spec.shape[1]
-        if self.own:
-            whole = self.xp.empty(target.shape, dtype=self.xp.float32) if not target.flags.c_contiguous else target
-            fft64.irfft(self._to_packed(spec), whole.reshape((b,) + whole.shape[-2:]), tuple(geometry))
-            if whole is not target:
-                target[...] = whole
-            return target
+        if self.own:  # written into ``target`` as it lies, in its dtype (see FreqMajorConv's ``io``)
+            cl = fft64.dense_channels_last(target)  # (whole sectors: channels-first, then one transposing pass)
+            whole = self.xp.empty(target.shape, dtype=target.dtype) if cl else target
+            fft64.irfft(self._to_packed(spec), whole, tuple(geometry), round_bfloat16=self.round_bfloat16)
+            return fft64.channels_last_into(whole, target) if cl else target
         if not (self.fused and target.flags.c_contiguous and is_fft_aligned(target)):
             return super().irfft_into(spec, target, geometry, blocks)
         plan, slot = self._store_plan(b, tuple(geometry))
@@ -728,8 +735,16 @@ class FreqMajorConv:
             raise ValueError("the packed product is a CUDA kernel (GPU only)")
         if own and not _is_cupy(xp):
             raise ValueError("convtune's own transforms are CUDA kernels (GPU only)")
+        # a half-precision or channels_last problem: convtune's own transforms read and write its operands as they
+        # lie (float32 storage of bfloat16 values, or its 16 bits), everything between in float32
+        self.io = (problem.dtype, problem.layout) != ("float32", "channels_first")
+        if self.io and not own:
+            raise ValueError(f"a {problem.dtype} {problem.layout} problem runs here with convtune's own transforms "
+                             "only (they read and write it; the others run its float32 channels-first problem "
+                             "between conversions)")
         self.ops = _CupyOps(xp, self.sizes, strided, fused, packed, own, narrow) if _is_cupy(xp) else \
             _NumpyOps(xp, self.sizes)
+        self.ops.round_bfloat16 = problem.dtype == "bfloat16"
         self.F, self.total = self.ops.F, self.ops.total
         p = problem
         # each gather twice: as slice copies, and as the (offset mod L, step, count) of the fused store
@@ -752,6 +767,8 @@ class FreqMajorConv:
         """(F, n, C) spectrum of a batch operand (n, C, *spatial), zero-extended to L (sample k of
         an axis at k * step)."""
         n, c = a.shape[:2]
+        if self.ops.own:  # (convtune's kernels take the operand as it lies)
+            return self.ops.rfft(a, steps).reshape(self.F, n, c)
         return self.ops.rfft(a.reshape((n * c,) + a.shape[2:]), steps).reshape(self.F, n, c)
 
     def _groups(self, spec, per_group):
@@ -797,7 +814,7 @@ class FreqMajorConv:
         p = self.p
         spec = self._times_weight(dys, p.out_per_group, self._weight_groups(ws), "N", p.in_channels,
                                   p.in_per_group)
-        if self._dgrad_whole and out.flags.c_contiguous:
+        if self._dgrad_whole and out.flags.c_contiguous and not self.ops.own:
             self.ops.irfft(spec, out=out.reshape((out.shape[0] * p.in_channels,) + self.sizes))
             return out
         return self.ops.irfft_into(spec, out, self._dgrad_geometry, self._dgrad_index)

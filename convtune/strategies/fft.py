@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .. import precision
 from ..backend import gemm_precision
 from ..fft import cost, sizes as fft_sizes
 from ..fft import fft64, freqmajor, narrow, overlap, polyphase, spectral
@@ -80,14 +81,17 @@ def narrow_variants(problem, configs) -> list:
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 10
+    version = 11
     config_type = FftConfig
     #: 9: the gemm and pointwise products' transforms on the GPU through cuFFT plans made once (one
     #: embedding kernel per operand) instead of ``cupy.fft`` (same results, less host and device time). Those
     #: candidates run on kernels wider than 3 on some axis: narrower ones get convtune's own transforms only
     #: (:meth:`pruned`), and on the CPU nothing changed. 10: 3-D problems get the GPU's fused (cuFFT
     #: callbacks of any rank), packed and strided variants too.
-    changes = {9: lambda p: any(k > 3 for k in p.kernel_size), 10: lambda p: p.rank == 3}
+    #: 11: convtune's own transforms read and write half-precision and channels_last problems themselves
+    #: (no conversions around them).
+    changes = {9: lambda p: any(k > 3 for k in p.kernel_size), 10: lambda p: p.rank == 3,
+               11: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
@@ -240,6 +244,32 @@ class FftStrategy(Strategy):
             ws = overlap.workspace_bytes(phased, config.sizes, config.chunk, ws)
         return polyphase.workspace_bytes(problem, ws) if config.polyphase else ws
 
+    @staticmethod
+    def reads_as_it_lies(config) -> bool:
+        """Does ``config``'s executor read and write a half-precision or channels_last problem itself? convtune's
+        own transforms do (their kernels load any dtype and strides and store the result rounded to the dtype,
+        in the layout); polyphase and tiled forms rearrange their operands in float32 first, and cuFFT's
+        transforms read float32 channels-first, so those run between conversions."""
+        return config.own and not config.polyphase and not config.tiled
+
+    def executor(self, problem, config, backend):
+        """The base class's, except that convtune's own transforms run a half-precision or channels_last
+        problem without conversions (:meth:`reads_as_it_lies`). A bfloat16 problem's executor then also reads
+        and writes bfloat16 as its 16 bits (int16 or uint16 arrays: what the PyTorch layer hands it), and the
+        planner times it so (``timed``)."""
+        if self.reads(problem) or not self.reads_as_it_lies(config):
+            return super().executor(problem, config, backend)
+        run = self.build(problem, config, backend)
+        if problem.dtype == "bfloat16" and backend.name == "cupy":
+            run.reads_bfloat16_bits = True
+            run.timed = _bits_timed(run, problem, backend.xp)
+        return run
+
+    def workspace(self, problem, config) -> int:
+        if self.reads(problem) or not self.reads_as_it_lies(config):
+            return super().workspace(problem, config)
+        return self.workspace_bytes(problem, config)
+
     def recordable(self, problem, config) -> bool:
         # the pointwise product: cuFFT plans and convtune's kernels; the GEMM products call cuBLAS
         return config.product == "pointwise"
@@ -277,11 +307,11 @@ class FftStrategy(Strategy):
             executor = polyphase.PolyphaseConv(xp, problem, make)
         else:
             executor = make(problem)
-        shape = problem.result_shape
+        shape, layout = problem.result_shape, problem.layout
 
         def run(a, b, out=None):
-            if out is None:
-                out = xp.empty(shape, dtype=a.dtype)
+            if out is None:  # (a half-precision or channels_last problem's: in its storage or bits, its layout)
+                out = precision.empty_in(xp, shape, str(a.dtype), layout)
             with gemm_precision(xp, config.tf32):
                 return executor(a, b, out)
         return run
@@ -296,3 +326,15 @@ class FftStrategy(Strategy):
             return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused,
                                            config.packed, config.own, config.narrow)
         return SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
+
+
+def _bits_timed(run, problem, xp):
+    """``timed(a, b, out)`` of a bfloat16 executor that reads 16-bit memory (see :meth:`FftStrategy.executor`):
+    ``run`` on the operands' bits, prepared once, into a result of bits: what the PyTorch layer's calls run."""
+    layout = problem.layout
+
+    def timed(a, b, out):
+        ma, mb = precision.bits_of(xp, a, layout), precision.bits_of(xp, b, layout)
+        res = precision.empty_bits(xp, problem.result_shape, layout)
+        return lambda: run(ma, mb, res)
+    return timed

@@ -243,7 +243,7 @@ class ArrayPlan:
 
     __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last",
                  "launch", "launch_dtype", "launch_format", "launch_workspace", "duel", "recordable", "float32_run",
-                 "result_format")
+                 "result_format", "bits")
 
     def __init__(self, plan, bridge_, problem: ConvProblem):
         self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
@@ -277,6 +277,10 @@ class ArrayPlan:
         # as four integer passes over the result)
         self.float32_run = getattr(plan.run, "float32_run", None) if self.launch is None else None
         self.result_format = layout_format(problem)
+        # an executor that reads and writes bfloat16 as its 16 bits (convtune's own FFT transforms) gets the tensors'
+        # memory as it is, not float32 copies
+        self.bits = (bridge_.device_type == "cuda" and problem.dtype == "bfloat16" and self.launch is None
+                     and self.float32_run is None and getattr(plan.run, "reads_bfloat16_bits", False))
 
     def _operand(self, t):
         t = t.contiguous(memory_format=self.channels_last) if self.channels_last else t.contiguous()
@@ -293,8 +297,12 @@ class ArrayPlan:
             br = self.bridge
             br.call(a.device.index, self.float32_run, br.array(a), br.array(b), br.array(out))
         else:
-            a, b = self._operand(a), self._operand(b)
-            out = torch.empty(self.shape, dtype=self.storage, device=a.device,
+            if self.bits:
+                fmt = self.channels_last or _CONTIGUOUS
+                a, b = _dense_as(a, torch.bfloat16, fmt), _dense_as(b, torch.bfloat16, fmt)
+            else:
+                a, b = self._operand(a), self._operand(b)
+            out = torch.empty(self.shape, dtype=torch.bfloat16 if self.bits else self.storage, device=a.device,
                               memory_format=self.channels_last or _CONTIGUOUS)
             br = self.bridge
             br.call(a.device.index, self.plan, br.array(a), br.array(b), br.array(out))
@@ -381,10 +389,12 @@ class Route:
                     reason = decision.reason if decision is not None else "no round-trip decision (miss policy)"
                 elif mode == "auto" and not decision.pays:
                     reason = f"it does not pay here ({decision.reason})"
-                else:  # (float32 channels-first: a half-precision or channels_last layer's conversions are PyTorch's,
-                    # kept_forward and kept_backward)
-                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem.in_float32(), decision.config,
-                                   br.backend)
+                else:  # convtune's own transforms read and write the layer as it is (bfloat16 as its 16 bits); other
+                    # trips are float32 channels-first, a half-precision or channels_last layer's conversions PyTorch's
+                    # (kept_forward and kept_backward)
+                    own = decision.config.own and problem.dtype in _TORCH_DTYPES and self.device.type == "cuda"
+                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem if own else problem.in_float32(),
+                                   decision.config, br.backend)
         except Exception as exc:  # a failure is a reason for the per-pass plans, never an error
             trip, reason = None, f"{type(exc).__name__}: {exc}"
         if trip is None:
@@ -404,8 +414,9 @@ class Route:
     def kept_forward(self, trip, x, w, bias):
         """``(y, spectra)``: the forward pass through ``trip``, keeping the spectra for :meth:`kept_backward`."""
         br = bridge(self.device.type)
-        a, b = _dense_as(x, torch.float32, _CONTIGUOUS), _dense_as(w, torch.float32, _CONTIGUOUS)
-        y = torch.empty(self.problem.y_shape, dtype=torch.float32, device=x.device)
+        dtype, fmt = self._trip_format(trip)
+        a, b = _dense_as(x, dtype, fmt), _dense_as(w, dtype, fmt)
+        y = torch.empty(self.problem.y_shape, dtype=dtype, device=x.device, memory_format=fmt)
         spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(a), br.array(b), br.array(y))[1])
         if not trip.recordable and x.is_cuda:  # a capture records PyTorch's convolution instead (see warm_capture)
             self.warm_capture("fwd", x, w)
@@ -413,6 +424,14 @@ class Route:
         if bias is not None:
             y += bias.view((1, -1) + (1,) * self.problem.rank)
         return y, spectra
+
+    def _trip_format(self, trip):
+        """The dtype and memory format ``trip`` reads and writes: the layer's own where its transforms are
+        convtune's (:class:`~convtune.roundtrip.RoundTrip` built for the layer's problem), else float32
+        channels-first."""
+        if trip.problem.dtype == "float32" and trip.problem.layout == "channels_first":
+            return torch.float32, _CONTIGUOUS
+        return _TORCH_DTYPES[trip.problem.dtype], layout_format(trip.problem)
 
     def _as_layer(self, result, dtype):
         """A round trip's float32 channels-first result in the layer's dtype and layout (one pass; itself for a
@@ -427,9 +446,10 @@ class Route:
         br = bridge(self.device.type)
         p = self.problem
         dtype = dy.dtype
-        g = _dense_as(dy, torch.float32, _CONTIGUOUS)
-        dx = torch.empty(p.x_shape, dtype=torch.float32, device=dy.device) if need_dx else None
-        dw = torch.empty(p.w_shape, dtype=torch.float32, device=dy.device) if need_dw else None
+        held, fmt = self._trip_format(trip)
+        g = _dense_as(dy, held, fmt)
+        dx = torch.empty(p.x_shape, dtype=held, device=dy.device, memory_format=fmt) if need_dx else None
+        dw = torch.empty(p.w_shape, dtype=held, device=dy.device, memory_format=fmt) if need_dw else None
         br.call(self.device.index, lambda: trip.kept_backward(
             spectra, br.array(g), br.array(dx) if need_dx else None, br.array(dw) if need_dw else None,
             need_dx, need_dw))
