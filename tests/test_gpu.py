@@ -254,6 +254,47 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
         run.timed(a, b, out)()
 
 
+# (input, kernel, stride, padding, dilation, batch, channels): the simple kernels (strided, dilated, 1-D), the tiled
+# ones (7x7), the window ones (a 27x27 kernel on a 14x14 plane, a 31x31 on 20x21)
+CF_HALF_CASES = [((13, 17), (7, 7), 1, 3, 1, 3, 40), ((15, 16), (3, 3), 2, 1, 1, 2, 24),
+                 ((20, 19), (5, 5), 1, 4, 2, 2, 33), ((14, 14), (27, 27), 1, 13, 1, 3, 16),
+                 ((20, 21), (31, 31), 1, 15, 1, 2, 8), ((301,), (9,), 1, 4, 1, 3, 12)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", CF_HALF_CASES, ids=lambda c: "x".join(map(str, c[0])) + "-k" + "x".join(map(str, c[1])))
+def test_channels_first_depthwise_kernels_read_half_precision_against_float64(dtype, pass_, case):
+    """The channels-first depthwise kernels (simple, tiled, window: every candidate) read and write half-precision
+    operands themselves, summing in float32 (the filter gradient in a float32 workspace, rounded once): no float32
+    executor between conversions, within one unit roundoff of the float64 result of the same rounded operands (the
+    array form runs the by-address launch on 16-bit memory, as the PyTorch layer does; so does the timed form)."""
+    import cupy as cp
+    from convtune import precision
+    from convtune.planner import relative_error
+    from convtune.strategies import get_strategy
+    size, kernel, stride, padding, dilation, n, c = case
+    be = get_backend("cupy")
+    p = convtune.ConvProblem.make(batch=n, in_channels=c, out_channels=c, input_size=size, kernel_size=kernel,
+                                  stride=stride, padding=padding, dilation=dilation, groups=c, pass_=pass_,
+                                  dtype=dtype, layout="channels_first")
+    a, b, ref = _operands_and_reference(be, p, 6)
+    strategy = get_strategy("depthwise")
+    assert strategy.supports(p, be) is None
+    configs = strategy.candidates(p, be)
+    variants = {cfg.variant for cfg in configs}
+    assert variants <= {"simple", "tiled", "window"} and variants, variants
+    for cfg in configs:
+        run = strategy.executor(p, cfg, be)
+        assert not hasattr(run, "float32_run") and run.launch is not None, cfg.label()
+        out = precision.empty_result(cp, p, fill=cp.nan)
+        assert run(a, b, out) is out
+        err = relative_error(cp, out, ref)
+        assert err <= precision.UNIT_ROUNDOFF[dtype], f"{cfg.label()}: {err:.3g} on {p.describe()}"
+        run.timed(a, b, out)()
+        assert run.launch_workspace == (4 * math.prod(p.w_shape) if pass_ == "wgrad" else 0)
+
+
 def test_cudnn_best_peer_names_its_engine_and_is_exact():
     import cupy as cp
     pytest.importorskip("cudnn")

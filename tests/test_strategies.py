@@ -1,5 +1,7 @@
 """Every candidate of every registered strategy, every pass, every shape, against float64."""
 
+import math
+
 import pytest
 
 from convtune.planner import random_operands, relative_error
@@ -303,6 +305,36 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
     assert "1-D and 2-D" in depthwise_nhwc.reason(cl3) and dw.supports(cl3, gpu) is None
     assert [c.variant for c in dw.candidates(cl3, gpu)] == ["tiled", "tiled"]
     assert dw.workspace(cl3, dw.candidates(cl3, gpu)[0]) == cl3.in_float32().min_bytes()
+
+
+def test_channels_first_half_depthwise_problems_run_their_kernels_without_conversions():
+    """A 1-D or 2-D channels-first depthwise problem in bfloat16 or float16 runs the channels-first kernels on its own
+    memory (no conversion workspace; a filter gradient's float32 sums instead); a 3-D one, or a channels-last one
+    on those kernels, goes through conversions."""
+    from types import SimpleNamespace
+    from convtune.problem import ConvProblem
+    from convtune.strategies import get_strategy
+    gpu, dw = SimpleNamespace(name="cupy"), get_strategy("depthwise")
+
+    def layer(size, k, pad, c=16, **kw):
+        return ConvProblem.make(batch=4, in_channels=c, out_channels=c, input_size=size, kernel_size=k,
+                                padding=pad, groups=c, **kw)
+    for dtype in ("bfloat16", "float16"):
+        for size, k, pad in (((56, 56), 7, 3), ((14, 14), 27, 13), ((300,), 9, 4)):
+            for pass_ in ("fwd", "dgrad", "wgrad"):
+                p = layer(size, k, pad, dtype=dtype, pass_=pass_)
+                for config in dw.candidates(p, gpu):
+                    assert dw._reads(p, config), config.label()
+                    sums = 4 * 16 * math.prod(p.kernel_size) if pass_ == "wgrad" else 0
+                    assert dw.workspace(p, config) == sums, (config.label(), pass_)
+        cube = layer((6, 6, 6), 3, 1, dtype=dtype)
+        assert not any(dw._reads(cube, c) for c in dw.candidates(cube, gpu))
+        assert dw.workspace(cube, dw.candidates(cube, gpu)[0]) == cube.in_float32().min_bytes()
+        last = layer((56, 56), 7, 3, dtype=dtype, layout="channels_last")
+        assert [dw._reads(last, c) for c in dw.candidates(last, gpu)] == [c.variant.startswith("nhwc")
+                                                                          for c in dw.candidates(last, gpu)]
+    assert dw.version == 7 and dw.changes[7](layer((56, 56), 7, 3, dtype="bfloat16"))
+    assert not dw.changes[7](layer((56, 56), 7, 3)) and not dw.changes[7](layer((6, 6, 6), 3, 1, dtype="float16"))
 
 
 def test_3d_depthwise_problems_get_the_3d_tiled_kernels():

@@ -399,6 +399,24 @@ def test_own_transform_plans_of_half_precision_channels_last_layers_train_on_cud
         assert len(labels) == 3 and all("own" in label for label in labels.values()), labels
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("k", [7, 27])
+def test_channels_first_half_precision_depthwise_layers_run_their_kernels_on_cuda(dtype, k):
+    """A channels-first depthwise layer in half precision whose plans are the channels-first depthwise kernels
+    (tiled 7x7, window 27x27 on a 14x14 plane): they run by address on the tensors' own memory (bfloat16 as its 16
+    bits, the filter gradient's sums in a workspace from PyTorch's allocator); the training step within the
+    dtype's bound of float64."""
+    rt = make_runtime(["depthwise", "torch"], _Prefer("depthwise"))
+    plain = nn.Conv2d(16, 16, k, padding=k // 2, groups=16).cuda().to(dtype=dtype)
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt)
+    x = torch.randn(4, 16, 14, 14, device="cuda").to(dtype=dtype)
+    assert_trains_within(plain, patched, x, bound=4 * 2.0 ** (-8 if dtype is torch.bfloat16 else -11))
+    (route,) = rt.layer_memo("torch").values()
+    labels = route.labels()
+    assert len(labels) == 3 and all("depthwise" in label for label in labels.values()), labels
+
+
 #: Models captured in a CUDA graph: (strategies, the large layer's kernel and groups (0: depthwise),
 #: keep_spectra, AMP bf16 channels_last, the plans the planner is made to prefer: labels holding this word)
 CAPTURE_CASES = {"depthwise": (["im2col", "depthwise"], 7, 0, False, False, ""),

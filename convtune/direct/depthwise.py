@@ -27,6 +27,7 @@ import math
 
 from ..compiling import compiled_once
 from ..problem import ConvProblem
+from .depthwise_nhwc import ELEMENT_TYPES
 
 #: Largest kernel (taps) whose filter gradient keeps one accumulator per tap in registers (the simple
 #: and tiled kernels; the window kernels take larger ones).
@@ -41,7 +42,7 @@ struct Geo {{ int N, C, H, W, OH, OW, sh, sw, ph, pw, dh, dw; }};
 """
 
 _FWD = _COMMON + r"""
-extern "C" __global__ void dw_fwd(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+extern "C" __global__ void dw_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                   GEO_PARAMS) {{
   GEO_INIT;
   const long long total = (long long)g.N * g.C * g.OH * g.OW;
@@ -52,8 +53,8 @@ extern "C" __global__ void dw_fwd(const float* __restrict__ x, const float* __re
     const int oh = t % g.OH;
     const long long nc = t / g.OH;
     const int c = nc % g.C;
-    const float* xp = x + nc * g.H * g.W;
-    const float* wp = w + c * KH * KW;
+    const T* xp = x + nc * g.H * g.W;
+    const T* wp = w + c * KH * KW;
     float acc = 0.f;
 #pragma unroll
     for (int kh = 0; kh < KH; ++kh) {{
@@ -62,10 +63,10 @@ extern "C" __global__ void dw_fwd(const float* __restrict__ x, const float* __re
 #pragma unroll
       for (int kw = 0; kw < KW; ++kw) {{
         const int iw = ow * g.sw - g.pw + kw * g.dw;
-        if (iw >= 0 && iw < g.W) acc += __ldg(xp + ih * g.W + iw) * __ldg(wp + kh * KW + kw);
+        if (iw >= 0 && iw < g.W) acc += ld(xp + ih * g.W + iw) * ld(wp + kh * KW + kw);
       }}
     }}
-    y[i] = acc;
+    y[i] = st(acc);
   }}
 }}
 """
@@ -90,11 +91,11 @@ _TILED_COMMON = r"""
 #define KK (KH * KW)
 
 // input tile (rows oh0 - ph .., cols ow0 - pw ..) of plane xp into smem, zero outside the image
-__device__ __forceinline__ void load_tile(float* tile, const float* __restrict__ xp, int H, int W, int ih0,
+__device__ __forceinline__ void load_tile(float* tile, const T* __restrict__ xp, int H, int W, int ih0,
                                           int iw0, int tid) {{
   for (int i = tid; i < IN_H * IN_W; i += TW * BY) {{
     const int ih = ih0 + i / IN_W, iw = iw0 + i % IN_W;
-    tile[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? __ldg(xp + (long long)ih * W + iw) : 0.f;
+    tile[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? ld(xp + (long long)ih * W + iw) : 0.f;
   }}
 }}
 
@@ -134,8 +135,8 @@ __device__ __forceinline__ void add_tile_grad(float* acc, const float* tile, con
 
 // the filter gradient's sums acc[tap] over every tile of one plane pair: x plane xp (H x W), dy plane gp
 // (OH x OW); tile and gsh are the block's shared input and dy tiles
-__device__ __forceinline__ void add_plane_grad(float* acc, float* tile, float* gsh, const float* __restrict__ xp,
-                                               const float* __restrict__ gp, int H, int W, int OH, int OW, int ph,
+__device__ __forceinline__ void add_plane_grad(float* acc, float* tile, float* gsh, const T* __restrict__ xp,
+                                               const T* __restrict__ gp, int H, int W, int OH, int OW, int ph,
                                                int pw, int tx, int ty, int tid) {{
   const int tiles_w = (OW + TW - 1) / TW, tiles = tiles_w * ((OH + TH - 1) / TH);
   for (int t = 0; t < tiles; ++t) {{
@@ -143,7 +144,7 @@ __device__ __forceinline__ void add_plane_grad(float* acc, float* tile, float* g
     load_tile(tile, xp, H, W, oh0 - ph, ow0 - pw, tid);
     for (int i = tid; i < TH * TW; i += TW * BY) {{
       const int oh = oh0 + i / TW, ow = ow0 + i % TW;
-      gsh[i] = (oh < OH && ow < OW) ? __ldg(gp + (long long)oh * OW + ow) : 0.f;
+      gsh[i] = (oh < OH && ow < OW) ? ld(gp + (long long)oh * OW + ow) : 0.f;
     }}
     __syncthreads();
     float g[R];
@@ -176,7 +177,7 @@ _FWD_TILED = _TILED_COMMON + r"""
 // y = x * w (correlation); with flip != 0 the filter is read reversed in both axes, which makes
 // this kernel the backward-data pass (dy in, dx out, padding dil*(k-1) - pad).
 extern "C" __global__ void __launch_bounds__(TW * BY) dw_fwd_tiled(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+    const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     int N, int C, int H, int W, int OH, int OW, int ph, int pw, int flip) {{
   __shared__ float tile[IN_H * IN_W];
   __shared__ float wsh[KK];
@@ -186,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw_fwd_tiled(
   const long long planes = (long long)N * C;
   for (long long nc = blockIdx.y; nc < planes; nc += gridDim.y) {{
     const int c = nc % C;
-    for (int i = tid; i < KK; i += TW * BY) wsh[i] = w[c * KK + (flip ? KK - 1 - i : i)];
+    for (int i = tid; i < KK; i += TW * BY) wsh[i] = ld(w + c * KK + (flip ? KK - 1 - i : i));
     load_tile(tile, x + nc * H * W, H, W, oh0 - ph, ow0 - pw, tid);
     __syncthreads();
     float wr[KK];
@@ -201,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw_fwd_tiled(
 #pragma unroll
       for (int o = 0; o < R; ++o) {{
         const int oh = oh0 + ty * R + o;
-        if (oh < OH) y[nc * OH * OW + (long long)oh * OW + ow] = acc[o];
+        if (oh < OH) y[nc * OH * OW + (long long)oh * OW + ow] = st(acc[o]);
       }}
     }}
     __syncthreads();
@@ -213,7 +214,7 @@ _WGRAD_TILED = _TILED_COMMON + r"""
 // dw[c] += sum over the block's images and tiles of dy (x) x; per-tap sums in registers, then a
 // warp-shuffle and shared-memory reduction, one atomic add per tap and block.
 extern "C" __global__ void __launch_bounds__(TW * BY) dw_wgrad_tiled(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dwt,
+    const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dwt,
     int N, int C, int H, int W, int OH, int OW, int ph, int pw, int n_per_block) {{
   __shared__ float tile[IN_H * IN_W];
   __shared__ float gsh[TH * TW];
@@ -233,8 +234,8 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw_wgrad_tiled(
 """
 
 _DGRAD = _COMMON + r"""
-extern "C" __global__ void dw_dgrad(const float* __restrict__ dy, const float* __restrict__ w,
-                                    float* __restrict__ dx, GEO_PARAMS) {{
+extern "C" __global__ void dw_dgrad(const T* __restrict__ dy, const T* __restrict__ w,
+                                    T* __restrict__ dx, GEO_PARAMS) {{
   GEO_INIT;
   const long long total = (long long)g.N * g.C * g.H * g.W;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
@@ -244,8 +245,8 @@ extern "C" __global__ void dw_dgrad(const float* __restrict__ dy, const float* _
     const int ih = t % g.H;
     const long long nc = t / g.H;
     const int c = nc % g.C;
-    const float* dp = dy + nc * g.OH * g.OW;
-    const float* wp = w + c * KH * KW;
+    const T* dp = dy + nc * g.OH * g.OW;
+    const T* wp = w + c * KH * KW;
     float acc = 0.f;
 #pragma unroll
     for (int kh = 0; kh < KH; ++kh) {{
@@ -258,16 +259,16 @@ extern "C" __global__ void dw_dgrad(const float* __restrict__ dy, const float* _
         const int tw = iw + g.pw - kw * g.dw;
         if (tw < 0 || tw % g.sw) continue;
         const int ow = tw / g.sw;
-        if (ow < g.OW) acc += __ldg(dp + oh * g.OW + ow) * __ldg(wp + kh * KW + kw);
+        if (ow < g.OW) acc += ld(dp + oh * g.OW + ow) * ld(wp + kh * KW + kw);
       }}
     }}
-    dx[i] = acc;
+    dx[i] = st(acc);
   }}
 }}
 """
 
 _WGRAD = _COMMON + r"""
-extern "C" __global__ void dw_wgrad(const float* __restrict__ x, const float* __restrict__ dy,
+extern "C" __global__ void dw_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
                                     float* __restrict__ dwt, GEO_PARAMS, const int n_per_block) {{
   GEO_INIT;
   const int c = blockIdx.x;
@@ -283,8 +284,8 @@ extern "C" __global__ void dw_wgrad(const float* __restrict__ x, const float* __
     const int q = p % plane;
     const int oh = q / g.OW, ow = q % g.OW;
     const long long nc = (long long)n * g.C + c;
-    const float grad = __ldg(dy + nc * plane + q);
-    const float* xp = x + nc * g.H * g.W;
+    const float grad = ld(dy + nc * plane + q);
+    const T* xp = x + nc * g.H * g.W;
 #pragma unroll
     for (int kh = 0; kh < KH; ++kh) {{
       const int ih = oh * g.sh - g.ph + kh * g.dh;
@@ -292,7 +293,7 @@ extern "C" __global__ void dw_wgrad(const float* __restrict__ x, const float* __
 #pragma unroll
       for (int kw = 0; kw < KW; ++kw) {{
         const int iw = ow * g.sw - g.pw + kw * g.dw;
-        if (row && iw >= 0 && iw < g.W) acc[kh * KW + kw] += grad * __ldg(xp + ih * g.W + iw);
+        if (row && iw >= 0 && iw < g.W) acc[kh * KW + kw] += grad * ld(xp + ih * g.W + iw);
       }}
     }}
   }}
@@ -320,8 +321,8 @@ _FWD_WINDOW = _WINDOW_COMMON + r"""
 // row; per input row it holds the S + KW - 1 inputs its outputs read in registers and adds KW taps into
 // each. flip != 0 reads the filter reversed in both axes: with padding k - 1 - pad, that is the
 // backward-data pass (dy in, dx out).
-extern "C" __global__ void dw_fwd_window(const float* __restrict__ x, const float* __restrict__ w,
-                                         float* __restrict__ y, int N, int C, int H, int W, int OH, int OW,
+extern "C" __global__ void dw_fwd_window(const T* __restrict__ x, const T* __restrict__ w,
+                                         T* __restrict__ y, int N, int C, int H, int W, int OH, int OW,
                                          int KH, int PH, int PW, int G, int flip) {{
   extern __shared__ float sm[];
   const int KK = KH * KW;
@@ -329,10 +330,10 @@ extern "C" __global__ void dw_fwd_window(const float* __restrict__ x, const floa
   float* ws = sm;
   float* xs = sm + KK;
   const int c = blockIdx.x, n0 = blockIdx.y * G, tid = threadIdx.x;
-  for (int i = tid; i < KK; i += blockDim.x) ws[i] = w[(long long)c * KK + (flip ? KK - 1 - i : i)];
+  for (int i = tid; i < KK; i += blockDim.x) ws[i] = ld(w + (long long)c * KK + (flip ? KK - 1 - i : i));
   for (int i = tid; i < G * H * wp; i += blockDim.x) {{
     const int g = i / (H * wp), r = (i / wp) % H, iw = i % wp - PW, n = n0 + g;
-    xs[i] = (n < N && iw >= 0 && iw < W) ? __ldg(x + ((long long)n * C + c) * H * W + (long long)r * W + iw) : 0.f;
+    xs[i] = (n < N && iw >= 0 && iw < W) ? ld(x + ((long long)n * C + c) * H * W + (long long)r * W + iw) : 0.f;
   }}
   __syncthreads();
   const int tasks = G * OH * segs;
@@ -357,10 +358,10 @@ extern "C" __global__ void dw_fwd_window(const float* __restrict__ x, const floa
         for (int o = 0; o < S; ++o) acc[o] += xr[o + kw] * wv;
       }}
     }}
-    float* yp = y + ((long long)n * C + c) * OH * OW + (long long)oh * OW + ow0;
+    T* yp = y + ((long long)n * C + c) * OH * OW + (long long)oh * OW + ow0;
 #pragma unroll
     for (int o = 0; o < S; ++o)
-      if (ow0 + o < OW) yp[o] = acc[o];
+      if (ow0 + o < OW) yp[o] = st(acc[o]);
   }}
 }}
 """
@@ -370,7 +371,7 @@ _WGRAD_WINDOW = _WINDOW_COMMON + r"""
 // image it walks the output rows whose input row is inside the image, CH outputs at a time: the
 // CH + S - 1 inputs and CH gradients in registers, CH * S products. One atomic add per tap and block.
 #define CH 8
-extern "C" __global__ void dw_wgrad_window(const float* __restrict__ x, const float* __restrict__ dy,
+extern "C" __global__ void dw_wgrad_window(const T* __restrict__ x, const T* __restrict__ dy,
                                            float* __restrict__ dwt, int N, int C, int H, int W, int OH, int OW,
                                            int KH, int PH, int PW, int n_per_block) {{
   extern __shared__ float sm[];
@@ -389,11 +390,11 @@ extern "C" __global__ void dw_wgrad_window(const float* __restrict__ x, const fl
     const long long nc = (long long)n * C + c;
     for (int i = tid; i < H * wp; i += blockDim.x) {{
       const int r = i / wp, iw = i % wp - PW;
-      xs[i] = (iw >= 0 && iw < W) ? __ldg(x + nc * H * W + (long long)r * W + iw) : 0.f;
+      xs[i] = (iw >= 0 && iw < W) ? ld(x + nc * H * W + (long long)r * W + iw) : 0.f;
     }}
     for (int i = tid; i < OH * owp; i += blockDim.x) {{
       const int r = i / owp, col = i % owp;
-      gs[i] = col < OW ? __ldg(dy + nc * OH * OW + (long long)r * OW + col) : 0.f;
+      gs[i] = col < OW ? ld(dy + nc * OH * OW + (long long)r * OW + col) : 0.f;
     }}
     __syncthreads();
     if (t < tasks) {{
@@ -438,11 +439,28 @@ SMEM_LIMIT = 48 * 1024
 
 
 @compiled_once
-def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: int = 1, by: int = 1):
+def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: int = 1, by: int = 1,
+            dtype: str = "float32"):
+    """Kernel ``which`` for these compile-time sizes, reading and writing ``dtype`` (its element type ``T``, loads
+    ``ld`` and rounding stores ``st``: :data:`convtune.direct.depthwise_nhwc.ELEMENT_TYPES`; sums in float32)."""
     source, name = _SOURCES[which]
-    code = source.format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by, s=rows)
+    code = ELEMENT_TYPES[dtype] + source.format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by, s=rows)
     kernel = cp.RawKernel(code, name, options=("--std=c++14",))
     kernel.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)
+    return kernel
+
+
+@compiled_once
+def _rounding_kernel(cp, dtype: str):
+    """``k(src, dst, n)``: float32 sums rounded into ``dtype``'s memory (a half-precision filter gradient)."""
+    code = ELEMENT_TYPES[dtype] + r"""
+extern "C" __global__ void dw_round(const float* __restrict__ src, T* __restrict__ dst, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x)
+    dst[i] = st(src[i]);
+}
+"""
+    kernel = cp.RawKernel(code, "dw_round", options=("--std=c++14",))
+    kernel.compile()
     return kernel
 
 
@@ -564,9 +582,20 @@ class DepthwiseConv:
     outputs (filter gradient: taps) per thread; backward-data likewise through the forward kernel.
     """
 
+    #: the operands' dtype; a half-precision filter gradient's workspace bytes and rounding kernel (a subclass that
+    #: sets up its own kernels, the 3-D one, is float32)
+    dtype, workspace, rounding = "float32", 0, None
+
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):
         self.cp, self.p, self.threads, self.variant = cp, p, threads, variant
+        if p.layout != "channels_first":
+            raise ValueError(f"these kernels read channels-first operands, not {p.layout} (the nhwc kernels do)")
+        dt = self.dtype = p.dtype  # the operands' and result's memory (bfloat16 as its 16 bits), sums in float32
         self.result_bytes = 4 * math.prod(p.result_shape)
+        # a half-precision filter gradient: the float32 sums in a workspace, rounded into the result once
+        self.workspace = self.result_bytes if p.pass_ == "wgrad" and dt != "float32" else 0
+        self.rounding = _rounding_kernel(cp, dt) if self.workspace else None
+        self.count = math.prod(p.result_shape)
         kh, kw = kernel_hw(p)
         self.smem, self.int_args = 0, None
         if variant == "window":
@@ -576,11 +605,11 @@ class DepthwiseConv:
             H, W, OH, OW, KH, KW, PH, PW = _plane_dims(p)
             planes, self.threads, self.smem = window_layout(p, rows)
             if p.pass_ == "wgrad":
-                self.kernel = _kernel(cp, "window-wgrad", 0, KW, rows=rows)
+                self.kernel = _kernel(cp, "window-wgrad", 0, KW, rows=rows, dtype=dt)
                 n_per_block, self.grid = _filter_gradient_grid(p, 8 * sm_count)
                 self.args = (p.batch, p.in_channels, H, W, OH, OW, KH, PH, PW, n_per_block)
             else:
-                self.kernel = _kernel(cp, "window-fwd", 0, KW, rows=rows)
+                self.kernel = _kernel(cp, "window-fwd", 0, KW, rows=rows, dtype=dt)
                 self.grid = (p.in_channels, math.ceil(p.batch / planes))
                 self.args = (p.batch, p.in_channels, H, W, OH, OW, KH, PH, PW, planes, int(p.pass_ == "dgrad"))
             self.block = (self.threads,)
@@ -597,18 +626,18 @@ class DepthwiseConv:
             (H, W), (OH, OW), (ph, pw) = p.input_size, p.output_size, p.padding
             dh, dw = p.dilation
             if p.pass_ == "wgrad":
-                self.kernel = _kernel(cp, "tiled-wgrad", kh, kw, dh, dw, rows, by)
+                self.kernel = _kernel(cp, "tiled-wgrad", kh, kw, dh, dw, rows, by, dtype=dt)
                 self.n_per_block, self.grid = _filter_gradient_grid(p, 8 * sm_count)
                 self.args = (p.batch, p.in_channels, H, W, OH, OW, ph, pw, self.n_per_block)
                 return
-            self.kernel = _kernel(cp, "tiled-fwd", kh, kw, dh, dw, rows, by)
+            self.kernel = _kernel(cp, "tiled-fwd", kh, kw, dh, dw, rows, by, dtype=dt)
             if p.pass_ == "dgrad":  # dy (output-sized) in, dx (input-sized) out, filter reversed
                 H, W, OH, OW = OH, OW, H, W
                 ph, pw = ((k - 1) * d - q for q, k, d in zip(p.padding, p.kernel_size, p.dilation))
             self.grid = (math.ceil(OW / TILE_W) * math.ceil(OH / (rows * by)), min(p.batch * p.in_channels, 65535))
             self.args = (p.batch, p.in_channels, H, W, OH, OW, ph, pw, int(p.pass_ == "dgrad"))
             return
-        self.kernel = _kernel(cp, p.pass_, kh, kw)
+        self.kernel = _kernel(cp, p.pass_, kh, kw, dtype=dt)
         self.block = (threads,)
         self.geo = _geometry(cp, p)
         if p.pass_ == "wgrad":
@@ -630,6 +659,9 @@ class DepthwiseConv:
         return self.int_args
 
     def __call__(self, a, b, out):
+        if self.dtype != "float32":
+            raise ValueError("a half-precision executor runs by address (launch; precision.launched gives its array "
+                             "form)")
         cp = self.cp
         a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         target = out if out.flags.c_contiguous else cp.empty(out.shape, dtype=cp.float32)
@@ -640,11 +672,20 @@ class DepthwiseConv:
             out[...] = target
         return out
 
-    def launch(self, a: int, b: int, out: int, stream) -> None:
-        """The same work on C-contiguous float32 operands and result given by device address, on
-        ``stream`` (a CuPy stream of the current device): no arrays made, nothing allocated. This is the
-        PyTorch bridge's hot path (:meth:`__call__` spent 50-60 us of host time per pass making views,
-        checking layouts and filling through CuPy, for one kernel launch)."""
-        if self.p.pass_ == "wgrad":  # the filter gradient accumulates into a zeroed result
-            self.cp.cuda.runtime.memsetAsync(out, 0, self.result_bytes, stream.ptr)
-        self.kernel.kernel(self.grid, self.block, (a, b, out, *self._launch_args()), self.smem, stream)
+    def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:
+        """The same work on C-contiguous operands and result of the problem's dtype (bfloat16 as its 16 bits)
+        given by device address, on ``stream`` (a CuPy stream of the current device): no arrays made, nothing
+        allocated. A half-precision filter gradient needs ``workspace`` (:attr:`workspace` bytes) for its float32
+        sums. This is the PyTorch bridge's hot path (:meth:`__call__` spent 50-60 us of host time per pass making
+        views, checking layouts and filling through CuPy, for one kernel launch)."""
+        sums = out
+        if self.workspace:
+            if workspace is None:
+                raise ValueError(f"a half-precision filter gradient needs a workspace of {self.workspace} bytes")
+            sums = workspace
+        if self.p.pass_ == "wgrad":  # the filter gradient accumulates into zeroed sums
+            self.cp.cuda.runtime.memsetAsync(sums, 0, self.result_bytes, stream.ptr)
+        self.kernel.kernel(self.grid, self.block, (a, b, sums, *self._launch_args()), self.smem, stream)
+        if self.rounding is not None:
+            self.rounding.kernel((min(1024, (self.count + 255) // 256),), (256,),
+                                 (sums, out, self.cp.int64(self.count)), 0, stream)

@@ -23,6 +23,7 @@ import math
 from ..compiling import compiled_once
 from ..problem import ConvProblem
 from .depthwise import _TILED_COMMON, SMEM_LIMIT, TILE_W, TILED_MAX_WARPS, DepthwiseConv
+from .depthwise_nhwc import ELEMENT_TYPES
 
 #: Most taps of one depth slice (``KH * KW``): the forward holds a slice in registers, the filter
 #: gradient a slice's sums.
@@ -112,7 +113,8 @@ _SOURCES = {"fwd": (_FWD3, "dw3_fwd_tiled"), "wgrad": (_WGRAD3, "dw3_wgrad_tiled
 def _kernel(cp, which: str, kernel: tuple, dilation: tuple, rows: int, by: int):
     source, name = _SOURCES[which]
     (kd, kh, kw), (dd, dh, dw) = kernel, dilation
-    code = source.format(kd=kd, kh=kh, kw=kw, dd=dd, dh=dh, dw=dw, rows=rows, by=by)
+    # (the 2-D kernels' tile helpers read ``T`` through ``ld``: float32 here)
+    code = ELEMENT_TYPES["float32"] + source.format(kd=kd, kh=kh, kw=kw, dd=dd, dh=dh, dw=dw, rows=rows, by=by)
     compiled = cp.RawKernel(code, name, options=("--std=c++14",))
     compiled.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)
     return compiled

@@ -39,7 +39,9 @@ MAX_KW = REGISTER_TAPS
 #: Channels per block (one warp's lanes: adjacent channels of a pixel).
 LANES = 32
 
-_TYPES = {
+#: Each dtype's element type ``T`` (bfloat16 and float16 as their 16 bits), its widening load ``ld`` and rounding
+#: store ``st`` (to nearest, ties to even): the source prefix of every kernel that reads a problem's own memory.
+ELEMENT_TYPES = {
     "float32": r"""
 typedef float T;
 __device__ __forceinline__ float ld(const T* p) { return __ldg(p); }
@@ -452,7 +454,7 @@ _SOURCES = {"fwd": (_FWD, ("dwl_fwd",)), "fwd-tiled": (_FWD_TILED, ("dwl_fwd_til
 def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int = 1, r: int = 1, flip: int = 0,
              khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1):
     source, names = _SOURCES[which]
-    code = _TYPES[dtype] + source.format(kh=kh, kw=kw, sw=sw, dwl=dwl, r=r, flip=flip, khg=khg, by=by, th=th, tw=tw,
+    code = ELEMENT_TYPES[dtype] + source.format(kh=kh, kw=kw, sw=sw, dwl=dwl, r=r, flip=flip, khg=khg, by=by, th=th, tw=tw,
                                          dh=dh, register_taps=REGISTER_TAPS)
     module = cp.RawModule(code=code, options=("--std=c++14",))
     # the launchable functions, compiled here at build time: no first call pays for NVRTC

@@ -2,8 +2,10 @@
 only. Small kernels (up to 81 taps): any stride, padding and dilation. Larger ones: the window
 kernels (stride 1, dilation 1, up to 64 wide, planes that fit shared memory), for large kernels on
 small planes. 3-D problems: the tiled kernels of :mod:`convtune.direct.depthwise3d` (stride 1, any
-padding and dilation, depth slices of up to 81 taps: 7x7x7 and 9x9x9 kernels). These read float32 channels-first operands (other dtypes and layouts through
-conversions, :func:`convtune.precision.bounded`). Channels-last problems also get the ``nhwc``
+padding and dilation, depth slices of up to 81 taps: 7x7x7 and 9x9x9 kernels). The 1-D and 2-D kernels read and
+write channels-first operands of float32, bfloat16 and float16 themselves (sums in float32; a half-precision filter
+gradient summed in a float32 workspace and rounded once); the 3-D ones read float32 channels-first (other dtypes and
+layouts through conversions, :func:`convtune.precision.bounded`). Channels-last problems also get the ``nhwc``
 kernels (:mod:`convtune.direct.depthwise_nhwc`), which read and write float32, bfloat16 and
 float16 channels-last operands themselves: any stride, padding and dilation, kernels up to 81 wide;
 and ``nhwc-tiled`` (shared-memory tiles: stride 1, up to 81 taps, forward and backward-data)."""
@@ -49,6 +51,11 @@ def _channels_last_depthwise(problem: ConvProblem) -> bool:
     return problem.layout == "channels_last" and problem.groups == problem.in_channels == problem.out_channels
 
 
+def _half_channels_first_depthwise(problem: ConvProblem) -> bool:
+    return (problem.layout == "channels_first" and problem.dtype != "float32" and problem.rank < 3
+            and problem.groups == problem.in_channels == problem.out_channels)
+
+
 def _depthwise_3d(problem: ConvProblem) -> bool:
     return problem.rank == 3 and problem.groups == problem.in_channels == problem.out_channels
 
@@ -56,10 +63,11 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 6
+    version = 7
     config_type = DepthwiseConfig
-    # version 5 added the nhwc kernels, 6 the 3-D ones; the plans of other shapes stand
-    changes = {5: _channels_last_depthwise, 6: _depthwise_3d}
+    # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels; the plans of
+    # other shapes stand
+    changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -116,13 +124,20 @@ class DepthwiseStrategy(Strategy):
             build_concurrently([functools.partial(self.executor, problem, c, backend) for c in configs], backend)
 
     def workspace_bytes(self, problem, config) -> int:
-        return depthwise_nhwc.workspace_bytes(problem) if _nhwc(config) else 0
+        if _nhwc(config):
+            return depthwise_nhwc.workspace_bytes(problem)
+        # a half-precision filter gradient's float32 sums (the channels-first kernels)
+        half_sums = problem.pass_ == "wgrad" and problem.dtype != "float32" and self._reads(problem, config)
+        return 4 * math.prod(problem.w_shape) if half_sums else 0
 
     @staticmethod
     def _reads(problem, config) -> bool:
-        """Does ``config``'s executor read the problem's dtype and layout itself? The nhwc kernels do; the others
+        """Does ``config``'s executor read the problem's dtype and layout itself? The nhwc kernels do; the
+        channels-first kernels of 1-D and 2-D problems read channels-first operands of any dtype; the 3-D ones
         read float32 channels-first."""
-        return _nhwc(config) or (problem.dtype, problem.layout) == ("float32", "channels_first")
+        if _nhwc(config):
+            return True
+        return problem.layout == "channels_first" and (problem.dtype == "float32" or problem.rank < 3)
 
     def executor(self, problem, config, backend):
         """:meth:`build`'s executor where it reads the problem (:meth:`_reads`), else the float32 channels-first
@@ -147,6 +162,9 @@ class DepthwiseStrategy(Strategy):
             executor = depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
         else:
             executor = DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
+            if problem.dtype != "float32":  # by address on the dtype's own memory (bfloat16 as 16-bit numbers), as
+                # the nhwc kernels run: the planner times the launch on 16-bit copies, as the PyTorch bridge runs it
+                return precision.launched(executor.launch, problem, cp, executor.workspace)
         shape = problem.result_shape
 
         def run(a, b, out=None):
