@@ -209,6 +209,19 @@ def test_depthwise_window_kernels_against_float64(pass_, case):
         assert relative_error(cp, strategy.build(p, cfg, be)(a, b, out), ref) <= 1e-5, cfg.label()
 
 
+def _depthwise_case(be, case, dtype, layout, pass_):
+    """A depthwise problem from ``(input, kernel, stride, padding, dilation, batch, channels)`` and the depthwise
+    strategy, which supports it."""
+    from convtune.strategies import get_strategy
+    size, kernel, stride, padding, dilation, n, c = case
+    p = convtune.ConvProblem.make(batch=n, in_channels=c, out_channels=c, input_size=size, kernel_size=kernel,
+                                  stride=stride, padding=padding, dilation=dilation, groups=c, pass_=pass_,
+                                  dtype=dtype, layout=layout)
+    strategy = get_strategy("depthwise")
+    assert strategy.supports(p, be) is None
+    return p, strategy
+
+
 # (input, kernel, stride, padding, dilation, batch, channels): ConvNeXt's 7x7 with channels not a multiple of 32,
 # a strided 3x3 (backward-data's gather), a dilated 5x5, a 31x31 kernel (taps outside registers, filter
 # gradient in row groups), a long 1-D kernel, uneven strides and padding
@@ -228,15 +241,10 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     from convtune import precision
     from convtune.direct import depthwise_nhwc
     from convtune.planner import relative_error
-    from convtune.strategies import get_strategy
-    size, kernel, stride, padding, dilation, n, c = case
     be = get_backend("cupy")
-    p = convtune.ConvProblem.make(batch=n, in_channels=c, out_channels=c, input_size=size, kernel_size=kernel,
-                                  stride=stride, padding=padding, dilation=dilation, groups=c, pass_=pass_,
-                                  dtype=dtype, layout="channels_last")
+    p, strategy = _depthwise_case(be, case, dtype, "channels_last", pass_)
+    kernel = p.kernel_size
     a, b, ref = _operands_and_reference(be, p, 5)
-    strategy = get_strategy("depthwise")
-    assert strategy.supports(p, be) is None
     nhwc = [cfg for cfg in strategy.candidates(p, be) if cfg.variant.startswith("nhwc")]
     tiled = depthwise_nhwc.tiled_reason(p, 4) is None
     assert tiled or p.stride != (1,) * p.rank or math.prod(kernel) > 81 or (p.rank == 1 and pass_ == "wgrad")
@@ -272,15 +280,9 @@ def test_channels_first_depthwise_kernels_read_half_precision_against_float64(dt
     import cupy as cp
     from convtune import precision
     from convtune.planner import relative_error
-    from convtune.strategies import get_strategy
-    size, kernel, stride, padding, dilation, n, c = case
     be = get_backend("cupy")
-    p = convtune.ConvProblem.make(batch=n, in_channels=c, out_channels=c, input_size=size, kernel_size=kernel,
-                                  stride=stride, padding=padding, dilation=dilation, groups=c, pass_=pass_,
-                                  dtype=dtype, layout="channels_first")
+    p, strategy = _depthwise_case(be, case, dtype, "channels_first", pass_)
     a, b, ref = _operands_and_reference(be, p, 6)
-    strategy = get_strategy("depthwise")
-    assert strategy.supports(p, be) is None
     configs = strategy.candidates(p, be)
     variants = {cfg.variant for cfg in configs}
     assert variants <= {"simple", "tiled", "window"} and variants, variants
