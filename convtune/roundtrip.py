@@ -54,13 +54,14 @@ log = logging.getLogger("convtune")
 
 #: Version of the round-trip executor; part of every stored trip decision (6: depthwise round trips; 7: the
 #: GPU's fused and packed trips for 3-D problems too; 8: half-precision and channels_last layers, between
-#: conversions; 9: convtune's own transforms read and write those layers themselves).
-VERSION = 9
+#: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
+#: product's TF32 tensor-core form).
+VERSION = 10
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
 CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layout != "channels_first",
-           9: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
+           9: lambda p: p.dtype != "float32" or p.layout != "channels_first", 10: lambda p: p.math == "tf32"}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -187,7 +188,8 @@ class RoundTrip:
             self._ex = freqmajor.FreqMajorConv(xp, self.float32 if self.converted else self.problem, config.sizes,
                                                self.problem.batch,
                                                fused=config.fused and self.backend.name == "cupy",
-                                               packed=config.packed, own=config.own, narrow=config.narrow)
+                                               packed=config.packed, own=config.own, narrow=config.narrow,
+                                               tf32=config.tf32)
         self.release()
 
     @property

@@ -1,5 +1,5 @@
-"""The register-blocked product for few channels: its blocks, its place among the FFT candidates,
-and (GPU) the kernel against NumPy on the packed layout's strided views."""
+"""The packed layout's product kernels on the GPU against NumPy: the register-blocked one for few channels (its
+blocks, its place among the FFT candidates) and the TF32 tensor-core one (tf32 mode)."""
 
 import numpy
 import pytest
@@ -72,3 +72,47 @@ def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
     product.gemm(a, op_a, b, op_b, c, 0.5, beta=1.0 if accumulate else 0.0)
     got = cupy.asnumpy(c)
     assert numpy.abs(got - want).max() <= 1e-5 * numpy.abs(want).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", [("N", "C"), ("N", "N"), ("C", "N")])
+@pytest.mark.parametrize("mnk", [(37, 3, 20), (130, 70, 9), (64, 64, 64), (3, 17, 50)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_tf32_packed_gemm_on_packed_views(ops, mnk, accumulate):
+    """The packed product on TF32 tensor cores (the tf32 mode's form): (F, rows, cols) views of (rows, cols, F)
+    arrays, a column slice, every op pair the passes use, odd sizes (partial tiles of rows, columns, the reduction
+    and the frequencies), with and without accumulation: within TF32's bound of NumPy's float64 product; the
+    narrow product has no TF32 form."""
+    import cupy
+    from convtune.fft.freqmajor import _CupyOps
+    m, n, k = mnk
+    F = 301
+    rng = numpy.random.default_rng(2)
+
+    def packed(rows, cols):
+        host = (rng.standard_normal((rows, cols + 2, F)) + 1j * rng.standard_normal((rows, cols + 2, F)))
+        host = host.astype(numpy.complex64)
+        return host, cupy.asarray(host).transpose(2, 0, 1)[:, :, 1:cols + 1]
+
+    op_a, op_b = ops
+    a_host, a = packed(*((m, k) if op_a == "N" else (k, m)))
+    b_host, b = packed(*((k, n) if op_b == "N" else (n, k)))
+    c_store = cupy.asarray(rng.standard_normal((m, n, F)).astype(numpy.complex64))
+    c = c_store.transpose(2, 0, 1)
+    before = cupy.asnumpy(c).astype(numpy.complex128)
+
+    def op(host, code):
+        mats = host[:, 1:-1, :].transpose(2, 0, 1).astype(numpy.complex128)
+        return mats if code == "N" else numpy.conj(mats.transpose(0, 2, 1))
+    product = 0.5 * op(a_host, op_a) @ op(b_host, op_b)
+    want = product + (before if accumulate else 0)
+    ops_ = _CupyOps(cupy, (2 * (F - 1),), packed=True, tf32=True)
+    assert ops_.tf32 and ops_.F == F
+    ops_.gemm(a, op_a, b, op_b, c, 0.5, beta=1.0 if accumulate else 0.0)
+    got = cupy.asnumpy(c)
+    assert not numpy.isnan(got).any()
+    err = numpy.linalg.norm(got - want) / numpy.linalg.norm(product)
+    assert err <= 1e-3, err
+    assert err >= 1e-6  # (TF32's rounding shows: this is not the float32 kernel)
+    with pytest.raises(ValueError, match="no TF32 form"):
+        _CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True, tf32=True)

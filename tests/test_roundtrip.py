@@ -205,18 +205,20 @@ def test_own_transforms_in_round_trips(backend):
 
 def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_version_changed_its_shape():
     """Version 7 added the GPU's fused and packed trips for 3-D problems only, versions 8 and 9 changed
-    half-precision and channels_last layers: a 2-D float32 decision of version 6 stands, a 3-D one is measured
-    again, a half-precision one of version 8 too; an older version (6 changed every shape) or a newer one never
-    stands."""
+    half-precision and channels_last layers, version 10 tf32 ones: a 2-D float32 decision of version 6 stands, a
+    3-D one is measured again, a half-precision one of version 8 too, a tf32 one of version 9 too; an older version
+    (6 changed every shape) or a newer one never stands."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
-    assert roundtrip.VERSION == 9
-    assert not roundtrip.stale(9, two) and not roundtrip.stale(9, three) and not roundtrip.stale(9, half)
+    tf32 = two.replace(math="tf32")
+    assert roundtrip.VERSION == 10
+    assert not any(roundtrip.stale(10, p) for p in (two, three, half, tf32))
+    assert not roundtrip.stale(9, two) and not roundtrip.stale(9, half) and roundtrip.stale(9, tf32)
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(5, two) and roundtrip.stale(10, two)
+    assert roundtrip.stale(5, two) and roundtrip.stale(11, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),

@@ -47,7 +47,7 @@ class FftConfig(Config):
     sizes: tuple[int, ...]
     product: str = "gemm"
     chunk: int = 1 << 30
-    tf32: bool = False  # the gemm/fgemm product on TF32 tensor cores (tf32 mode only)
+    tf32: bool = False  # the gemm/fgemm product (cuBLAS's, or the packed kernel's) on TF32 tensor cores (tf32 mode only)
     strided: bool = False  # fgemm on the GPU: cuFFT writes the frequency-major layout itself, no transposes
     fused: bool = False  # fgemm on the GPU: zero-extension and crop in cuFFT's load/store callbacks
     polyphase: bool = False  # strided problems: run as the stride-1 problem of their phases (sizes are its)
@@ -58,13 +58,17 @@ class FftConfig(Config):
 
 
 def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftConfig]:
-    """convtune's own transforms (GPU, the sizes they take): with the packed product where it runs,
-    and with cuBLAS where the packed kernel is missing or TF32 tensor cores may do the product."""
+    """convtune's own transforms (GPU, the sizes they take): with the packed product where it runs (in tf32 mode
+    also its TF32 tensor-core form), and with cuBLAS where the packed kernel is missing or TF32 tensor cores may do
+    the product."""
     if "fgemm" not in products or backend.name != "cupy":
         return []
     own = [s for s in sizes if fft64.applies(s) is None]
     packed = freqmajor.packed_available(backend)
     configs = [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, packed=True, own=True) for s in own if packed]
+    if tf32 and packed:
+        configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, packed=True, own=True, tf32=True)
+                    for s in own]
     if tf32 or not packed:
         configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, own=True) for s in own]
     return configs
@@ -75,13 +79,14 @@ def narrow_variants(problem, configs) -> list:
     where ``problem`` has few enough channels for it (:mod:`convtune.fft.narrow`)."""
     if narrow.unsupported_reason(problem.in_per_group, problem.out_per_group) is not None:
         return []
-    return [replace(c, narrow=True) for c in configs if c.packed]
+    # (the narrow kernel is float32: a TF32 packed configuration's narrow form has float32 products)
+    return list(dict.fromkeys(replace(c, narrow=True, tf32=False) for c in configs if c.packed))
 
 
 @register
 class FftStrategy(Strategy):
     name = "fft"
-    version = 11
+    version = 12
     config_type = FftConfig
     #: 9: the gemm and pointwise products' transforms on the GPU through cuFFT plans made once (one
     #: embedding kernel per operand) instead of ``cupy.fft`` (same results, less host and device time). Those
@@ -89,9 +94,10 @@ class FftStrategy(Strategy):
     #: (:meth:`pruned`), and on the CPU nothing changed. 10: 3-D problems get the GPU's fused (cuFFT
     #: callbacks of any rank), packed and strided variants too.
     #: 11: convtune's own transforms read and write half-precision and channels_last problems themselves
-    #: (no conversions around them).
+    #: (no conversions around them). 12: in tf32 mode the own transforms' packed product has a TF32 tensor-core
+    #: form too.
     changes = {9: lambda p: any(k > 3 for k in p.kernel_size), 10: lambda p: p.rank == 3,
-               11: lambda p: p.dtype != "float32" or p.layout != "channels_first"}
+               11: lambda p: p.dtype != "float32" or p.layout != "channels_first", 12: lambda p: p.math == "tf32"}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
@@ -324,7 +330,7 @@ class FftStrategy(Strategy):
             raise ValueError(f"{config.label()}: {reason}")
         if config.product == "fgemm":
             return freqmajor.FreqMajorConv(xp, problem, config.sizes, config.chunk, config.strided, config.fused,
-                                           config.packed, config.own, config.narrow)
+                                           config.packed, config.own, config.narrow, config.tf32)
         return SpectralConv(xp, problem, config.sizes, config.product, config.chunk)
 
 
