@@ -165,6 +165,24 @@ def test_own_transforms_are_gpu_candidates_at_64x64_only(backend):
         fft.build(p, FftConfig(sizes=(64, 64), product="gemm", own=True), backend)
 
 
+def test_tf32_mode_offers_the_packed_products_tf32_form_with_own_transforms():
+    """In tf32 mode convtune's own transforms come with the packed product in float32 and in its TF32 form, and with
+    cuBLAS's TF32 product; in fp32 mode with the float32 packed product only. Narrow variants are float32 (the
+    narrow kernel has no TF32 form), one per packed configuration."""
+    from types import SimpleNamespace
+    from convtune.strategies.fft import narrow_variants, own_transform_configs
+    gpu = SimpleNamespace(name="cupy", device_info=lambda: SimpleNamespace(compute_capability="9.0"))
+    p = problem("2d-fft64")
+    labels = sorted(c.label() for c in own_transform_configs(p, gpu, [(64, 64), (60, 64)], ("fgemm",), True))
+    assert labels == sorted(["sizes=64x64,product=fgemm,chunk=2,packed,own",
+                             "sizes=64x64,product=fgemm,chunk=2,tf32,packed,own",
+                             "sizes=64x64,product=fgemm,chunk=2,tf32,own"]), labels
+    fp32 = own_transform_configs(p, gpu, [(64, 64)], ("fgemm",), False)
+    assert [c.label() for c in fp32] == ["sizes=64x64,product=fgemm,chunk=2,packed,own"]
+    thin = narrow_variants(p, own_transform_configs(p, gpu, [(64, 64)], ("fgemm",), True))
+    assert [c.label() for c in thin] == ["sizes=64x64,product=fgemm,chunk=2,packed,own,narrow"]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("pass_", PASSES)
 def test_own_transforms_with_tf32_products(pass_):
