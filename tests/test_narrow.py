@@ -37,6 +37,42 @@ def test_narrow_needs_the_packed_layout(backend):
         get_strategy("fft").build(problem("2d-odd"), FftConfig(sizes=(9, 10), product="fgemm", narrow=True), backend)
 
 
+def _packed_case(xp, ops, mnk, F, seed):
+    """Operands of a packed product as the passes hand them over: (F, rows, cols) frequency-major views of
+    (rows, cols + 2, F) arrays, a column slice as the groups take; ``c`` such a view of a (m, n, F) array holding
+    random values. Returns ``(a, b, c, product, before)``: ``product`` = 0.5 op(a) op(b) and ``before`` = c, both
+    float64 on the host."""
+    m, n, k = mnk
+    rng = numpy.random.default_rng(seed)
+
+    def packed(rows, cols):
+        host = (rng.standard_normal((rows, cols + 2, F)) + 1j * rng.standard_normal((rows, cols + 2, F)))
+        host = host.astype(numpy.complex64)
+        return host, xp.asarray(host).transpose(2, 0, 1)[:, :, 1:cols + 1]
+
+    def op(host, code):
+        mats = host[:, 1:-1, :].transpose(2, 0, 1).astype(numpy.complex128)
+        return mats if code == "N" else numpy.conj(mats.transpose(0, 2, 1))
+    op_a, op_b = ops
+    a_host, a = packed(*((m, k) if op_a == "N" else (k, m)))
+    b_host, b = packed(*((k, n) if op_b == "N" else (n, k)))
+    c = xp.asarray(rng.standard_normal((m, n, F)).astype(numpy.complex64)).transpose(2, 0, 1)
+    before = numpy.asarray(c.get() if hasattr(c, "get") else c).astype(numpy.complex128)
+    return a, b, c, 0.5 * op(a_host, op_a) @ op(b_host, op_b), before
+
+
+@pytest.mark.parametrize("ops", [("N", "C"), ("N", "N"), ("C", "N")])
+def test_the_packed_cases_are_views_and_their_product_is_the_ops(ops):
+    """The GPU tests' operands (on NumPy here): frequency-major views of the sizes the ops ask, and the float64
+    product of the ops they name."""
+    a, b, c, product, before = _packed_case(numpy, ops, (5, 4, 3), 7, 0)
+    assert a.shape == ((7, 5, 3) if ops[0] == "N" else (7, 3, 5)) and b.shape == ((7, 3, 4) if ops[1] == "N" else (7, 4, 3))
+    assert not a.flags.c_contiguous and c.shape == (7, 5, 4) and before.shape == (7, 5, 4)
+    op = {"N": lambda x: x, "C": lambda x: numpy.conj(x.transpose(0, 2, 1))}
+    expected = 0.5 * op[ops[0]](a.astype(numpy.complex128)) @ op[ops[1]](b.astype(numpy.complex128))
+    assert numpy.allclose(product, expected)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("ops", [("N", "C"), ("N", "N"), ("C", "N")])
 @pytest.mark.parametrize("mnk", [(37, 3, 20), (5, 40, 3), (130, 12, 7), (3, 17, 50)])
@@ -46,30 +82,13 @@ def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
     passes use, with and without accumulation: against NumPy."""
     import cupy
     from convtune.fft.freqmajor import _CupyOps
-    m, n, k = mnk
     F = 300
-    rng = numpy.random.default_rng(1)
-
-    def packed(rows, cols):
-        host = (rng.standard_normal((rows, cols + 2, F)) + 1j * rng.standard_normal((rows, cols + 2, F)))
-        host = host.astype(numpy.complex64)
-        return host, cupy.asarray(host).transpose(2, 0, 1)[:, :, 1:cols + 1]  # frequency-major view, a column slice
-
-    op_a, op_b = ops
-    a_host, a = packed(*((m, k) if op_a == "N" else (k, m)))
-    b_host, b = packed(*((k, n) if op_b == "N" else (n, k)))
-    c_store = cupy.asarray(rng.standard_normal((m, n, F)).astype(numpy.complex64))
-    c = c_store.transpose(2, 0, 1)
-    before = cupy.asnumpy(c).astype(numpy.complex128)
-
-    def op(host, code):
-        mats = host[:, 1:-1, :].transpose(2, 0, 1).astype(numpy.complex128)
-        return mats if code == "N" else numpy.conj(mats.transpose(0, 2, 1))
-    want = 0.5 * op(a_host, op_a) @ op(b_host, op_b) + (before if accumulate else 0)
+    a, b, c, product, before = _packed_case(cupy, ops, mnk, F, 1)
+    want = product + (before if accumulate else 0)
     # through the packed product's own dispatch (its row strides), with the narrow kernel
-    product = _CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True)
-    assert product.F == F
-    product.gemm(a, op_a, b, op_b, c, 0.5, beta=1.0 if accumulate else 0.0)
+    gemm = _CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True)
+    assert gemm.F == F
+    gemm.gemm(a, ops[0], b, ops[1], c, 0.5, beta=1.0 if accumulate else 0.0)
     got = cupy.asnumpy(c)
     assert numpy.abs(got - want).max() <= 1e-5 * numpy.abs(want).max()
 
@@ -85,30 +104,12 @@ def test_tf32_packed_gemm_on_packed_views(ops, mnk, accumulate):
     narrow product has no TF32 form."""
     import cupy
     from convtune.fft.freqmajor import _CupyOps
-    m, n, k = mnk
     F = 301
-    rng = numpy.random.default_rng(2)
-
-    def packed(rows, cols):
-        host = (rng.standard_normal((rows, cols + 2, F)) + 1j * rng.standard_normal((rows, cols + 2, F)))
-        host = host.astype(numpy.complex64)
-        return host, cupy.asarray(host).transpose(2, 0, 1)[:, :, 1:cols + 1]
-
-    op_a, op_b = ops
-    a_host, a = packed(*((m, k) if op_a == "N" else (k, m)))
-    b_host, b = packed(*((k, n) if op_b == "N" else (n, k)))
-    c_store = cupy.asarray(rng.standard_normal((m, n, F)).astype(numpy.complex64))
-    c = c_store.transpose(2, 0, 1)
-    before = cupy.asnumpy(c).astype(numpy.complex128)
-
-    def op(host, code):
-        mats = host[:, 1:-1, :].transpose(2, 0, 1).astype(numpy.complex128)
-        return mats if code == "N" else numpy.conj(mats.transpose(0, 2, 1))
-    product = 0.5 * op(a_host, op_a) @ op(b_host, op_b)
+    a, b, c, product, before = _packed_case(cupy, ops, mnk, F, 2)
     want = product + (before if accumulate else 0)
-    ops_ = _CupyOps(cupy, (2 * (F - 1),), packed=True, tf32=True)
-    assert ops_.tf32 and ops_.F == F
-    ops_.gemm(a, op_a, b, op_b, c, 0.5, beta=1.0 if accumulate else 0.0)
+    gemm = _CupyOps(cupy, (2 * (F - 1),), packed=True, tf32=True)
+    assert gemm.tf32 and gemm.F == F
+    gemm.gemm(a, ops[0], b, ops[1], c, 0.5, beta=1.0 if accumulate else 0.0)
     got = cupy.asnumpy(c)
     assert not numpy.isnan(got).any()
     err = numpy.linalg.norm(got - want) / numpy.linalg.norm(product)
