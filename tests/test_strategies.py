@@ -1,6 +1,7 @@
 """Every candidate of every registered strategy, every pass, every shape, against float64."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -163,6 +164,35 @@ def test_own_transforms_are_gpu_candidates_at_64x64_only(backend):
             fft.build(p, FftConfig(sizes=(64, 64), product="fgemm", fused=True, own=True), backend)
     with pytest.raises(ValueError, match="fgemm product only"):
         fft.build(p, FftConfig(sizes=(64, 64), product="gemm", own=True), backend)
+
+
+def test_own_transform_plans_are_built_for_the_problem_itself_others_for_its_float32_form(monkeypatch):
+    """The executor of a half-precision or channels_last problem: convtune's own transforms (not tiled, not
+    polyphase) are built for the problem itself, with no conversions and no conversion workspace; every other
+    configuration for its float32 channels-first form, between conversions (the builds stubbed: own transforms
+    are GPU kernels)."""
+    from types import SimpleNamespace
+    import numpy as np
+    from convtune.strategies.fft import FftConfig
+    fft = get_strategy("fft")
+    built = []
+
+    def build(problem, config, backend):
+        built.append(problem)
+        return lambda a, b, out=None: out
+    monkeypatch.setattr(fft, "build", build)
+    be = SimpleNamespace(name="numpy", xp=np)
+    p = problem("2d-fft64").replace(dtype="bfloat16", layout="channels_last")
+    own = FftConfig(sizes=(64, 64), product="fgemm", chunk=2, packed=True, own=True)
+    for config, itself in ((own, True), (replace(own, tiled=True), False), (replace(own, polyphase=True), False),
+                           (FftConfig(sizes=(64, 64), product="fgemm", chunk=2, packed=True), False)):
+        run = fft.executor(p, config, be)
+        assert built[-1] == (p if itself else p.in_float32()), config.label()
+        assert hasattr(run, "float32_run") != itself and fft.reads(p, config) == itself
+        if not (config.tiled or config.polyphase):  # (their workspaces are for problems they apply to)
+            extra = 0 if itself else p.in_float32().min_bytes()
+            assert fft.workspace(p, config) == fft.workspace_bytes(p, config) + extra
+    assert fft.reads(p.in_float32()) and not fft.reads(p)
 
 
 def test_tf32_mode_offers_the_packed_products_tf32_form_with_own_transforms():
@@ -342,14 +372,14 @@ def test_channels_first_half_depthwise_problems_run_their_kernels_without_conver
             for pass_ in ("fwd", "dgrad", "wgrad"):
                 p = layer(size, k, pad, dtype=dtype, pass_=pass_)
                 for config in dw.candidates(p, gpu):
-                    assert dw._reads(p, config), config.label()
+                    assert dw.reads(p, config), config.label()
                     sums = 4 * 16 * math.prod(p.kernel_size) if pass_ == "wgrad" else 0
                     assert dw.workspace(p, config) == sums, (config.label(), pass_)
         cube = layer((6, 6, 6), 3, 1, dtype=dtype)
-        assert not any(dw._reads(cube, c) for c in dw.candidates(cube, gpu))
+        assert not any(dw.reads(cube, c) for c in dw.candidates(cube, gpu))
         assert dw.workspace(cube, dw.candidates(cube, gpu)[0]) == cube.in_float32().min_bytes()
         last = layer((56, 56), 7, 3, dtype=dtype, layout="channels_last")
-        assert [dw._reads(last, c) for c in dw.candidates(last, gpu)] == [c.variant.startswith("nhwc")
+        assert [dw.reads(last, c) for c in dw.candidates(last, gpu)] == [c.variant.startswith("nhwc")
                                                                           for c in dw.candidates(last, gpu)]
     assert dw.version == 7 and dw.changes[7](layer((56, 56), 7, 3, dtype="bfloat16"))
     assert not dw.changes[7](layer((56, 56), 7, 3)) and not dw.changes[7](layer((6, 6, 6), 3, 1, dtype="float16"))

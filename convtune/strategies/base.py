@@ -144,20 +144,22 @@ class Strategy:
         operations record; CuPy refuses cuBLAS calls on a capturing stream)? ``False`` where not known."""
         return False
 
-    def reads(self, problem: ConvProblem) -> bool:
-        """Do this strategy's executors read ``problem``'s dtype and layout themselves?"""
+    def reads(self, problem: ConvProblem, config: Config | None = None) -> bool:
+        """Do this strategy's executors (``config``'s, where given) read ``problem``'s dtype and layout themselves?
+        Those of :attr:`native_dtypes` and :attr:`native_layouts`; a strategy some of whose configurations read
+        more says so here."""
         return problem.dtype in self.native_dtypes and problem.layout in self.native_layouts
 
     def executor(self, problem: ConvProblem, config: Config, backend) -> Executor:
-        """The executor the planner times and plans run: :meth:`build`'s where the strategy reads the
+        """The executor the planner times and plans run: :meth:`build`'s where ``config`` reads the
         problem's dtype and layout, else its float32 channels-first executor between conversions."""
-        if self.reads(problem):
+        if self.reads(problem, config):
             return self.build(problem, config, backend)
         return precision.bounded(self.build(problem.in_float32(), config, backend), problem, backend.xp)
 
     def workspace(self, problem: ConvProblem, config: Config) -> int:
         """:meth:`workspace_bytes`, plus the float32 copies of operands and result that conversions make."""
-        extra = 0 if self.reads(problem) else problem.in_float32().min_bytes()
+        extra = 0 if self.reads(problem, config) else problem.in_float32().min_bytes()
         return self.workspace_bytes(problem, config) + extra
 
     def check(self, problem: ConvProblem, backend) -> None:

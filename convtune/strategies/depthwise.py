@@ -127,28 +127,18 @@ class DepthwiseStrategy(Strategy):
         if _nhwc(config):
             return depthwise_nhwc.workspace_bytes(problem)
         # a half-precision filter gradient's float32 sums (the channels-first kernels)
-        half_sums = problem.pass_ == "wgrad" and problem.dtype != "float32" and self._reads(problem, config)
+        half_sums = problem.pass_ == "wgrad" and problem.dtype != "float32" and self.reads(problem, config)
         return 4 * math.prod(problem.w_shape) if half_sums else 0
 
-    @staticmethod
-    def _reads(problem, config) -> bool:
+    def reads(self, problem, config=None) -> bool:
         """Does ``config``'s executor read the problem's dtype and layout itself? The nhwc kernels do; the
         channels-first kernels of 1-D and 2-D problems read channels-first operands of any dtype; the 3-D ones
-        read float32 channels-first."""
+        read float32 channels-first (without ``config``: what every configuration reads, float32 channels-first)."""
+        if config is None:
+            return super().reads(problem)
         if _nhwc(config):
             return True
         return problem.layout == "channels_first" and (problem.dtype == "float32" or problem.rank < 3)
-
-    def executor(self, problem, config, backend):
-        """:meth:`build`'s executor where it reads the problem (:meth:`_reads`), else the float32 channels-first
-        one between conversions."""
-        if self._reads(problem, config):
-            return self.build(problem, config, backend)
-        return precision.bounded(self.build(problem.in_float32(), config, backend), problem, backend.xp)
-
-    def workspace(self, problem, config) -> int:
-        extra = 0 if self._reads(problem, config) else problem.in_float32().min_bytes()
-        return self.workspace_bytes(problem, config) + extra
 
     def recordable(self, problem, config) -> bool:
         return True  # one kernel launch per pass (and a memset for the filter gradient)

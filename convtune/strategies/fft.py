@@ -258,23 +258,10 @@ class FftStrategy(Strategy):
         transforms read float32 channels-first, so those run between conversions."""
         return config.own and not config.polyphase and not config.tiled
 
-    def executor(self, problem, config, backend):
-        """The base class's, except that convtune's own transforms run a half-precision or channels_last
-        problem without conversions (:meth:`reads_as_it_lies`). A bfloat16 problem's executor then also reads
-        and writes bfloat16 as its 16 bits (int16 or uint16 arrays: what the PyTorch layer hands it), and the
-        planner times it so (``timed``)."""
-        if self.reads(problem) or not self.reads_as_it_lies(config):
-            return super().executor(problem, config, backend)
-        run = self.build(problem, config, backend)
-        if problem.dtype == "bfloat16" and backend.name == "cupy":
-            run.reads_bfloat16_bits = True
-            run.timed = _bits_timed(run, problem, backend.xp)
-        return run
-
-    def workspace(self, problem, config) -> int:
-        if self.reads(problem) or not self.reads_as_it_lies(config):
-            return super().workspace(problem, config)
-        return self.workspace_bytes(problem, config)
+    def reads(self, problem, config=None) -> bool:
+        """float32 channels-first, and with convtune's own transforms (:meth:`reads_as_it_lies`) any dtype and
+        layout."""
+        return super().reads(problem) or (config is not None and self.reads_as_it_lies(config))
 
     def recordable(self, problem, config) -> bool:
         # the pointwise product: cuFFT plans and convtune's kernels; the GEMM products call cuBLAS
@@ -320,6 +307,11 @@ class FftStrategy(Strategy):
                 out = precision.empty_in(xp, shape, str(a.dtype), layout)
             with gemm_precision(xp, config.tf32):
                 return executor(a, b, out)
+        if problem.dtype == "bfloat16" and backend.name == "cupy":  # (own transforms: see reads_as_it_lies)
+            # bfloat16 also as its 16 bits (int16 or uint16 arrays: what the PyTorch layer hands over), and the
+            # planner times it so
+            run.reads_bfloat16_bits = True
+            run.timed = _bits_timed(run, problem, xp)
         return run
 
     @staticmethod
