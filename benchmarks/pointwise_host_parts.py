@@ -12,9 +12,6 @@ A first form timed rounds of 2000 calls: those filled the launch queue and measu
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from convtune.backend import get_backend
@@ -23,25 +20,12 @@ from convtune.problem import ConvProblem
 from convtune.strategies.im2col import Im2colConfig
 from convtune.torch._bridge import bridge
 from convtune.torch._dispatch import ArrayPlan
+from torch_host_cpu import host_us  # (benchmarks/: the script's own directory)
 
 LAYERS = [dict(in_channels=64, out_channels=64, input_size=(56, 56)),
           dict(in_channels=256, out_channels=64, input_size=(56, 56)),
           dict(in_channels=1024, out_channels=256, input_size=(14, 14)),
           dict(in_channels=512, out_channels=2048, input_size=(7, 7))]
-
-
-def per_call_us(fn, calls=50, rounds=101) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    best = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(best)
 
 
 def main() -> None:
@@ -77,7 +61,7 @@ def main() -> None:
         }
         print(f"== {p.describe()}")
         for name, fn in rows.items():
-            print(f"   {name:42s} {per_call_us(fn):7.2f} us")
+            print(f"   {name:42s} {host_us(fn, calls=50, rounds=101, sync=torch.cuda.synchronize):7.2f} us")
 
 
 if __name__ == "__main__":

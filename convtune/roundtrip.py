@@ -163,7 +163,7 @@ class RoundTrip:
         # builds for the float32 problem itself)
         self.float32 = self.problem.in_float32()
         # convtune's own transforms read and write the layer's dtype and layout themselves: no conversions
-        self.converted = self.float32 != self.problem and not (config.own and config.product == "fgemm")
+        self.converted = self.float32 != self.problem and not config.own
         reason = unsupported_reason(self.problem)
         if reason is not None:
             raise ValueError(f"{config.label()}: {reason}")

@@ -37,6 +37,8 @@ import functools
 
 import numpy
 
+from .. import precision
+
 SIZE = 64
 #: Frequencies of one image's spectrum: 33 row frequencies x 64 column frequencies.
 FREQS = (SIZE // 2 + 1) * SIZE
@@ -410,11 +412,7 @@ def irfft(spec, dst, geometry=((0, 1, SIZE), (0, 1, SIZE)), round_bfloat16: bool
 
 def dense_channels_last(a) -> bool:
     """Is ``a`` (N, C, n0, n1) dense in channels_last order (N, n0, n1, C), with more than one channel?"""
-    if a.ndim != 4 or a.shape[1] == 1:
-        return False
-    n, c, h, w = a.shape
-    expected = (h * w * c, 1, w * c, c)
-    return all(st == e * a.itemsize or size == 1 for st, e, size in zip(a.strides, expected, a.shape))
+    return a.ndim == 4 and precision.layout_of(a) == "channels_last"
 
 
 def _transpose(src, dst, r: int, s: int, samples: int):

@@ -392,7 +392,7 @@ class Route:
                 else:  # convtune's own transforms read and write the layer as it is (bfloat16 as its 16 bits); other
                     # trips are float32 channels-first, a half-precision or channels_last layer's conversions PyTorch's
                     # (kept_forward and kept_backward)
-                    own = decision.config.own and problem.dtype in _TORCH_DTYPES and self.device.type == "cuda"
+                    own = decision.config.own
                     trip = br.call(self.device.index, roundtrip.RoundTrip, problem if own else problem.in_float32(),
                                    decision.config, br.backend)
         except Exception as exc:  # a failure is a reason for the per-pass plans, never an error
