@@ -27,6 +27,7 @@ import math
 
 from ..compiling import compiled_once
 from ..problem import ConvProblem
+from . import depthwise_nhwc
 from .depthwise_nhwc import ELEMENT_TYPES
 
 #: Largest kernel (taps) whose filter gradient keeps one accumulator per tap in registers (the simple
@@ -450,20 +451,6 @@ def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: in
     return kernel
 
 
-@compiled_once
-def _rounding_kernel(cp, dtype: str):
-    """``k(src, dst, n)``: float32 sums rounded into ``dtype``'s memory (a half-precision filter gradient)."""
-    code = ELEMENT_TYPES[dtype] + r"""
-extern "C" __global__ void dw_round(const float* __restrict__ src, T* __restrict__ dst, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x)
-    dst[i] = st(src[i]);
-}
-"""
-    kernel = cp.RawKernel(code, "dw_round", options=("--std=c++14",))
-    kernel.compile()
-    return kernel
-
-
 def kernel_hw(p: ConvProblem) -> tuple[int, int]:
     return (1, p.kernel_size[0]) if p.rank == 1 else tuple(p.kernel_size)
 
@@ -593,8 +580,8 @@ class DepthwiseConv:
         dt = self.dtype = p.dtype  # the operands' and result's memory (bfloat16 as its 16 bits), sums in float32
         self.result_bytes = 4 * math.prod(p.result_shape)
         # a half-precision filter gradient: the float32 sums in a workspace, rounded into the result once
-        self.workspace = self.result_bytes if p.pass_ == "wgrad" and dt != "float32" else 0
-        self.rounding = _rounding_kernel(cp, dt) if self.workspace else None
+        self.workspace = depthwise_nhwc.workspace_bytes(p)
+        self.rounding = depthwise_nhwc.cast_kernel(cp, dt) if self.workspace else None
         self.count = math.prod(p.result_shape)
         kh, kw = kernel_hw(p)
         self.smem, self.int_args = 0, None
@@ -687,5 +674,5 @@ class DepthwiseConv:
             self.cp.cuda.runtime.memsetAsync(sums, 0, self.result_bytes, stream.ptr)
         self.kernel.kernel(self.grid, self.block, (a, b, sums, *self._launch_args()), self.smem, stream)
         if self.rounding is not None:
-            self.rounding.kernel((min(1024, (self.count + 255) // 256),), (256,),
+            self.rounding((min(1024, (self.count + 255) // 256),), (256,),
                                  (sums, out, self.cp.int64(self.count)), 0, stream)

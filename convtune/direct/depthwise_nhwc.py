@@ -439,15 +439,15 @@ extern "C" __global__ void __launch_bounds__(32 * BY) dwl_wgrad_tiled(
 """
 
 _CAST = r"""
-// the float32 sums rounded to the filter gradient's dtype
-extern "C" __global__ void dwl_cast(const float* __restrict__ s, T* __restrict__ out, int n) {{
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) out[i] = st(s[i]);
-}}
+// float32 sums rounded into a half-precision filter gradient's memory
+extern "C" __global__ void dw_cast(const float* __restrict__ s, T* __restrict__ out, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x)
+    out[i] = st(s[i]);
+}
 """
 
 _SOURCES = {"fwd": (_FWD, ("dwl_fwd",)), "fwd-tiled": (_FWD_TILED, ("dwl_fwd_tiled",)), "dgrad": (_DGRAD, ("dwl_dgrad",)),
-            "wgrad": (_WGRAD + _CAST, ("dwl_wgrad", "dwl_cast")),
-            "wgrad-tiled": (_WGRAD_TILED + _CAST, ("dwl_wgrad_tiled", "dwl_cast"))}
+            "wgrad": (_WGRAD, ("dwl_wgrad",)), "wgrad-tiled": (_WGRAD_TILED, ("dwl_wgrad_tiled",))}
 
 
 @compiled_once
@@ -459,6 +459,14 @@ def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int
     module = cp.RawModule(code=code, options=("--std=c++14",))
     # the launchable functions, compiled here at build time: no first call pays for NVRTC
     return tuple(module.get_function(name).kernel for name in names)
+
+
+@compiled_once
+def cast_kernel(cp, dtype: str):
+    """``k(sums, out, n)``, a launchable function: ``n`` float32 sums rounded into ``dtype``'s memory (bfloat16 as its
+    16 bits), the last step of a half-precision filter gradient (these kernels' and the channels-first ones')."""
+    module = cp.RawModule(code=ELEMENT_TYPES[dtype] + _CAST, options=("--std=c++14",))
+    return module.get_function("dw_cast").kernel
 
 
 def dims(p: ConvProblem) -> tuple:
@@ -575,8 +583,8 @@ class NhwcDepthwiseConv:
             th, tw = tile_shape(p, rows)
             by = wgrad_warps(p)
             self.block = (LANES, by)
-            self.kernel, cast = _kernels(cp, "wgrad-tiled", p.dtype, KH, KW, 1, DW, rows, by=by, th=th, tw=tw, dh=DH)
-            self._set_cast(cast)
+            (self.kernel,) = _kernels(cp, "wgrad-tiled", p.dtype, KH, KW, 1, DW, rows, by=by, th=th, tw=tw, dh=DH)
+            self._set_cast()
             self.args = tuple(i32(v) for v in (p.batch, C, H, W, OH, OW, PH, PW))
             tiles = p.batch * math.ceil(OH / th) * math.ceil(OW / tw)
             self.grid = (cx, max(1, min(tiles, math.ceil(4 * sm_count / cx), 65535)))
@@ -609,8 +617,8 @@ class NhwcDepthwiseConv:
                                                DH))
         else:
             khg = row_group(p)
-            self.kernel, cast = _kernels(cp, "wgrad", p.dtype, KH, KW, SW, DW, rows, khg=khg, by=by)
-            self._set_cast(cast)
+            (self.kernel,) = _kernels(cp, "wgrad", p.dtype, KH, KW, SW, DW, rows, khg=khg, by=by)
+            self._set_cast()
             groups = math.ceil(KH / khg)
             slices = max(1, min(rows_total, math.ceil(8 * sm_count / (cx * groups))))
             self.grid = (cx, slices, groups)
@@ -619,12 +627,12 @@ class NhwcDepthwiseConv:
         # rows per block: enough blocks to fill the device several times over, each reading its taps once
         self.grid = (cx, max(1, min(rows_total, math.ceil(32 * sm_count / cx), 65535)))
 
-    def _set_cast(self, cast) -> None:
+    def _set_cast(self) -> None:
         """A half-precision filter gradient's rounding of its float32 sums (float32: none, the sums are it)."""
         if self.p.dtype == "float32":
             return
         taps = self.p.in_channels * math.prod(self.p.kernel_size)
-        self.cast, self.cast_args = cast, (self.cp.int32(taps),)
+        self.cast, self.cast_args = cast_kernel(self.cp, self.p.dtype), (self.cp.int64(taps),)
         self.cast_grid = (min(1024, math.ceil(taps / 256)),)
 
     def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:

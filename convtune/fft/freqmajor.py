@@ -415,18 +415,23 @@ class _CupyOps(_Ops):
 # A wide tile per frequency keeps the operand traffic from L2 at 1/32 of an element per multiply-add.
 _PG_THREADS, _PG_FREQS, _PG_TILE = 256, 4, 64
 
-_PACKED_GEMM_SOURCE = f"#define FT {_PG_FREQS}\n#define MT {_PG_TILE}\n" + r"""
-#define KT 4
+# What both packed kernels (float32 and TF32) share: the tile's sizes, the shared-memory layout of an operand's
+# rows and the asynchronous copy that fills it.
+_PACKED_COMMON = f"#define FT {_PG_FREQS}\n#define MT {_PG_TILE}\n" + r"""
 // shared-memory index of (row, frequency): rows of 4 frequencies, 4 more elements after every 8 rows,
 // so the 8 column blocks that a warp reads fall in different banks
 #define SIDX(r, f) ((r) * FT + (f) + ((r) >> 3) * FT)
-#define SROWS (MT * FT + (MT / 8) * FT)
 
 __device__ __forceinline__ void convtune_cp8(float2* dst, const float2* src, bool ok) {
     // 8 bytes global -> shared, asynchronously; zeros where ``ok`` is false (nothing is read)
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(d), "l"(src), "r"(ok ? 8 : 0));
 }
+"""
+
+_PACKED_GEMM_SOURCE = _PACKED_COMMON + r"""
+#define KT 4
+#define SROWS (MT * FT + (MT / 8) * FT)
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B, float2* __restrict__ C,
@@ -520,14 +525,9 @@ convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B
 # 0.34 to 0.38 ms against the float32 kernel's 0.53 to 0.61 (written in place from the fragments: 0.52 to 0.74).
 _PGT_SMEM = 2 * 2 * 8 * (_PG_TILE * _PG_FREQS + (_PG_TILE // 8) * _PG_FREQS + 1) * 8
 
-_PACKED_TF32_SOURCE = f"#define FT {_PG_FREQS}\n#define MT {_PG_TILE}\n#define KT 8\n" + r"""
-#define SIDX(r, f) ((r) * FT + (f) + ((r) >> 3) * FT)
-""" + r"""
+_PACKED_TF32_SOURCE = _PACKED_COMMON + r"""
+#define KT 8
 #define SROWS_T (MT * FT + (MT / 8) * FT + 1)  // +1: a fragment's 4 k rows fall in different banks
-__device__ __forceinline__ void convtune_cp8t(float2* dst, const float2* src, bool ok) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(d), "l"(src), "r"(ok ? 8 : 0));
-}
 __device__ __forceinline__ unsigned convtune_tf32(float v) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
@@ -569,9 +569,9 @@ convtune_packed_cgemm_tf32(const float2* __restrict__ A, const float2* __restric
             const int kk = k0 + j;
             const bool fk = f < F && kk < K;
             const bool oka = fk && m0 + lr < M, okb = fk && n0 + lr < N;
-            convtune_cp8t(&As[(buf * KT + j) * SROWS_T + SIDX(lr, lf)],
+            convtune_cp8(&As[(buf * KT + j) * SROWS_T + SIDX(lr, lf)],
                 oka ? A + ((long long)(m0 + lr) * sAm + (long long)kk * sAk) * F + f : A, oka);
-            convtune_cp8t(&Bs[(buf * KT + j) * SROWS_T + SIDX(lr, lf)],
+            convtune_cp8(&Bs[(buf * KT + j) * SROWS_T + SIDX(lr, lf)],
                 okb ? B + ((long long)kk * sBk + (long long)(n0 + lr) * sBn) * F + f : B, okb);
         }
         asm volatile("cp.async.commit_group;\n" ::);
