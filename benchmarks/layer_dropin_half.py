@@ -3,7 +3,10 @@ channels_last, patched (per-pass plans, and kept spectra) against PyTorch's own 
 (cudnn.benchmark on), in the same process. A step is the layer's forward and backward (both gradients), timed
 with CUDA events, median of 30 after warm-up; PyTorch is timed before convtune tunes.
 
-    python3 benchmarks/layer_dropin_half.py [--time-budget S]
+    python3 benchmarks/layer_dropin_half.py [--time-budget S] [--tf32]
+
+Without ``--tf32`` cuDNN's TF32 is off (the drop-in keys the layer ``fp32``); with it on, as PyTorch's defaults have
+it, the layer is keyed ``tf32`` (bfloat16's bound is the looser one either way).
 """
 import argparse
 import copy
@@ -38,9 +41,10 @@ def step_ms(layer, x, g, reps=30):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-budget", type=float, default=10.0)
+    parser.add_argument("--tf32", action="store_true", help="cuDNN's TF32 on (PyTorch's default): tf32 plans")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = args.tf32
     fmt, dtype = torch.channels_last, torch.bfloat16
     plain = nn.Conv2d(64, 128, 9, bias=False).cuda().to(dtype=dtype, memory_format=fmt)
     x = torch.randn(128, 64, 64, 64, device="cuda").to(dtype=dtype, memory_format=fmt).requires_grad_()

@@ -222,10 +222,12 @@ def test_dense_channels_last_is_read_from_the_strides():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "uint16"])
-@pytest.mark.parametrize("shape", [(2, 3, 33, 35), (1, 64, 8, 8), (3, 40, 1, 37)])
+@pytest.mark.parametrize("shape", [(2, 3, 33, 35), (1, 64, 8, 8), (3, 40, 1, 37), (2, 130, 10, 14), (3, 66, 66, 1),
+                                   (2, 4, 2, 2)])
 def test_channels_last_transposes_match_numpy(dtype, shape):
     """The tiled transposes between dense channels_last and channels-first memory, odd sizes and both element
-    sizes: the same values, in the other order."""
+    sizes: the same values, in the other order (16-bit elements with even channels and pixels go in pairs, partial
+    64 x 64 tiles included)."""
     import cupy
     rng = numpy.random.default_rng(6)
     a = (rng.standard_normal(shape) * 1000).astype(dtype)

@@ -425,7 +425,7 @@ _PACKED_COMMON = f"#define FT {_PG_FREQS}\n#define MT {_PG_TILE}\n" + r"""
 __device__ __forceinline__ void convtune_cp8(float2* dst, const float2* src, bool ok) {
     // 8 bytes global -> shared, asynchronously; zeros where ``ok`` is false (nothing is read)
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(d), "l"(src), "r"(ok ? 8 : 0));
+    asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 8, %2;\n" :: "r"(d), "l"(src), "r"(ok ? 8 : 0));
 }
 """
 
