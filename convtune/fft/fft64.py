@@ -269,15 +269,18 @@ template <typename T, bool ROUND> __device__ __forceinline__ void irfft64(
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
         const int t1 = (j + 8 * k + o1) & 63;
-        if (t1 % s1 != 0 || t1 / s1 >= c1) continue;
-        const long long at = (t1 / s1) * sW;
+        const int q1 = s1 == 1 ? t1 : t1 / s1;  // (no division on the common stride-1 path)
+        if ((s1 != 1 && t1 % s1 != 0) || q1 >= c1) continue;
+        const long long at = (long long)q1 * sW;
         if (oka) store<ROUND>(rowa + at, a[k].x);
         if (okb) store<ROUND>(rowb + at, a[k].y);
     }
 }
 
+// (4 blocks of 256 threads per SM asked of the compiler: on the H100 fbfft-L2's inverse into bfloat16 took 0.173 ms
+// against 0.188 without, and 0.208 with the divisions by s1)
 #define IRFFT64(NAME, T, ROUND) \
-extern "C" __global__ void __launch_bounds__(256) \
+extern "C" __global__ void __launch_bounds__(256, 4) \
 NAME(const float2* __restrict__ in, T* __restrict__ dst, const float2* __restrict__ tw, int C, long long sN, \
      long long sC, long long sH, long long sW, int o0, int s0, int c0, int o1, int s1, int c1) \
 { irfft64<T, ROUND>(in, dst, tw, C, sN, sC, sH, sW, o0, s0, c0, o1, s1, c1); }
