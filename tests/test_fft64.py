@@ -238,3 +238,31 @@ def test_channels_last_transposes_match_numpy(dtype, shape):
     back = _channels_last(cupy, cupy.zeros(shape, dtype=dtype))
     fft64.channels_last_into(first, back)
     assert (cupy.asnumpy(back) == a).all() and back.strides == cl.strides
+
+
+class _Memory:
+    """What ``fft64._transpose`` reads of an array: its element size and device address."""
+
+    def __init__(self, itemsize, ptr):
+        self.itemsize = itemsize
+        self.data = type("Data", (), {"ptr": ptr})()
+
+
+@pytest.mark.parametrize("itemsize, r, s, ptrs, kernel, grid", [
+    (2, 4096, 64, (256, 512), "convtune_transpose16_pairs", (1, 64, 3)),  # fbfft-L2's x: pairs, 64 x 64 tiles
+    (2, 3136, 130, (256, 512), "convtune_transpose16_pairs", (3, 49, 3)),  # partial tiles along s
+    (2, 81, 64, (256, 512), "convtune_transpose16", (2, 3, 3)),  # odd r (a 9x9 filter's taps): element by element
+    (2, 64, 33, (256, 512), "convtune_transpose16", (2, 2, 3)),  # odd s
+    (2, 64, 64, (258, 512), "convtune_transpose16", (2, 2, 3)),  # a source 2 bytes past a word: no 32-bit access
+    (2, 64, 64, (256, 514), "convtune_transpose16", (2, 2, 3)),  # the same for the destination
+    (4, 64, 64, (256, 512), "convtune_transpose32", (2, 2, 3)),  # float32: 32 x 32 tiles
+])
+def test_transpose_takes_the_pair_kernel_only_where_pairs_are_whole_words(monkeypatch, itemsize, r, s, ptrs, kernel,
+                                                                          grid):
+    """Which transposing kernel and grid a (3, r, s) operand gets: 16-bit pairs as 32-bit words only where both
+    extents are even and both arrays start on a 4-byte boundary (on the GPU: test_channels_last_transposes_...)."""
+    launched = []
+    monkeypatch.setattr(fft64, "_kernel", lambda name: lambda g, block, args: launched.append((name, g, block)))
+    fft64._transpose(_Memory(itemsize, ptrs[0]), _Memory(itemsize, ptrs[1]), r, s, 3)
+    assert [(name, g) for name, g, _ in launched] == [(kernel, grid)]
+    assert launched[0][2] == ((256,) if kernel.endswith("pairs") else (32, 8))
