@@ -5,7 +5,7 @@ from PyTorch's profiler (3 trips). GPU:
 
     source scripts/gpu-env.sh; python3 benchmarks/fbfft_l2_trip_bits.py
 """
-import statistics, sys
+import statistics
 import cupy, torch
 from torch.profiler import profile, ProfilerActivity
 from convtune.problem import ConvProblem
