@@ -44,14 +44,9 @@ SIZE = 64
 FREQS = (SIZE // 2 + 1) * SIZE
 _THREADS = 256
 
-_SOURCE = r"""
-// exchange layout of the 32 transforms' 64 points: one pad after every 8 points and 72 per
-// transform, so the radix-8 steps' writes and reads both fall in different banks
-#define XIDX(t, q) ((t) * 72 + (q) + ((q) >> 3))
-// layout of the rows' spectra (row transform t, frequency k; or row r, column transform t on the
-// way back): 32 per frequency, swizzled so a warp's 8 frequencies of 2 transforms use 16 banks
-#define ZIDX(k, t) ((k) * 32 + ((t) ^ ((((k) & 1) << 3) | ((k) & 6))))
-
+#: Device helpers shared with :mod:`convtune.fft.rowconv`: complex arithmetic, the operands' element types (float32,
+#: float16 and bfloat16 as 16 bits: ``load``, ``store<ROUND>``) and the in-place 8-point DFT.
+DEVICE_HELPERS = r"""
 __device__ __forceinline__ float2 cadd(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
 __device__ __forceinline__ float2 csub(float2 a, float2 b) { return make_float2(a.x - b.x, a.y - b.y); }
 __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
@@ -111,6 +106,19 @@ template <bool INV> __device__ __forceinline__ void dft8(float2* a) {
     a[1] = cadd(e0, e2); a[3] = cadd(e1, e3); a[5] = csub(e0, e2); a[7] = csub(e1, e3);
 }
 
+"""
+
+_MACROS = r"""
+// exchange layout of the 32 transforms' 64 points: one pad after every 8 points and 72 per
+// transform, so the radix-8 steps' writes and reads both fall in different banks
+#define XIDX(t, q) ((t) * 72 + (q) + ((q) >> 3))
+// layout of the rows' spectra (row transform t, frequency k; or row r, column transform t on the
+// way back): 32 per frequency, swizzled so a warp's 8 frequencies of 2 transforms use 16 banks
+#define ZIDX(k, t) ((k) * 32 + ((t) ^ ((((k) & 1) << 3) | ((k) & 6))))
+
+"""
+
+_SOURCE = _MACROS + DEVICE_HELPERS + r"""
 // first radix-8 step of transform t (thread j holds points j + 8 n), twiddled, into the exchange
 template <bool INV> __device__ __forceinline__ void step1(float2* a, float2* buf, int t, int j,
                                                           const float2* __restrict__ tw) {

@@ -1,0 +1,487 @@
+"""1-D depthwise FFT convolution in one kernel per pass: a thread block transforms a whole row in shared memory.
+
+The FFT strategy runs a long depthwise row as separate launches: a zero-extending copy, cuFFT's transform, the
+product, cuFFT's inverse and a gather, each a pass over memory (hyena-long-dw's round trip 1.2 ms against a floor
+of 0.11). Here a row of up to 16384 samples is transformed, multiplied and transformed back by one thread block in
+shared memory: a pass reads its operand once and writes its result once, with the zero-extension, the product, the
+crop and the dtype conversions inside the kernel.
+
+Notation: a channel's input row ``x`` (``n`` samples), filter ``w`` (``k`` taps), padding ``p``, output ``y`` (``n + 2p
+- k + 1`` samples), transform length ``L`` (a power of two, at least :func:`convtune.fft.sizes.min_length`), ``M =
+L / 2``. The three passes, with ``X``, ``W``, ``DY`` the real spectra (``L`` frequencies, ``M + 1`` stored) of the
+zero-extended rows and ``IDFT`` the inverse transform divided by ``L``:
+
+* forward: ``y[t] = u[(t - p) mod L]``, ``u = IDFT(X conj(W))`` (a circular correlation);
+* backward-data: ``dx[i] = v[(i + p) mod L]``, ``v = IDFT(DY W)`` (a circular convolution);
+* backward-filter: ``dw[s] = q[(s - p) mod L]``, ``q = IDFT(sum over the batch of conj(DY) X)``.
+
+A real row of ``L`` samples is transformed as the complex row ``z[j] = a[2j] + i a[2j+1]`` of ``M`` points (a Stockham
+FFT, radix 8 with one radix-2 or radix-4 pass where ``M`` is not a power of 8). The real spectrum's frequencies ``f``
+and ``M - f`` come out of ``Z[f]`` and ``Z[M - f]`` together (:func:`_unpack`), and the inverse's complex row of the
+product's ``Y[f]`` and ``Y[M - f]`` together (:func:`_pack`): so one thread takes a pair of frequencies from the
+forward transform to the inverse's input without another exchange through shared memory.
+
+Kernels (``DTYPE`` float32, float16, or bfloat16 as its 16 bits; any element strides, so channels_last too):
+
+* ``spectrum``: each filter row's spectrum, ``M + 1`` complex64 per channel, into the workspace;
+* ``conv``: the forward (``conj(W)``) and the backward-data (``W``) pass, one block per (sample, channel) row;
+* ``wgrad``: one block per channel, the batch summed in the frequency domain (the input rows' spectra and the sums
+  go through the workspace, each frequency read back by the thread that wrote it), one inverse.
+
+The NumPy functions below (:func:`model`) run the same algorithm step by step in float64: the index arithmetic,
+the packing and the shifts that the kernels use are tested on the CPU against direct convolution.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from ..compiling import compiled_once
+from ..problem import ConvProblem
+from .sizes import min_length, next_pow2
+
+#: Transform lengths the kernels take (shared memory: 9 float2 per 8 points of the complex row of ``L / 2``,
+#: 144 KiB at the largest, inside the H100's 227 KiB a block may have).
+MIN_SIZE, MAX_SIZE = 16, 32768
+#: Threads per block: ``M / 8`` (one radix-8 butterfly each), at most this.
+MAX_THREADS = 512
+ELEMENTS = {"float32": "float", "float16": "h16", "bfloat16": "b16"}
+
+
+def transform_size(p: ConvProblem) -> int:
+    """The power of two these kernels use for ``p`` (at least :data:`MIN_SIZE`)."""
+    return max(MIN_SIZE, next_pow2(min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0])))
+
+
+def reason(p: ConvProblem, size: int | None = None) -> str | None:
+    """Why the kernels cannot run ``p`` (at transform length ``size``, default :func:`transform_size`), or ``None``."""
+    if p.rank != 1:
+        return f"the one-block row FFT is 1-D, not rank {p.rank}"
+    if not (p.groups == p.in_channels == p.out_channels):
+        return "not a depthwise convolution with channel multiplier 1 (groups == in == out channels)"
+    if p.stride[0] != 1 or p.dilation[0] != 1:
+        return f"stride {p.stride[0]} and dilation {p.dilation[0]}: the row FFT takes 1 and 1"
+    L = transform_size(p) if size is None else size
+    if L & (L - 1) or not MIN_SIZE <= L <= MAX_SIZE:
+        return f"transform length {L}: a power of two from {MIN_SIZE} to {MAX_SIZE} is needed"
+    least = min_length(p.input_size[0], p.padding[0], p.kernel_size[0])
+    if L < least:
+        return f"transform length {L} is below the {least} this problem needs"
+    if p.dtype not in ELEMENTS:
+        return f"dtype {p.dtype}"
+    return None
+
+
+def radices(m: int) -> tuple[int, ...]:
+    """The Stockham passes of an ``m``-point complex FFT: radix 8, then 2 or 4 for what is left."""
+    out = []
+    while m % 8 == 0 and m > 1:
+        out.append(8)
+        m //= 8
+    if m > 1:
+        out.append(m)  # 2 or 4
+    return tuple(out)
+
+
+def threads(m: int) -> int:
+    return min(MAX_THREADS, max(1, m // 8))
+
+
+def smem_bytes(m: int) -> int:
+    """Shared memory of a block: the complex row with one pad after every 8 points (:func:`_padded`)."""
+    return 8 * _padded(m)
+
+
+def _padded(i):
+    """Shared-memory slot of point ``i`` (a pad after every 8: the radix-8 passes' strided writes spread over banks)."""
+    return i + (i >> 3)
+
+
+def shifts(p: ConvProblem, L: int) -> int:
+    """The cyclic shift the result's gather applies: element ``t`` of the result is element ``(t + shift) mod L`` of
+    the inverse transform (the padding folded in)."""
+    pad = p.padding[0]
+    return pad % L if p.pass_ == "dgrad" else (-pad) % L
+
+
+def workspace_bytes(p: ConvProblem, L: int) -> int:
+    """The filter spectra (forward, backward-data), or the input spectra and the sums (backward-filter)."""
+    per_channel = 8 * (L // 2 + 1)
+    return (2 if p.pass_ == "wgrad" else 1) * p.in_channels * per_channel
+
+
+# -- the algorithm in NumPy (float64), as the kernels run it --------------------------------------------------------
+def _stockham(z, inverse: bool):
+    """Unnormalised DFT of each row of ``z`` (rows, M) by the kernels' Stockham passes (autosort: natural order)."""
+    rows, m = z.shape
+    sign = 1.0 if inverse else -1.0
+    ns = 1
+    for r in radices(m):
+        b = numpy.arange(m // r)
+        k = b & (ns - 1)
+        w = numpy.exp(sign * 1j * numpy.pi * 2.0 * k / (ns * r))  # the kernels: sincospif, then powers
+        v = numpy.stack([z[:, b + q * (m // r)] * w ** q for q in range(r)], axis=1)
+        dft = numpy.exp(sign * 2j * numpy.pi * numpy.outer(numpy.arange(r), numpy.arange(r)) / r)
+        v = numpy.einsum("sq,nqb->nsb", dft, v)
+        out = numpy.empty_like(z)
+        d = (b - k) * r + k
+        for s in range(r):
+            out[:, d + s * ns] = v[:, s]
+        z, ns = out, ns * r
+    return z
+
+
+def _twiddle(f, m):
+    """``exp(-i pi f / M)``: the real transform's half-length twiddle of frequency ``f``."""
+    return numpy.exp(-1j * numpy.pi * f / m)
+
+
+def _unpack(zf, zm, tw):
+    """Frequencies ``f`` and ``M - f`` of the real row's spectrum from ``Z[f]`` and ``Z[(M - f) mod M]`` of its packed
+    complex row (``tw``: :func:`_twiddle`; ``f = 0`` gives ``A[0]`` and ``A[M]``)."""
+    e = 0.5 * (zf + numpy.conj(zm))
+    o = -0.5j * (zf - numpy.conj(zm))
+    t = tw * o
+    return e + t, numpy.conj(e - t)
+
+
+def _pack(yf, ym, tw):
+    """The inverse's packed complex row at ``f`` and ``M - f`` from the spectrum's ``Y[f]`` and ``Y[M - f]``."""
+    s = yf + numpy.conj(ym)
+    d = yf - numpy.conj(ym)
+    return s + 1j * numpy.conj(tw) * d, numpy.conj(s) + 1j * tw * numpy.conj(d)
+
+
+def _pairs(m):
+    f = numpy.arange(m // 2 + 1)
+    return f, _twiddle(f, m)
+
+
+def model_spectrum(rows, L: int):
+    """Real spectra ``(R, M + 1)`` of ``rows`` (R, n) zero-extended to ``L``, as the kernels make them."""
+    m = L // 2
+    a = numpy.zeros((rows.shape[0], L))
+    a[:, :rows.shape[1]] = rows
+    z = _stockham(a[:, 0::2] + 1j * a[:, 1::2], inverse=False)
+    f, tw = _pairs(m)
+    af, am = _unpack(z[:, f], z[:, (m - f) % m], tw)
+    spec = numpy.empty((rows.shape[0], m + 1), dtype=complex)
+    spec[:, m - f] = am
+    spec[:, f] = af
+    return spec
+
+
+def model_inverse(spec, L: int):
+    """The real rows ``(R, L)`` of spectra ``(R, M + 1)``, divided by ``L``, as the kernels make them."""
+    m = L // 2
+    f, tw = _pairs(m)
+    pf, pm = _pack(spec[:, f], spec[:, m - f], tw)
+    z = numpy.empty((spec.shape[0], m), dtype=complex)
+    z[:, (m - f[1:])] = pm[:, 1:]  # (f = 0's partner would be M: not a point of the row)
+    z[:, f] = pf
+    z = _stockham(z, inverse=True) / L
+    out = numpy.empty((spec.shape[0], L))
+    out[:, 0::2], out[:, 1::2] = z.real, z.imag
+    return out
+
+
+def model(p: ConvProblem, a, b, L: int | None = None):
+    """``p``'s pass on float64 channels-first operands ``a``, ``b`` by the kernels' algorithm (the CPU's check of it)."""
+    L = transform_size(p) if L is None else L
+    why = reason(p, L)
+    if why:
+        raise ValueError(why)
+    n_batch, channels = p.batch, p.in_channels
+    shift = shifts(p, L)
+    if p.pass_ == "wgrad":
+        xs = model_spectrum(a.reshape(n_batch * channels, -1), L).reshape(n_batch, channels, -1)
+        dys = model_spectrum(b.reshape(n_batch * channels, -1), L).reshape(n_batch, channels, -1)
+        rows, length = model_inverse((numpy.conj(dys) * xs).sum(axis=0), L), p.kernel_size[0]
+        out_shape = p.w_shape
+    else:
+        spec = model_spectrum(a.reshape(n_batch * channels, -1), L).reshape(n_batch, channels, -1)
+        ws = model_spectrum(b.reshape(channels, -1), L)
+        product = spec * (numpy.conj(ws) if p.pass_ == "fwd" else ws)
+        rows = model_inverse(product.reshape(n_batch * channels, -1), L)
+        length = p.output_size[0] if p.pass_ == "fwd" else p.input_size[0]
+        out_shape = p.result_shape
+    t = (numpy.arange(length) + shift) % L
+    return rows[:, t].reshape(out_shape)
+
+
+# -- the CUDA kernels -------------------------------------------------------------------------------------------------
+_SOURCE = r"""
+#define M {m}
+#define L (2 * M)
+#define T {t}
+#define PADI(i) ((i) + ((i) >> 3))
+
+template <bool INV> __device__ __forceinline__ void dft2(float2* a) {{
+    const float2 b = a[1];
+    a[1] = csub(a[0], b);
+    a[0] = cadd(a[0], b);
+}}
+template <bool INV> __device__ __forceinline__ void dft4(float2* a) {{
+    const float2 b0 = cadd(a[0], a[2]), b1 = csub(a[0], a[2]), b2 = cadd(a[1], a[3]), b3 = rot<INV>(csub(a[1], a[3]));
+    a[0] = cadd(b0, b2); a[1] = cadd(b1, b3); a[2] = csub(b0, b2); a[3] = csub(b1, b3);
+}}
+template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {{
+    if constexpr (R == 8) dft8<INV>(a);
+    else if constexpr (R == 4) dft4<INV>(a);
+    else dft2<INV>(a);
+}}
+
+// one Stockham pass of radix R over the block's M points (Ns: the product of the radices before it); each thread
+// reads its butterflies' points, then all write: the one buffer serves as source and destination
+template <int R, bool INV> __device__ __forceinline__ void fft_pass(float2* buf, const int Ns) {{
+    constexpr int B = M / R, BPT = B / T;
+    float2 v[BPT][R];
+#pragma unroll
+    for (int q = 0; q < BPT; ++q) {{
+        const int b = threadIdx.x + q * T, k = b & (Ns - 1);
+        float s, c;
+        sincospif((INV ? 2.0f : -2.0f) * (float)k / (float)(Ns * R), &s, &c);
+        const float2 w = make_float2(c, s);
+        float2 wr = w;
+#pragma unroll
+        for (int r = 0; r < R; ++r) v[q][r] = buf[PADI(b + r * B)];
+#pragma unroll
+        for (int r = 1; r < R; ++r) {{ v[q][r] = cmul(v[q][r], wr); wr = cmul(wr, w); }}
+        dft<R, INV>(v[q]);
+    }}
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < BPT; ++q) {{
+        const int b = threadIdx.x + q * T, k = b & (Ns - 1), d = (b - k) * R + k;
+#pragma unroll
+        for (int r = 0; r < R; ++r) buf[PADI(d + r * Ns)] = v[q][r];
+    }}
+    __syncthreads();
+}}
+
+template <bool INV> __device__ __forceinline__ void fft(float2* buf) {{
+{passes}
+}}
+
+// a real row of n samples (element stride s), zero-extended to L, as the complex row z[j] = a[2j] + i a[2j+1]
+template <typename E> __device__ __forceinline__ void load_row(float2* buf, const E* row, long long s, int n) {{
+    for (int j = threadIdx.x; j < M; j += T) {{
+        const int i = 2 * j;
+        buf[PADI(j)] = make_float2(i < n ? load(row + i * s) : 0.f, i + 1 < n ? load(row + (i + 1) * s) : 0.f);
+    }}
+    __syncthreads();
+}}
+
+// result element t (< n, element stride s) is element (t + shift) mod L of the inverse's real row, times scale
+template <typename E> __device__ __forceinline__ void store_row(const float2* buf, E* row, long long s, int n,
+                                                             int shift, float scale) {{
+    const float* u = reinterpret_cast<const float*>(buf);
+    for (int t = threadIdx.x; t < n; t += T) {{
+        const int m = (t + shift) & (L - 1);
+        store<false>(row + t * s, scale * u[2 * PADI(m >> 1) + (m & 1)]);
+    }}
+}}
+
+__device__ __forceinline__ float2 twiddle(int f) {{
+    float s, c;
+    sincospif(-(float)f / (float)M, &s, &c);
+    return make_float2(c, s);
+}}
+
+// the real spectrum's frequencies f and M - f from the packed row's Z[f] and Z[(M - f) mod M]
+__device__ __forceinline__ void unpack(float2 zf, float2 zm, float2 tw, float2& af, float2& am) {{
+    const float2 e = make_float2(0.5f * (zf.x + zm.x), 0.5f * (zf.y - zm.y));
+    const float2 o = make_float2(0.5f * (zf.y + zm.y), 0.5f * (zm.x - zf.x));  // -i (zf - conj(zm)) / 2
+    const float2 t = cmul(tw, o);
+    af = cadd(e, t);
+    am = conjf2(csub(e, t));
+}}
+
+// the inverse's packed row at f and M - f from the spectrum's Y[f] and Y[M - f]
+__device__ __forceinline__ void pack(float2 yf, float2 ym, float2 tw, float2& pf, float2& pm) {{
+    const float2 s = cadd(yf, conjf2(ym)), d = csub(yf, conjf2(ym));
+    const float2 a = cmul(conjf2(tw), d), b = cmul(tw, conjf2(d));
+    pf = make_float2(s.x - a.y, s.y + a.x);   // s + i a
+    pm = make_float2(s.x - b.y, -s.y + b.x);  // conj(s) + i b
+}}
+
+// frequency pairs (f, M - f) for f = 0 .. M / 2, each taken by one thread in every phase
+#define FOR_PAIRS(f) for (int f = threadIdx.x; f <= M / 2; f += T)
+
+// each filter row's spectrum: M + 1 complex64 per channel
+template <typename E> __device__ __forceinline__ void spectrum(const E* __restrict__ w, float2* __restrict__ ws,
+                                                              long long sC, long long sK, int K) {{
+    extern __shared__ float2 buf[];
+    const int c = blockIdx.x;
+    load_row(buf, w + c * sC, sK, K);
+    fft<false>(buf);
+    float2* out = ws + (long long)c * (M + 1);
+    FOR_PAIRS(f) {{
+        float2 af, am;
+        unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], twiddle(f), af, am);
+        out[f] = af;
+        out[M - f] = am;
+    }}
+}}
+
+// forward (CONJ: times conj(W)) and backward-data (times W): block b is row (b / C, b % C)
+template <typename E, bool CONJ> __device__ __forceinline__ void conv(
+    const E* __restrict__ a, const float2* __restrict__ ws, E* __restrict__ out, int C, long long aN, long long aC,
+    long long aL, long long oN, long long oC, long long oL, int n_in, int n_out, int shift, float scale) {{
+    extern __shared__ float2 buf[];
+    const long long b = blockIdx.x, ni = b / C;
+    const int c = (int)(b - ni * C);
+    load_row(buf, a + ni * aN + c * aC, aL, n_in);
+    fft<false>(buf);
+    const float2* spec = ws + (long long)c * (M + 1);
+    FOR_PAIRS(f) {{
+        const int g = (M - f) & (M - 1);
+        const float2 tw = twiddle(f);
+        float2 af, am, pf, pm;
+        unpack(buf[PADI(f)], buf[PADI(g)], tw, af, am);
+        float2 sf = __ldg(spec + f), sm = __ldg(spec + (M - f));
+        if (CONJ) {{ sf = conjf2(sf); sm = conjf2(sm); }}
+        pack(cmul(af, sf), cmul(am, sm), tw, pf, pm);
+        buf[PADI(f)] = pf;
+        if (f != 0 && f != M / 2) buf[PADI(g)] = pm;
+    }}
+    __syncthreads();
+    fft<true>(buf);
+    store_row(buf, out + ni * oN + c * oC, oL, n_out, shift, scale);
+}}
+
+// backward-filter: block c sums conj(DY) X over the batch (ws: the input rows' spectra, then the sums; M + 1 each)
+template <typename E> __device__ __forceinline__ void wgrad(
+    const E* __restrict__ x, const E* __restrict__ dy, E* __restrict__ dw, float2* __restrict__ ws, int N, int C,
+    long long xN, long long xC, long long xL, long long yN, long long yC, long long yL, long long wC, long long wK,
+    int n_in, int n_out, int K, int shift, float scale) {{
+    extern __shared__ float2 buf[];
+    const int c = blockIdx.x;
+    float2* xs = ws + (long long)c * 2 * (M + 1);
+    float2* qs = xs + (M + 1);
+    for (int ni = 0; ni < N; ++ni) {{
+        load_row(buf, x + ni * xN + c * xC, xL, n_in);
+        fft<false>(buf);
+        FOR_PAIRS(f) {{
+            float2 af, am;
+            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], twiddle(f), af, am);
+            xs[f] = af;
+            xs[M - f] = am;
+        }}
+        __syncthreads();  // (the next load overwrites buf)
+        load_row(buf, dy + ni * yN + c * yC, yL, n_out);
+        fft<false>(buf);
+        FOR_PAIRS(f) {{  // (each thread reads back what it wrote: the same pairs in every phase)
+            float2 df, dm;
+            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], twiddle(f), df, dm);
+            float2 qf = cmul(conjf2(df), xs[f]), qm = cmul(conjf2(dm), xs[M - f]);
+            if (ni) {{ qf = cadd(qf, qs[f]); qm = cadd(qm, qs[M - f]); }}
+            qs[f] = qf;
+            qs[M - f] = qm;
+        }}
+        __syncthreads();
+    }}
+    FOR_PAIRS(f) {{
+        float2 pf, pm;
+        pack(qs[f], qs[M - f], twiddle(f), pf, pm);
+        buf[PADI(f)] = pf;
+        if (f != 0 && f != M / 2) buf[PADI(M - f)] = pm;
+    }}
+    __syncthreads();
+    fft<true>(buf);
+    store_row(buf, dw + c * wC, wK, K, shift, scale);
+}}
+
+extern "C" __global__ void __launch_bounds__(T) rowfft_spectrum(const {e}* w, float2* ws, long long sC, long long sK, int K)
+{{ spectrum<{e}>(w, ws, sC, sK, K); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_fwd(const {e}* a, const float2* ws, {e}* out, int C, long long aN,
+    long long aC, long long aL, long long oN, long long oC, long long oL, int n_in, int n_out, int shift, float scale)
+{{ conv<{e}, true>(a, ws, out, C, aN, aC, aL, oN, oC, oL, n_in, n_out, shift, scale); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_dgrad(const {e}* a, const float2* ws, {e}* out, int C,
+    long long aN, long long aC, long long aL, long long oN, long long oC, long long oL, int n_in, int n_out, int shift,
+    float scale)
+{{ conv<{e}, false>(a, ws, out, C, aN, aC, aL, oN, oC, oL, n_in, n_out, shift, scale); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_wgrad(const {e}* x, const {e}* dy, {e}* dw, float2* ws, int N,
+    int C, long long xN, long long xC, long long xL, long long yN, long long yC, long long yL, long long wC,
+    long long wK, int n_in, int n_out, int K, int shift, float scale)
+{{ wgrad<{e}>(x, dy, dw, ws, N, C, xN, xC, xL, yN, yC, yL, wC, wK, n_in, n_out, K, shift, scale); }}
+"""
+
+
+def source(dtype: str, m: int) -> str:
+    """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``)."""
+    from .fft64 import DEVICE_HELPERS
+    calls, ns = [], 1
+    for r in radices(m):
+        calls.append(f"    fft_pass<{r}, INV>(buf, {ns});")
+        ns *= r
+    return DEVICE_HELPERS + _SOURCE.format(m=m, t=threads(m), passes="\n".join(calls), e=ELEMENTS[dtype])
+
+
+@compiled_once
+def _kernels(dtype: str, m: int, device_id: int):
+    """The launchable (spectrum, fwd, dgrad, wgrad) functions of ``dtype`` for ``m``-point rows, compiled once per
+    device (one source: CuPy compiles it once for the four), each allowed :func:`smem_bytes` of dynamic shared
+    memory."""
+    import cupy
+    code, out = source(dtype, m), []
+    with cupy.cuda.Device(device_id):
+        for name in ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad"):
+            kernel = cupy.RawKernel(code, name, options=("--std=c++17",))
+            kernel.max_dynamic_shared_size_bytes = smem_bytes(m)  # (over the 48 KiB a block gets without opting in)
+            out.append(kernel.kernel)
+    return tuple(out)
+
+
+def _strides(p: ConvProblem, shape) -> tuple[int, int, int]:
+    """Element strides (N, C, length) of a dense operand of logical ``shape`` (N, C, length) in ``p``'s layout."""
+    n, c, length = shape
+    if p.layout == "channels_last" and c > 1:
+        return length * c, 1, c
+    return c * length, length, 1
+
+
+class RowFftConv:
+    """One 1-D depthwise problem's executor at transform length ``L``: :meth:`launch` runs the pass by address on
+    dense operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of
+    device memory; :func:`convtune.precision.launched` makes the array executor of it. ``kernels``: the (spectrum,
+    fwd, dgrad, wgrad) launchables (default: compiled for the current device; the CPU tests pass stand-ins)."""
+
+    def __init__(self, cp, p: ConvProblem, L: int | None = None, kernels=None):
+        L = transform_size(p) if L is None else L
+        why = reason(p, L)
+        if why:
+            raise ValueError(f"row FFT: {why}")
+        self.cp, self.p, self.L, self.m = cp, p, L, L // 2
+        self.workspace = workspace_bytes(p, L)
+        spectrum, fwd, dgrad, wgrad = kernels or _kernels(p.dtype, self.m, cp.cuda.Device().id)
+        i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
+        block, smem, C = (threads(self.m),), smem_bytes(self.m), p.in_channels
+        n, length, k = p.input_size[0], p.output_size[0], p.kernel_size[0]
+        shift, scale = i32(shifts(p, L)), f32(1.0 / L)
+        wN, wC, wK = _strides(p, (C, 1, k))
+        self.spectrum = (spectrum, (C,), block, (i64(wN), i64(wK), i32(k)), smem)
+        x_strides, y_strides = _strides(p, p.x_shape), _strides(p, p.y_shape)
+        if p.pass_ == "wgrad":
+            self.main = (wgrad, (C,), block,
+                         (i32(p.batch), i32(C), *map(i64, x_strides), *map(i64, y_strides), i64(wN), i64(wK),
+                          i32(n), i32(length), i32(k), shift, scale), smem)
+        else:
+            src, dst = (x_strides, y_strides) if p.pass_ == "fwd" else (y_strides, x_strides)
+            n_in, n_out = (n, length) if p.pass_ == "fwd" else (length, n)
+            self.main = (fwd if p.pass_ == "fwd" else dgrad, (p.batch * C,), block,
+                         (i32(C), *map(i64, src), *map(i64, dst), i32(n_in), i32(n_out), shift, scale), smem)
+
+    def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:
+        """The pass on operands ``a``, ``b`` and result ``out`` given by device address, on ``stream``, with
+        :attr:`workspace` bytes at ``workspace``. Nothing is allocated (one launch for the filter gradient, two
+        for the other passes: the filter's spectra, then the rows)."""
+        if workspace is None:
+            raise ValueError(f"the row FFT needs a workspace of {self.workspace} bytes")
+        kernel, grid, block, args, smem = self.main
+        if self.p.pass_ == "wgrad":
+            kernel(grid, block, (a, b, out, workspace, *args), smem, stream)
+            return
+        s_kernel, s_grid, s_block, s_args, s_smem = self.spectrum
+        s_kernel(s_grid, s_block, (b, workspace, *s_args), s_smem, stream)
+        kernel(grid, block, (a, workspace, out, *args), smem, stream)

@@ -1,0 +1,52 @@
+"""The one-block row FFT (:mod:`convtune.fft.rowconv`): 1-D depthwise convolutions (channel multiplier 1, stride 1,
+dilation 1) whose rows fit one thread block's shared memory (transforms of up to 32768 samples), every pass one
+kernel over the operands (plus one for the filter's spectra in the forward and backward-data passes). GPU only;
+float32, float16 and bfloat16, channels-first and channels_last, read and written in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import precision
+from ..fft import rowconv
+from ..problem import ConvProblem
+from .base import Config, Strategy, register
+
+
+@dataclass(frozen=True)
+class RowFftConfig(Config):
+    size: int  # the transform length (a power of two)
+
+
+def _serves(problem: ConvProblem) -> bool:
+    return problem.rank == 1 and problem.groups == problem.in_channels == problem.out_channels
+
+
+@register
+class RowFftStrategy(Strategy):
+    name = "fft-row"
+    version = 1
+    config_type = RowFftConfig
+    native_dtypes = tuple(rowconv.ELEMENTS)
+    native_layouts = ("channels_first", "channels_last")
+
+    def supports(self, problem: ConvProblem, backend) -> str | None:
+        if getattr(backend, "name", "") != "cupy":
+            return "the row FFT's kernels are CUDA kernels: they need the CuPy (GPU) backend"
+        return rowconv.reason(problem)
+
+    def serves_shape(self, problem: ConvProblem) -> bool:
+        return _serves(problem)
+
+    def candidates(self, problem, backend):
+        return [RowFftConfig(size=rowconv.transform_size(problem))]
+
+    def workspace_bytes(self, problem, config) -> int:
+        return rowconv.workspace_bytes(problem, config.size)
+
+    def recordable(self, problem, config) -> bool:
+        return True  # kernel launches (and a memset for an empty batch's filter gradient)
+
+    def build(self, problem, config, backend):
+        executor = rowconv.RowFftConv(backend.xp, problem, config.size)
+        return precision.launched(executor.launch, problem, backend.xp, executor.workspace)

@@ -1,0 +1,116 @@
+"""Run a CUDA kernel source on the CPU, for tests: compiled by the host's C++ compiler with a thin stand-in for the
+CUDA built-ins, each block's threads as OS threads and ``__syncthreads`` a barrier. It checks a kernel's indexing,
+synchronisation and arithmetic where no GPU is (CI); it says nothing of its speed. What it cannot stand in for:
+inline PTX (``asm`` statements do nothing, so float16's conversions are not emulated), warp-level intrinsics, atomics.
+
+``kernels(source, names)`` gives, per ``extern "C" __global__`` kernel named, a callable with the signature of a
+CuPy launchable function: ``k(grid, block, args, shared_mem, stream)``, where ``args`` holds host addresses (ints;
+NumPy arrays' ``.ctypes.data``) for pointers and NumPy scalars for the rest, in the kernel's parameter order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+_PRELUDE = r"""
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+struct float2 { float x, y; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+struct dim3 { unsigned x = 0, y = 0, z = 0; };
+static thread_local dim3 threadIdx, blockIdx;
+static std::barrier<>* g_barrier;
+static char* g_smem;
+static inline void __syncthreads() { g_barrier->arrive_and_wait(); }
+template <typename P> static inline P __ldg(const P* p) { return *p; }
+static inline void sincospif(float x, float* s, float* c) {
+    const double a = M_PI * (double)x;
+    *s = (float)std::sin(a);
+    *c = (float)std::cos(a);
+}
+static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__
+#define asm(...) ((void)0)
+"""
+
+_LAUNCHER = r"""
+template <typename F> static void launch_blocks(int grid, int block, long long smem_bytes, F body) {
+    std::vector<char> smem(smem_bytes > 0 ? smem_bytes : 1);
+    for (int b = 0; b < grid; ++b) {
+        std::barrier<> bar(block);
+        g_barrier = &bar;
+        g_smem = smem.data();
+        std::vector<std::thread> threads;
+        for (int t = 0; t < block; ++t)
+            threads.emplace_back([&body, t, b] { threadIdx.x = t; blockIdx.x = b; body(); });
+        for (auto& th : threads) th.join();
+    }
+}
+"""
+
+_KERNEL = re.compile(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(([^)]*)\)', re.S)
+_SHARED = re.compile(r"extern __shared__ (\w+) (\w+)\[\];")
+
+
+def compiler() -> str | None:
+    """The host C++ compiler these tests use (``None``: none found, skip)."""
+    return shutil.which(os.environ.get("CXX", "g++"))
+
+
+def _ctype(declaration: str):
+    if "*" in declaration:
+        return ctypes.c_void_p
+    kind = " ".join(declaration.split()[:-1]).replace("const ", "")
+    return {"int": ctypes.c_int, "long long": ctypes.c_longlong, "float": ctypes.c_float,
+            "unsigned": ctypes.c_uint, "unsigned int": ctypes.c_uint}[kind]
+
+
+def kernels(source: str, names) -> dict:
+    """The kernels ``names`` of ``source``, compiled for the CPU (cached by the source's hash), as launchables."""
+    found = {m.group(1): [p.strip() for p in m.group(2).split(",")] for m in _KERNEL.finditer(source)}
+    code = _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source)
+    wrappers = []
+    for name in names:
+        params = found[name]
+        arg_names = [p.split()[-1].lstrip("*") for p in params]
+        wrappers.append(f'extern "C" void host_{name}(int grid, int block, long long smem, {", ".join(params)}) '
+                        f'{{ launch_blocks(grid, block, smem, [=] {{ {name}({", ".join(arg_names)}); }}); }}')
+    text = _PRELUDE + code + _LAUNCHER + "\n".join(wrappers) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), "convtune-cuda-cpu")
+    os.makedirs(folder, exist_ok=True)
+    library = os.path.join(folder, f"{digest}.so")
+    if not os.path.exists(library):
+        path = os.path.join(folder, f"{digest}.cpp")
+        with open(path, "w") as f:
+            f.write(text)
+        partial = library + f".{os.getpid()}"
+        subprocess.run([compiler(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", path, "-o", partial],
+                       check=True, capture_output=True, text=True)
+        os.replace(partial, library)
+    lib = ctypes.CDLL(library)
+    out = {}
+    for name in names:
+        fn = getattr(lib, f"host_{name}")
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong] + [_ctype(p) for p in found[name]]
+        fn.restype = None
+
+        def call(grid, block, args, shared_mem=0, stream=None, _fn=fn):
+            assert all(g == 1 for g in grid[1:]) and all(b == 1 for b in block[1:]), "1-D grids and blocks only"
+            _fn(grid[0], block[0], int(shared_mem), *[a.item() if hasattr(a, "item") else a for a in args])
+        out[name] = call
+    return out

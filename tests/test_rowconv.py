@@ -1,0 +1,242 @@
+"""The one-block row FFT (convtune.fft.rowconv): its algorithm in NumPy against float64 FFTs and direct convolution
+on the CPU (Stockham passes, the real-row packing, the shifts), and its CUDA kernels against float64 on the GPU."""
+
+import numpy
+import pytest
+
+from convtune.fft import rowconv
+from convtune.problem import ConvProblem
+from convtune.strategies import get_strategy
+
+
+def _problem(n, k, pad, pass_="fwd", batch=2, channels=3, **extra):
+    return ConvProblem.make(batch=batch, in_channels=channels, out_channels=channels, input_size=(n,), kernel_size=k,
+                            padding=pad, groups=channels, pass_=pass_, **extra)
+
+
+def _direct(p, a, b):
+    """The pass by its definition, float64, channels-first (y[t] = sum_s x[t + s - pad] w[s])."""
+    n, k, pad = p.input_size[0], p.kernel_size[0], p.padding[0]
+    out_len = p.output_size[0]
+    if p.pass_ == "fwd":
+        x, w = a, b[:, 0]
+        xp = numpy.zeros((p.batch, p.in_channels, n + 2 * pad + k))
+        xp[:, :, pad:pad + n] = x
+        return numpy.stack([(xp[:, :, t:t + k] * w).sum(-1) for t in range(out_len)], axis=-1)
+    if p.pass_ == "dgrad":
+        dy, w = a, b[:, 0]
+        dx = numpy.zeros((p.batch, p.in_channels, n + 2 * pad + k))
+        for t in range(out_len):
+            dx[:, :, t:t + k] += dy[:, :, t:t + 1] * w
+        return dx[:, :, pad:pad + n]
+    x, dy = a, b
+    xp = numpy.zeros((p.batch, p.in_channels, n + 2 * pad + k))
+    xp[:, :, pad:pad + n] = x
+    dw = numpy.stack([(xp[:, :, s:s + out_len] * dy).sum(axis=(0, 2)) for s in range(k)], axis=-1)
+    return dw[:, None, :]
+
+
+def _operands(p, seed=0):
+    rng = numpy.random.default_rng(seed)
+    a_shape, b_shape = p.operand_shapes
+    return rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 32, 64, 128, 512, 1024])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_stockham_passes_are_the_dft(m, inverse):
+    rng = numpy.random.default_rng(m)
+    z = rng.standard_normal((3, m)) + 1j * rng.standard_normal((3, m))
+    ref = numpy.fft.ifft(z, axis=1) * m if inverse else numpy.fft.fft(z, axis=1)
+    assert numpy.abs(rowconv._stockham(z, inverse) - ref).max() <= 1e-11 * max(1.0, numpy.abs(ref).max())
+
+
+@pytest.mark.parametrize("m, expected", [(8, (8,)), (16, (8, 2)), (32, (8, 4)), (4096, (8, 8, 8, 8)),
+                                         (16384, (8, 8, 8, 8, 4)), (2, (2,))])
+def test_radices(m, expected):
+    assert rowconv.radices(m) == expected
+
+
+@pytest.mark.parametrize("L", [16, 32, 64, 256])
+def test_real_spectrum_and_inverse_match_numpy(L):
+    rng = numpy.random.default_rng(L)
+    rows = rng.standard_normal((4, L - 3))
+    spec = rowconv.model_spectrum(rows, L)
+    padded = numpy.zeros((4, L))
+    padded[:, :L - 3] = rows
+    assert numpy.abs(spec - numpy.fft.rfft(padded, axis=1)).max() <= 1e-11 * L
+    assert numpy.abs(rowconv.model_inverse(spec, L) - padded).max() <= 1e-12 * L
+
+
+CASES = [(16, 16, 15), (20, 7, 3), (33, 5, 0), (9, 9, 4), (40, 17, 16), (12, 3, 5), (7, 12, 3), (100, 31, 15),
+         (64, 64, 63), (5, 1, 0), (300, 129, 64)]
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("n, k, pad", CASES)
+def test_model_is_the_convolution(pass_, n, k, pad):
+    """Every pass by the kernels' algorithm, at the smallest transform length and at twice it, against the
+    definition: padding under, at and over the kernel's reach, kernels longer than the input."""
+    p = _problem(n, k, pad, pass_)
+    a, b = _operands(p, seed=n + k + pad)
+    ref = _direct(p, a, b)
+    L = rowconv.transform_size(p)
+    for size in (L, 2 * L):
+        got = rowconv.model(p, a, b, size)
+        assert got.shape == p.result_shape
+        assert numpy.abs(got - ref).max() <= 1e-10 * max(1.0, numpy.abs(ref).max()), (size, pass_)
+
+
+def test_transform_below_the_minimum_is_refused():
+    p = _problem(20, 7, 3)  # needs 23
+    assert rowconv.transform_size(p) == 32
+    assert "below the 23" in rowconv.reason(p, 16)
+    with pytest.raises(ValueError, match="below the 23"):
+        rowconv.model(p, *_operands(p), L=16)
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(input_size=(9, 9), kernel_size=3), "is 1-D"),
+    (dict(groups=1), "not a depthwise"),
+    (dict(stride=2), "stride 2"),
+    (dict(dilation=2), "dilation 2"),
+    (dict(input_size=(40000,), kernel_size=3), "power of two from 16 to 32768"),
+])
+def test_reasons(changes, words):
+    base = dict(batch=1, in_channels=4, out_channels=4, input_size=(30,), kernel_size=5, padding=2, groups=4)
+    p = ConvProblem.make(**{**base, **changes})
+    assert words in rowconv.reason(p)
+
+
+def test_hyena_and_16k_rows_fit_one_block():
+    hyena = _problem(4096, 4096, 4095, batch=4, channels=768)
+    long16k = _problem(16384, 16384, 16383, batch=2, channels=256)
+    assert rowconv.transform_size(hyena) == 8192 and rowconv.reason(hyena) is None
+    assert rowconv.transform_size(long16k) == 32768 and rowconv.reason(long16k) is None
+    assert rowconv.smem_bytes(16384) <= 227 * 1024  # the H100's most per block
+    assert rowconv.threads(16384) == 512 and rowconv.threads(4096) == 512 and rowconv.threads(64) == 8
+
+
+def test_strategy_is_gpu_only_and_serves_1d_depthwise_shapes():
+    from convtune.backend import get_backend
+    numpy_backend = get_backend("numpy")
+    strategy = get_strategy("fft-row")
+    p = _problem(100, 31, 15)
+    assert "GPU" in strategy.supports(p, numpy_backend)
+    assert strategy.serves_shape(p)
+    assert not strategy.serves_shape(ConvProblem.make(batch=1, in_channels=4, out_channels=4, input_size=(9, 9),
+                                                      kernel_size=3, groups=4))
+    assert not strategy.serves_shape(_problem(100, 31, 15).replace(groups=1, out_channels=3))
+
+
+def test_source_names_every_pass():
+    src = rowconv.source("bfloat16", 16384)
+    assert "fft_pass<8, INV>(buf, 512);" in src and "fft_pass<4, INV>(buf, 4096);" in src
+    assert "fft_pass<8, INV>(buf, 4096);" not in src and "#define T 512" in src
+    assert "rowfft_wgrad(const b16* x" in src
+
+
+# -- the kernels, on the GPU ------------------------------------------------------------------------------------------
+GPU_CASES = [
+    # (n, k, pad, batch, channels): odd lengths; padding under, at and over the kernel's reach; the smallest rows;
+    # hyena-long-dw's and long-16k-dw's transform lengths (8192, 32768) on few channels
+    (16, 16, 15, 2, 4), (37, 11, 5, 3, 5), (100, 31, 15, 2, 3), (129, 200, 150, 2, 2), (1000, 257, 0, 1, 3),
+    (4096, 4096, 4095, 2, 3), (3001, 1500, 700, 2, 2), (16384, 16384, 16383, 2, 2), (5, 1, 0, 2, 3),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_kernels_match_float64(dtype, layout, pass_, case):
+    from convtune.backend import get_backend
+    from convtune.planner import random_operands, relative_error
+    n, k, pad, batch, channels = case
+    if dtype != "float32" and n > 4096:
+        pytest.skip("half precision on the long rows: covered by the shorter ones")
+    backend = get_backend("cupy")
+    xp = backend.xp
+    p = _problem(n, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
+    a, b = random_operands(backend, p, seed=n + k)
+    ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    strategy = get_strategy("fft-row")
+    assert strategy.supports(p, backend) is None
+    (config,) = strategy.candidates(p, backend)
+    out = strategy.build(p, config, backend)(a, b)
+    err = relative_error(xp, out, ref)
+    assert err <= p.tolerance, f"{strategy.describe(config)} error {err:.3g} on {p.describe()}"
+    if dtype == "float32":
+        assert err <= 1e-5
+
+
+# -- the kernels' own source, run on the CPU (tests/cuda_cpu.py) ----------------------------------------------------
+class _FakeCupy:
+    """:class:`rowconv.RowFftConv` asks nothing of CuPy but its kernels, which the CPU tests pass."""
+
+
+class _Stream:
+    ptr = 0
+
+
+def _cpu_kernels(dtype, m):
+    import cuda_cpu
+    if cuda_cpu.compiler() is None:
+        pytest.skip("no C++ compiler to run the CUDA source on the CPU")
+    names = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
+    found = cuda_cpu.kernels(rowconv.source(dtype, m), names)
+    return tuple(found[n] for n in names)
+
+
+def _memory(a, dtype, layout):
+    """A float64 logical (N, C, L) array as a launch reads it: dense in ``layout``'s order, in ``dtype`` (bfloat16 as
+    its 16 bits); and the float64 values it holds."""
+    from convtune import precision
+    stored = precision.round_to(numpy, a.astype(numpy.float32), dtype) if dtype == "bfloat16" else a.astype(numpy.float32)
+    mem = precision.launch_memory(numpy, stored, dtype, layout)
+    return numpy.ascontiguousarray(mem), stored.astype(numpy.float64)
+
+
+CPU_KERNEL_CASES = [(16, 16, 15, 2, 3), (37, 11, 5, 3, 2), (100, 31, 15, 2, 3), (129, 200, 150, 1, 2), (5, 1, 0, 2, 2),
+                    (20, 7, 30, 1, 2)]
+
+
+@pytest.mark.parametrize("dtype, layout", [("float32", "channels_first"), ("float32", "channels_last"),
+                                           ("bfloat16", "channels_first")])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", CPU_KERNEL_CASES)
+def test_kernel_source_on_the_cpu(dtype, layout, pass_, case):
+    """The CUDA source itself, threads emulated: every pass, strides of both layouts, bfloat16's loads and stores,
+    against the definition in float64 (float16's conversions are inline PTX: GPU only)."""
+    from convtune import precision
+    n, k, pad, batch, channels = case
+    p = _problem(n, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
+    L = rowconv.transform_size(p)
+    conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=_cpu_kernels(dtype, L // 2))
+    a, b = _operands(p, seed=n * k)
+    ma, a64 = _memory(a, dtype, layout)
+    mb, b64 = _memory(b, dtype, layout)
+    res = precision.launch_result(numpy, p.result_shape, dtype, layout)
+    res[...] = 0
+    ws = numpy.zeros(conv.workspace, numpy.uint8)
+    conv.launch(ma.ctypes.data, mb.ctypes.data, res.ctypes.data, _Stream(), ws.ctypes.data)
+    got = precision.from_launch(numpy, res, dtype, layout).astype(numpy.float64)
+    ref = _direct(p, a64, b64)
+    err = numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
+    assert err <= (1e-6 if dtype == "float32" else 8e-3), err
+
+
+def test_launch_without_workspace_is_refused():
+    p = _problem(40, 7, 3)
+    conv = rowconv.RowFftConv(_FakeCupy, p, kernels=(None,) * 4)
+    with pytest.raises(ValueError, match=f"workspace of {conv.workspace} bytes"):
+        conv.launch(0, 0, 0, _Stream())
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", [(1000, 37, 18, 1, 2), (8000, 300, 150, 1, 1), (16384, 16384, 16383, 1, 1)])
+def test_kernel_source_on_the_cpu_long_rows(pass_, case):
+    """Rows of 2048, 16384 and 32768 samples: 128 and 512 threads, several butterflies per thread (the long-16k
+    layer's transform length)."""
+    test_kernel_source_on_the_cpu("float32", "channels_first", pass_, case)
