@@ -19,12 +19,15 @@ import subprocess
 import tempfile
 
 _PRELUDE = r"""
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstring>
 #include <thread>
 #include <vector>
 struct float2 { float x, y; };
+using std::min;
+using std::max;
 static inline float2 make_float2(float x, float y) { return {x, y}; }
 struct dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local dim3 threadIdx, blockIdx;
@@ -114,3 +117,50 @@ def kernels(source: str, names) -> dict:
             _fn(grid[0], block[0], int(shared_mem), *[a.item() if hasattr(a, "item") else a for a in args])
         out[name] = call
     return out
+
+
+# -- running a by-address executor's launch on NumPy memory ------------------------------------------------------------
+class Stream:
+    """The stream argument of a launch on the CPU (its kernels ignore it)."""
+    ptr = 0
+
+
+def launch_memory(a, dtype: str, layout: str):
+    """A float64 logical ``(N, C, *spatial)`` array as a launch reads it (dense in ``layout``'s order, in ``dtype``;
+    bfloat16 as its 16 bits), and the float64 values that memory holds."""
+    import numpy
+    from convtune import precision
+    stored = a.astype(numpy.float32)
+    if dtype == "bfloat16":
+        stored = precision.round_to(numpy, stored, dtype)
+    return numpy.ascontiguousarray(precision.launch_memory(numpy, stored, dtype, layout)), stored.astype(numpy.float64)
+
+
+def run_launch(executor, p, a, b):
+    """``executor.launch`` (a by-address executor of problem ``p`` built on CPU stand-ins of its kernels) on float64
+    operands ``a``, ``b``: the result as float64, and the float64 operands as the launch read them."""
+    import numpy
+    from convtune import precision
+    ma, a64 = launch_memory(a, p.dtype, p.layout)
+    mb, b64 = launch_memory(b, p.dtype, p.layout)
+    res = precision.launch_result(numpy, p.result_shape, p.dtype, p.layout)
+    res[...] = 0
+    ws = numpy.zeros(max(1, executor.workspace), numpy.uint8)
+    executor.launch(ma.ctypes.data, mb.ctypes.data, res.ctypes.data, Stream(), ws.ctypes.data)
+    return precision.from_launch(numpy, res, p.dtype, p.layout).astype(numpy.float64), a64, b64
+
+
+def gpu_error(strategy_name: str, p, seed: int) -> float:
+    """The relative error, against float64, of ``strategy_name``'s one candidate for ``p`` on the GPU (its executor
+    on operands of the problem's dtype and layout)."""
+    from convtune.backend import get_backend
+    from convtune.planner import random_operands, relative_error
+    from convtune.strategies import get_strategy
+    backend = get_backend("cupy")
+    xp = backend.xp
+    a, b = random_operands(backend, p, seed=seed)
+    ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
+    strategy = get_strategy(strategy_name)
+    assert strategy.supports(p, backend) is None, strategy.supports(p, backend)
+    (config,) = strategy.candidates(p, backend)
+    return relative_error(xp, strategy.build(p, config, backend)(a, b), ref)

@@ -131,8 +131,9 @@ def test_strategy_is_gpu_only_and_serves_1d_depthwise_shapes():
 
 def test_source_names_every_pass():
     src = rowconv.source("bfloat16", 16384)
-    assert "fft_pass<8, INV>(buf, 512);" in src and "fft_pass<4, INV>(buf, 4096);" in src
-    assert "fft_pass<8, INV>(buf, 4096);" not in src and "#define T 512" in src
+    assert "stockham_pass<16384, 8, INV, 512, 4>(buf, 1, 512, row);" in src
+    assert "stockham_pass<16384, 4, INV, 512, 8>(buf, 1, 4096, row);" in src
+    assert "(buf, 1, 4096 * 8, row)" not in src and "#define T 512" in src
     assert "rowfft_wgrad(const b16* x" in src
 
 
@@ -151,22 +152,13 @@ GPU_CASES = [
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_kernels_match_float64(dtype, layout, pass_, case):
-    from convtune.backend import get_backend
-    from convtune.planner import random_operands, relative_error
+    import cuda_cpu
     n, k, pad, batch, channels = case
     if dtype != "float32" and n > 4096:
         pytest.skip("half precision on the long rows: covered by the shorter ones")
-    backend = get_backend("cupy")
-    xp = backend.xp
     p = _problem(n, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
-    a, b = random_operands(backend, p, seed=n + k)
-    ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
-    strategy = get_strategy("fft-row")
-    assert strategy.supports(p, backend) is None
-    (config,) = strategy.candidates(p, backend)
-    out = strategy.build(p, config, backend)(a, b)
-    err = relative_error(xp, out, ref)
-    assert err <= p.tolerance, f"{strategy.describe(config)} error {err:.3g} on {p.describe()}"
+    err = cuda_cpu.gpu_error("fft-row", p, seed=n + k)
+    assert err <= p.tolerance, f"error {err:.3g} on {p.describe()}"
     if dtype == "float32":
         assert err <= 1e-5
 
@@ -176,10 +168,6 @@ class _FakeCupy:
     """:class:`rowconv.RowFftConv` asks nothing of CuPy but its kernels, which the CPU tests pass."""
 
 
-class _Stream:
-    ptr = 0
-
-
 def _cpu_kernels(dtype, m):
     import cuda_cpu
     if cuda_cpu.compiler() is None:
@@ -187,15 +175,6 @@ def _cpu_kernels(dtype, m):
     names = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
     found = cuda_cpu.kernels(rowconv.source(dtype, m), names)
     return tuple(found[n] for n in names)
-
-
-def _memory(a, dtype, layout):
-    """A float64 logical (N, C, L) array as a launch reads it: dense in ``layout``'s order, in ``dtype`` (bfloat16 as
-    its 16 bits); and the float64 values it holds."""
-    from convtune import precision
-    stored = precision.round_to(numpy, a.astype(numpy.float32), dtype) if dtype == "bfloat16" else a.astype(numpy.float32)
-    mem = precision.launch_memory(numpy, stored, dtype, layout)
-    return numpy.ascontiguousarray(mem), stored.astype(numpy.float64)
 
 
 CPU_KERNEL_CASES = [(16, 16, 15, 2, 3), (37, 11, 5, 3, 2), (100, 31, 15, 2, 3), (129, 200, 150, 1, 2), (5, 1, 0, 2, 2),
@@ -209,19 +188,12 @@ CPU_KERNEL_CASES = [(16, 16, 15, 2, 3), (37, 11, 5, 3, 2), (100, 31, 15, 2, 3), 
 def test_kernel_source_on_the_cpu(dtype, layout, pass_, case):
     """The CUDA source itself, threads emulated: every pass, strides of both layouts, bfloat16's loads and stores,
     against the definition in float64 (float16's conversions are inline PTX: GPU only)."""
-    from convtune import precision
+    import cuda_cpu
     n, k, pad, batch, channels = case
     p = _problem(n, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
     L = rowconv.transform_size(p)
     conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=_cpu_kernels(dtype, L // 2))
-    a, b = _operands(p, seed=n * k)
-    ma, a64 = _memory(a, dtype, layout)
-    mb, b64 = _memory(b, dtype, layout)
-    res = precision.launch_result(numpy, p.result_shape, dtype, layout)
-    res[...] = 0
-    ws = numpy.zeros(conv.workspace, numpy.uint8)
-    conv.launch(ma.ctypes.data, mb.ctypes.data, res.ctypes.data, _Stream(), ws.ctypes.data)
-    got = precision.from_launch(numpy, res, dtype, layout).astype(numpy.float64)
+    got, a64, b64 = cuda_cpu.run_launch(conv, p, *_operands(p, seed=n * k))
     ref = _direct(p, a64, b64)
     err = numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
     assert err <= (1e-6 if dtype == "float32" else 8e-3), err
@@ -231,7 +203,7 @@ def test_launch_without_workspace_is_refused():
     p = _problem(40, 7, 3)
     conv = rowconv.RowFftConv(_FakeCupy, p, kernels=(None,) * 4)
     with pytest.raises(ValueError, match=f"workspace of {conv.workspace} bytes"):
-        conv.launch(0, 0, 0, _Stream())
+        conv.launch(0, 0, 0, None)
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])

@@ -210,56 +210,96 @@ def model(p: ConvProblem, a, b, L: int | None = None):
 
 
 # -- the CUDA kernels -------------------------------------------------------------------------------------------------
+#: Device code of the real-row transforms that does not depend on the row length: 2- and 4-point DFTs beside
+#: :data:`convtune.fft.fft64.DEVICE_HELPERS`' 8-point one, the half-length twiddle, and the unpacking (``unpack``) and
+#: packing (``pack``) of a frequency pair (:func:`_unpack`, :func:`_pack`). Shared with :mod:`convtune.fft.planeconv`.
+PAIR_HELPERS = r"""
+template <bool INV> __device__ __forceinline__ void dft2(float2* a) {
+    const float2 b = a[1];
+    a[1] = csub(a[0], b);
+    a[0] = cadd(a[0], b);
+}
+template <bool INV> __device__ __forceinline__ void dft4(float2* a) {
+    const float2 b0 = cadd(a[0], a[2]), b1 = csub(a[0], a[2]), b2 = cadd(a[1], a[3]), b3 = rot<INV>(csub(a[1], a[3]));
+    a[0] = cadd(b0, b2); a[1] = cadd(b1, b3); a[2] = csub(b0, b2); a[3] = csub(b1, b3);
+}
+template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
+    if constexpr (R == 8) dft8<INV>(a);
+    else if constexpr (R == 4) dft4<INV>(a);
+    else dft2<INV>(a);
+}
+
+// one Stockham pass (radix R; Ns the product of the radices before it) over `count` transforms of N points each,
+// point i of transform t at buf[slot(t, i)], by TT threads: each reads up to ITER butterflies (count * N / R <=
+// ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end)
+template <int N, int R, bool INV, int TT, int ITER, typename Slot>
+__device__ __forceinline__ void stockham_pass(float2* buf, const int count, const int Ns, Slot slot) {
+    constexpr int B = N / R;
+    const int total = count * B;
+    float2 v[ITER][R];
+#pragma unroll
+    for (int q = 0; q < ITER; ++q) {
+        const int g = threadIdx.x + q * TT;
+        if (g < total) {
+            const int t = g / B, b = g - t * B, k = b & (Ns - 1);
+            float s, c;
+            sincospif((INV ? 2.0f : -2.0f) * (float)k / (float)(Ns * R), &s, &c);
+            const float2 w = make_float2(c, s);
+            float2 wr = w;
+#pragma unroll
+            for (int r = 0; r < R; ++r) v[q][r] = buf[slot(t, b + r * B)];
+#pragma unroll
+            for (int r = 1; r < R; ++r) { v[q][r] = cmul(v[q][r], wr); wr = cmul(wr, w); }
+            dft<R, INV>(v[q]);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < ITER; ++q) {
+        const int g = threadIdx.x + q * TT;
+        if (g < total) {
+            const int t = g / B, b = g - t * B, k = b & (Ns - 1), d = (b - k) * R + k;
+#pragma unroll
+            for (int r = 0; r < R; ++r) buf[slot(t, d + r * Ns)] = v[q][r];
+        }
+    }
+    __syncthreads();
+}
+
+// exp(-i pi f / m): the half-length twiddle of frequency f of a real row packed into m complex points
+__device__ __forceinline__ float2 half_twiddle(int f, int m) {
+    float s, c;
+    sincospif(-(float)f / (float)m, &s, &c);
+    return make_float2(c, s);
+}
+
+// the real spectrum's frequencies f and M - f from the packed row's Z[f] and Z[(M - f) mod M]
+__device__ __forceinline__ void unpack(float2 zf, float2 zm, float2 tw, float2& af, float2& am) {
+    const float2 e = make_float2(0.5f * (zf.x + zm.x), 0.5f * (zf.y - zm.y));
+    const float2 o = make_float2(0.5f * (zf.y + zm.y), 0.5f * (zm.x - zf.x));  // -i (zf - conj(zm)) / 2
+    const float2 t = cmul(tw, o);
+    af = cadd(e, t);
+    am = conjf2(csub(e, t));
+}
+
+// the inverse's packed row at f and M - f from the spectrum's Y[f] and Y[M - f]
+__device__ __forceinline__ void pack(float2 yf, float2 ym, float2 tw, float2& pf, float2& pm) {
+    const float2 s = cadd(yf, conjf2(ym)), d = csub(yf, conjf2(ym));
+    const float2 a = cmul(conjf2(tw), d), b = cmul(tw, conjf2(d));
+    pf = make_float2(s.x - a.y, s.y + a.x);   // s + i a
+    pm = make_float2(s.x - b.y, -s.y + b.x);  // conj(s) + i b
+}
+
+"""
+
 _SOURCE = r"""
 #define M {m}
 #define L (2 * M)
 #define T {t}
 #define PADI(i) ((i) + ((i) >> 3))
 
-template <bool INV> __device__ __forceinline__ void dft2(float2* a) {{
-    const float2 b = a[1];
-    a[1] = csub(a[0], b);
-    a[0] = cadd(a[0], b);
-}}
-template <bool INV> __device__ __forceinline__ void dft4(float2* a) {{
-    const float2 b0 = cadd(a[0], a[2]), b1 = csub(a[0], a[2]), b2 = cadd(a[1], a[3]), b3 = rot<INV>(csub(a[1], a[3]));
-    a[0] = cadd(b0, b2); a[1] = cadd(b1, b3); a[2] = csub(b0, b2); a[3] = csub(b1, b3);
-}}
-template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {{
-    if constexpr (R == 8) dft8<INV>(a);
-    else if constexpr (R == 4) dft4<INV>(a);
-    else dft2<INV>(a);
-}}
-
-// one Stockham pass of radix R over the block's M points (Ns: the product of the radices before it); each thread
-// reads its butterflies' points, then all write: the one buffer serves as source and destination
-template <int R, bool INV> __device__ __forceinline__ void fft_pass(float2* buf, const int Ns) {{
-    constexpr int B = M / R, BPT = B / T;
-    float2 v[BPT][R];
-#pragma unroll
-    for (int q = 0; q < BPT; ++q) {{
-        const int b = threadIdx.x + q * T, k = b & (Ns - 1);
-        float s, c;
-        sincospif((INV ? 2.0f : -2.0f) * (float)k / (float)(Ns * R), &s, &c);
-        const float2 w = make_float2(c, s);
-        float2 wr = w;
-#pragma unroll
-        for (int r = 0; r < R; ++r) v[q][r] = buf[PADI(b + r * B)];
-#pragma unroll
-        for (int r = 1; r < R; ++r) {{ v[q][r] = cmul(v[q][r], wr); wr = cmul(wr, w); }}
-        dft<R, INV>(v[q]);
-    }}
-    __syncthreads();
-#pragma unroll
-    for (int q = 0; q < BPT; ++q) {{
-        const int b = threadIdx.x + q * T, k = b & (Ns - 1), d = (b - k) * R + k;
-#pragma unroll
-        for (int r = 0; r < R; ++r) buf[PADI(d + r * Ns)] = v[q][r];
-    }}
-    __syncthreads();
-}}
-
 template <bool INV> __device__ __forceinline__ void fft(float2* buf) {{
+    auto row = [](int, int i) {{ return PADI(i); }};
 {passes}
 }}
 
@@ -282,29 +322,6 @@ template <typename E> __device__ __forceinline__ void store_row(const float2* bu
     }}
 }}
 
-__device__ __forceinline__ float2 twiddle(int f) {{
-    float s, c;
-    sincospif(-(float)f / (float)M, &s, &c);
-    return make_float2(c, s);
-}}
-
-// the real spectrum's frequencies f and M - f from the packed row's Z[f] and Z[(M - f) mod M]
-__device__ __forceinline__ void unpack(float2 zf, float2 zm, float2 tw, float2& af, float2& am) {{
-    const float2 e = make_float2(0.5f * (zf.x + zm.x), 0.5f * (zf.y - zm.y));
-    const float2 o = make_float2(0.5f * (zf.y + zm.y), 0.5f * (zm.x - zf.x));  // -i (zf - conj(zm)) / 2
-    const float2 t = cmul(tw, o);
-    af = cadd(e, t);
-    am = conjf2(csub(e, t));
-}}
-
-// the inverse's packed row at f and M - f from the spectrum's Y[f] and Y[M - f]
-__device__ __forceinline__ void pack(float2 yf, float2 ym, float2 tw, float2& pf, float2& pm) {{
-    const float2 s = cadd(yf, conjf2(ym)), d = csub(yf, conjf2(ym));
-    const float2 a = cmul(conjf2(tw), d), b = cmul(tw, conjf2(d));
-    pf = make_float2(s.x - a.y, s.y + a.x);   // s + i a
-    pm = make_float2(s.x - b.y, -s.y + b.x);  // conj(s) + i b
-}}
-
 // frequency pairs (f, M - f) for f = 0 .. M / 2, each taken by one thread in every phase
 #define FOR_PAIRS(f) for (int f = threadIdx.x; f <= M / 2; f += T)
 
@@ -318,7 +335,7 @@ template <typename E> __device__ __forceinline__ void spectrum(const E* __restri
     float2* out = ws + (long long)c * (M + 1);
     FOR_PAIRS(f) {{
         float2 af, am;
-        unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], twiddle(f), af, am);
+        unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), af, am);
         out[f] = af;
         out[M - f] = am;
     }}
@@ -336,7 +353,7 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
     const float2* spec = ws + (long long)c * (M + 1);
     FOR_PAIRS(f) {{
         const int g = (M - f) & (M - 1);
-        const float2 tw = twiddle(f);
+        const float2 tw = half_twiddle(f, M);
         float2 af, am, pf, pm;
         unpack(buf[PADI(f)], buf[PADI(g)], tw, af, am);
         float2 sf = __ldg(spec + f), sm = __ldg(spec + (M - f));
@@ -364,7 +381,7 @@ template <typename E> __device__ __forceinline__ void wgrad(
         fft<false>(buf);
         FOR_PAIRS(f) {{
             float2 af, am;
-            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], twiddle(f), af, am);
+            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), af, am);
             xs[f] = af;
             xs[M - f] = am;
         }}
@@ -373,7 +390,7 @@ template <typename E> __device__ __forceinline__ void wgrad(
         fft<false>(buf);
         FOR_PAIRS(f) {{  // (each thread reads back what it wrote: the same pairs in every phase)
             float2 df, dm;
-            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], twiddle(f), df, dm);
+            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), df, dm);
             float2 qf = cmul(conjf2(df), xs[f]), qm = cmul(conjf2(dm), xs[M - f]);
             if (ni) {{ qf = cadd(qf, qs[f]); qm = cadd(qm, qs[M - f]); }}
             qs[f] = qf;
@@ -383,7 +400,7 @@ template <typename E> __device__ __forceinline__ void wgrad(
     }}
     FOR_PAIRS(f) {{
         float2 pf, pm;
-        pack(qs[f], qs[M - f], twiddle(f), pf, pm);
+        pack(qs[f], qs[M - f], half_twiddle(f, M), pf, pm);
         buf[PADI(f)] = pf;
         if (f != 0 && f != M / 2) buf[PADI(M - f)] = pm;
     }}
@@ -408,14 +425,28 @@ extern "C" __global__ void __launch_bounds__(T) rowfft_wgrad(const {e}* x, const
 """
 
 
+def device_helpers() -> str:
+    """:data:`convtune.fft.fft64.DEVICE_HELPERS` and :data:`PAIR_HELPERS`: what every real-row kernel source starts with."""
+    from .fft64 import DEVICE_HELPERS
+    return DEVICE_HELPERS + PAIR_HELPERS
+
+
+def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str | None = None) -> str:
+    """The ``stockham_pass`` calls of an ``n``-point FFT of up to ``count`` transforms (``count_expr``: the runtime
+    count, default ``count``) by ``threads_`` threads, points placed by the lambda named ``slot``."""
+    calls, ns = [], 1
+    for r in radices(n):
+        per_thread = -(-count * (n // r) // threads_)
+        calls.append(f"    stockham_pass<{n}, {r}, INV, {threads_}, {per_thread}>(buf, {count_expr or count}, {ns}, "
+                     f"{slot});")
+        ns *= r
+    return "\n".join(calls)
+
+
 def source(dtype: str, m: int) -> str:
     """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``)."""
-    from .fft64 import DEVICE_HELPERS
-    calls, ns = [], 1
-    for r in radices(m):
-        calls.append(f"    fft_pass<{r}, INV>(buf, {ns});")
-        ns *= r
-    return DEVICE_HELPERS + _SOURCE.format(m=m, t=threads(m), passes="\n".join(calls), e=ELEMENTS[dtype])
+    return device_helpers() + _SOURCE.format(m=m, t=threads(m), passes=stockham_calls(m, 1, threads(m), "row"),
+                                             e=ELEMENTS[dtype])
 
 
 @compiled_once

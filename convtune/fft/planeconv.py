@@ -1,0 +1,369 @@
+"""2-D depthwise FFT convolution in one kernel per pass: a thread block transforms a whole image in shared memory.
+
+The 2-D counterpart of :mod:`convtune.fft.rowconv`, for depthwise layers whose images and kernels fit one block's
+transform: RepLKNet's and SLaK's stage-1 layers (56x56 images, 31x31 and 51x51 kernels) on 128x128 transforms,
+ConvNeXt's 7x7 layers. The FFT strategy runs them through cuFFT with a zero-extending copy before and a gather
+after each transform (replknet-dw31's round trip 0.77 to 0.90 ms against a floor of 0.035); here each pass reads
+its operand once and writes its result once.
+
+Transform sizes ``L0 x L1`` are powers of two (each at least :func:`convtune.fft.sizes.min_length` of its axis).
+One image, as the kernels transform it, lies in shared memory as ``L0`` rows of ``M1 + 1`` complex values (``M1 =
+L1 / 2``), a pad after every 8 and an odd row stride (:func:`row_stride`), so row and column accesses both spread
+over the banks:
+
+1. the image's rows (only those holding samples; the zero-extension is never transformed) as complex rows of
+   ``M1`` points (``a[2j] + i a[2j+1]``), Stockham passes, then unpacked into ``M1 + 1`` frequencies each
+   (:mod:`convtune.fft.rowconv`'s ``unpack``);
+2. the ``M1 + 1`` columns' complex transforms of ``L0`` points;
+3. the product with the filter's spectrum (``L0 x (M1 + 1)`` complex64 per channel, made by the ``spectrum``
+   kernel into the workspace), conjugated in the forward pass;
+4. the columns' inverses, then only the rows the result reads (the crop and its cyclic shift), packed and
+   inverted, the result's elements written in its dtype and layout.
+
+The filter gradient sums ``conj(DY) X`` over the batch: ``wgrad_part`` blocks take a (channel, batch slice) each
+and keep their slice's sums in the workspace (each frequency read back by the thread that wrote it), and
+``wgrad_sum`` adds a channel's slices and inverts once. Passes as in :mod:`convtune.fft.rowconv` (its docstring),
+per axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+
+from ..compiling import compiled_once
+from ..problem import ConvProblem
+from . import rowconv
+from .sizes import min_length, next_pow2
+
+#: Threads per block.
+THREADS = 256
+#: Smallest transform lengths (rows of at least 8 complex points: one radix-8 pass).
+MIN_SIZES = (8, 16)
+#: Shared memory a block may take (the H100 gives a block up to 227 KiB): 128 x 256 and 256 x 128 fit, 256 x 256 not.
+MAX_SMEM = 200 * 1024
+#: Blocks the filter gradient's first kernel aims at (twice an H100's 132 SMs): a channel's batch is cut into slices
+#: (:func:`batch_slices`) where there are fewer channels.
+WGRAD_BLOCKS = 264
+#: Points per thread in one call of the batched Stockham passes (rows and columns are transformed in groups).
+POINTS_PER_THREAD = 16
+
+
+def transform_sizes(p: ConvProblem) -> tuple[int, int]:
+    """The powers of two these kernels use for ``p``, per axis."""
+    return tuple(max(least, next_pow2(min_length(n, pad, k)))
+                 for least, n, pad, k in zip(MIN_SIZES, p.input_size, p.padding, p.dilated_kernel))
+
+
+def row_stride(l1: int) -> int:
+    """Slots per image row in shared memory: ``M1 + 1`` values with a pad after every 8, made odd."""
+    m1 = l1 // 2
+    return (m1 + (m1 >> 3) + 1) | 1
+
+
+def smem_bytes(sizes) -> int:
+    return 8 * sizes[0] * row_stride(sizes[1])
+
+
+def reason(p: ConvProblem, sizes=None) -> str | None:
+    """Why the kernels cannot run ``p`` (at transform ``sizes``, default :func:`transform_sizes`), or ``None``."""
+    if p.rank != 2:
+        return f"the one-block image FFT is 2-D, not rank {p.rank}"
+    if not (p.groups == p.in_channels == p.out_channels):
+        return "not a depthwise convolution with channel multiplier 1 (groups == in == out channels)"
+    if any(s != 1 for s in p.stride) or any(d != 1 for d in p.dilation):
+        return "stride and dilation must be 1"
+    sizes = transform_sizes(p) if sizes is None else tuple(sizes)
+    least = tuple(min_length(n, pad, k) for n, pad, k in zip(p.input_size, p.padding, p.kernel_size))
+    if any(L & (L - 1) or L < m for L, m in zip(sizes, MIN_SIZES)):
+        return f"transform sizes {sizes}: powers of two from {MIN_SIZES} are needed"
+    if any(L < m for L, m in zip(sizes, least)):
+        return f"transform sizes {sizes} are below the {least} this problem needs"
+    if smem_bytes(sizes) > MAX_SMEM:
+        return (f"a {sizes[0]}x{sizes[1]} transform takes {smem_bytes(sizes) // 1024} KiB of shared memory, over the "
+                f"{MAX_SMEM // 1024} KiB a block gets here")
+    if p.dtype not in rowconv.ELEMENTS:
+        return f"dtype {p.dtype}"
+    return None
+
+
+def shifts(p: ConvProblem, sizes) -> tuple[int, int]:
+    """Per axis, the cyclic shift of the result's gather (as :func:`convtune.fft.rowconv.shifts`)."""
+    sign = 1 if p.pass_ == "dgrad" else -1
+    return tuple((sign * pad) % L for pad, L in zip(p.padding, sizes))
+
+
+def batch_slices(p: ConvProblem) -> int:
+    """The filter gradient's slices of the batch: at least :data:`WGRAD_BLOCKS` (channel, slice) blocks where the
+    batch allows, every slice holding a sample."""
+    wanted = max(1, min(p.batch, math.ceil(WGRAD_BLOCKS / p.in_channels)))
+    chunk = math.ceil(p.batch / wanted)
+    return math.ceil(p.batch / chunk)
+
+
+def workspace_bytes(p: ConvProblem, sizes, slices: int = 1) -> int:
+    """The filter spectra (forward, backward-data), or each (channel, slice)'s input spectrum and sums (filter
+    gradient)."""
+    per_image = 8 * sizes[0] * (sizes[1] // 2 + 1)
+    return p.in_channels * per_image * (2 * slices if p.pass_ == "wgrad" else 1)
+
+
+_SOURCE = r"""
+#define L0 {l0}
+#define L1 {l1}
+#define M1 (L1 / 2)
+#define W (M1 + 1)
+#define RS {rs}
+#define T {t}
+#define ROWG {rowg}
+#define COLG {colg}
+#define PADI(i) ((i) + ((i) >> 3))
+#define AT(r, u) ((r) * RS + PADI(u))
+
+// up to ROWG complex rows of M1 points / up to COLG columns of L0 points, placed by slot(t, i)
+template <bool INV, typename Slot> __device__ __forceinline__ void fft_rows(float2* buf, const int count, Slot slot) {{
+{row_passes}
+}}
+template <bool INV, typename Slot> __device__ __forceinline__ void fft_cols(float2* buf, const int count, Slot slot) {{
+{col_passes}
+}}
+
+// an (n0, n1) image (element strides s0, s1) zero-extended: rows r < n0 packed (a[r][2j] + i a[r][2j+1]), the others 0
+template <typename E> __device__ __forceinline__ void load_image(float2* buf, const E* img, long long s0, long long s1,
+                                                              int n0, int n1) {{
+    for (int e = threadIdx.x; e < L0 * W; e += T) {{
+        const int r = e / W, u = e - r * W;
+        float2 v = make_float2(0.f, 0.f);
+        if (r < n0 && u < M1) {{
+            const E* row = img + r * s0;
+            const int i = 2 * u;
+            v = make_float2(i < n1 ? load(row + i * s1) : 0.f, i + 1 < n1 ? load(row + (i + 1) * s1) : 0.f);
+        }}
+        buf[AT(r, u)] = v;
+    }}
+    __syncthreads();
+}}
+
+// the loaded image's spectrum, L0 x (M1 + 1), in place (rows at or past n0 hold zeros and are not transformed)
+__device__ __forceinline__ void forward_2d(float2* buf, const int n0) {{
+    for (int r0 = 0; r0 < n0; r0 += ROWG)
+        fft_rows<false>(buf, min(ROWG, n0 - r0), [=](int t, int i) {{ return AT(r0 + t, i); }});
+    for (int g = threadIdx.x; g < n0 * (M1 / 2 + 1); g += T) {{
+        const int r = g / (M1 / 2 + 1), f = g - r * (M1 / 2 + 1);
+        float2 af, am;
+        unpack(buf[AT(r, f)], buf[AT(r, (M1 - f) & (M1 - 1))], half_twiddle(f, M1), af, am);
+        buf[AT(r, f)] = af;
+        buf[AT(r, M1 - f)] = am;
+    }}
+    __syncthreads();
+    for (int u0 = 0; u0 < W; u0 += COLG)
+        fft_cols<false>(buf, min(COLG, W - u0), [=](int t, int i) {{ return AT(i, u0 + t); }});
+}}
+
+// the spectrum in buf inverted and gathered: result element (t0, t1), t0 < n0, t1 < n1 (element strides s0, s1) is
+// element ((t0 + sh0) mod L0, (t1 + sh1) mod L1) of the inverse, times scale; only the rows it reads are inverted
+template <typename E> __device__ __forceinline__ void inverse_store(float2* buf, E* img, long long s0, long long s1,
+                                                                 int n0, int n1, int sh0, int sh1, float scale) {{
+    for (int u0 = 0; u0 < W; u0 += COLG)
+        fft_cols<true>(buf, min(COLG, W - u0), [=](int t, int i) {{ return AT(i, u0 + t); }});
+    for (int g = threadIdx.x; g < n0 * (M1 / 2 + 1); g += T) {{
+        const int t0 = g / (M1 / 2 + 1), f = g - t0 * (M1 / 2 + 1), r = (t0 + sh0) & (L0 - 1);
+        float2 pf, pm;
+        pack(buf[AT(r, f)], buf[AT(r, M1 - f)], half_twiddle(f, M1), pf, pm);
+        buf[AT(r, f)] = pf;
+        if (f != 0 && f != M1 / 2) buf[AT(r, M1 - f)] = pm;
+    }}
+    __syncthreads();
+    for (int r0 = 0; r0 < n0; r0 += ROWG)
+        fft_rows<true>(buf, min(ROWG, n0 - r0), [=](int t, int i) {{ return AT((r0 + t + sh0) & (L0 - 1), i); }});
+    const float* u = reinterpret_cast<const float*>(buf);
+    for (int g = threadIdx.x; g < n0 * n1; g += T) {{
+        const int t0 = g / n1, t1 = g - t0 * n1, r = (t0 + sh0) & (L0 - 1), m = (t1 + sh1) & (L1 - 1);
+        store<false>(img + t0 * s0 + t1 * s1, scale * u[2 * AT(r, m >> 1) + (m & 1)]);
+    }}
+}}
+
+// each filter's spectrum, L0 x (M1 + 1) complex64 per channel
+template <typename E> __device__ __forceinline__ void spectrum(const E* __restrict__ w, float2* __restrict__ ws,
+                                                              long long sC, long long s0, long long s1, int k0, int k1) {{
+    extern __shared__ float2 buf[];
+    const int c = blockIdx.x;
+    load_image(buf, w + c * sC, s0, s1, k0, k1);
+    forward_2d(buf, k0);
+    float2* out = ws + (long long)c * (L0 * W);
+    for (int e = threadIdx.x; e < L0 * W; e += T) out[e] = buf[AT(e / W, e % W)];
+}}
+
+// forward (CONJ: times conj(S)) and backward-data (times S): block b is image (b / C, b % C)
+template <typename E, bool CONJ> __device__ __forceinline__ void conv(
+    const E* __restrict__ a, const float2* __restrict__ ws, E* __restrict__ out, int C, long long aN, long long aC,
+    long long a0, long long a1, long long oN, long long oC, long long o0, long long o1, int in0, int in1, int out0,
+    int out1, int sh0, int sh1, float scale) {{
+    extern __shared__ float2 buf[];
+    const long long b = blockIdx.x, ni = b / C;
+    const int c = (int)(b - ni * C);
+    load_image(buf, a + ni * aN + c * aC, a0, a1, in0, in1);
+    forward_2d(buf, in0);
+    const float2* spec = ws + (long long)c * (L0 * W);
+    for (int e = threadIdx.x; e < L0 * W; e += T) {{
+        float2 s = __ldg(spec + e);
+        if (CONJ) s = conjf2(s);
+        const int at = AT(e / W, e % W);
+        buf[at] = cmul(buf[at], s);
+    }}
+    __syncthreads();
+    inverse_store(buf, out + ni * oN + c * oC, o0, o1, out0, out1, sh0, sh1, scale);
+}}
+
+// filter gradient, first kernel: block b sums conj(DY) X over the samples of slice b % S of channel b / S (chunk
+// samples a slice); ws holds per block its input spectrum, then its sums (L0 x (M1 + 1) each)
+template <typename E> __device__ __forceinline__ void wgrad_part(
+    const E* __restrict__ x, const E* __restrict__ dy, float2* __restrict__ ws, int N, int C, int S, int chunk,
+    long long xN, long long xC, long long x0, long long x1, long long yN, long long yC, long long y0, long long y1,
+    int in0, int in1, int out0, int out1) {{
+    extern __shared__ float2 buf[];
+    const int b = blockIdx.x, c = b / S, first = (b - c * S) * chunk, last = min(N, first + chunk);
+    float2* xs = ws + (long long)b * 2 * (L0 * W);
+    float2* qs = xs + L0 * W;
+    for (int ni = first; ni < last; ++ni) {{
+        load_image(buf, x + ni * xN + c * xC, x0, x1, in0, in1);
+        forward_2d(buf, in0);
+        for (int e = threadIdx.x; e < L0 * W; e += T) xs[e] = buf[AT(e / W, e % W)];
+        __syncthreads();  // (the next load overwrites buf)
+        load_image(buf, dy + ni * yN + c * yC, y0, y1, out0, out1);
+        forward_2d(buf, out0);
+        for (int e = threadIdx.x; e < L0 * W; e += T) {{  // (each thread reads back what it wrote)
+            float2 q = cmul(conjf2(buf[AT(e / W, e % W)]), xs[e]);
+            if (ni != first) q = cadd(q, qs[e]);
+            qs[e] = q;
+        }}
+        __syncthreads();
+    }}
+}}
+
+// filter gradient, second kernel: block c adds its channel's S slices and inverts once into the (k0, k1) taps
+template <typename E> __device__ __forceinline__ void wgrad_sum(
+    const float2* __restrict__ ws, E* __restrict__ dw, int S, long long wC, long long w0, long long w1, int k0, int k1,
+    int sh0, int sh1, float scale) {{
+    extern __shared__ float2 buf[];
+    const int c = blockIdx.x;
+    for (int e = threadIdx.x; e < L0 * W; e += T) {{
+        float2 q = make_float2(0.f, 0.f);
+        for (int s = 0; s < S; ++s) q = cadd(q, __ldg(ws + ((long long)(c * S + s) * 2 + 1) * (L0 * W) + e));
+        buf[AT(e / W, e % W)] = q;
+    }}
+    __syncthreads();
+    inverse_store(buf, dw + c * wC, w0, w1, k0, k1, sh0, sh1, scale);
+}}
+
+extern "C" __global__ void __launch_bounds__(T) planefft_spectrum(const {e}* w, float2* ws, long long sC, long long s0,
+    long long s1, int k0, int k1)
+{{ spectrum<{e}>(w, ws, sC, s0, s1, k0, k1); }}
+extern "C" __global__ void __launch_bounds__(T) planefft_fwd(const {e}* a, const float2* ws, {e}* out, int C,
+    long long aN, long long aC, long long a0, long long a1, long long oN, long long oC, long long o0, long long o1,
+    int in0, int in1, int out0, int out1, int sh0, int sh1, float scale)
+{{ conv<{e}, true>(a, ws, out, C, aN, aC, a0, a1, oN, oC, o0, o1, in0, in1, out0, out1, sh0, sh1, scale); }}
+extern "C" __global__ void __launch_bounds__(T) planefft_dgrad(const {e}* a, const float2* ws, {e}* out, int C,
+    long long aN, long long aC, long long a0, long long a1, long long oN, long long oC, long long o0, long long o1,
+    int in0, int in1, int out0, int out1, int sh0, int sh1, float scale)
+{{ conv<{e}, false>(a, ws, out, C, aN, aC, a0, a1, oN, oC, o0, o1, in0, in1, out0, out1, sh0, sh1, scale); }}
+extern "C" __global__ void __launch_bounds__(T) planefft_wgrad_part(const {e}* x, const {e}* dy, float2* ws, int N,
+    int C, int S, int chunk, long long xN, long long xC, long long x0, long long x1, long long yN, long long yC,
+    long long y0, long long y1, int in0, int in1, int out0, int out1)
+{{ wgrad_part<{e}>(x, dy, ws, N, C, S, chunk, xN, xC, x0, x1, yN, yC, y0, y1, in0, in1, out0, out1); }}
+extern "C" __global__ void __launch_bounds__(T) planefft_wgrad_sum(const float2* ws, {e}* dw, int S, long long wC,
+    long long w0, long long w1, int k0, int k1, int sh0, int sh1, float scale)
+{{ wgrad_sum<{e}>(ws, dw, S, wC, w0, w1, k0, k1, sh0, sh1, scale); }}
+"""
+
+NAMES = ("planefft_spectrum", "planefft_fwd", "planefft_dgrad", "planefft_wgrad_part", "planefft_wgrad_sum")
+
+
+def groups(sizes) -> tuple[int, int]:
+    """Rows and columns transformed per call of the batched passes (:data:`POINTS_PER_THREAD` points a thread)."""
+    l0, l1 = sizes
+    m1 = l1 // 2
+    return (max(1, min(l0, POINTS_PER_THREAD * THREADS // m1)),
+            max(1, min(m1 + 1, POINTS_PER_THREAD * THREADS // l0)))
+
+
+def source(dtype: str, sizes) -> str:
+    """The CUDA source of ``dtype``'s kernels for ``L0 x L1`` transforms."""
+    l0, l1 = sizes
+    rowg, colg = groups(sizes)
+    rows = rowconv.stockham_calls(l1 // 2, rowg, THREADS, "slot", "count")
+    cols = rowconv.stockham_calls(l0, colg, THREADS, "slot", "count")
+    return rowconv.device_helpers() + _SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=THREADS, rowg=rowg,
+                                                     colg=colg, row_passes=rows, col_passes=cols,
+                                                     e=rowconv.ELEMENTS[dtype])
+
+
+@compiled_once
+def _kernels(dtype: str, sizes, device_id: int):
+    """The launchable functions of :data:`NAMES` for ``dtype`` and ``sizes``, compiled once per device, each allowed
+    :func:`smem_bytes` of dynamic shared memory."""
+    import cupy
+    code, out = source(dtype, sizes), []
+    with cupy.cuda.Device(device_id):
+        for name in NAMES:
+            kernel = cupy.RawKernel(code, name, options=("--std=c++17",))
+            kernel.max_dynamic_shared_size_bytes = smem_bytes(sizes)  # (over the 48 KiB a block gets without opting in)
+            out.append(kernel.kernel)
+    return tuple(out)
+
+
+def _strides(p: ConvProblem, shape) -> tuple[int, int, int, int]:
+    """Element strides (N, C, H, W) of a dense operand of logical ``shape`` in ``p``'s layout."""
+    n, c, h, w = shape
+    if p.layout == "channels_last" and c > 1:
+        return h * w * c, 1, w * c, c
+    return c * h * w, h * w, w, 1
+
+
+class PlaneFftConv:
+    """One 2-D depthwise problem's executor at transform ``sizes``: :meth:`launch` runs the pass by address on dense
+    operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of device
+    memory. ``kernels``: the launchables of :data:`NAMES` (default: compiled for the current device; the CPU tests
+    pass stand-ins)."""
+
+    def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None):
+        sizes = transform_sizes(p) if sizes is None else tuple(sizes)
+        why = reason(p, sizes)
+        if why:
+            raise ValueError(f"image FFT: {why}")
+        self.p, self.sizes = p, sizes
+        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, cp.cuda.Device().id)
+        i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
+        block, smem, C = (THREADS,), smem_bytes(sizes), p.in_channels
+        (k0, k1), sh = p.kernel_size, tuple(i32(s) for s in shifts(p, sizes))
+        scale = f32(1.0 / (sizes[0] * sizes[1]))
+        wN, _, w0, w1 = _strides(p, p.w_shape)
+        x_strides, y_strides = (tuple(map(i64, _strides(p, s))) for s in (p.x_shape, p.y_shape))
+        (n0, n1), (o0, o1) = p.input_size, p.output_size
+        if p.pass_ == "wgrad":
+            S = batch_slices(p)
+            chunk = math.ceil(p.batch / S)
+            self.workspace = workspace_bytes(p, sizes, S)
+            self.steps = ((part, (C * S,), block, (i32(p.batch), i32(C), i32(S), i32(chunk), *x_strides, *y_strides,
+                                                    i32(n0), i32(n1), i32(o0), i32(o1)), smem, ("a", "b", "ws")),
+                          (total, (C,), block, (i32(S), i64(wN), i64(w0), i64(w1), i32(k0), i32(k1), *sh, scale),
+                           smem, ("ws", "out")))
+            return
+        self.workspace = workspace_bytes(p, sizes)
+        src, dst = (x_strides, y_strides) if p.pass_ == "fwd" else (y_strides, x_strides)
+        (in0, in1), (out0, out1) = ((n0, n1), (o0, o1)) if p.pass_ == "fwd" else ((o0, o1), (n0, n1))
+        self.steps = ((spectrum, (C,), block, (i64(wN), i64(w0), i64(w1), i32(k0), i32(k1)), smem, ("b", "ws")),
+                      (fwd if p.pass_ == "fwd" else dgrad, (p.batch * C,), block,
+                       (i32(C), *src, *dst, i32(in0), i32(in1), i32(out0), i32(out1), *sh, scale), smem,
+                       ("a", "ws", "out")))
+
+    def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:
+        """The pass on operands ``a``, ``b`` and result ``out`` given by device address, on ``stream``, with
+        :attr:`workspace` bytes at ``workspace``: two launches (the filter's spectra and the images; or the batch
+        slices' sums and their inverse). Nothing is allocated."""
+        if workspace is None:
+            raise ValueError(f"the image FFT needs a workspace of {self.workspace} bytes")
+        where = {"a": a, "b": b, "out": out, "ws": workspace}
+        for kernel, grid, block, args, smem, pointers in self.steps:
+            kernel(grid, block, (*(where[name] for name in pointers), *args), smem, stream)

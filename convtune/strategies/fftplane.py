@@ -1,0 +1,49 @@
+"""The one-block image FFT (:mod:`convtune.fft.planeconv`): 2-D depthwise convolutions (channel multiplier 1, stride
+1, dilation 1) whose power-of-two transform fits one thread block's shared memory (128 x 128, 128 x 256, ...), every
+pass two kernels (the filter's spectra, then the images; the filter gradient: slices of the batch, then their sum).
+GPU only; float32, float16 and bfloat16, channels-first and channels_last, read and written in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import precision
+from ..fft import planeconv
+from ..problem import ConvProblem
+from .base import Config, Strategy, register
+
+
+@dataclass(frozen=True)
+class PlaneFftConfig(Config):
+    sizes: tuple[int, ...]  # the transform sizes (powers of two)
+
+
+@register
+class PlaneFftStrategy(Strategy):
+    name = "fft-plane"
+    version = 1
+    config_type = PlaneFftConfig
+    native_dtypes = ("float32", "float16", "bfloat16")
+    native_layouts = ("channels_first", "channels_last")
+
+    def supports(self, problem: ConvProblem, backend) -> str | None:
+        if getattr(backend, "name", "") != "cupy":
+            return "the image FFT's kernels are CUDA kernels: they need the CuPy (GPU) backend"
+        return planeconv.reason(problem)
+
+    def serves_shape(self, problem: ConvProblem) -> bool:
+        return problem.rank == 2 and problem.groups == problem.in_channels == problem.out_channels
+
+    def candidates(self, problem, backend):
+        return [PlaneFftConfig(sizes=planeconv.transform_sizes(problem))]
+
+    def workspace_bytes(self, problem, config) -> int:
+        slices = planeconv.batch_slices(problem) if problem.pass_ == "wgrad" else 1
+        return planeconv.workspace_bytes(problem, config.sizes, slices)
+
+    def recordable(self, problem, config) -> bool:
+        return True  # kernel launches only
+
+    def build(self, problem, config, backend):
+        executor = planeconv.PlaneFftConv(backend.xp, problem, config.sizes)
+        return precision.launched(executor.launch, problem, backend.xp, executor.workspace)

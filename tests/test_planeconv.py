@@ -1,0 +1,146 @@
+"""The one-block image FFT (convtune.fft.planeconv): its CUDA source run on the CPU (tests/cuda_cpu.py) against the
+convolution's definition in float64, and its kernels on the GPU against float64."""
+
+import numpy
+import pytest
+
+from convtune.fft import planeconv
+from convtune.problem import ConvProblem
+from convtune.strategies import get_strategy
+
+
+def _problem(size, k, pad, pass_="fwd", batch=2, channels=3, **extra):
+    return ConvProblem.make(batch=batch, in_channels=channels, out_channels=channels, input_size=size, kernel_size=k,
+                            padding=pad, groups=channels, pass_=pass_, **extra)
+
+
+def _direct(p, a, b):
+    """The pass by its definition, float64, channels-first: y[t0, t1] = sum_s x[t0 + s0 - p0, t1 + s1 - p1] w[s0, s1]."""
+    (n0, n1), (k0, k1), (p0, p1), (o0, o1) = p.input_size, p.kernel_size, p.padding, p.output_size
+    shape = (p.batch, p.in_channels, n0 + 2 * p0 + k0, n1 + 2 * p1 + k1)
+    if p.pass_ == "fwd":
+        xp = numpy.zeros(shape)
+        xp[:, :, p0:p0 + n0, p1:p1 + n1] = a
+        w = b[:, 0]
+        out = numpy.zeros((p.batch, p.in_channels, o0, o1))
+        for s0 in range(k0):
+            for s1 in range(k1):
+                out += xp[:, :, s0:s0 + o0, s1:s1 + o1] * w[None, :, s0, s1, None, None]
+        return out
+    if p.pass_ == "dgrad":
+        dx = numpy.zeros(shape)
+        w = b[:, 0]
+        for s0 in range(k0):
+            for s1 in range(k1):
+                dx[:, :, s0:s0 + o0, s1:s1 + o1] += a * w[None, :, s0, s1, None, None]
+        return dx[:, :, p0:p0 + n0, p1:p1 + n1]
+    xp = numpy.zeros(shape)
+    xp[:, :, p0:p0 + n0, p1:p1 + n1] = a
+    dw = numpy.empty((p.in_channels, 1, k0, k1))
+    for s0 in range(k0):
+        for s1 in range(k1):
+            dw[:, 0, s0, s1] = (xp[:, :, s0:s0 + o0, s1:s1 + o1] * b).sum(axis=(0, 2, 3))
+    return dw
+
+
+def test_sizes_and_reasons():
+    replknet = _problem((56, 56), 31, 15, batch=16, channels=128)
+    slak = _problem((56, 56), 51, 25, batch=16, channels=96)
+    assert planeconv.transform_sizes(replknet) == (128, 128) and planeconv.reason(replknet) is None
+    assert planeconv.transform_sizes(slak) == (128, 128) and planeconv.reason(slak) is None
+    assert planeconv.transform_sizes(_problem((5, 6), 3, 1)) == (8, 16)
+    assert "shared memory" in planeconv.reason(_problem((200, 200), 31, 15))
+    assert "stride and dilation" in planeconv.reason(_problem((20, 20), 3, 1, stride=2))
+    assert "not a depthwise" in planeconv.reason(_problem((20, 20), 3, 1).replace(groups=1, out_channels=4))
+    assert "is 2-D" in planeconv.reason(ConvProblem.make(batch=1, in_channels=2, out_channels=2, input_size=(9,),
+                                                         kernel_size=3, groups=2))
+    assert "below the" in planeconv.reason(replknet, (64, 128))
+    assert planeconv.row_stride(128) % 2 == 1 and planeconv.smem_bytes((128, 128)) == 8 * 128 * 73
+
+
+def test_batch_slices_fill_the_device_and_never_run_empty():
+    for batch, channels in [(16, 128), (16, 96), (1, 4), (7, 3), (64, 768), (5, 100)]:
+        p = _problem((20, 20), 3, 1, "wgrad", batch=batch, channels=channels)
+        s = planeconv.batch_slices(p)
+        chunk = -(-batch // s)
+        assert 1 <= s <= batch and (s - 1) * chunk < batch  # every slice holds a sample
+        assert channels * s >= min(planeconv.WGRAD_BLOCKS, channels * batch) // 2
+
+
+def test_strategy_is_gpu_only_and_serves_2d_depthwise_shapes():
+    from convtune.backend import get_backend
+    strategy = get_strategy("fft-plane")
+    p = _problem((56, 56), 31, 15)
+    assert "GPU" in strategy.supports(p, get_backend("numpy"))
+    assert strategy.serves_shape(p) and not strategy.serves_shape(p.replace(groups=1, out_channels=4))
+
+
+# -- the CUDA source on the CPU ---------------------------------------------------------------------------------------
+def _cpu_kernels(dtype, sizes):
+    import cuda_cpu
+    if cuda_cpu.compiler() is None:
+        pytest.skip("no C++ compiler to run the CUDA source on the CPU")
+    found = cuda_cpu.kernels(planeconv.source(dtype, sizes), planeconv.NAMES)
+    return tuple(found[n] for n in planeconv.NAMES)
+
+
+CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13), (13, 4), (6, 0), 1, 2),
+             ((5, 6), 5, 4, 2, 2), ((30, 40), (9, 1), (8, 0), 1, 2), ((3, 70), (3, 31), (1, 15), 1, 1)]
+
+
+def _run_on_cpu(dtype, layout, pass_, case, seed=0):
+    size, k, pad, batch, channels = case
+    p = _problem(size, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
+    sizes = planeconv.transform_sizes(p)
+    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels(dtype, sizes))
+    import cuda_cpu
+    rng = numpy.random.default_rng(seed)
+    got, a64, b64 = cuda_cpu.run_launch(conv, p, *(rng.standard_normal(s) for s in p.operand_shapes))
+    ref = _direct(p, a64, b64)
+    return numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("dtype, layout", [("float32", "channels_first"), ("float32", "channels_last"),
+                                           ("bfloat16", "channels_first")])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", CPU_CASES)
+def test_kernel_source_on_the_cpu(dtype, layout, pass_, case):
+    """The CUDA source itself, a block's threads emulated: every pass, odd sizes, padding under, at and over the
+    kernel's reach, both layouts, bfloat16's loads and stores, against the definition in float64."""
+    err = _run_on_cpu(dtype, layout, pass_, case)
+    assert err <= (1e-6 if dtype == "float32" else 8e-3), err
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_kernel_source_on_the_cpu_at_128x128(pass_):
+    """A RepLKNet-style layer (31x31 kernel, same padding) on the 128 x 128 transforms its stage-1 layers take, with
+    the filter gradient's batch cut into slices (8 samples, 2 channels: 8 slices)."""
+    err = _run_on_cpu("float32", "channels_first", pass_, ((56, 60), 31, 15, 8 if pass_ == "wgrad" else 1, 2))
+    assert err <= 1e-6, err
+
+
+def test_launch_without_workspace_is_refused():
+    p = _problem((20, 20), 5, 2)
+    conv = planeconv.PlaneFftConv(None, p, kernels=(None,) * 5)
+    with pytest.raises(ValueError, match=f"workspace of {conv.workspace} bytes"):
+        conv.launch(0, 0, 0, None)
+
+
+# -- the kernels, on the GPU ------------------------------------------------------------------------------------------
+GPU_CASES = CPU_CASES + [((56, 56), 31, 15, 4, 8), ((56, 56), 51, 25, 3, 5), ((56, 56), 7, 3, 4, 6),
+                         ((112, 112), 7, 3, 2, 3), ((28, 28), (29, 29), 14, 2, 4), ((100, 30), (41, 3), (20, 1), 2, 2)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_kernels_match_float64(dtype, layout, pass_, case):
+    import cuda_cpu
+    size, k, pad, batch, channels = case
+    p = _problem(size, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
+    err = cuda_cpu.gpu_error("fft-plane", p, seed=sum(size))
+    assert err <= p.tolerance, f"error {err:.3g} on {p.describe()}"
+    if dtype == "float32":
+        assert err <= 1e-5
