@@ -115,6 +115,10 @@ def test_hyena_and_16k_rows_fit_one_block():
     assert rowconv.transform_size(long16k) == 32768 and rowconv.reason(long16k) is None
     assert rowconv.smem_bytes(16384) <= 227 * 1024  # the H100's most per block
     assert rowconv.threads(16384) == 512 and rowconv.threads(4096) == 512 and rowconv.threads(64) == 8
+    # the filter gradient keeps its frequency pairs in registers up to 16384-sample rows, in the workspace beyond
+    assert rowconv.workspace_bytes(hyena.for_pass("wgrad"), 8192) == 0
+    assert rowconv.workspace_bytes(long16k.for_pass("wgrad"), 32768) == 2 * 256 * 8 * 16385
+    assert rowconv.workspace_bytes(hyena, 8192) == 768 * 8 * 4097
 
 
 def test_strategy_is_gpu_only_and_serves_1d_depthwise_shapes():
@@ -212,3 +216,22 @@ def test_kernel_source_on_the_cpu_long_rows(pass_, case):
     """Rows of 2048, 16384 and 32768 samples: 128 and 512 threads, several butterflies per thread (the long-16k
     layer's transform length)."""
     test_kernel_source_on_the_cpu("float32", "channels_first", pass_, case)
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("CONVTUNE_ASAN"), reason="CONVTUNE_ASAN=1 runs it (slow)")
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", [(37, 11, 5, 3, 2), (20, 7, 30, 1, 2), (8000, 300, 150, 1, 1),
+                                  (16384, 16384, 16383, 1, 1)])
+def test_kernel_source_under_address_sanitizer(layout, pass_, case):
+    import cuda_cpu
+    if cuda_cpu.compiler() is None:
+        pytest.skip("no C++ compiler")
+    n, k, pad, batch, channels = case
+    p = _problem(n, k, pad, pass_, batch=batch, channels=channels, layout=layout)
+    L = rowconv.transform_size(p)
+    kernels, calls = cuda_cpu.recorders(("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad"))
+    conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=kernels)
+    conv.recorded = calls
+    run = cuda_cpu.sanitized(rowconv.source("float32", L // 2), conv, p)
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -104,10 +104,22 @@ def shifts(p: ConvProblem, L: int) -> int:
     return pad % L if p.pass_ == "dgrad" else (-pad) % L
 
 
+#: The filter gradient keeps a thread's frequency pairs (its input spectrum and its sums) in registers up to this
+#: many pairs a thread (rows of up to 16384 samples), else in the workspace.
+MAX_REGISTER_PAIRS = 9
+
+
+def pairs_in_registers(m: int) -> bool:
+    return m // 2 // threads(m) + 1 <= MAX_REGISTER_PAIRS
+
+
 def workspace_bytes(p: ConvProblem, L: int) -> int:
-    """The filter spectra (forward, backward-data), or the input spectra and the sums (backward-filter)."""
+    """The filter spectra (forward, backward-data), or, where a thread's frequency pairs do not fit its registers,
+    the input spectra and the sums (backward-filter)."""
     per_channel = 8 * (L // 2 + 1)
-    return (2 if p.pass_ == "wgrad" else 1) * p.in_channels * per_channel
+    if p.pass_ == "wgrad":
+        return 0 if pairs_in_registers(L // 2) else 2 * p.in_channels * per_channel
+    return p.in_channels * per_channel
 
 
 # -- the algorithm in NumPy (float64), as the kernels run it --------------------------------------------------------
@@ -367,7 +379,11 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
     store_row(buf, out + ni * oN + c * oC, oL, n_out, shift, scale);
 }}
 
-// backward-filter: block c sums conj(DY) X over the batch (ws: the input rows' spectra, then the sums; M + 1 each)
+// backward-filter: block c sums conj(DY) X over the batch. A thread takes the same frequency pairs in every phase
+// (f = threadIdx.x + q T), so it keeps its pairs' input spectrum and sums in registers where they fit (NPAIRS <= 9:
+// rows of up to 16384 samples), else in ws (per channel: the input row's spectrum, then the sums, M + 1 each)
+constexpr int NPAIRS = M / 2 / T + 1;
+constexpr bool PAIRS_IN_REGISTERS = NPAIRS <= {max_register_pairs};
 template <typename E> __device__ __forceinline__ void wgrad(
     const E* __restrict__ x, const E* __restrict__ dy, E* __restrict__ dw, float2* __restrict__ ws, int N, int C,
     long long xN, long long xC, long long xL, long long yN, long long yC, long long yL, long long wC, long long wK,
@@ -376,33 +392,54 @@ template <typename E> __device__ __forceinline__ void wgrad(
     const int c = blockIdx.x;
     float2* xs = ws + (long long)c * 2 * (M + 1);
     float2* qs = xs + (M + 1);
+    float2 xr[PAIRS_IN_REGISTERS ? NPAIRS : 1][2], qr[PAIRS_IN_REGISTERS ? NPAIRS : 1][2];
     for (int ni = 0; ni < N; ++ni) {{
         load_row(buf, x + ni * xN + c * xC, xL, n_in);
         fft<false>(buf);
-        FOR_PAIRS(f) {{
-            float2 af, am;
-            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), af, am);
-            xs[f] = af;
-            xs[M - f] = am;
+#pragma unroll
+        for (int q = 0; q < NPAIRS; ++q) {{
+            const int f = threadIdx.x + q * T;
+            if (f <= M / 2) {{
+                float2 af, am;
+                unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), af, am);
+                if constexpr (PAIRS_IN_REGISTERS) {{ xr[q][0] = af; xr[q][1] = am; }}
+                else {{ xs[f] = af; xs[M - f] = am; }}
+            }}
         }}
         __syncthreads();  // (the next load overwrites buf)
         load_row(buf, dy + ni * yN + c * yC, yL, n_out);
         fft<false>(buf);
-        FOR_PAIRS(f) {{  // (each thread reads back what it wrote: the same pairs in every phase)
-            float2 df, dm;
-            unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), df, dm);
-            float2 qf = cmul(conjf2(df), xs[f]), qm = cmul(conjf2(dm), xs[M - f]);
-            if (ni) {{ qf = cadd(qf, qs[f]); qm = cadd(qm, qs[M - f]); }}
-            qs[f] = qf;
-            qs[M - f] = qm;
+#pragma unroll
+        for (int q = 0; q < NPAIRS; ++q) {{
+            const int f = threadIdx.x + q * T;
+            if (f <= M / 2) {{
+                float2 df, dm, xf, xm, qf, qm;
+                unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), df, dm);
+                if constexpr (PAIRS_IN_REGISTERS) {{ xf = xr[q][0]; xm = xr[q][1]; }}
+                else {{ xf = xs[f]; xm = xs[M - f]; }}
+                qf = cmul(conjf2(df), xf);
+                qm = cmul(conjf2(dm), xm);
+                if constexpr (PAIRS_IN_REGISTERS) {{
+                    if (ni) {{ qf = cadd(qf, qr[q][0]); qm = cadd(qm, qr[q][1]); }}
+                    qr[q][0] = qf; qr[q][1] = qm;
+                }} else {{
+                    if (ni) {{ qf = cadd(qf, qs[f]); qm = cadd(qm, qs[M - f]); }}
+                    qs[f] = qf; qs[M - f] = qm;
+                }}
+            }}
         }}
         __syncthreads();
     }}
-    FOR_PAIRS(f) {{
-        float2 pf, pm;
-        pack(qs[f], qs[M - f], half_twiddle(f, M), pf, pm);
-        buf[PADI(f)] = pf;
-        if (f != 0 && f != M / 2) buf[PADI(M - f)] = pm;
+#pragma unroll
+    for (int q = 0; q < NPAIRS; ++q) {{
+        const int f = threadIdx.x + q * T;
+        if (f <= M / 2) {{
+            float2 pf, pm;
+            if constexpr (PAIRS_IN_REGISTERS) pack(qr[q][0], qr[q][1], half_twiddle(f, M), pf, pm);
+            else pack(qs[f], qs[M - f], half_twiddle(f, M), pf, pm);
+            buf[PADI(f)] = pf;
+            if (f != 0 && f != M / 2) buf[PADI(M - f)] = pm;
+        }}
     }}
     __syncthreads();
     fft<true>(buf);
@@ -446,7 +483,7 @@ def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str
 def source(dtype: str, m: int) -> str:
     """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``)."""
     return device_helpers() + _SOURCE.format(m=m, t=threads(m), passes=stockham_calls(m, 1, threads(m), "row"),
-                                             e=ELEMENTS[dtype])
+                                             e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS)
 
 
 @compiled_once
@@ -508,7 +545,9 @@ class RowFftConv:
         :attr:`workspace` bytes at ``workspace``. Nothing is allocated (one launch for the filter gradient, two
         for the other passes: the filter's spectra, then the rows)."""
         if workspace is None:
-            raise ValueError(f"the row FFT needs a workspace of {self.workspace} bytes")
+            if self.workspace:
+                raise ValueError(f"the row FFT needs a workspace of {self.workspace} bytes")
+            workspace = 0
         kernel, grid, block, args, smem = self.main
         if self.p.pass_ == "wgrad":
             kernel(grid, block, (a, b, out, workspace, *args), smem, stream)
