@@ -6,7 +6,9 @@ ConvNeXt's 7x7 layers. The FFT strategy runs them through cuFFT with a zero-exte
 after each transform (replknet-dw31's round trip 0.77 to 0.90 ms against a floor of 0.035); here each pass reads
 its operand once and writes its result once.
 
-Transform sizes ``L0 x L1`` are powers of two (each at least :func:`convtune.fft.sizes.min_length` of its axis).
+Transform sizes ``L0 x L1`` are 2^a 3^b, ``L1`` even (each at least :func:`convtune.fft.sizes.min_length` of its axis;
+the candidates: powers of two, and the smallest such sizes, :func:`size_options`), in Stockham passes of radix 8, 4,
+2 and 3.
 One image, as the kernels transform it, lies in shared memory as ``L0`` rows of ``M1 + 1`` complex values (``M1 =
 L1 / 2``), a pad after every 8 and an odd row stride (:func:`row_stride`), so row and column accesses both spread
 over the banks:
@@ -35,12 +37,12 @@ import numpy
 from ..compiling import compiled_once
 from ..problem import ConvProblem
 from . import rowconv
-from .sizes import min_length, next_pow2
+from .sizes import is_smooth, min_length, next_pow2
 
 #: Threads per block.
 THREADS = 256
-#: Smallest transform lengths (rows of at least 8 complex points: one radix-8 pass).
-MIN_SIZES = (8, 16)
+#: Smallest transform lengths per axis.
+MIN_SIZES = (4, 8)
 #: Shared memory a block may take (the H100 gives a block up to 227 KiB): 128 x 256 and 256 x 128 fit, 256 x 256 not.
 MAX_SMEM = 200 * 1024
 #: Blocks the filter gradient's first kernel aims at (twice an H100's 132 SMs): a channel's batch is cut into slices
@@ -50,10 +52,30 @@ WGRAD_BLOCKS = 264
 POINTS_PER_THREAD = 16
 
 
-def transform_sizes(p: ConvProblem) -> tuple[int, int]:
-    """The powers of two these kernels use for ``p``, per axis."""
-    return tuple(max(least, next_pow2(min_length(n, pad, k)))
-                 for least, n, pad, k in zip(MIN_SIZES, p.input_size, p.padding, p.dilated_kernel))
+def _smooth23(n: int, even: bool = False) -> int:
+    """The smallest 2^a 3^b at least ``n`` (even where asked)."""
+    m = max(1, n)
+    while not is_smooth(m, (2, 3)) or (even and m % 2):
+        m += 1
+    return m
+
+
+def transform_sizes(p: ConvProblem, smooth: bool = False) -> tuple[int, int]:
+    """The transform sizes for ``p``, per axis at least its minimum and :data:`MIN_SIZES`: powers of two, or with
+    ``smooth`` the smallest 2^a 3^b (even along the rows, which are packed two samples to a point)."""
+    least = (max(m, min_length(n, pad, k)) for m, n, pad, k in zip(MIN_SIZES, p.input_size, p.padding,
+                                                                    p.dilated_kernel))
+    if smooth:
+        a, b = least
+        return _smooth23(a), _smooth23(b, even=True)
+    return tuple(next_pow2(m) for m in least)
+
+
+def size_options(p: ConvProblem) -> list[tuple[int, int]]:
+    """The candidates' transform sizes: powers of two, and the smallest 2^a 3^b where they differ (RepLKNet's 31x31
+    stage-1 layer: 128 x 128 and 72 x 72), those that fit a block."""
+    options = dict.fromkeys((transform_sizes(p), transform_sizes(p, smooth=True)))
+    return [s for s in options if reason(p, s) is None]
 
 
 def row_stride(l1: int) -> int:
@@ -76,8 +98,8 @@ def reason(p: ConvProblem, sizes=None) -> str | None:
         return "stride and dilation must be 1"
     sizes = transform_sizes(p) if sizes is None else tuple(sizes)
     least = tuple(min_length(n, pad, k) for n, pad, k in zip(p.input_size, p.padding, p.kernel_size))
-    if any(L & (L - 1) or L < m for L, m in zip(sizes, MIN_SIZES)):
-        return f"transform sizes {sizes}: powers of two from {MIN_SIZES} are needed"
+    if any(not is_smooth(L, (2, 3)) or L < m for L, m in zip(sizes, MIN_SIZES)) or sizes[1] % 2:
+        return f"transform sizes {sizes}: 2^a 3^b from {MIN_SIZES} are needed, the second even"
     if any(L < m for L, m in zip(sizes, least)):
         return f"transform sizes {sizes} are below the {least} this problem needs"
     if smem_bytes(sizes) > MAX_SMEM:
@@ -121,6 +143,9 @@ _SOURCE = r"""
 #define PADI(i) ((i) + ((i) >> 3))
 #define AT(r, u) ((r) * RS + PADI(u))
 
+// i mod n for 0 <= i < 2 n (an index plus a shift below n)
+__device__ __forceinline__ int wrap(int i, int n) {{ return i < n ? i : i - n; }}
+
 // up to ROWG complex rows of M1 points / up to COLG columns of L0 points, placed by slot(t, i)
 template <bool INV, typename Slot> __device__ __forceinline__ void fft_rows(float2* buf, const int count, Slot slot) {{
 {row_passes}
@@ -152,7 +177,7 @@ __device__ __forceinline__ void forward_2d(float2* buf, const int n0) {{
     for (int g = threadIdx.x; g < n0 * (M1 / 2 + 1); g += T) {{
         const int r = g / (M1 / 2 + 1), f = g - r * (M1 / 2 + 1);
         float2 af, am;
-        unpack(buf[AT(r, f)], buf[AT(r, (M1 - f) & (M1 - 1))], half_twiddle(f, M1), af, am);
+        unpack(buf[AT(r, f)], buf[AT(r, f ? M1 - f : 0)], half_twiddle(f, M1), af, am);
         buf[AT(r, f)] = af;
         buf[AT(r, M1 - f)] = am;
     }}
@@ -168,18 +193,18 @@ template <typename E> __device__ __forceinline__ void inverse_store(float2* buf,
     for (int u0 = 0; u0 < W; u0 += COLG)
         fft_cols<true>(buf, min(COLG, W - u0), [=](int t, int i) {{ return AT(i, u0 + t); }});
     for (int g = threadIdx.x; g < n0 * (M1 / 2 + 1); g += T) {{
-        const int t0 = g / (M1 / 2 + 1), f = g - t0 * (M1 / 2 + 1), r = (t0 + sh0) & (L0 - 1);
+        const int t0 = g / (M1 / 2 + 1), f = g - t0 * (M1 / 2 + 1), r = wrap(t0 + sh0, L0);
         float2 pf, pm;
         pack(buf[AT(r, f)], buf[AT(r, M1 - f)], half_twiddle(f, M1), pf, pm);
         buf[AT(r, f)] = pf;
-        if (f != 0 && f != M1 / 2) buf[AT(r, M1 - f)] = pm;
+        if (f != 0 && 2 * f != M1) buf[AT(r, M1 - f)] = pm;
     }}
     __syncthreads();
     for (int r0 = 0; r0 < n0; r0 += ROWG)
-        fft_rows<true>(buf, min(ROWG, n0 - r0), [=](int t, int i) {{ return AT((r0 + t + sh0) & (L0 - 1), i); }});
+        fft_rows<true>(buf, min(ROWG, n0 - r0), [=](int t, int i) {{ return AT(wrap(r0 + t + sh0, L0), i); }});
     const float* u = reinterpret_cast<const float*>(buf);
     for (int g = threadIdx.x; g < n0 * n1; g += T) {{
-        const int t0 = g / n1, t1 = g - t0 * n1, r = (t0 + sh0) & (L0 - 1), m = (t1 + sh1) & (L1 - 1);
+        const int t0 = g / n1, t1 = g - t0 * n1, r = wrap(t0 + sh0, L0), m = wrap(t1 + sh1, L1);
         store<false>(img + t0 * s0 + t1 * s1, scale * u[2 * AT(r, m >> 1) + (m & 1)]);
     }}
 }}

@@ -73,13 +73,27 @@ def reason(p: ConvProblem, size: int | None = None) -> str | None:
 
 
 def radices(m: int) -> tuple[int, ...]:
-    """The Stockham passes of an ``m``-point complex FFT: radix 8, then 2 or 4 for what is left."""
+    """The Stockham passes of an ``m``-point complex FFT (``m`` = 2^a 3^b): radix 8, then 4 or 2 for what is left of
+    the power of two, then radix 3.
+
+    >>> radices(4096), radices(16384), radices(72), radices(36), radices(81)
+    ((8, 8, 8, 8), (8, 8, 8, 8, 4), (8, 3, 3), (4, 3, 3), (3, 3, 3, 3))
+    """
     out = []
-    while m % 8 == 0 and m > 1:
+    while m % 8 == 0:
         out.append(8)
         m //= 8
-    if m > 1:
-        out.append(m)  # 2 or 4
+    if m % 4 == 0:
+        out.append(4)
+        m //= 4
+    elif m % 2 == 0:
+        out.append(2)
+        m //= 2
+    while m % 3 == 0:
+        out.append(3)
+        m //= 3
+    if m != 1:
+        raise ValueError(f"{m} is left of the transform length: lengths are 2^a 3^b")
     return tuple(out)
 
 
@@ -130,7 +144,7 @@ def _stockham(z, inverse: bool):
     ns = 1
     for r in radices(m):
         b = numpy.arange(m // r)
-        k = b & (ns - 1)
+        k = b % ns
         w = numpy.exp(sign * 1j * numpy.pi * 2.0 * k / (ns * r))  # the kernels: sincospif, then powers
         v = numpy.stack([z[:, b + q * (m // r)] * w ** q for q in range(r)], axis=1)
         dft = numpy.exp(sign * 2j * numpy.pi * numpy.outer(numpy.arange(r), numpy.arange(r)) / r)
@@ -235,13 +249,22 @@ template <bool INV> __device__ __forceinline__ void dft4(float2* a) {
     const float2 b0 = cadd(a[0], a[2]), b1 = csub(a[0], a[2]), b2 = cadd(a[1], a[3]), b3 = rot<INV>(csub(a[1], a[3]));
     a[0] = cadd(b0, b2); a[1] = cadd(b1, b3); a[2] = csub(b0, b2); a[3] = csub(b1, b3);
 }
+template <bool INV> __device__ __forceinline__ void dft3(float2* a) {
+    const float h = 0.86602540378443865f;  // sqrt(3) / 2
+    const float2 s = cadd(a[1], a[2]), r = rot<INV>(csub(a[1], a[2]));
+    const float2 t = make_float2(a[0].x - 0.5f * s.x, a[0].y - 0.5f * s.y);
+    a[0] = cadd(a[0], s);
+    a[1] = make_float2(t.x + h * r.x, t.y + h * r.y);
+    a[2] = make_float2(t.x - h * r.x, t.y - h * r.y);
+}
 template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
     if constexpr (R == 8) dft8<INV>(a);
     else if constexpr (R == 4) dft4<INV>(a);
+    else if constexpr (R == 3) dft3<INV>(a);
     else dft2<INV>(a);
 }
 
-// one Stockham pass (radix R; Ns the product of the radices before it) over `count` transforms of N points each,
+// one Stockham pass (radix R: 2, 3, 4 or 8; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
 // point i of transform t at buf[slot(t, i)], by TT threads: each reads up to ITER butterflies (count * N / R <=
 // ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end)
 template <int N, int R, bool INV, int TT, int ITER, typename Slot>
@@ -253,7 +276,7 @@ __device__ __forceinline__ void stockham_pass(float2* buf, const int count, cons
     for (int q = 0; q < ITER; ++q) {
         const int g = threadIdx.x + q * TT;
         if (g < total) {
-            const int t = g / B, b = g - t * B, k = b & (Ns - 1);
+            const int t = g / B, b = g - t * B, k = b % Ns;
             float s, c;
             sincospif((INV ? 2.0f : -2.0f) * (float)k / (float)(Ns * R), &s, &c);
             const float2 w = make_float2(c, s);
@@ -270,7 +293,7 @@ __device__ __forceinline__ void stockham_pass(float2* buf, const int count, cons
     for (int q = 0; q < ITER; ++q) {
         const int g = threadIdx.x + q * TT;
         if (g < total) {
-            const int t = g / B, b = g - t * B, k = b & (Ns - 1), d = (b - k) * R + k;
+            const int t = g / B, b = g - t * B, k = b % Ns, d = (b - k) * R + k;
 #pragma unroll
             for (int r = 0; r < R; ++r) buf[slot(t, d + r * Ns)] = v[q][r];
         }
