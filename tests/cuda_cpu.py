@@ -165,3 +165,59 @@ def gpu_errors(strategy_name: str, p, seed: int) -> dict:
     configs = strategy.candidates(p, backend)
     assert configs, f"{strategy_name} supports {p.describe()} but lists no candidate"
     return {strategy.describe(c): relative_error(xp, strategy.executor(p, c, backend)(a, b), ref) for c in configs}
+
+
+# -- the same launches as a standalone program under AddressSanitizer (out-of-bounds reads and writes) --------------
+def sanitized(source: str, executor, p) -> subprocess.CompletedProcess:
+    """Build ``source``'s kernels with the host compiler and AddressSanitizer into a program that makes the launches
+    ``executor.launch`` makes for problem ``p`` (recorded through stand-in kernels: build ``executor`` with
+    :func:`recorders` as its kernels) on heap buffers of exactly the operands', result's and workspace's sizes, and
+    run it: an access outside any of them, or outside a block's shared memory, fails the run (its stderr says
+    where). ``executor.recorded``: the list :func:`recorders` gave. Slow (a compilation per call): ``CONVTUNE_ASAN=1`` turns on the tests that use it."""
+    import math
+    calls = executor.recorded
+    del calls[:]
+    executor.launch(1, 2, 3, Stream(), 4 if executor.workspace else None)
+    names = {1: "a", 2: "b", 3: "out", 4: "ws", 0: "nullptr"}
+    elements = {"a": math.prod(p.operand_shapes[0]), "b": math.prod(p.operand_shapes[1]),
+                "out": math.prod(p.result_shape), "ws": max(1, executor.workspace // 4)}
+    body = []
+    for name, grid, block, smem, args in calls:
+        rendered = []
+        for value in args:
+            if isinstance(value, int):
+                rendered.append(f"(void*){names[value]}")
+            else:
+                suffix = "f" if value.dtype.kind == "f" else ("LL" if value.dtype.itemsize == 8 else "")
+                rendered.append(repr(value.item()) + suffix)
+        body.append(f"host_{name}({grid[0]}, {block[0]}, {smem}, {', '.join(rendered)});")
+    buffers = "\n".join(f"float* {k} = new float[{v}]; for (long i = 0; i < {v}; ++i) {k}[i] = (float)(i % 13) - 6;"
+                        for k, v in elements.items())
+    found = {m.group(1): [q.strip() for q in m.group(2).split(",")] for m in _KERNEL.finditer(source)}
+    wrappers = []
+    for name, params in found.items():
+        arg_names = [q.split()[-1].lstrip("*") for q in params]
+        wrappers.append(f"void host_{name}(int grid, int block, long long smem, {', '.join(params)}) "
+                        f"{{ launch_blocks(grid, block, smem, [=] {{ {name}({', '.join(arg_names)}); }}); }}")
+    text = (_PRELUDE + _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source) + _LAUNCHER
+            + "\n".join(wrappers) + f"\nint main() {{\n{buffers}\n" + "\n".join(body) + "\nreturn 0;\n}\n")
+    folder = tempfile.mkdtemp(prefix="convtune-asan-")
+    path, program = os.path.join(folder, "run.cpp"), os.path.join(folder, "run")
+    with open(path, "w") as f:
+        f.write(text)
+    subprocess.run([compiler(), "-std=c++20", "-O1", "-g", "-fpermissive", "-fsanitize=address", "-pthread", "-w",
+                    path, "-o", program], check=True, capture_output=True, text=True)
+    return subprocess.run([program], capture_output=True, text=True, env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+
+
+def recorders(names):
+    """Stand-in kernels that record their launches (for :func:`sanitized`): one per name, sharing one list."""
+    calls = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            calls.append((self.name, grid, block, int(shared_mem), args))
+    return tuple(Recorder(n) for n in names), calls

@@ -168,14 +168,16 @@ def test_kernels_match_float64(dtype, layout, pass_, case):
 @pytest.mark.skipif(not __import__("os").environ.get("CONVTUNE_ASAN"), reason="CONVTUNE_ASAN=1 runs it (slow)")
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
-@pytest.mark.parametrize("case", [((9, 11), (3, 5), (1, 2), 2, 3), ((56, 60), 31, 15, 8, 2), ((3, 70), (3, 31), (1, 15), 1, 1)])
-def test_kernel_source_under_address_sanitizer(layout, pass_, case):
+@pytest.mark.parametrize("case", [((9, 11), (3, 5), (1, 2), 2, 3), ((56, 60), 31, 15, 8, 2), ((3, 70), (3, 31), (1, 15), 1, 1),
+                                  ((5, 45), 5, (2, 5), 2, 2)])
+@pytest.mark.parametrize("smooth", [False, True])
+def test_kernel_source_under_address_sanitizer(layout, pass_, case, smooth):
     import cuda_cpu
     if cuda_cpu.compiler() is None:
         pytest.skip("no C++ compiler")
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, pass_, batch=batch, channels=channels, layout=layout)
-    sizes = planeconv.transform_sizes(p)
+    sizes = planeconv.transform_sizes(p, smooth)
     kernels, calls = cuda_cpu.recorders(planeconv.NAMES)
     conv = planeconv.PlaneFftConv(None, p, sizes, kernels=kernels)
     conv.recorded = calls
