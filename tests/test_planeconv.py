@@ -66,10 +66,24 @@ def test_sizes_and_reasons():
 def test_batch_slices_fill_the_device_and_never_run_empty():
     for batch, channels in [(16, 128), (16, 96), (1, 4), (7, 3), (64, 768), (5, 100)]:
         p = _problem((20, 20), 3, 1, "wgrad", batch=batch, channels=channels)
-        s = planeconv.batch_slices(p)
-        chunk = -(-batch // s)
-        assert 1 <= s <= batch and (s - 1) * chunk < batch  # every slice holds a sample
-        assert channels * s >= min(planeconv.WGRAD_BLOCKS, channels * batch) // 2
+        for blocks in planeconv.WGRAD_BLOCKS:
+            s = planeconv.batch_slices(p, blocks)
+            chunk = -(-batch // s)
+            assert 1 <= s <= batch and (s - 1) * chunk < batch  # every slice holds a sample
+            assert channels * s >= min(blocks, channels * batch) // 2
+
+
+def test_candidates_sizes_and_slices():
+    from convtune.strategies.fftplane import PlaneFftConfig
+    strategy = get_strategy("fft-plane")
+    p = _problem((56, 56), 31, 15, "wgrad", batch=16, channels=128)
+    configs = strategy.candidates(p, None)
+    assert [(c.sizes, c.slices) for c in configs] == [((128, 128), 3), ((128, 128), 8), ((72, 72), 3), ((72, 72), 8)]
+    assert strategy.workspace_bytes(p, configs[1]) == 128 * 8 * 2 * 8 * 128 * 65
+    assert [c.slices for c in strategy.candidates(p.for_pass("fwd"), None)] == [1, 1]
+    assert PlaneFftConfig.from_label(configs[3].label()) == configs[3]
+    with pytest.raises(ValueError, match="17 slices of a batch of 16"):
+        planeconv.PlaneFftConv(None, p, kernels=(None,) * 5, slices=17)
 
 
 def test_strategy_is_gpu_only_and_serves_2d_depthwise_shapes():

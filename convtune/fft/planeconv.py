@@ -45,9 +45,10 @@ THREADS = 256
 MIN_SIZES = (4, 8)
 #: Shared memory a block may take (the H100 gives a block up to 227 KiB): 128 x 256 and 256 x 128 fit, 256 x 256 not.
 MAX_SMEM = 200 * 1024
-#: Blocks the filter gradient's first kernel aims at (twice an H100's 132 SMs): a channel's batch is cut into slices
+#: Blocks the filter gradient's first kernel aims at (twice and eight times an H100's 132 SMs; a search axis: more
+#: slices fill the device better and leave more partial sums to add): a channel's batch is cut into slices
 #: (:func:`batch_slices`) where there are fewer channels.
-WGRAD_BLOCKS = 264
+WGRAD_BLOCKS = (264, 1056)
 #: Points per thread in one call of the batched Stockham passes (rows and columns are transformed in groups).
 POINTS_PER_THREAD = 16
 
@@ -116,10 +117,10 @@ def shifts(p: ConvProblem, sizes) -> tuple[int, int]:
     return tuple((sign * pad) % L for pad, L in zip(p.padding, sizes))
 
 
-def batch_slices(p: ConvProblem) -> int:
-    """The filter gradient's slices of the batch: at least :data:`WGRAD_BLOCKS` (channel, slice) blocks where the
-    batch allows, every slice holding a sample."""
-    wanted = max(1, min(p.batch, math.ceil(WGRAD_BLOCKS / p.in_channels)))
+def batch_slices(p: ConvProblem, blocks: int = WGRAD_BLOCKS[0]) -> int:
+    """The filter gradient's slices of the batch: at least ``blocks`` (channel, slice) blocks where the batch allows,
+    every slice holding a sample."""
+    wanted = max(1, min(p.batch, math.ceil(blocks / p.in_channels)))
     chunk = math.ceil(p.batch / wanted)
     return math.ceil(p.batch / chunk)
 
@@ -350,9 +351,9 @@ class PlaneFftConv:
     """One 2-D depthwise problem's executor at transform ``sizes``: :meth:`launch` runs the pass by address on dense
     operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of device
     memory. ``kernels``: the launchables of :data:`NAMES` (default: compiled for the current device; the CPU tests
-    pass stand-ins)."""
+    pass stand-ins). ``slices``: the filter gradient's batch slices (default :func:`batch_slices`)."""
 
-    def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None):
+    def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None, slices: int | None = None):
         sizes = transform_sizes(p) if sizes is None else tuple(sizes)
         why = reason(p, sizes)
         if why:
@@ -367,7 +368,9 @@ class PlaneFftConv:
         x_strides, y_strides = (tuple(map(i64, _strides(p, s))) for s in (p.x_shape, p.y_shape))
         (n0, n1), (o0, o1) = p.input_size, p.output_size
         if p.pass_ == "wgrad":
-            S = batch_slices(p)
+            S = batch_slices(p) if slices is None else slices
+            if not 1 <= S <= p.batch:
+                raise ValueError(f"image FFT: {S} slices of a batch of {p.batch}")
             chunk = math.ceil(p.batch / S)
             self.workspace = workspace_bytes(p, sizes, S)
             self.steps = ((part, (C * S,), block, (i32(p.batch), i32(C), i32(S), i32(chunk), *x_strides, *y_strides,

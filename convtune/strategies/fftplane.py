@@ -16,7 +16,8 @@ from .base import Config, Strategy, register
 
 @dataclass(frozen=True)
 class PlaneFftConfig(Config):
-    sizes: tuple[int, ...]  # the transform sizes (powers of two)
+    sizes: tuple[int, ...]  # the transform sizes (powers of two, or 2^a 3^b)
+    slices: int = 1  # the filter gradient: the batch cut into this many slices per channel (planeconv.batch_slices)
 
 
 @register
@@ -39,15 +40,17 @@ class PlaneFftStrategy(Strategy):
         return problem.rank == 2 and problem.groups == problem.in_channels == problem.out_channels
 
     def candidates(self, problem, backend):
-        return [PlaneFftConfig(sizes=sizes) for sizes in planeconv.size_options(problem)]
+        slices = sorted({planeconv.batch_slices(problem, blocks) for blocks in planeconv.WGRAD_BLOCKS}) \
+            if problem.pass_ == "wgrad" else [1]
+        return [PlaneFftConfig(sizes=sizes, slices=s) for sizes in planeconv.size_options(problem) for s in slices]
 
     def workspace_bytes(self, problem, config) -> int:
-        slices = planeconv.batch_slices(problem) if problem.pass_ == "wgrad" else 1
-        return planeconv.workspace_bytes(problem, config.sizes, slices)
+        return planeconv.workspace_bytes(problem, config.sizes, config.slices)
 
     def recordable(self, problem, config) -> bool:
         return True  # kernel launches only
 
     def build(self, problem, config, backend):
-        executor = planeconv.PlaneFftConv(backend.xp, problem, config.sizes)
+        executor = planeconv.PlaneFftConv(backend.xp, problem, config.sizes,
+                                          slices=config.slices if problem.pass_ == "wgrad" else None)
         return precision.launched(executor.launch, problem, backend.xp, executor.workspace)
