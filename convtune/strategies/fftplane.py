@@ -6,9 +6,11 @@ GPU only; float32, float16 and bfloat16, channels-first and channels_last, read 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .. import precision
+from ..compiling import build_concurrently
 from ..fft import planeconv
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
@@ -43,6 +45,11 @@ class PlaneFftStrategy(Strategy):
         slices = sorted({planeconv.batch_slices(problem, blocks) for blocks in planeconv.WGRAD_BLOCKS}) \
             if problem.pass_ == "wgrad" else [1]
         return [PlaneFftConfig(sizes=sizes, slices=s) for sizes in planeconv.size_options(problem) for s in slices]
+
+    def prepare(self, problem, configs, backend):
+        """The candidates' kernels (a module per dtype and sizes) compiled at once, on several threads."""
+        if getattr(backend, "name", "") == "cupy":
+            build_concurrently([functools.partial(self.executor, problem, c, backend) for c in configs], backend)
 
     def workspace_bytes(self, problem, config) -> int:
         return planeconv.workspace_bytes(problem, config.sizes, config.slices)
