@@ -18,7 +18,10 @@ timing it, and its rank in its strategy's list, which for cuDNN is the heuristic
    element fails; past the math mode's tolerance it is ``rejected``, an
    exception is ``failed`` (out-of-memory included) and tuning goes on; one
    whose run is ``SLOW_FACTOR`` times slower than the best so far is ``skipped`` (never one of
-   an ``always_timed`` strategy: PyTorch's own convolution, the point of reference);
+   an ``always_timed`` strategy: PyTorch's own convolution, the point of reference); a configuration
+   that is costly to build (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's
+   runtime-compiled plans) is built once, for the full batch, and verified there on the verification
+   operands zero-extended along the batch (the zero samples' results must come out zero), then timed as built;
 4. the survivors are timed on the full problem, fastest first by a warm run on
    the reduced batch (so a time budget goes to the likely winners); a lone
    survivor is not timed; a candidate whose first timed run is ``EARLY_STOP``
@@ -93,6 +96,8 @@ class _Search:
     costs: dict = field(default_factory=dict)  # label -> {"build_s", "verify_s", "timing_s"}
     phases: dict = field(default_factory=dict)  # phase -> seconds
     full_operands: tuple | None = None  # the timing operands, for the full-batch check
+    prebuilt: dict = field(default_factory=dict)  # label -> a full-batch executor built for verification, to time
+    zero_extended: tuple | None = None  # the verification operands zero-extended to the full batch, and a result
 
     def spend(self, cand, what: str, seconds: float) -> None:
         entry = self.costs.setdefault(cand.label, {})
@@ -197,6 +202,7 @@ class Planner:
         timed = self._time(s, survivors)
         timed = self._confirm_full_batch(s, timed)
         s.full_operands = None
+        s.prebuilt.clear()
         outcomes = s.outcomes
         if not timed:
             decision = Decision(problem, self.backend.device_info(), _NO_WINNER, tuple(outcomes),
@@ -343,13 +349,23 @@ class Planner:
             self._report(f"verify {cand.label}")
             started = time.perf_counter()
             try:
-                out = precision.empty_result(xp, small, fill=xp.nan)
-                run = cand.strategy.executor(small, cand.config, self.backend)
+                full = small.batch < problem.batch and cand.strategy.verified_at_full_batch(problem, cand.config) \
+                    and self._zero_extended(s, small, a, b, ref) is not None
+                if full:  # built once, at the full batch, and timed as built (see Strategy.verified_at_full_batch)
+                    run = s.prebuilt[cand.label] = cand.strategy.executor(problem, cand.config, self.backend)
+                    va, vb, out, vref = s.zero_extended
+                    out[...] = xp.nan
+                else:
+                    out = precision.empty_result(xp, small, fill=xp.nan)
+                    run = cand.strategy.executor(small, cand.config, self.backend)
+                    va, vb, vref = a, b, ref
                 built = time.perf_counter()
                 s.spend(cand, "build_s", built - started)
                 started = built  # verify_s is the runs and the check, not the build again (tune's totals add them)
-                first_s = self._synchronized_run(run, a, b, out)
-                err = relative_error(xp, out, ref)
+                first_s = self._synchronized_run(run, va, vb, out)
+                if full:  # (a run of the full batch ranks as its share of the verification batch's samples)
+                    first_s *= small.batch / problem.batch
+                err = relative_error(xp, out, vref)
                 if not err <= problem.tolerance:
                     s.spend(cand, "verify_s", time.perf_counter() - started)
                     s.outcomes.append(self._outcome(s, cand, "rejected", error=err,
@@ -367,7 +383,7 @@ class Planner:
                     continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
-                warm_s = self._synchronized_run(run, a, b, out)
+                warm_s = self._synchronized_run(run, va, vb, out) * (small.batch / problem.batch if full else 1)
                 s.spend(cand, "verify_s", time.perf_counter() - started)
                 if not reference_point and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
                     s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(
@@ -381,8 +397,36 @@ class Planner:
                 log.debug("candidate %s failed verification", cand.label, exc_info=True)
                 continue
             survivors.append((cand, err, warm_s))
+        s.zero_extended = None
+        for label in set(s.prebuilt) - {cand.label for cand, _err, _warm in survivors}:
+            del s.prebuilt[label]  # (only survivors are timed)
         survivors.sort(key=lambda item: item[2])
         return [(cand, err) for cand, err, _warm in survivors]
+
+    def _zero_extended(self, s: _Search, small: ConvProblem, a, b, ref):
+        """The verification operands ``a``, ``b`` (of ``small``) zero-extended along the batch to the full problem's, a
+        full-batch result and its reference (``ref`` zero-extended too, but a filter gradient's: zero samples add
+        nothing to it), made once per search; ``None`` where they do not fit in memory."""
+        if s.zero_extended is None:
+            problem, xp = s.problem, self.backend.xp
+            if not self._operands_fit(s, [], "verification at the full batch", 1, "its operands and result"):
+                return None
+
+            def extended(v, shape):
+                if v.shape == tuple(shape):  # the filter: no batch axis
+                    return v
+                full = precision.laid_out(xp, xp.zeros(shape, dtype=v.dtype), problem.layout)
+                full[:small.batch] = v
+                return full
+            (sa, sb) = problem.operand_shapes
+            if problem.pass_ == "wgrad":
+                full_ref = ref
+            else:
+                full_ref = xp.zeros(problem.result_shape, dtype=ref.dtype)
+                full_ref[:small.batch] = ref
+            s.zero_extended = (extended(a, sa), extended(b, sb), precision.empty_result(xp, problem, fill=xp.nan),
+                               full_ref)
+        return s.zero_extended
 
     def _synchronized_run(self, run, a, b, out) -> float:
         """Seconds one run takes, device work included (a rough clock for ranking, not a timing)."""
@@ -430,7 +474,7 @@ class Planner:
                 else None
             t0 = t_timing = time.perf_counter()
             try:
-                run = cand.strategy.executor(problem, cand.config, self.backend)
+                run = s.prebuilt.pop(cand.label, None) or cand.strategy.executor(problem, cand.config, self.backend)
                 t_timing = time.perf_counter()
                 s.spend(cand, "build_s", t_timing - t0)
                 # timed as the runtime calls it: into ``out``, or making its own result where it does; an

@@ -47,13 +47,15 @@ def make_strategy(name, behaviour, workspace=0, supported=True, pruned=None):
 
 
 def correct(a, b, out, p, reference):
+    if out is None:  # (called between conversions, for a problem the test strategies do not read: channels_last)
+        return reference(np, p, a, b).astype(np.float32)
     out[...] = reference(np, p, a, b)
     return out
 
 
 def slightly_wrong(a, b, out, p, reference):
-    out[...] = reference(np, p, a, b) * (1 + 1e-4)
-    return out
+    return correct(a, b, out, p, reference) * (1 + 1e-4) if out is None else \
+        correct(a, b, out, p, reference).__imul__(1 + 1e-4)
 
 
 def raises_memory(a, b, out, p, reference):
@@ -304,3 +306,76 @@ def test_strategies_prepare_their_candidates_before_verification(extra_strategie
     assert d.phases["preparing t-prep"] >= 0.01 and "preparing t-prep-broken" not in d.phases
     assert d.winner.strategy == "t-prep"
     assert any(o.strategy == "t-unprepared" and o.status == "ok" for o in d.outcomes)
+
+
+def test_costly_builds_are_verified_at_the_full_batch_and_timed_as_built(extra_strategies):
+    """A configuration the strategy says is costly to build (a runtime compilation per shape) is built once, for
+    the full batch: verified there on the verification operands zero-extended along the batch, and that executor
+    is timed. Wrong results are still rejected, in every pass and layout."""
+    builds = []
+
+    def costly(behaviour, name):
+        class Costly(make_strategy(name, behaviour)):
+            def verified_at_full_batch(self, p, config):
+                return True
+
+            def build(self, p, config, backend):
+                builds.append((name, p.batch))
+                return super().build(p, config, backend)
+        return Costly
+    extra_strategies(costly(correct, "t-costly"))
+    extra_strategies(costly(slightly_wrong, "t-costly-wrong"))
+    timer = FakeTimer({"t-costly": 1e-6, "t-costly-wrong": 1e-7}, default=1.0)
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        for layout in ("channels_first", "channels_last"):
+            builds.clear()
+            p = problem("2d-odd", pass_, batch=6, layout=layout)
+            d = Planner("numpy", timer, verify_batch=2).tune(p)
+            assert d.winner.strategy == "t-costly", (pass_, layout)
+            assert d.winner.error <= 1e-6
+            wrong = next(o for o in d.outcomes if o.strategy == "t-costly-wrong")
+            assert wrong.status == "rejected" and wrong.error == pytest.approx(1e-4, rel=1e-2)
+            # once each, never at the verification batch (a filter gradient's winner is checked again on random
+            # full-batch operands, built again as every strategy's is)
+            assert builds == [("t-costly", 6), ("t-costly-wrong", 6)] + [("t-costly", 6)] * (pass_ == "wgrad")
+    # a strategy that does not say so is built at both batches, as before
+    builds.clear()
+
+    class Plain(make_strategy("t-plain", correct)):
+        def build(self, p, config, backend):
+            builds.append(("t-plain", p.batch))
+            return super().build(p, config, backend)
+    extra_strategies(Plain)
+    Planner("numpy", FakeTimer({"t-plain": 1e-8}, default=1.0), verify_batch=2).tune(problem("2d-odd", batch=6))
+    assert [b for b in builds if b[0] == "t-plain"] == [("t-plain", 2), ("t-plain", 6)]
+
+
+def test_a_costly_build_that_fails_its_full_batch_verification_is_recorded(extra_strategies):
+    class CostlyBroken(make_strategy("t-costly-broken", raises_memory)):
+        def verified_at_full_batch(self, p, config):
+            return True
+    extra_strategies(CostlyBroken)
+    d = Planner("numpy", FakeTimer(), verify_batch=2).tune(problem("2d-odd", batch=6))
+    broken = next(o for o in d.outcomes if o.strategy == "t-costly-broken")
+    assert broken.status == "failed" and "out of memory" in broken.reason
+    assert d.winner.strategy != "t-costly-broken"
+
+
+def writes_past_the_samples(a, b, out, p, reference):
+    """Right on the first two samples, garbage on the others (a batch stride gone wrong past them)."""
+    out = correct(a, b, out, p, reference)
+    out[2:] += 1.0
+    return out
+
+
+def test_a_costly_build_is_checked_on_the_zero_samples_too(extra_strategies):
+    """Zero-extended operands give zero results past the verification samples: an executor that writes anything
+    else there is rejected, as one wrong on the verification samples is."""
+    class Striding(make_strategy("t-costly-striding", writes_past_the_samples)):
+        def verified_at_full_batch(self, p, config):
+            return True
+    extra_strategies(Striding)
+    d = Planner("numpy", FakeTimer({"t-costly-striding": 1e-9}, default=1.0), verify_batch=2).tune(
+        problem("2d-odd", batch=6))
+    striding = next(o for o in d.outcomes if o.strategy == "t-costly-striding")
+    assert striding.status == "rejected" and striding.error > 0.1

@@ -113,6 +113,14 @@ class Strategy:
         (:func:`convtune.compiling.build_concurrently`). A failure here is left to the candidate's own
         build, which the planner records. Nothing by default."""
 
+    def verified_at_full_batch(self, problem: ConvProblem, config: Config) -> bool:
+        """Is ``config`` costly to build for ``problem`` (a runtime compilation per shape), so that the planner should
+        build it once, at the full batch, verify that executor on the verification operands zero-extended along the
+        batch (each sample's result is the small batch's; zero samples add nothing to a filter gradient's sum) and
+        time that same executor, instead of building it for the verification batch and again for the full one?
+        ``False`` by default."""
+        return False
+
     def observe(self, problem: ConvProblem, outcomes, winner) -> None:
         """Told every candidate's outcome (:class:`~convtune.plan.CandidateOutcome`) and the winner's once a
         search ends, so that rules learned in this process (:meth:`pruned`) can use it. Nothing by default."""
