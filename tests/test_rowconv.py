@@ -180,9 +180,8 @@ def _cpu_kernels(dtype, m):
     import cuda_cpu
     if cuda_cpu.compiler() is None:
         pytest.skip("no C++ compiler to run the CUDA source on the CPU")
-    names = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
-    found = cuda_cpu.kernels(rowconv.source(dtype, m), names)
-    return tuple(found[n] for n in names)
+    found = cuda_cpu.kernels(rowconv.source(dtype, m), rowconv.NAMES)
+    return tuple(found[n] for n in rowconv.NAMES)
 
 
 CPU_KERNEL_CASES = [(16, 16, 15, 2, 3), (37, 11, 5, 3, 2), (100, 31, 15, 2, 3), (129, 200, 150, 1, 2), (5, 1, 0, 2, 2),
@@ -234,7 +233,7 @@ def test_kernel_source_under_address_sanitizer(layout, pass_, case):
     n, k, pad, batch, channels = case
     p = _problem(n, k, pad, pass_, batch=batch, channels=channels, layout=layout)
     L = rowconv.transform_size(p)
-    kernels, calls = cuda_cpu.recorders(("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad"))
+    kernels, calls = cuda_cpu.recorders(rowconv.NAMES)
     conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=kernels)
     conv.recorded = calls
     run = cuda_cpu.sanitized(rowconv.source("float32", L // 2), conv, p)

@@ -327,16 +327,8 @@ def source(dtype: str, sizes) -> str:
 
 @compiled_once
 def _kernels(dtype: str, sizes, device_id: int):
-    """The launchable functions of :data:`NAMES` for ``dtype`` and ``sizes``, compiled once per device, each allowed
-    :func:`smem_bytes` of dynamic shared memory."""
-    import cupy
-    code, out = source(dtype, sizes), []
-    with cupy.cuda.Device(device_id):
-        for name in NAMES:
-            kernel = cupy.RawKernel(code, name, options=("--std=c++17",))
-            kernel.max_dynamic_shared_size_bytes = smem_bytes(sizes)  # (over the 48 KiB a block gets without opting in)
-            out.append(kernel.kernel)
-    return tuple(out)
+    """:data:`NAMES` for ``dtype`` and ``sizes``, compiled once per device."""
+    return rowconv.launchables(source(dtype, sizes), NAMES, smem_bytes(sizes), device_id)
 
 
 def _strides(p: ConvProblem, shape) -> tuple[int, int, int, int]:

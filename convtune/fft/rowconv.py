@@ -509,19 +509,28 @@ def source(dtype: str, m: int) -> str:
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS)
 
 
-@compiled_once
-def _kernels(dtype: str, m: int, device_id: int):
-    """The launchable (spectrum, fwd, dgrad, wgrad) functions of ``dtype`` for ``m``-point rows, compiled once per
-    device (one source: CuPy compiles it once for the four), each allowed :func:`smem_bytes` of dynamic shared
-    memory."""
+def launchables(code: str, names, smem: int, device_id: int) -> tuple:
+    """The kernels ``names`` of ``code`` as launchable functions on device ``device_id`` (one source: CuPy compiles it
+    once for them all), each allowed ``smem`` bytes of dynamic shared memory (over the 48 KiB a block gets without
+    opting in)."""
     import cupy
-    code, out = source(dtype, m), []
+    out = []
     with cupy.cuda.Device(device_id):
-        for name in ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad"):
+        for name in names:
             kernel = cupy.RawKernel(code, name, options=("--std=c++17",))
-            kernel.max_dynamic_shared_size_bytes = smem_bytes(m)  # (over the 48 KiB a block gets without opting in)
+            kernel.max_dynamic_shared_size_bytes = smem
             out.append(kernel.kernel)
     return tuple(out)
+
+
+#: The kernels of :func:`source`, in :class:`RowFftConv`'s order.
+NAMES = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
+
+
+@compiled_once
+def _kernels(dtype: str, m: int, device_id: int):
+    """:data:`NAMES` for ``dtype`` and ``m``-point rows, compiled once per device."""
+    return launchables(source(dtype, m), NAMES, smem_bytes(m), device_id)
 
 
 def _strides(p: ConvProblem, shape) -> tuple[int, int, int]:
