@@ -1,7 +1,9 @@
 """Run a CUDA kernel source on the CPU, for tests: compiled by the host's C++ compiler with a thin stand-in for the
 CUDA built-ins, each block's threads as OS threads and ``__syncthreads`` a barrier. It checks a kernel's indexing,
-synchronisation and arithmetic where no GPU is (CI); it says nothing of its speed. What it cannot stand in for:
-inline PTX (``asm`` statements do nothing, so float16's conversions are not emulated), warp-level intrinsics, atomics.
+synchronisation and arithmetic where no GPU is (CI); it says nothing of its speed. Grids and blocks of up to two
+dimensions; ``__shared__`` arrays (blocks run one after another); ``__shfl_down_sync`` by whole warps (a barrier per
+warp); float ``atomicAdd``. What it cannot stand in for: inline PTX (``asm`` statements do nothing, so float16's
+conversions are not emulated), other warp-level intrinsics, shuffles by part of a warp.
 
 ``kernels(source, names)`` gives, per ``extern "C" __global__`` kernel named, a callable with the signature of a
 CuPy launchable function: ``k(grid, block, args, shared_mem, stream)``, where ``args`` holds host addresses (ints;
@@ -20,9 +22,11 @@ import tempfile
 
 _PRELUDE = r"""
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 struct float2 { float x, y; };
@@ -31,9 +35,22 @@ using std::max;
 static inline float2 make_float2(float x, float y) { return {x, y}; }
 struct dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local dim3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
 static std::barrier<>* g_barrier;
+static std::vector<std::barrier<>*> g_warps;
+static float g_exchange[1024];
 static char* g_smem;
 static inline void __syncthreads() { g_barrier->arrive_and_wait(); }
+static inline int linear_thread() { return threadIdx.x + threadIdx.y * blockDim.x; }
+static inline float __shfl_down_sync(unsigned, float v, int delta) {
+    const int t = linear_thread(), lane = t & 31, n = blockDim.x * blockDim.y;
+    g_exchange[t] = v;
+    g_warps[t >> 5]->arrive_and_wait();
+    const float r = (lane + delta < 32 && t + delta < n) ? g_exchange[t + delta] : v;
+    g_warps[t >> 5]->arrive_and_wait();
+    return r;
+}
+static inline float atomicAdd(float* a, float v) { return std::atomic_ref<float>(*a).fetch_add(v); }
 template <typename P> static inline P __ldg(const P* p) { return *p; }
 static inline void sincospif(float x, float* s, float* c) {
     const double a = M_PI * (double)x;
@@ -47,21 +64,34 @@ static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__
+#define __shared__ static
 #define asm(...) ((void)0)
 """
 
 _LAUNCHER = r"""
-template <typename F> static void launch_blocks(int grid, int block, long long smem_bytes, F body) {
+template <typename F> static void launch_blocks(int gx, int gy, int bx, int by, long long smem_bytes, F body) {
     std::vector<char> smem(smem_bytes > 0 ? smem_bytes : 1);
-    for (int b = 0; b < grid; ++b) {
-        std::barrier<> bar(block);
-        g_barrier = &bar;
-        g_smem = smem.data();
-        std::vector<std::thread> threads;
-        for (int t = 0; t < block; ++t)
-            threads.emplace_back([&body, t, b] { threadIdx.x = t; blockIdx.x = b; body(); });
-        for (auto& th : threads) th.join();
-    }
+    const int n = bx * by;
+    blockDim = {(unsigned)bx, (unsigned)by, 1};
+    gridDim = {(unsigned)gx, (unsigned)gy, 1};
+    for (int yb = 0; yb < gy; ++yb)
+        for (int xb = 0; xb < gx; ++xb) {
+            std::barrier<> bar(n);
+            std::vector<std::unique_ptr<std::barrier<>>> warps;
+            g_warps.clear();
+            for (int w = 0; w * 32 < n; ++w) {
+                warps.emplace_back(new std::barrier<>(std::min(32, n - 32 * w)));
+                g_warps.push_back(warps.back().get());
+            }
+            g_barrier = &bar;
+            g_smem = smem.data();
+            std::vector<std::thread> threads;
+            for (int t = 0; t < n; ++t)
+                threads.emplace_back([&body, t, bx, xb, yb] {
+                    threadIdx.x = t % bx; threadIdx.y = t / bx; blockIdx.x = xb; blockIdx.y = yb; body();
+                });
+            for (auto& th : threads) th.join();
+        }
 }
 """
 
@@ -82,6 +112,13 @@ def _ctype(declaration: str):
             "unsigned": ctypes.c_uint, "unsigned int": ctypes.c_uint}[kind]
 
 
+def _two(dims) -> tuple[int, int]:
+    """A grid's or block's dimensions as (x, y): up to two of them."""
+    dims = tuple(int(d) for d in (dims if isinstance(dims, (tuple, list)) else (dims,)))
+    assert len(dims) <= 2 or all(d == 1 for d in dims[2:]), f"grids and blocks of up to two dimensions, not {dims}"
+    return dims[0], dims[1] if len(dims) > 1 else 1
+
+
 def kernels(source: str, names) -> dict:
     """The kernels ``names`` of ``source``, compiled for the CPU (cached by the source's hash), as launchables."""
     found = {m.group(1): [p.strip() for p in m.group(2).split(",")] for m in _KERNEL.finditer(source)}
@@ -90,8 +127,9 @@ def kernels(source: str, names) -> dict:
     for name in names:
         params = found[name]
         arg_names = [p.split()[-1].lstrip("*") for p in params]
-        wrappers.append(f'extern "C" void host_{name}(int grid, int block, long long smem, {", ".join(params)}) '
-                        f'{{ launch_blocks(grid, block, smem, [=] {{ {name}({", ".join(arg_names)}); }}); }}')
+        wrappers.append(f'extern "C" void host_{name}(int gx, int gy, int bx, int by, long long smem, '
+                        f'{", ".join(params)}) {{ launch_blocks(gx, gy, bx, by, smem, [=] {{ '
+                        f'{name}({", ".join(arg_names)}); }}); }}')
     text = _PRELUDE + code + _LAUNCHER + "\n".join(wrappers) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     folder = os.path.join(tempfile.gettempdir(), "convtune-cuda-cpu")
@@ -109,12 +147,12 @@ def kernels(source: str, names) -> dict:
     out = {}
     for name in names:
         fn = getattr(lib, f"host_{name}")
-        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong] + [_ctype(p) for p in found[name]]
+        fn.argtypes = [ctypes.c_int] * 4 + [ctypes.c_longlong] + [_ctype(p) for p in found[name]]
         fn.restype = None
 
         def call(grid, block, args, shared_mem=0, stream=None, _fn=fn):
-            assert all(g == 1 for g in grid[1:]) and all(b == 1 for b in block[1:]), "1-D grids and blocks only"
-            _fn(grid[0], block[0], int(shared_mem), *[a.item() if hasattr(a, "item") else a for a in args])
+            (gx, gy), (bx, by) = _two(grid), _two(block)
+            _fn(gx, gy, bx, by, int(shared_mem), *[a.item() if hasattr(a, "item") else a for a in args])
         out[name] = call
     return out
 
@@ -190,15 +228,16 @@ def sanitized(source: str, executor, p) -> subprocess.CompletedProcess:
             else:
                 suffix = "f" if value.dtype.kind == "f" else ("LL" if value.dtype.itemsize == 8 else "")
                 rendered.append(repr(value.item()) + suffix)
-        body.append(f"host_{name}({grid[0]}, {block[0]}, {smem}, {', '.join(rendered)});")
+        (gx, gy), (bx, by) = _two(grid), _two(block)
+        body.append(f"host_{name}({gx}, {gy}, {bx}, {by}, {smem}, {', '.join(rendered)});")
     buffers = "\n".join(f"float* {k} = new float[{v}]; for (long i = 0; i < {v}; ++i) {k}[i] = (float)(i % 13) - 6;"
                         for k, v in elements.items())
     found = {m.group(1): [q.strip() for q in m.group(2).split(",")] for m in _KERNEL.finditer(source)}
     wrappers = []
     for name, params in found.items():
         arg_names = [q.split()[-1].lstrip("*") for q in params]
-        wrappers.append(f"void host_{name}(int grid, int block, long long smem, {', '.join(params)}) "
-                        f"{{ launch_blocks(grid, block, smem, [=] {{ {name}({', '.join(arg_names)}); }}); }}")
+        wrappers.append(f"void host_{name}(int gx, int gy, int bx, int by, long long smem, {', '.join(params)}) "
+                        f"{{ launch_blocks(gx, gy, bx, by, smem, [=] {{ {name}({', '.join(arg_names)}); }}); }}")
     text = (_PRELUDE + _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source) + _LAUNCHER
             + "\n".join(wrappers) + f"\nint main() {{\n{buffers}\n" + "\n".join(body) + "\nreturn 0;\n}\n")
     folder = tempfile.mkdtemp(prefix="convtune-asan-")

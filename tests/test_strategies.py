@@ -356,9 +356,9 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
 
 
 def test_channels_first_half_depthwise_problems_run_their_kernels_without_conversions():
-    """A 1-D or 2-D channels-first depthwise problem in bfloat16 or float16 runs the channels-first kernels on its own
-    memory (no conversion workspace; a filter gradient's float32 sums instead); a 3-D one, or a channels-last one
-    on those kernels, goes through conversions."""
+    """A 1-D, 2-D or 3-D channels-first depthwise problem in bfloat16 or float16 runs the channels-first kernels on its
+    own memory (no conversion workspace; a filter gradient's float32 sums instead); a channels-last one on those
+    kernels (a 3-D one on any) goes through conversions."""
     from types import SimpleNamespace
     from convtune.problem import ConvProblem
     from convtune.strategies import get_strategy
@@ -375,14 +375,22 @@ def test_channels_first_half_depthwise_problems_run_their_kernels_without_conver
                     assert dw.reads(p, config), config.label()
                     sums = 4 * 16 * math.prod(p.kernel_size) if pass_ == "wgrad" else 0
                     assert dw.workspace(p, config) == sums, (config.label(), pass_)
-        cube = layer((6, 6, 6), 3, 1, dtype=dtype)
-        assert not any(dw.reads(cube, c) for c in dw.candidates(cube, gpu))
-        assert dw.workspace(cube, dw.candidates(cube, gpu)[0]) == cube.in_float32().min_bytes()
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            cube = layer((6, 6, 6), 3, 1, dtype=dtype, pass_=pass_)
+            assert all(dw.reads(cube, c) for c in dw.candidates(cube, gpu))
+            sums = 4 * 16 * 27 if pass_ == "wgrad" else 0
+            assert dw.workspace(cube, dw.candidates(cube, gpu)[0]) == sums
+        cube_last = layer((6, 6, 6), 3, 1, dtype=dtype, layout="channels_last")
+        assert not any(dw.reads(cube_last, c) for c in dw.candidates(cube_last, gpu))
+        assert dw.workspace(cube_last, dw.candidates(cube_last, gpu)[0]) == cube_last.in_float32().min_bytes()
         last = layer((56, 56), 7, 3, dtype=dtype, layout="channels_last")
         assert [dw.reads(last, c) for c in dw.candidates(last, gpu)] == [c.variant.startswith("nhwc")
                                                                           for c in dw.candidates(last, gpu)]
-    assert dw.version == 7 and dw.changes[7](layer((56, 56), 7, 3, dtype="bfloat16"))
+    assert dw.version == 8 and dw.changes[7](layer((56, 56), 7, 3, dtype="bfloat16"))
     assert not dw.changes[7](layer((56, 56), 7, 3)) and not dw.changes[7](layer((6, 6, 6), 3, 1, dtype="float16"))
+    # version 8 (half precision in the 3-D kernels) re-tunes half-precision 3-D depthwise plans only
+    assert dw.changes[8](layer((6, 6, 6), 3, 1, dtype="float16"))
+    assert not dw.changes[8](layer((6, 6, 6), 3, 1)) and not dw.changes[8](layer((56, 56), 7, 3, dtype="bfloat16"))
 
 
 def test_3d_depthwise_problems_get_the_3d_tiled_kernels():

@@ -569,8 +569,7 @@ class DepthwiseConv:
     outputs (filter gradient: taps) per thread; backward-data likewise through the forward kernel.
     """
 
-    #: the operands' dtype; a half-precision filter gradient's workspace bytes and rounding kernel (a subclass that
-    #: sets up its own kernels, the 3-D one, is float32)
+    #: the operands' dtype; a half-precision filter gradient's workspace bytes and rounding kernel
     dtype, workspace, rounding = "float32", 0, None
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):

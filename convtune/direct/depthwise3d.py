@@ -4,7 +4,8 @@ Depthwise 3-D convolutions with large kernels (3D UX-Net's 7x7x7, on 48^3 volume
 ``conv3d`` is slowest: it has no depthwise 3-D kernel of its own, and cuDNN's grouped engines do
 about one multiply-add per clock and channel. These kernels run the 2-D tiles of
 :mod:`convtune.direct.depthwise` plane by plane along depth (stride 1, any padding and dilation,
-float32 channels-first operands; other dtypes and layouts through conversions):
+channels-first operands of float32, bfloat16 or float16 read and written in place, sums in float32; channels_last
+through conversions):
 
 * forward: a block owns a 2-D output tile (32 wide, ``rows * warps`` tall) of one ``(n, c, od)``
   plane. For each depth tap ``kd`` it loads the input plane ``od - pd + kd * dd`` with its halo into
@@ -23,6 +24,7 @@ import math
 from ..compiling import compiled_once
 from ..problem import ConvProblem
 from .depthwise import _TILED_COMMON, SMEM_LIMIT, TILE_W, TILED_MAX_WARPS, DepthwiseConv
+from . import depthwise_nhwc
 from .depthwise_nhwc import ELEMENT_TYPES
 
 #: Most taps of one depth slice (``KH * KW``): the forward holds a slice in registers, the filter
@@ -38,7 +40,7 @@ _FWD3 = _COMMON3 + r"""
 // y = x * w (correlation) over (n, c, od) planes; flip != 0 reads the filter reversed in all three axes
 // (with padding dil*(k-1) - pad, the backward-data pass: dy in, dx out)
 extern "C" __global__ void __launch_bounds__(TW * BY) dw3_fwd_tiled(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+    const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     int N, int C, int D, int H, int W, int OD, int OH, int OW, int pd, int ph, int pw, int flip) {{
   __shared__ float tile[IN_H * IN_W];
   __shared__ float wsh[KD * KK];
@@ -50,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw3_fwd_tiled(
     const int od = q % OD;
     const long long nc = q / OD;
     const int c = nc % C;
-    for (int i = tid; i < KD * KK; i += TW * BY) wsh[i] = w[(long long)c * KD * KK + (flip ? KD * KK - 1 - i : i)];
+    for (int i = tid; i < KD * KK; i += TW * BY) wsh[i] = ld(w + (long long)c * KD * KK + (flip ? KD * KK - 1 - i : i));
     float acc[R];
 #pragma unroll
     for (int o = 0; o < R; ++o) acc[o] = 0.f;
@@ -70,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw3_fwd_tiled(
 #pragma unroll
       for (int o = 0; o < R; ++o) {{
         const int oh = oh0 + ty * R + o;
-        if (oh < OH) y[(nc * OD + od) * OH * OW + (long long)oh * OW + ow] = acc[o];
+        if (oh < OH) y[(nc * OD + od) * OH * OW + (long long)oh * OW + ow] = st(acc[o]);
       }}
     }}
     __syncthreads();  // the filter is read before the next plane's is written
@@ -82,7 +84,7 @@ _WGRAD3 = _COMMON3 + r"""
 // dw[c, kd] += sum over the block's (n, od) planes and tiles of dy (x) x; per-tap sums of the slice in
 // registers, then a warp-shuffle and shared-memory reduction, one atomic add per tap and block
 extern "C" __global__ void __launch_bounds__(TW * BY) dw3_wgrad_tiled(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dwt,
+    const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dwt,
     int N, int C, int D, int H, int W, int OD, int OH, int OW, int pd, int ph, int pw, int per_block) {{
   __shared__ float tile[IN_H * IN_W];
   __shared__ float gsh[TH * TW];
@@ -109,12 +111,16 @@ extern "C" __global__ void __launch_bounds__(TW * BY) dw3_wgrad_tiled(
 _SOURCES = {"fwd": (_FWD3, "dw3_fwd_tiled"), "wgrad": (_WGRAD3, "dw3_wgrad_tiled")}
 
 
-@compiled_once
-def _kernel(cp, which: str, kernel: tuple, dilation: tuple, rows: int, by: int):
-    source, name = _SOURCES[which]
+def source(which: str, kernel: tuple, dilation: tuple, rows: int, by: int, dtype: str = "float32") -> str:
+    """The CUDA source of kernel ``which`` (``fwd``, ``wgrad``) for operands of ``dtype`` (bfloat16 as its 16 bits;
+    sums in float32, the filter gradient's into float32 memory)."""
     (kd, kh, kw), (dd, dh, dw) = kernel, dilation
-    # (the 2-D kernels' tile helpers read ``T`` through ``ld``: float32 here)
-    code = ELEMENT_TYPES["float32"] + source.format(kd=kd, kh=kh, kw=kw, dd=dd, dh=dh, dw=dw, rows=rows, by=by)
+    return ELEMENT_TYPES[dtype] + _SOURCES[which][0].format(kd=kd, kh=kh, kw=kw, dd=dd, dh=dh, dw=dw, rows=rows, by=by)
+
+
+@compiled_once
+def _kernel(cp, which: str, kernel: tuple, dilation: tuple, rows: int, by: int, dtype: str = "float32"):
+    code, name = source(which, kernel, dilation, rows, by, dtype), _SOURCES[which][1]
     compiled = cp.RawKernel(code, name, options=("--std=c++14",))
     compiled.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)
     return compiled
@@ -172,20 +178,28 @@ class Depthwise3dConv(DepthwiseConv):
         by = threads // TILE_W
         if threads % TILE_W or not 1 <= by <= 32:
             raise ValueError(f"3-D depthwise kernel: threads must be a multiple of {TILE_W} up to 1024, not {threads}")
+        if p.layout != "channels_first":
+            raise ValueError(f"3-D depthwise kernel: channels-first operands, not {p.layout}")
         self.cp, self.p, self.threads, self.variant = cp, p, threads, "tiled"
         self.block, self.smem, self.int_args = (TILE_W, by), 0, None
         self.result_bytes = 4 * math.prod(p.result_shape)
+        # the operands' memory (bfloat16 as its 16 bits), sums in float32; a half-precision filter gradient sums into
+        # a float32 workspace, rounded into the result once (as the 2-D kernels do)
+        self.dtype = dt = p.dtype
+        self.workspace = depthwise_nhwc.workspace_bytes(p)
+        self.rounding = depthwise_nhwc.cast_kernel(cp, dt) if self.workspace else None
+        self.count = math.prod(p.result_shape)
         (D, H, W), (OD, OH, OW), (pd, ph, pw) = forward_form(p)
         kd = p.kernel_size[0]
         if p.pass_ == "wgrad":
-            self.kernel = _kernel(cp, "wgrad", p.kernel_size, p.dilation, rows, by)
+            self.kernel = _kernel(cp, "wgrad", p.kernel_size, p.dilation, rows, by, dt)
             planes = p.batch * OD
             slices = max(1, min(planes, math.ceil(8 * sm_count / (p.in_channels * kd))))
             per_block = math.ceil(planes / slices)
             self.grid = (p.in_channels * kd, math.ceil(planes / per_block))
             self.args = (p.batch, p.in_channels, D, H, W, OD, OH, OW, pd, ph, pw, per_block)
             return
-        self.kernel = _kernel(cp, "fwd", p.kernel_size, p.dilation, rows, by)
+        self.kernel = _kernel(cp, "fwd", p.kernel_size, p.dilation, rows, by, dt)
         tiles = math.ceil(OW / TILE_W) * math.ceil(OH / (rows * by))
         self.grid = (tiles, min(p.batch * p.in_channels * OD, 65535))
         self.args = (p.batch, p.in_channels, D, H, W, OD, OH, OW, pd, ph, pw, int(p.pass_ == "dgrad"))

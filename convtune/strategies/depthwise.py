@@ -4,8 +4,8 @@ kernels (stride 1, dilation 1, up to 64 wide, planes that fit shared memory), fo
 small planes. 3-D problems: the tiled kernels of :mod:`convtune.direct.depthwise3d` (stride 1, any
 padding and dilation, depth slices of up to 81 taps: 7x7x7 and 9x9x9 kernels). The 1-D and 2-D kernels read and
 write channels-first operands of float32, bfloat16 and float16 themselves (sums in float32; a half-precision filter
-gradient summed in a float32 workspace and rounded once); the 3-D ones read float32 channels-first (other dtypes and
-layouts through conversions, :func:`convtune.precision.bounded`). Channels-last problems also get the ``nhwc``
+gradient summed in a float32 workspace and rounded once), and so do the 3-D ones (channels_last 3-D problems run
+through conversions, :func:`convtune.precision.bounded`). Channels-last problems also get the ``nhwc``
 kernels (:mod:`convtune.direct.depthwise_nhwc`), which read and write float32, bfloat16 and
 float16 channels-last operands themselves: any stride, padding and dilation, kernels up to 81 wide;
 and ``nhwc-tiled`` (shared-memory tiles: stride 1, up to 81 taps, forward and backward-data)."""
@@ -56,6 +56,11 @@ def _half_channels_first_depthwise(problem: ConvProblem) -> bool:
             and problem.groups == problem.in_channels == problem.out_channels)
 
 
+def _half_depthwise_3d(problem: ConvProblem) -> bool:
+    return problem.rank == 3 and problem.dtype != "float32" and problem.groups == problem.in_channels == \
+        problem.out_channels
+
+
 def _depthwise_3d(problem: ConvProblem) -> bool:
     return problem.rank == 3 and problem.groups == problem.in_channels == problem.out_channels
 
@@ -63,11 +68,12 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 7
+    version = 8
     config_type = DepthwiseConfig
-    # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels; the plans of
+    # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
+    # ones; the plans of
     # other shapes stand
-    changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise}
+    changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -132,13 +138,13 @@ class DepthwiseStrategy(Strategy):
 
     def reads(self, problem, config=None) -> bool:
         """Does ``config``'s executor read the problem's dtype and layout itself? The nhwc kernels do; the
-        channels-first kernels of 1-D and 2-D problems read channels-first operands of any dtype; the 3-D ones
-        read float32 channels-first (without ``config``: what every configuration reads, float32 channels-first)."""
+        channels-first kernels (1-D, 2-D and 3-D) read channels-first operands of any dtype (without ``config``: what
+        every configuration reads, float32 channels-first)."""
         if config is None:
             return super().reads(problem)
         if _nhwc(config):
             return True
-        return problem.layout == "channels_first" and (problem.dtype == "float32" or problem.rank < 3)
+        return problem.layout == "channels_first"
 
     def recordable(self, problem, config) -> bool:
         return True  # one kernel launch per pass (and a memset for the filter gradient)
@@ -152,9 +158,9 @@ class DepthwiseStrategy(Strategy):
             executor = depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
         else:
             executor = DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
-            if problem.dtype != "float32":  # by address on the dtype's own memory (bfloat16 as 16-bit numbers), as
-                # the nhwc kernels run: the planner times the launch on 16-bit copies, as the PyTorch bridge runs it
-                return precision.launched(executor.launch, problem, cp, executor.workspace)
+        if problem.dtype != "float32":  # by address on the dtype's own memory (bfloat16 as 16-bit numbers), as
+            # the nhwc kernels run: the planner times the launch on 16-bit copies, as the PyTorch bridge runs it
+            return precision.launched(executor.launch, problem, cp, executor.workspace)
         shape = problem.result_shape
 
         def run(a, b, out=None):
