@@ -68,3 +68,14 @@ def test_3d_depthwise_kernels_on_the_cpu(emulated, dtype, pass_, case):
         err = numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
         # float32: the kernels' sums; bfloat16: one rounding of the result (its unit roundoff 2^-8)
         assert err <= (1e-6 if dtype == "float32" else 4e-3), (config.label(), err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_3d_depthwise_kernels_in_half_precision_on_the_gpu(dtype, pass_, case):
+    import cuda_cpu
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, dtype=dtype, pass_=pass_, **CASES[case])
+    errors = cuda_cpu.gpu_errors("depthwise", p, seed=case)
+    assert all(err <= p.tolerance for err in errors.values()), f"{errors} on {p.describe()}"
