@@ -6,15 +6,19 @@ Times, per call (median of many short rounds of back-to-back calls, synchronised
 :class:`convtune.torch._dispatch.ArrayPlan`'s by-address call of ResNet-50's 1x1 layers' forward plans
 (im2col's bare cuBLAS GEMM), against PyTorch's ``conv2d`` (cuDNN benchmark on, no TF32) on the same tensors.
 A first form timed rounds of 2000 calls: those filled the launch queue and measured the GPU's time instead.
+The rows marked cuBLASLt run the same plan built with ``CONVTUNE_CUBLASLT=1`` (convtune.direct.cublaslt).
 
     source scripts/gpu-env.sh; python3 benchmarks/pointwise_host_parts.py
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from convtune.backend import get_backend
+from convtune.direct import cublaslt
 from convtune.planner import build_from_config
 from convtune.problem import ConvProblem
 from convtune.strategies.im2col import Im2colConfig
@@ -45,9 +49,21 @@ def main() -> None:
         stream = br.launch_stream(0)
         launch = plan.launch
         handle = cupy.cuda.device.get_cublas_handle()
+        # the same plan built with cuBLASLt (convtune.direct.cublaslt, opt-in): its host time, and its result
+        os.environ[cublaslt.ENV] = "1"
+        try:
+            lt_plan = build_from_config(p, "im2col", Im2colConfig(chunk=p.batch), be, "measured")
+        finally:
+            del os.environ[cublaslt.ENV]
+        lt_ap = ArrayPlan(lt_plan, br, p)
+        err = float((lt_ap(x, w) - torch.nn.functional.conv2d(x, w)).norm() / torch.nn.functional.conv2d(x, w).norm())
+        print(f"   cuBLASLt plan's error against PyTorch's conv2d: {err:.2e} (its launch: {lt_plan.launch.__qualname__})")
         rows = {
             "torch conv2d": lambda: torch.nn.functional.conv2d(x, w),
             "ArrayPlan call (no bias)": lambda: ap(x, w),
+            "ArrayPlan call, cuBLASLt (no bias)": lambda: lt_ap(x, w),
+            "  plan.launch(addresses), cuBLASLt": lambda: lt_plan.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(),
+                                                                          stream),
             "  launch_stream": lambda: br.launch_stream(0),
             "  torch.empty(result)": lambda: torch.empty(p.result_shape, device=x.device),
             "  _dense_as checks (is_contiguous x2)": lambda: (x.is_contiguous(), w.is_contiguous()),

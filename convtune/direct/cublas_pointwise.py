@@ -19,6 +19,7 @@ import math
 
 from ..backend import _CUBLAS_DEFAULT_MATH, _CUBLAS_TF32_TENSOR_OP_MATH
 from ..problem import ConvProblem
+from . import cublaslt
 
 #: cuBLAS's operations (cublas_api.h): as it lies, transposed
 _N, _T = 0, 1
@@ -102,15 +103,50 @@ def build(p: ConvProblem, xp, tf32: bool):
         run.launch = launch
         return run
 
-    if p.pass_ == "fwd":  # Y^T (P x Co) = X^T (P x Ci) W^T (Ci x Co), per sample; a = x, b = w
-        def call(h, x, w, y):
-            gemm_batched(h, _N, _N, P, Co, Ci, one, x, P, Ci * P, w, Ci, 0, zero, y, P, Co * P, N)
-    elif p.pass_ == "dgrad":  # dX^T (P x Ci) = dY^T (P x Co) W (Co x Ci); a = dy, b = w
-        def call(h, dy, w, dx):
-            gemm_batched(h, _N, _T, P, Ci, Co, one, dy, P, Co * P, w, Ci, 0, zero, dx, P, Ci * P, N)
+    if p.pass_ in ("fwd", "dgrad") and cublaslt.enabled():  # the opt-in cuBLASLt form (convtune.direct.cublaslt)
+        return _lt_build(p, xp, tf32, ready, current_stream)
+    if p.pass_ in ("fwd", "dgrad"):  # one strided-batched SGEMM (gemm_args)
+        g = gemm_args(p)
+        ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = (g[f] for f in _GEMM_FIELDS)
+
+        def call(h, a, b, out):
+            gemm_batched(h, ta, tb, m, n, k, one, a, lda, sa, b, ldb, sb, zero, out, ldc, sc, batch)
     else:  # dW^T (Ci x Co) = sum_n X[n] (Ci x P) dY[n]^T (P x Co); a = x, b = dy
         def call(h, x, dy, dw):
             for n in range(N):
                 gemm(h, _T, _N, Ci, Co, P, one, x + n * Ci * P * 4, P, dy + n * Co * P * 4, P,
                      zero if n == 0 else one, dw, Ci)
     return with_mode(call)
+
+
+_GEMM_FIELDS = ("transa", "transb", "m", "n", "k", "lda", "stride_a", "ldb", "stride_b", "ldc", "stride_c", "batch")
+
+
+def gemm_args(p: ConvProblem) -> dict:
+    """The forward's or backward-data's strided-batched GEMM, column-major (cuBLAS's ``sgemmStridedBatched``
+    arguments; :class:`~convtune.direct.cublaslt.StridedBatchedGemm`'s)."""
+    N, Ci, Co, P = p.batch, p.in_channels, p.out_channels, math.prod(p.output_size)
+    if p.pass_ == "fwd":  # Y^T (P x Co) = X^T (P x Ci) W^T (Ci x Co): a = x per sample, b = w shared
+        return dict(transa=_N, transb=_N, m=P, n=Co, k=Ci, lda=P, stride_a=Ci * P, ldb=Ci, stride_b=0, ldc=P,
+                    stride_c=Co * P, batch=N)
+    # dX^T (P x Ci) = dY^T (P x Co) W (Co x Ci): a = dy per sample, b = w read transposed
+    return dict(transa=_N, transb=_T, m=P, n=Ci, k=Co, lda=P, stride_a=Co * P, ldb=Ci, stride_b=0, ldc=P,
+                stride_c=Ci * P, batch=N)
+
+
+def _lt_build(p: ConvProblem, xp, tf32: bool, ready, current_stream, lib=None, device_id=None):
+    """:func:`build`'s executor through cuBLASLt: the GEMM's algorithm chosen here, once."""
+    lib = lib or cublaslt.library()
+    device_id = xp.cuda.Device().id if device_id is None else device_id
+    gemm = cublaslt.StridedBatchedGemm(lib, cublaslt.handle(lib, device_id), tf32=tf32, **gemm_args(p))
+
+    def run(a, b, out):
+        if not ready(a, b, out):
+            return None
+        gemm(a.data.ptr, b.data.ptr, out.data.ptr, current_stream().ptr)
+        return out
+
+    def launch(a: int, b: int, out: int, stream) -> None:
+        gemm(a, b, out, stream.ptr)
+    run.launch, run.gemm = launch, gemm
+    return run
