@@ -104,7 +104,8 @@ def _cpu_kernels(dtype, sizes):
 
 
 CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13), (13, 4), (6, 0), 1, 2),
-             ((5, 6), 5, 4, 2, 2), ((30, 40), (9, 1), (8, 0), 1, 2), ((3, 70), (3, 31), (1, 15), 1, 1)]
+             ((5, 6), 5, 4, 2, 2), ((30, 40), (9, 1), (8, 0), 1, 2), ((3, 70), (3, 31), (1, 15), 1, 1),
+             ((6, 5), 3, (4, 3), 2, 2)]  # (padding past the kernel's reach: outputs of zeros at the edges)
 
 
 def _run_on_cpu(dtype, layout, pass_, case, seed=0, smooth=False):
