@@ -119,9 +119,25 @@ def _two(dims) -> tuple[int, int]:
     return dims[0], dims[1] if len(dims) > 1 else 1
 
 
+_MACRO = re.compile(r"^#define (\w+) (.+)$", re.M)
+
+
+def signatures(source: str) -> dict:
+    """Each ``extern "C" __global__`` kernel of ``source``: its parameters' declarations, object-like macros in the
+    parameter list expanded (``#define GEO_PARAMS int N, int C, ...``)."""
+    macros = dict(_MACRO.findall(source))
+    out = {}
+    for m in _KERNEL.finditer(source):
+        params = m.group(2)
+        for _ in range(4):  # (macros of macros)
+            params = re.sub(r"\b(\w+)\b", lambda t: macros.get(t.group(1), t.group(1)), params)
+        out[m.group(1)] = [p.strip() for p in params.split(",")]
+    return out
+
+
 def kernels(source: str, names) -> dict:
     """The kernels ``names`` of ``source``, compiled for the CPU (cached by the source's hash), as launchables."""
-    found = {m.group(1): [p.strip() for p in m.group(2).split(",")] for m in _KERNEL.finditer(source)}
+    found = signatures(source)
     code = _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source)
     wrappers = []
     for name in names:
@@ -140,7 +156,7 @@ def kernels(source: str, names) -> dict:
         with open(path, "w") as f:
             f.write(text)
         partial = library + f".{os.getpid()}"
-        subprocess.run([compiler(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", path, "-o", partial],
+        subprocess.run([compiler(), "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread", "-w", path, "-o", partial],
                        check=True, capture_output=True, text=True)
         os.replace(partial, library)
     lib = ctypes.CDLL(library)
@@ -232,7 +248,7 @@ def sanitized(source: str, executor, p) -> subprocess.CompletedProcess:
         body.append(f"host_{name}({gx}, {gy}, {bx}, {by}, {smem}, {', '.join(rendered)});")
     buffers = "\n".join(f"float* {k} = new float[{v}]; for (long i = 0; i < {v}; ++i) {k}[i] = (float)(i % 13) - 6;"
                         for k, v in elements.items())
-    found = {m.group(1): [q.strip() for q in m.group(2).split(",")] for m in _KERNEL.finditer(source)}
+    found = signatures(source)
     wrappers = []
     for name, params in found.items():
         arg_names = [q.split()[-1].lstrip("*") for q in params]

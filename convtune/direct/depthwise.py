@@ -444,11 +444,16 @@ def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: in
             dtype: str = "float32"):
     """Kernel ``which`` for these compile-time sizes, reading and writing ``dtype`` (its element type ``T``, loads
     ``ld`` and rounding stores ``st``: :data:`convtune.direct.depthwise_nhwc.ELEMENT_TYPES`; sums in float32)."""
-    source, name = _SOURCES[which]
-    code = ELEMENT_TYPES[dtype] + source.format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by, s=rows)
+    code, name = source(which, kh, kw, dh, dw, rows, by, dtype), _SOURCES[which][1]
     kernel = cp.RawKernel(code, name, options=("--std=c++14",))
     kernel.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)
     return kernel
+
+
+def source(which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: int = 1, by: int = 1,
+           dtype: str = "float32") -> str:
+    """The CUDA source of kernel ``which`` (:func:`_kernel`'s arguments)."""
+    return ELEMENT_TYPES[dtype] + _SOURCES[which][0].format(kh=kh, kw=kw, dh=dh, dw=dw, rows=rows, by=by, s=rows)
 
 
 def kernel_hw(p: ConvProblem) -> tuple[int, int]:

@@ -450,15 +450,20 @@ _SOURCES = {"fwd": (_FWD, ("dwl_fwd",)), "fwd-tiled": (_FWD_TILED, ("dwl_fwd_til
             "wgrad": (_WGRAD, ("dwl_wgrad",)), "wgrad-tiled": (_WGRAD_TILED, ("dwl_wgrad_tiled",))}
 
 
+def source(which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int = 1, r: int = 1, flip: int = 0,
+           khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1) -> str:
+    """The CUDA source of kernel ``which`` (:func:`_kernels`'s arguments)."""
+    return ELEMENT_TYPES[dtype] + _SOURCES[which][0].format(kh=kh, kw=kw, sw=sw, dwl=dwl, r=r, flip=flip, khg=khg, by=by,
+                                                           th=th, tw=tw, dh=dh, register_taps=REGISTER_TAPS)
+
+
 @compiled_once
 def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int = 1, r: int = 1, flip: int = 0,
              khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1):
-    source, names = _SOURCES[which]
-    code = ELEMENT_TYPES[dtype] + source.format(kh=kh, kw=kw, sw=sw, dwl=dwl, r=r, flip=flip, khg=khg, by=by, th=th, tw=tw,
-                                         dh=dh, register_taps=REGISTER_TAPS)
+    code = source(which, dtype, kh, kw, sw, dwl, r, flip, khg, by, th, tw, dh)
     module = cp.RawModule(code=code, options=("--std=c++14",))
     # the launchable functions, compiled here at build time: no first call pays for NVRTC
-    return tuple(module.get_function(name).kernel for name in names)
+    return tuple(module.get_function(name).kernel for name in _SOURCES[which][1])
 
 
 @compiled_once

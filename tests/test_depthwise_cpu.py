@@ -1,0 +1,133 @@
+"""The direct depthwise kernels' CUDA source run on the CPU (tests/cuda_cpu.py): the channels-first kernels of 1-D, 2-D
+and 3-D problems (simple, tiled, window) and the channels-last ones (nhwc, nhwc-tiled), every pass, float32 and
+bfloat16 read and written in place (a half-precision filter gradient's float32 sums rounded once), against the float64
+reference. The executors' own launches drive them, so their grids and arguments are tested too."""
+
+import ctypes
+
+import numpy
+import pytest
+
+from convtune.backend import get_backend
+from convtune.direct import depthwise, depthwise3d, depthwise_nhwc
+from convtune.problem import ConvProblem
+from convtune.strategies import get_strategy
+
+
+class _FakeCupy:
+    """What the 3-D executor asks of CuPy besides its kernels: scalar types and a memset."""
+    int32, int64 = numpy.int32, numpy.int64
+
+    class cuda:
+        class runtime:
+            @staticmethod
+            def memsetAsync(ptr, value, size, stream):
+                ctypes.memset(ptr, value, size)
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    """The 3-D kernels and the rounding kernel compiled for the CPU in place of CuPy's."""
+    import cuda_cpu
+    if cuda_cpu.compiler() is None:
+        pytest.skip("no C++ compiler to run the CUDA source on the CPU")
+
+    class Kernel:
+        def __init__(self, launchable):
+            self.kernel = launchable
+
+    def kernel(cp, which, kernel, dilation, rows, by, dtype="float32"):
+        name = depthwise3d._SOURCES[which][1]
+        return Kernel(cuda_cpu.kernels(depthwise3d.source(which, kernel, dilation, rows, by, dtype), [name])[name])
+
+    def kernel2(cp, which, kh, kw, dh=1, dw=1, rows=1, by=1, dtype="float32"):
+        name = depthwise._SOURCES[which][1]
+        return Kernel(cuda_cpu.kernels(depthwise.source(which, kh, kw, dh, dw, rows, by, dtype), [name])[name])
+
+    def kernels_nhwc(cp, which, dtype, *sizes, **kw):
+        names = depthwise_nhwc._SOURCES[which][1]
+        found = cuda_cpu.kernels(depthwise_nhwc.source(which, dtype, *sizes, **kw), names)
+        return tuple(found[n] for n in names)
+
+    def cast(cp, dtype):
+        return cuda_cpu.kernels(depthwise_nhwc.ELEMENT_TYPES[dtype] + depthwise_nhwc._CAST, ["dw_cast"])["dw_cast"]
+    monkeypatch.setattr(depthwise3d, "_kernel", kernel)
+    monkeypatch.setattr(depthwise, "_kernel", kernel2)
+    monkeypatch.setattr(depthwise_nhwc, "_kernels", kernels_nhwc)
+    monkeypatch.setattr(depthwise_nhwc, "cast_kernel", cast)
+    return cuda_cpu
+
+
+CASES = [dict(input_size=(5, 6, 7), kernel_size=3, padding=1), dict(input_size=(6, 5, 9), kernel_size=(3, 2, 3),
+                                                                  padding=(2, 0, 1), dilation=(1, 2, 1))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_3d_depthwise_kernels_on_the_cpu(emulated, dtype, pass_, case):
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, dtype=dtype, pass_=pass_, **CASES[case])
+    strategy = get_strategy("depthwise")
+    configs = strategy._tiled(p, depthwise3d.warps, depthwise3d.reason)
+    assert configs
+    rng = numpy.random.default_rng(case)
+    a, b = (rng.standard_normal(s) for s in p.operand_shapes)
+    numpy_backend = get_backend("numpy")
+    for config in configs:
+        conv = depthwise3d.Depthwise3dConv(_FakeCupy, p, config.threads, 4, config.rows)
+        got, a64, b64 = emulated.run_launch(conv, p, a, b)
+        ref = get_strategy("reference").build(p, None, numpy_backend)(a64, b64)
+        err = numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
+        # float32: the kernels' sums; bfloat16: one rounding of the result (its unit roundoff 2^-8)
+        assert err <= (1e-6 if dtype == "float32" else 4e-3), (config.label(), err)
+
+
+PLANE_CASES = [dict(input_size=(9, 11), kernel_size=3, padding=1), dict(input_size=(8, 13), kernel_size=(3, 5),
+                                                                      padding=(2, 1), dilation=(2, 1)),
+               dict(input_size=(7, 9), kernel_size=3, padding=1, stride=2), dict(input_size=(20,), kernel_size=5,
+                                                                                 padding=2),
+               dict(input_size=(14, 14), kernel_size=9, padding=4)]
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case, dtype", [(0, "float32"), (0, "bfloat16"), (1, "float32"), (2, "float32"),
+                                         (3, "bfloat16"), (4, "float32")])
+def test_1d_and_2d_depthwise_kernels_on_the_cpu(emulated, dtype, pass_, case):
+    """The first candidate of each channels-first variant (simple, tiled, window where they apply) and of each
+    channels-last one (nhwc, nhwc-tiled), each on its own layout's memory."""
+    from convtune.strategies.depthwise import _nhwc
+    strategy = get_strategy("depthwise")
+    rng = numpy.random.default_rng(case)
+    numpy_backend = get_backend("numpy")
+    tried = set()
+    for layout in ("channels_first", "channels_last"):
+        p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, dtype=dtype, pass_=pass_, layout=layout,
+                             **PLANE_CASES[case])
+        a, b = (rng.standard_normal(s) for s in p.operand_shapes)
+        for config in strategy.candidates(p, None):
+            if _nhwc(config) != (layout == "channels_last") or not strategy.reads(p, config) or \
+                    config.variant in tried:
+                continue  # (the others run through conversions: their kernels are tested on their own layout; one
+                # configuration of each variant, each a compilation)
+            if _nhwc(config):
+                conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, config.threads, 4, config.rows,
+                                                        tiled=config.variant == "nhwc-tiled")
+            else:
+                conv = depthwise.DepthwiseConv(_FakeCupy, p, config.threads, 4, config.variant, config.rows)
+            got, a64, b64 = emulated.run_launch(conv, p, a, b)
+            ref = get_strategy("reference").build(p, None, numpy_backend)(a64, b64)
+            err = numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
+            assert err <= (1e-6 if dtype == "float32" else 4e-3), (layout, config.label(), err)
+            tried.add(config.variant)
+    assert tried >= {"simple", "nhwc"}, tried
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_3d_depthwise_kernels_in_half_precision_on_the_gpu(dtype, pass_, case):
+    import cuda_cpu
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, dtype=dtype, pass_=pass_, **CASES[case])
+    errors = cuda_cpu.gpu_errors("depthwise", p, seed=case)
+    assert all(err <= p.tolerance for err in errors.values()), f"{errors} on {p.describe()}"
