@@ -86,7 +86,7 @@ def test_model_is_the_convolution(pass_, n, k, pad):
     a, b = _operands(p, seed=n + k + pad)
     ref = _direct(p, a, b)
     L = rowconv.transform_size(p)
-    for size in (L, 2 * L):
+    for size in (L, 2 * L, rowconv.transform_size(p, smooth=True)):
         got = rowconv.model(p, a, b, size)
         assert got.shape == p.result_shape
         assert numpy.abs(got - ref).max() <= 1e-10 * max(1.0, numpy.abs(ref).max()), (size, pass_)
@@ -96,6 +96,11 @@ def test_transform_below_the_minimum_is_refused():
     p = _problem(20, 7, 3)  # needs 23
     assert rowconv.transform_size(p) == 32
     assert "below the 23" in rowconv.reason(p, 16)
+    assert "an even 2^a 3^b" in rowconv.reason(p, 40) and "an even 2^a 3^b" in rowconv.reason(p, 27)
+    assert rowconv.size_options(p) == [32, 24]
+    same = _problem(4096, 31, 15)
+    assert rowconv.size_options(same) == [8192, 4374]  # (the 2^a 3^b length: about half the points)
+    assert rowconv.size_options(_problem(40000, 3, 1)) == [41472]  # (65536 would not fit a block)
     with pytest.raises(ValueError, match="below the 23"):
         rowconv.model(p, *_operands(p), L=16)
 
@@ -105,7 +110,7 @@ def test_transform_below_the_minimum_is_refused():
     (dict(groups=1), "not a depthwise"),
     (dict(stride=2), "stride 2"),
     (dict(dilation=2), "dilation 2"),
-    (dict(input_size=(40000,), kernel_size=3), "power of two from 16 to 32768"),
+    (dict(input_size=(60000,), kernel_size=3), "KiB of shared memory"),
 ])
 def test_reasons(changes, words):
     base = dict(batch=1, in_channels=4, out_channels=4, input_size=(30,), kernel_size=5, padding=2, groups=4)
@@ -214,6 +219,24 @@ def test_launch_without_workspace_is_refused():
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case, length", [((50, 5, 2, 2, 3), 54), ((150, 9, 4, 2, 2), 162), ((37, 11, 5, 3, 2), 48),
+                                          ((1400, 31, 15, 1, 1), 1458), ((20, 7, 30, 1, 2), 96)])
+def test_kernel_source_on_the_cpu_at_smooth_lengths(pass_, case, length):
+    """Even 2^a 3^b transform lengths (radix-3 passes, rows of an odd number of points: 54 samples are 27 points),
+    both layouts."""
+    import cuda_cpu
+    n, k, pad, batch, channels = case
+    for layout in ("channels_first", "channels_last"):
+        p = _problem(n, k, pad, pass_, batch=batch, channels=channels, layout=layout)
+        L = rowconv.transform_size(p, smooth=True)
+        assert L == length
+        conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=_cpu_kernels("float32", L // 2))
+        got, a64, b64 = cuda_cpu.run_launch(conv, p, *_operands(p, seed=n))
+        ref = _direct(p, a64, b64)
+        assert numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref) <= 1e-6, (L, layout)
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
 @pytest.mark.parametrize("case", [(1000, 37, 18, 1, 2), (8000, 300, 150, 1, 1), (16384, 16384, 16383, 1, 1)])
 def test_kernel_source_on_the_cpu_long_rows(pass_, case):
     """Rows of 2048, 16384 and 32768 samples: 128 and 512 threads, several butterflies per thread (the long-16k
@@ -225,14 +248,14 @@ def test_kernel_source_on_the_cpu_long_rows(pass_, case):
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
 @pytest.mark.parametrize("case", [(37, 11, 5, 3, 2), (20, 7, 30, 1, 2), (8000, 300, 150, 1, 1),
-                                  (16384, 16384, 16383, 1, 1)])
+                                  (16384, 16384, 16383, 1, 1), (50, 5, 2, 2, 3), (1400, 31, 15, 1, 1)])
 def test_kernel_source_under_address_sanitizer(layout, pass_, case):
     import cuda_cpu
     if cuda_cpu.compiler() is None:
         pytest.skip("no C++ compiler")
     n, k, pad, batch, channels = case
     p = _problem(n, k, pad, pass_, batch=batch, channels=channels, layout=layout)
-    L = rowconv.transform_size(p)
+    L = rowconv.transform_size(p, smooth=n in (50, 1400))  # (two cases at 2^a 3^b lengths: 54 and 1458)
     kernels, calls = cuda_cpu.recorders(rowconv.NAMES)
     conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=kernels)
     conv.recorded = calls

@@ -2,12 +2,13 @@
 
 The FFT strategy runs a long depthwise row as separate launches: a zero-extending copy, cuFFT's transform, the
 product, cuFFT's inverse and a gather, each a pass over memory (hyena-long-dw's round trip 1.2 ms against a floor
-of 0.11). Here a row of up to 16384 samples is transformed, multiplied and transformed back by one thread block in
-shared memory: a pass reads its operand once and writes its result once, with the zero-extension, the product, the
+of 0.11). Here a row (transforms of up to 32768 samples as powers of two, 41472 as 2^a 3^b) is transformed,
+multiplied and transformed back by one thread block in shared memory: a pass reads its operand once and writes its result once, with the zero-extension, the product, the
 crop and the dtype conversions inside the kernel.
 
 Notation: a channel's input row ``x`` (``n`` samples), filter ``w`` (``k`` taps), padding ``p``, output ``y`` (``n + 2p
-- k + 1`` samples), transform length ``L`` (a power of two, at least :func:`convtune.fft.sizes.min_length`), ``M =
+- k + 1`` samples), transform length ``L`` (a power of two or an even 2^a 3^b, at least
+:func:`convtune.fft.sizes.min_length`; the candidates: :func:`size_options`), ``M =
 L / 2``. The three passes, with ``X``, ``W``, ``DY`` the real spectra (``L`` frequencies, ``M + 1`` stored) of the
 zero-extended rows and ``IDFT`` the inverse transform divided by ``L``:
 
@@ -16,17 +17,18 @@ zero-extended rows and ``IDFT`` the inverse transform divided by ``L``:
 * backward-filter: ``dw[s] = q[(s - p) mod L]``, ``q = IDFT(sum over the batch of conj(DY) X)``.
 
 A real row of ``L`` samples is transformed as the complex row ``z[j] = a[2j] + i a[2j+1]`` of ``M`` points (a Stockham
-FFT, radix 8 with one radix-2 or radix-4 pass where ``M`` is not a power of 8). The real spectrum's frequencies ``f``
-and ``M - f`` come out of ``Z[f]`` and ``Z[M - f]`` together (:func:`_unpack`), and the inverse's complex row of the
-product's ``Y[f]`` and ``Y[M - f]`` together (:func:`_pack`): so one thread takes a pair of frequencies from the
-forward transform to the inverse's input without another exchange through shared memory.
+FFT: radix 8, one radix-2 or radix-4 pass for the rest of the power of two, radix-3 passes). The real spectrum's
+frequencies ``f`` and ``M - f`` come out of ``Z[f]`` and ``Z[M - f]`` together (:func:`_unpack`), and the inverse's
+complex row of the product's ``Y[f]`` and ``Y[M - f]`` together (:func:`_pack`): so one thread takes a pair of
+frequencies from the forward transform to the inverse's input without another exchange through shared memory.
 
 Kernels (``DTYPE`` float32, float16, or bfloat16 as its 16 bits; any element strides, so channels_last too):
 
 * ``spectrum``: each filter row's spectrum, ``M + 1`` complex64 per channel, into the workspace;
 * ``conv``: the forward (``conj(W)``) and the backward-data (``W``) pass, one block per (sample, channel) row;
-* ``wgrad``: one block per channel, the batch summed in the frequency domain (the input rows' spectra and the sums
-  go through the workspace, each frequency read back by the thread that wrote it), one inverse.
+* ``wgrad``: one block per channel, the batch summed in the frequency domain (a thread's frequency pairs, the input
+  row's spectrum and the sums, in its registers, or for the longest rows in the workspace, each read back by the
+  thread that wrote it), one inverse.
 
 The NumPy functions below (:func:`model`) run the same algorithm step by step in float64: the index arithmetic,
 the packing and the shifts that the kernels use are tested on the CPU against direct convolution.
@@ -38,19 +40,32 @@ import numpy
 
 from ..compiling import compiled_once
 from ..problem import ConvProblem
-from .sizes import min_length, next_pow2
+from .sizes import is_smooth, min_length, next_pow2
 
-#: Transform lengths the kernels take (shared memory: 9 float2 per 8 points of the complex row of ``L / 2``,
-#: 144 KiB at the largest, inside the H100's 227 KiB a block may have).
-MIN_SIZE, MAX_SIZE = 16, 32768
+#: Shortest transform length the kernels take, and the most shared memory a block may use (the H100 gives up to 227
+#: KiB): rows of up to 32768 samples as powers of two (144 KiB), 41472 as 2^a 3^b.
+MIN_SIZE, MAX_SMEM = 16, 200 * 1024
 #: Threads per block: ``M / 8`` (one radix-8 butterfly each), at most this.
 MAX_THREADS = 512
 ELEMENTS = {"float32": "float", "float16": "h16", "bfloat16": "b16"}
 
 
-def transform_size(p: ConvProblem) -> int:
-    """The power of two these kernels use for ``p`` (at least :data:`MIN_SIZE`)."""
-    return max(MIN_SIZE, next_pow2(min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0])))
+def transform_size(p: ConvProblem, smooth: bool = False) -> int:
+    """The transform length for ``p`` (at least :data:`MIN_SIZE` and :func:`convtune.fft.sizes.min_length`): a power of
+    two, or with ``smooth`` the smallest even 2^a 3^b."""
+    least = max(MIN_SIZE, min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]))
+    if not smooth:
+        return next_pow2(least)
+    L = least + least % 2
+    while not is_smooth(L, (2, 3)):
+        L += 2
+    return L
+
+
+def size_options(p: ConvProblem) -> list[int]:
+    """The candidates' transform lengths: a power of two, and the smallest even 2^a 3^b where it is shorter (a
+    4096-sample row with a 31-tap kernel, same padding: 8192 and 4374), those that fit a block."""
+    return [L for L in dict.fromkeys((transform_size(p), transform_size(p, smooth=True))) if reason(p, L) is None]
 
 
 def reason(p: ConvProblem, size: int | None = None) -> str | None:
@@ -62,8 +77,11 @@ def reason(p: ConvProblem, size: int | None = None) -> str | None:
     if p.stride[0] != 1 or p.dilation[0] != 1:
         return f"stride {p.stride[0]} and dilation {p.dilation[0]}: the row FFT takes 1 and 1"
     L = transform_size(p) if size is None else size
-    if L & (L - 1) or not MIN_SIZE <= L <= MAX_SIZE:
-        return f"transform length {L}: a power of two from {MIN_SIZE} to {MAX_SIZE} is needed"
+    if L % 2 or L < MIN_SIZE or not is_smooth(L, (2, 3)):
+        return f"transform length {L}: an even 2^a 3^b of at least {MIN_SIZE} is needed"
+    if smem_bytes(L // 2) > MAX_SMEM:
+        return (f"a transform of {L} samples takes {smem_bytes(L // 2) // 1024} KiB of shared memory, over the "
+                f"{MAX_SMEM // 1024} KiB a block gets here")
     least = min_length(p.input_size[0], p.padding[0], p.kernel_size[0])
     if L < least:
         return f"transform length {L} is below the {least} this problem needs"
@@ -352,7 +370,7 @@ template <typename E> __device__ __forceinline__ void store_row(const float2* bu
                                                              int shift, float scale) {{
     const float* u = reinterpret_cast<const float*>(buf);
     for (int t = threadIdx.x; t < n; t += T) {{
-        const int m = (t + shift) & (L - 1);
+        const int m = t + shift < L ? t + shift : t + shift - L;
         store<false>(row + t * s, scale * u[2 * PADI(m >> 1) + (m & 1)]);
     }}
 }}
@@ -370,7 +388,7 @@ template <typename E> __device__ __forceinline__ void spectrum(const E* __restri
     float2* out = ws + (long long)c * (M + 1);
     FOR_PAIRS(f) {{
         float2 af, am;
-        unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), af, am);
+        unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), af, am);
         out[f] = af;
         out[M - f] = am;
     }}
@@ -387,7 +405,7 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
     fft<false>(buf);
     const float2* spec = ws + (long long)c * (M + 1);
     FOR_PAIRS(f) {{
-        const int g = (M - f) & (M - 1);
+        const int g = f ? M - f : 0;
         const float2 tw = half_twiddle(f, M);
         float2 af, am, pf, pm;
         unpack(buf[PADI(f)], buf[PADI(g)], tw, af, am);
@@ -395,7 +413,7 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
         if (CONJ) {{ sf = conjf2(sf); sm = conjf2(sm); }}
         pack(cmul(af, sf), cmul(am, sm), tw, pf, pm);
         buf[PADI(f)] = pf;
-        if (f != 0 && f != M / 2) buf[PADI(g)] = pm;
+        if (f != 0 && 2 * f != M) buf[PADI(g)] = pm;
     }}
     __syncthreads();
     fft<true>(buf);
@@ -424,7 +442,7 @@ template <typename E> __device__ __forceinline__ void wgrad(
             const int f = threadIdx.x + q * T;
             if (f <= M / 2) {{
                 float2 af, am;
-                unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), af, am);
+                unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), af, am);
                 if constexpr (PAIRS_IN_REGISTERS) {{ xr[q][0] = af; xr[q][1] = am; }}
                 else {{ xs[f] = af; xs[M - f] = am; }}
             }}
@@ -437,7 +455,7 @@ template <typename E> __device__ __forceinline__ void wgrad(
             const int f = threadIdx.x + q * T;
             if (f <= M / 2) {{
                 float2 df, dm, xf, xm, qf, qm;
-                unpack(buf[PADI(f)], buf[PADI((M - f) & (M - 1))], half_twiddle(f, M), df, dm);
+                unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), df, dm);
                 if constexpr (PAIRS_IN_REGISTERS) {{ xf = xr[q][0]; xm = xr[q][1]; }}
                 else {{ xf = xs[f]; xm = xs[M - f]; }}
                 qf = cmul(conjf2(df), xf);
@@ -461,7 +479,7 @@ template <typename E> __device__ __forceinline__ void wgrad(
             if constexpr (PAIRS_IN_REGISTERS) pack(qr[q][0], qr[q][1], half_twiddle(f, M), pf, pm);
             else pack(qs[f], qs[M - f], half_twiddle(f, M), pf, pm);
             buf[PADI(f)] = pf;
-            if (f != 0 && f != M / 2) buf[PADI(M - f)] = pm;
+            if (f != 0 && 2 * f != M) buf[PADI(M - f)] = pm;
         }}
     }}
     __syncthreads();

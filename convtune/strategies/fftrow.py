@@ -1,6 +1,6 @@
 """The one-block row FFT (:mod:`convtune.fft.rowconv`): 1-D depthwise convolutions (channel multiplier 1, stride 1,
-dilation 1) whose rows fit one thread block's shared memory (transforms of up to 32768 samples), every pass one
-kernel over the operands (plus one for the filter's spectra in the forward and backward-data passes). GPU only;
+dilation 1) whose rows fit one thread block's shared memory (transforms of up to 32768 samples as powers of two, or
+even 2^a 3^b lengths), every pass one kernel over the operands (plus one for the filter's spectra in the forward and backward-data passes). GPU only;
 float32, float16 and bfloat16, channels-first and channels_last, read and written in place."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .base import Config, Strategy, register
 
 @dataclass(frozen=True)
 class RowFftConfig(Config):
-    size: int  # the transform length (a power of two)
+    size: int  # the transform length (a power of two, or an even 2^a 3^b)
 
 
 def _serves(problem: ConvProblem) -> bool:
@@ -33,13 +33,16 @@ class RowFftStrategy(Strategy):
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if getattr(backend, "name", "") != "cupy":
             return "the row FFT's kernels are CUDA kernels: they need the CuPy (GPU) backend"
-        return rowconv.reason(problem)
+        why = rowconv.reason(problem)
+        if why is None or rowconv.size_options(problem):
+            return None
+        return why
 
     def serves_shape(self, problem: ConvProblem) -> bool:
         return _serves(problem)
 
     def candidates(self, problem, backend):
-        return [RowFftConfig(size=rowconv.transform_size(problem))]
+        return [RowFftConfig(size=L) for L in rowconv.size_options(problem)]
 
     def workspace_bytes(self, problem, config) -> int:
         return rowconv.workspace_bytes(problem, config.size)
