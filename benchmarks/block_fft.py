@@ -3,7 +3,8 @@ each pass, every candidate of the strategy, verified against float64 first, then
 events, L2 flushed before every run, median), beside the FFT strategy's per-pass plan for the same layer (a fixed configuration: the sizes the tuned suite chose, pointwise
 product, whole batch; no tuning) and the torch-fft peer's round trip (PyTorch's FFT recipe, forward + one backward
 by autograd). Round trips are the three passes' medians summed; the floor is the six tensors moved once at the
-measured copy bandwidth. With ``--dtype`` other than float32 the peer runs on the operands' float32 storage of the
+measured copy bandwidth. Each pass's best candidate also gets its kernels' device times (torch.profiler), so a slow
+pass says which kernel. With ``--dtype`` other than float32 the peer runs on the operands' float32 storage of the
 half-precision values (a float32 peer).
 
     source scripts/gpu-env.sh; python3 benchmarks/block_fft.py [--layers long-16k-dw,hyena-long-dw] [--dtype bfloat16]
@@ -36,6 +37,17 @@ LAYERS = {
 def problem(spec: dict, dtype: str, layout: str) -> ConvProblem:
     c = spec["in_channels"]
     return ConvProblem.make(out_channels=c, groups=c, dtype=dtype, layout=layout, **spec)
+
+
+def kernel_times(torch, fn, be, calls: int = 5) -> dict:
+    """Device ms per call of each kernel ``fn`` launches (torch.profiler's CUDA activity, ``calls`` calls)."""
+    be.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        be.synchronize()
+    return {e.key: round(getattr(e, "device_time_total", 0) / 1e3 / calls, 4) for e in prof.key_averages()
+            if getattr(e, "device_time_total", 0) > 0}
 
 
 def main(argv=None) -> int:
@@ -73,6 +85,7 @@ def main(argv=None) -> int:
                     entry["candidates"][config.label()] = got
                     if "ms" in got and got["ms"] < entry.get("ms", float("inf")):
                         entry["ms"], entry["config"] = got["ms"], config.label()
+                        entry["kernels"] = kernel_times(torch, run.timed(a, b, None), be)
             else:
                 entry["unsupported"] = why
             try:
