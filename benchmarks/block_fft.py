@@ -1,11 +1,11 @@
 """Issue 22's layers through the one-block FFT strategies (``fft-row`` for 1-D, ``fft-plane`` for 2-D), in one process:
 each pass, every candidate of the strategy, verified against float64 first, then timed (the best counts; CUDA
-events, L2 flushed before every run, median), beside the FFT strategy's per-pass plan for the same layer (a fixed configuration: the sizes the tuned suite chose, pointwise
-product, whole batch; no tuning) and the torch-fft peer's round trip (PyTorch's FFT recipe, forward + one backward
-by autograd). Round trips are the three passes' medians summed; the floor is the six tensors moved once at the
-measured copy bandwidth. Each pass's best candidate also gets its kernels' device times (torch.profiler), so a slow
-pass says which kernel. With ``--dtype`` other than float32 the peer runs on the operands' float32 storage of the
-half-precision values (a float32 peer).
+events, L2 flushed before every run, median), beside the FFT strategy's per-pass plan for the same layer (a fixed
+configuration: the sizes the tuned suite chose, pointwise product, whole batch; no tuning) and the torch-fft peer's
+round trip (PyTorch's FFT recipe, forward + one backward by autograd). Round trips are the three passes' medians
+summed; the floor is the six tensors moved once at the measured copy bandwidth. Each pass's best candidate also gets
+its kernels' device times (torch.profiler), so a slow pass says which kernel. With ``--dtype`` other than float32 the
+peer runs on the operands' float32 storage of the half-precision values (a float32 peer).
 
     source scripts/gpu-env.sh; python3 benchmarks/block_fft.py [--layers long-16k-dw,hyena-long-dw] [--dtype bfloat16]
         [--layout channels_last] [--repeats 25] [-o block-fft.json]
