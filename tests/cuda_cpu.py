@@ -1,13 +1,14 @@
 """Run a CUDA kernel source on the CPU, for tests: compiled by the host's C++ compiler with a thin stand-in for the
 CUDA built-ins, each block's threads as OS threads and ``__syncthreads`` a barrier. It checks a kernel's indexing,
-synchronisation and arithmetic where no GPU is (CI); it says nothing of its speed. Grids and blocks of up to two
-dimensions; ``__shared__`` arrays (blocks run one after another); ``__shfl_down_sync`` by whole warps (a barrier per
-warp); float ``atomicAdd``. What it cannot stand in for: inline PTX (``asm`` statements do nothing, so float16's
-conversions are not emulated), other warp-level intrinsics, shuffles by part of a warp.
+synchronisation and arithmetic where no GPU is (CI); it says nothing of its speed. Grids of up to three dimensions,
+blocks of up to two; ``__shared__`` arrays (blocks run one after another); ``__shfl_down_sync`` by whole warps (a
+barrier per warp); ``__syncwarp(mask)`` by the lanes of ``mask``; float ``atomicAdd``. What it cannot stand in for:
+inline PTX (``asm`` statements do nothing, so float16's conversions and tensor-core instructions are not emulated),
+other warp-level intrinsics, shuffles by part of a warp.
 
 ``kernels(source, names)`` gives, per ``extern "C" __global__`` kernel named, a callable with the signature of a
-CuPy launchable function: ``k(grid, block, args, shared_mem, stream)``, where ``args`` holds host addresses (ints;
-NumPy arrays' ``.ctypes.data``) for pointers and NumPy scalars for the rest, in the kernel's parameter order.
+CuPy launchable function: ``k(grid, block, args, shared_mem, stream)``, where ``args`` holds host addresses (ints) or
+NumPy arrays for pointers and NumPy scalars for the rest, in the kernel's parameter order.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ _PRELUDE = r"""
 #include <barrier>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 struct float2 { float x, y; };
@@ -51,6 +54,22 @@ static inline float __shfl_down_sync(unsigned, float v, int delta) {
     return r;
 }
 static inline float atomicAdd(float* a, float v) { return std::atomic_ref<float>(*a).fetch_add(v); }
+// __syncwarp(mask): the lanes of mask in the caller's warp meet (a barrier per warp and mask, made by the first to come)
+static std::mutex g_syncwarp_lock;
+static std::map<std::pair<int, unsigned>, std::unique_ptr<std::barrier<>>> g_syncwarp;
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    const int t = linear_thread(), n = blockDim.x * blockDim.y, warp = t >> 5;
+    unsigned lanes = mask;
+    if (32 * warp + 32 > n) lanes &= (1u << (n - 32 * warp)) - 1u;
+    std::barrier<>* bar;
+    {
+        std::lock_guard<std::mutex> hold(g_syncwarp_lock);
+        auto& slot = g_syncwarp[{warp, mask}];
+        if (!slot) slot.reset(new std::barrier<>(__builtin_popcount(lanes)));
+        bar = slot.get();
+    }
+    bar->arrive_and_wait();
+}
 template <typename P> static inline P __ldg(const P* p) { return *p; }
 static inline void sincospif(float x, float* s, float* c) {
     const double a = M_PI * (double)x;
@@ -69,13 +88,16 @@ static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f
 """
 
 _LAUNCHER = r"""
-template <typename F> static void launch_blocks(int gx, int gy, int bx, int by, long long smem_bytes, F body) {
+template <typename F> static void launch_blocks(int gx, int gy, int gz, int bx, int by, long long smem_bytes,
+                                                F body) {
     std::vector<char> smem(smem_bytes > 0 ? smem_bytes : 1);
     const int n = bx * by;
     blockDim = {(unsigned)bx, (unsigned)by, 1};
-    gridDim = {(unsigned)gx, (unsigned)gy, 1};
+    gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
+    for (int zb = 0; zb < gz; ++zb)
     for (int yb = 0; yb < gy; ++yb)
         for (int xb = 0; xb < gx; ++xb) {
+            g_syncwarp.clear();
             std::barrier<> bar(n);
             std::vector<std::unique_ptr<std::barrier<>>> warps;
             g_warps.clear();
@@ -87,8 +109,10 @@ template <typename F> static void launch_blocks(int gx, int gy, int bx, int by, 
             g_smem = smem.data();
             std::vector<std::thread> threads;
             for (int t = 0; t < n; ++t)
-                threads.emplace_back([&body, t, bx, xb, yb] {
-                    threadIdx.x = t % bx; threadIdx.y = t / bx; blockIdx.x = xb; blockIdx.y = yb; body();
+                threads.emplace_back([&body, t, bx, xb, yb, zb] {
+                    threadIdx.x = t % bx; threadIdx.y = t / bx;
+                    blockIdx.x = xb; blockIdx.y = yb; blockIdx.z = zb;
+                    body();
                 });
             for (auto& th : threads) th.join();
         }
@@ -112,39 +136,46 @@ def _ctype(declaration: str):
             "unsigned": ctypes.c_uint, "unsigned int": ctypes.c_uint}[kind]
 
 
-def _two(dims) -> tuple[int, int]:
-    """A grid's or block's dimensions as (x, y): up to two of them."""
+def _dims(dims, rank: int) -> tuple:
+    """A grid's (``rank`` 3) or block's (``rank`` 2) dimensions, padded with ones."""
     dims = tuple(int(d) for d in (dims if isinstance(dims, (tuple, list)) else (dims,)))
-    assert len(dims) <= 2 or all(d == 1 for d in dims[2:]), f"grids and blocks of up to two dimensions, not {dims}"
-    return dims[0], dims[1] if len(dims) > 1 else 1
+    assert len(dims) <= rank or all(d == 1 for d in dims[rank:]), f"at most {rank} dimensions here, not {dims}"
+    return (dims + (1,) * rank)[:rank]
 
 
-_MACRO = re.compile(r"^#define (\w+) (.+)$", re.M)
+def expanded(source: str) -> str:
+    """``source`` through the C preprocessor alone (its macros expanded: kernels a macro defines, parameter lists a
+    macro holds; the CUDA keywords, which it does not define, left as they are)."""
+    run = subprocess.run([compiler(), "-E", "-P", "-x", "c++", "-"], input=source, capture_output=True, text=True,
+                         check=True)
+    return run.stdout
 
 
 def signatures(source: str) -> dict:
-    """Each ``extern "C" __global__`` kernel of ``source``: its parameters' declarations, object-like macros in the
-    parameter list expanded (``#define GEO_PARAMS int N, int C, ...``)."""
-    macros = dict(_MACRO.findall(source))
-    out = {}
-    for m in _KERNEL.finditer(source):
-        params = m.group(2)
-        for _ in range(4):  # (macros of macros)
-            params = re.sub(r"\b(\w+)\b", lambda t: macros.get(t.group(1), t.group(1)), params)
-        out[m.group(1)] = [p.strip() for p in params.split(",")]
-    return out
+    """Each ``extern "C" __global__`` kernel of the (expanded) ``source``: its parameters' declarations."""
+    return {m.group(1): [p.strip() for p in " ".join(m.group(2).split()).split(",")]
+            for m in _KERNEL.finditer(source)}
+
+
+def _argument(a):
+    """A launch argument as ctypes takes it: a NumPy array by its address (as CuPy passes a device array), a NumPy
+    scalar by its value."""
+    if getattr(a, "ndim", 0) > 0:
+        return a.ctypes.data
+    return a.item() if hasattr(a, "item") else a
 
 
 def kernels(source: str, names) -> dict:
     """The kernels ``names`` of ``source``, compiled for the CPU (cached by the source's hash), as launchables."""
+    source = expanded(source)
     found = signatures(source)
     code = _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source)
     wrappers = []
     for name in names:
         params = found[name]
         arg_names = [p.split()[-1].lstrip("*") for p in params]
-        wrappers.append(f'extern "C" void host_{name}(int gx, int gy, int bx, int by, long long smem, '
-                        f'{", ".join(params)}) {{ launch_blocks(gx, gy, bx, by, smem, [=] {{ '
+        wrappers.append(f'extern "C" void host_{name}(int gx, int gy, int gz, int bx, int by, long long smem, '
+                        f'{", ".join(params)}) {{ launch_blocks(gx, gy, gz, bx, by, smem, [=] {{ '
                         f'{name}({", ".join(arg_names)}); }}); }}')
     text = _PRELUDE + code + _LAUNCHER + "\n".join(wrappers) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -163,12 +194,11 @@ def kernels(source: str, names) -> dict:
     out = {}
     for name in names:
         fn = getattr(lib, f"host_{name}")
-        fn.argtypes = [ctypes.c_int] * 4 + [ctypes.c_longlong] + [_ctype(p) for p in found[name]]
+        fn.argtypes = [ctypes.c_int] * 5 + [ctypes.c_longlong] + [_ctype(p) for p in found[name]]
         fn.restype = None
 
         def call(grid, block, args, shared_mem=0, stream=None, _fn=fn):
-            (gx, gy), (bx, by) = _two(grid), _two(block)
-            _fn(gx, gy, bx, by, int(shared_mem), *[a.item() if hasattr(a, "item") else a for a in args])
+            _fn(*_dims(grid, 3), *_dims(block, 2), int(shared_mem), *map(_argument, args))
         out[name] = call
     return out
 
@@ -244,16 +274,17 @@ def sanitized(source: str, executor, p) -> subprocess.CompletedProcess:
             else:
                 suffix = "f" if value.dtype.kind == "f" else ("LL" if value.dtype.itemsize == 8 else "")
                 rendered.append(repr(value.item()) + suffix)
-        (gx, gy), (bx, by) = _two(grid), _two(block)
-        body.append(f"host_{name}({gx}, {gy}, {bx}, {by}, {smem}, {', '.join(rendered)});")
+        dims = ", ".join(map(str, _dims(grid, 3) + _dims(block, 2)))
+        body.append(f"host_{name}({dims}, {smem}, {', '.join(rendered)});")
     buffers = "\n".join(f"float* {k} = new float[{v}]; for (long i = 0; i < {v}; ++i) {k}[i] = (float)(i % 13) - 6;"
                         for k, v in elements.items())
+    source = expanded(source)
     found = signatures(source)
     wrappers = []
     for name, params in found.items():
         arg_names = [q.split()[-1].lstrip("*") for q in params]
-        wrappers.append(f"void host_{name}(int gx, int gy, int bx, int by, long long smem, {', '.join(params)}) "
-                        f"{{ launch_blocks(gx, gy, bx, by, smem, [=] {{ {name}({', '.join(arg_names)}); }}); }}")
+        wrappers.append(f"void host_{name}(int gx, int gy, int gz, int bx, int by, long long smem, {', '.join(params)}) "
+                        f"{{ launch_blocks(gx, gy, gz, bx, by, smem, [=] {{ {name}({', '.join(arg_names)}); }}); }}")
     text = (_PRELUDE + _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source) + _LAUNCHER
             + "\n".join(wrappers) + f"\nint main() {{\n{buffers}\n" + "\n".join(body) + "\nreturn 0;\n}\n")
     folder = tempfile.mkdtemp(prefix="convtune-asan-")

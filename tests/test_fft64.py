@@ -29,17 +29,24 @@ def test_forward_matches_float64(shape, steps):
         assert numpy.abs(got - ref).max() <= 1e-6 * numpy.abs(ref).max()
 
 
+def inverse_case(geometry, images: int):
+    """Random spectra of ``images`` images (float64, rfft2's layout), the unnormalised full inverse, and what the
+    inverse's gather of ``geometry`` must give."""
+    rng = numpy.random.default_rng(2)
+    spec = numpy.fft.rfft2(rng.standard_normal((images, 64, 64)))
+    full = numpy.fft.irfft2(spec, s=(64, 64)) * 64 * 64  # unnormalised, as cuFFT's
+    (o0, s0, c0), (o1, s1, c1) = geometry
+    rows, cols = (numpy.arange(c0) * s0 - o0) % 64, (numpy.arange(c1) * s1 - o1) % 64
+    return spec, full, full[:, rows][:, :, cols]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("geometry", [((0, 1, 64), (0, 1, 64)), ((0, 1, 56), (0, 1, 56)), ((0, 1, 9), (0, 1, 3)),
                                       ((61, 2, 20), (5, 3, 15)), ((0, 1, 1), (63, 1, 64))])
 def test_inverse_gathers_match_float64(geometry):
     import cupy
-    rng = numpy.random.default_rng(2)
-    spec = numpy.fft.rfft2(rng.standard_normal((6, 64, 64)))
-    full = numpy.fft.irfft2(spec, s=(64, 64)) * 64 * 64  # unnormalised, as cuFFT's
-    (o0, s0, c0), (o1, s1, c1) = geometry
-    rows, cols = (numpy.arange(c0) * s0 - o0) % 64, (numpy.arange(c1) * s1 - o1) % 64
-    ref = full[:, rows][:, :, cols]
+    spec, full, ref = inverse_case(geometry, 6)
+    (_o0, _s0, c0), (_o1, _s1, c1) = geometry
     dst = cupy.full((6, c0, c1), numpy.nan, dtype=cupy.float32)
     fft64.irfft(cupy.asarray(_own_order(spec).astype(numpy.complex64)), dst, geometry)
     assert numpy.abs(cupy.asnumpy(dst) - ref).max() <= 1e-6 * numpy.abs(full).max()
