@@ -78,10 +78,26 @@ def _loaded_path() -> str | None:
     return None
 
 
+def _pathfinder_path() -> str | None:
+    """Where the ``cuda-pathfinder`` package (beside CuPy 14) finds cuBLASLt, if it is installed and does."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        return getattr(load_nvidia_dynamic_lib("cublasLt"), "abs_path", None)
+    except Exception:  # not installed, or no such library: the other ways are tried
+        return None
+
+
 @functools.lru_cache(maxsize=None)
 def library():
-    """The cuBLASLt library, its functions' signatures set (the one cuBLAS loaded, else by name)."""
-    candidates = [p for p in (_loaded_path(),) if p] + ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]
+    """The cuBLASLt library, its functions' signatures set: the one cuBLAS loaded (CuPy's cuBLAS handle is made
+    first, which loads it), else where ``cuda-pathfinder`` finds it, else by name."""
+    try:
+        import cupy
+        cupy.cuda.device.get_cublas_handle()
+    except Exception:  # no GPU (the CPU tests pass a stand-in library instead)
+        pass
+    candidates = [p for p in (_loaded_path(), _pathfinder_path()) if p] + ["libcublasLt.so.13", "libcublasLt.so.12",
+                                                                           "libcublasLt.so"]
     errors = []
     for name in candidates:
         try:
