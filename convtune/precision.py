@@ -132,6 +132,17 @@ def _memory_order(ndim: int, layout: str) -> tuple:
     return (0, *range(2, ndim), 1) if layout == "channels_last" and ndim >= 3 else tuple(range(ndim))
 
 
+def launch_strides(shape, layout: str) -> tuple[int, ...]:
+    """Element strides, per logical axis of ``shape`` (``(N, C, *spatial)``), of the dense memory a by-address launch
+    reads in ``layout`` (:func:`launch_memory`)."""
+    order = _memory_order(len(shape), layout)
+    strides, step = [0] * len(shape), 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= shape[axis]
+    return tuple(strides)
+
+
 def launch_memory(xp, a, dtype: str, layout: str):
     """``a`` (stored as :mod:`convtune.precision` stores ``dtype`` in ``layout``) as the memory a by-address
     launch of that dtype and layout reads: a C-contiguous array in the layout's memory order (``(N, *spatial,

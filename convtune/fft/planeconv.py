@@ -35,6 +35,7 @@ import math
 import numpy
 
 from ..compiling import compiled_once
+from ..precision import launch_strides
 from ..problem import ConvProblem
 from . import rowconv
 from .sizes import is_smooth, min_length, next_pow2
@@ -331,19 +332,14 @@ def _kernels(dtype: str, sizes, device_id: int):
     return rowconv.launchables(source(dtype, sizes), NAMES, smem_bytes(sizes), device_id)
 
 
-def _strides(p: ConvProblem, shape) -> tuple[int, int, int, int]:
-    """Element strides (N, C, H, W) of a dense operand of logical ``shape`` in ``p``'s layout."""
-    n, c, h, w = shape
-    if p.layout == "channels_last" and c > 1:
-        return h * w * c, 1, w * c, c
-    return c * h * w, h * w, w, 1
-
-
-class PlaneFftConv:
+class PlaneFftConv(rowconv.BlockFftLaunch):
     """One 2-D depthwise problem's executor at transform ``sizes``: :meth:`launch` runs the pass by address on dense
     operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of device
-    memory. ``kernels``: the launchables of :data:`NAMES` (default: compiled for the current device; the CPU tests
-    pass stand-ins). ``slices``: the filter gradient's batch slices (default :func:`batch_slices`)."""
+    memory: two launches (the filter's spectra and the images; or the batch slices' sums and their inverse).
+    ``kernels``: the launchables of :data:`NAMES` (default: compiled for the current device; the CPU tests pass
+    stand-ins). ``slices``: the filter gradient's batch slices (default :func:`batch_slices`)."""
+
+    what = "the image FFT"
 
     def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None, slices: int | None = None):
         sizes = transform_sizes(p) if sizes is None else tuple(sizes)
@@ -356,8 +352,8 @@ class PlaneFftConv:
         block, smem, C = (THREADS,), smem_bytes(sizes), p.in_channels
         (k0, k1), sh = p.kernel_size, tuple(i32(s) for s in shifts(p, sizes))
         scale = f32(1.0 / (sizes[0] * sizes[1]))
-        wN, _, w0, w1 = _strides(p, p.w_shape)
-        x_strides, y_strides = (tuple(map(i64, _strides(p, s))) for s in (p.x_shape, p.y_shape))
+        wN, _, w0, w1 = launch_strides(p.w_shape, p.layout)
+        x_strides, y_strides = (tuple(map(i64, launch_strides(s, p.layout))) for s in (p.x_shape, p.y_shape))
         (n0, n1), (o0, o1) = p.input_size, p.output_size
         if p.pass_ == "wgrad":
             S = batch_slices(p) if slices is None else slices
@@ -377,13 +373,3 @@ class PlaneFftConv:
                       (fwd if p.pass_ == "fwd" else dgrad, (p.batch * C,), block,
                        (i32(C), *src, *dst, i32(in0), i32(in1), i32(out0), i32(out1), *sh, scale), smem,
                        ("a", "ws", "out")))
-
-    def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:
-        """The pass on operands ``a``, ``b`` and result ``out`` given by device address, on ``stream``, with
-        :attr:`workspace` bytes at ``workspace``: two launches (the filter's spectra and the images; or the batch
-        slices' sums and their inverse). Nothing is allocated."""
-        if workspace is None:
-            raise ValueError(f"the image FFT needs a workspace of {self.workspace} bytes")
-        where = {"a": a, "b": b, "out": out, "ws": workspace}
-        for kernel, grid, block, args, smem, pointers in self.steps:
-            kernel(grid, block, (*(where[name] for name in pointers), *args), smem, stream)

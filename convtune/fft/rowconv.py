@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy
 
 from ..compiling import compiled_once
+from ..precision import launch_strides
 from ..problem import ConvProblem
 from .sizes import is_smooth, min_length, next_pow2
 
@@ -551,57 +552,57 @@ def _kernels(dtype: str, m: int, device_id: int):
     return launchables(source(dtype, m), NAMES, smem_bytes(m), device_id)
 
 
-def _strides(p: ConvProblem, shape) -> tuple[int, int, int]:
-    """Element strides (N, C, length) of a dense operand of logical ``shape`` (N, C, length) in ``p``'s layout."""
-    n, c, length = shape
-    if p.layout == "channels_last" and c > 1:
-        return length * c, 1, c
-    return c * length, length, 1
+class BlockFftLaunch:
+    """What :class:`RowFftConv` and :class:`convtune.fft.planeconv.PlaneFftConv` share: the pass as ``steps``, each a
+    launch ``(kernel, grid, block, args, shared memory, pointers)`` whose first arguments are the named ``pointers``
+    (``a``, ``b``, ``out``, ``ws``), then ``args``; and ``workspace`` bytes of device memory."""
+
+    what = "the block FFT"
+    steps: tuple = ()
+    workspace: int = 0
+
+    def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:
+        """The pass on operands ``a``, ``b`` and result ``out`` given by device address, on ``stream``, with
+        :attr:`workspace` bytes at ``workspace``. Nothing is allocated."""
+        if workspace is None:
+            if self.workspace:
+                raise ValueError(f"{self.what} needs a workspace of {self.workspace} bytes")
+            workspace = 0
+        where = {"a": a, "b": b, "out": out, "ws": workspace}
+        for kernel, grid, block, args, smem, pointers in self.steps:
+            kernel(grid, block, (*(where[name] for name in pointers), *args), smem, stream)
 
 
-class RowFftConv:
+class RowFftConv(BlockFftLaunch):
     """One 1-D depthwise problem's executor at transform length ``L``: :meth:`launch` runs the pass by address on
     dense operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of
-    device memory; :func:`convtune.precision.launched` makes the array executor of it. ``kernels``: the (spectrum,
-    fwd, dgrad, wgrad) launchables (default: compiled for the current device; the CPU tests pass stand-ins)."""
+    device memory; :func:`convtune.precision.launched` makes the array executor of it. One launch for the filter
+    gradient, two for the other passes (the filter's spectra, then the rows). ``kernels``: the (spectrum, fwd, dgrad,
+    wgrad) launchables (default: compiled for the current device; the CPU tests pass stand-ins)."""
+
+    what = "the row FFT"
 
     def __init__(self, cp, p: ConvProblem, L: int | None = None, kernels=None):
         L = transform_size(p) if L is None else L
         why = reason(p, L)
         if why:
             raise ValueError(f"row FFT: {why}")
-        self.cp, self.p, self.L, self.m = cp, p, L, L // 2
+        self.p, self.L, m = p, L, L // 2
         self.workspace = workspace_bytes(p, L)
-        spectrum, fwd, dgrad, wgrad = kernels or _kernels(p.dtype, self.m, cp.cuda.Device().id)
+        spectrum, fwd, dgrad, wgrad = kernels or _kernels(p.dtype, m, cp.cuda.Device().id)
         i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
-        block, smem, C = (threads(self.m),), smem_bytes(self.m), p.in_channels
+        block, smem, C = (threads(m),), smem_bytes(m), p.in_channels
         n, length, k = p.input_size[0], p.output_size[0], p.kernel_size[0]
         shift, scale = i32(shifts(p, L)), f32(1.0 / L)
-        wN, wC, wK = _strides(p, (C, 1, k))
-        self.spectrum = (spectrum, (C,), block, (i64(wN), i64(wK), i32(k)), smem)
-        x_strides, y_strides = _strides(p, p.x_shape), _strides(p, p.y_shape)
+        wN, _, wK = launch_strides(p.w_shape, p.layout)
+        x_strides, y_strides = (tuple(map(i64, launch_strides(s, p.layout))) for s in (p.x_shape, p.y_shape))
         if p.pass_ == "wgrad":
-            self.main = (wgrad, (C,), block,
-                         (i32(p.batch), i32(C), *map(i64, x_strides), *map(i64, y_strides), i64(wN), i64(wK),
-                          i32(n), i32(length), i32(k), shift, scale), smem)
-        else:
-            src, dst = (x_strides, y_strides) if p.pass_ == "fwd" else (y_strides, x_strides)
-            n_in, n_out = (n, length) if p.pass_ == "fwd" else (length, n)
-            self.main = (fwd if p.pass_ == "fwd" else dgrad, (p.batch * C,), block,
-                         (i32(C), *map(i64, src), *map(i64, dst), i32(n_in), i32(n_out), shift, scale), smem)
-
-    def launch(self, a: int, b: int, out: int, stream, workspace: int | None = None) -> None:
-        """The pass on operands ``a``, ``b`` and result ``out`` given by device address, on ``stream``, with
-        :attr:`workspace` bytes at ``workspace``. Nothing is allocated (one launch for the filter gradient, two
-        for the other passes: the filter's spectra, then the rows)."""
-        if workspace is None:
-            if self.workspace:
-                raise ValueError(f"the row FFT needs a workspace of {self.workspace} bytes")
-            workspace = 0
-        kernel, grid, block, args, smem = self.main
-        if self.p.pass_ == "wgrad":
-            kernel(grid, block, (a, b, out, workspace, *args), smem, stream)
+            self.steps = ((wgrad, (C,), block, (i32(p.batch), i32(C), *x_strides, *y_strides, i64(wN), i64(wK),
+                                                i32(n), i32(length), i32(k), shift, scale), smem,
+                           ("a", "b", "out", "ws")),)
             return
-        s_kernel, s_grid, s_block, s_args, s_smem = self.spectrum
-        s_kernel(s_grid, s_block, (b, workspace, *s_args), s_smem, stream)
-        kernel(grid, block, (a, workspace, out, *args), smem, stream)
+        src, dst = (x_strides, y_strides) if p.pass_ == "fwd" else (y_strides, x_strides)
+        n_in, n_out = (n, length) if p.pass_ == "fwd" else (length, n)
+        self.steps = ((spectrum, (C,), block, (i64(wN), i64(wK), i32(k)), smem, ("b", "ws")),
+                      (fwd if p.pass_ == "fwd" else dgrad, (p.batch * C,), block,
+                       (i32(C), *src, *dst, i32(n_in), i32(n_out), shift, scale), smem, ("a", "ws", "out")))
