@@ -413,19 +413,14 @@ class Planner:
                 return None
 
             def extended(v, shape):
-                if v.shape == tuple(shape):  # the filter: no batch axis
+                if v.shape == tuple(shape):  # the filter (an operand, or the filter gradient): no batch axis
                     return v
                 full = precision.laid_out(xp, xp.zeros(shape, dtype=v.dtype), problem.layout)
                 full[:small.batch] = v
                 return full
             (sa, sb) = problem.operand_shapes
-            if problem.pass_ == "wgrad":
-                full_ref = ref
-            else:
-                full_ref = xp.zeros(problem.result_shape, dtype=ref.dtype)
-                full_ref[:small.batch] = ref
             s.zero_extended = (extended(a, sa), extended(b, sb), precision.empty_result(xp, problem, fill=xp.nan),
-                               full_ref)
+                               extended(ref, problem.result_shape))
         return s.zero_extended
 
     def _synchronized_run(self, run, a, b, out) -> float:
