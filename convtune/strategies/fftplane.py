@@ -1,8 +1,8 @@
 """The one-block image FFT (:mod:`convtune.fft.planeconv`): 2-D depthwise convolutions (channel multiplier 1, stride
-1, dilation 1) whose transform (powers of two, or 2^a 3^b) fits one thread block's shared memory (72 x 72, 128 x 128, 128 x
-256, ...), every
-pass two kernels (the filter's spectra, then the images; the filter gradient: slices of the batch, then their sum).
-GPU only; float32, float16 and bfloat16, channels-first and channels_last, read and written in place."""
+1, dilation 1) whose transform (powers of two, or 2^a 3^b) fits one thread block's shared memory (72 x 72, 128 x 128,
+128 x 256, ...), every pass two kernels (the filter's spectra, then the images; the filter gradient: slices of the
+batch, then their sum). GPU only; float32, float16 and bfloat16, channels-first and channels_last, read and written
+in place."""
 
 from __future__ import annotations
 
@@ -33,10 +33,7 @@ class PlaneFftStrategy(Strategy):
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if getattr(backend, "name", "") != "cupy":
             return "the image FFT's kernels are CUDA kernels: they need the CuPy (GPU) backend"
-        why = planeconv.reason(problem)
-        if why is None or planeconv.size_options(problem):
-            return None
-        return why
+        return None if planeconv.size_options(problem) else planeconv.reason(problem)
 
     def serves_shape(self, problem: ConvProblem) -> bool:
         return problem.rank == 2 and problem.groups == problem.in_channels == problem.out_channels

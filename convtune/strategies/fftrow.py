@@ -1,7 +1,8 @@
 """The one-block row FFT (:mod:`convtune.fft.rowconv`): 1-D depthwise convolutions (channel multiplier 1, stride 1,
 dilation 1) whose rows fit one thread block's shared memory (transforms of up to 32768 samples as powers of two, or
-even 2^a 3^b lengths), every pass one kernel over the operands (plus one for the filter's spectra in the forward and backward-data passes). GPU only;
-float32, float16 and bfloat16, channels-first and channels_last, read and written in place."""
+even 2^a 3^b lengths), every pass one kernel over the operands (plus one for the filter's spectra in the forward and
+backward-data passes). GPU only; float32, float16 and bfloat16, channels-first and channels_last, read and written in
+place."""
 
 from __future__ import annotations
 
@@ -18,10 +19,6 @@ class RowFftConfig(Config):
     size: int  # the transform length (a power of two, or an even 2^a 3^b)
 
 
-def _serves(problem: ConvProblem) -> bool:
-    return problem.rank == 1 and problem.groups == problem.in_channels == problem.out_channels
-
-
 @register
 class RowFftStrategy(Strategy):
     name = "fft-row"
@@ -33,13 +30,10 @@ class RowFftStrategy(Strategy):
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if getattr(backend, "name", "") != "cupy":
             return "the row FFT's kernels are CUDA kernels: they need the CuPy (GPU) backend"
-        why = rowconv.reason(problem)
-        if why is None or rowconv.size_options(problem):
-            return None
-        return why
+        return None if rowconv.size_options(problem) else rowconv.reason(problem)
 
     def serves_shape(self, problem: ConvProblem) -> bool:
-        return _serves(problem)
+        return problem.rank == 1 and problem.groups == problem.in_channels == problem.out_channels
 
     def candidates(self, problem, backend):
         return [RowFftConfig(size=L) for L in rowconv.size_options(problem)]
@@ -48,7 +42,7 @@ class RowFftStrategy(Strategy):
         return rowconv.workspace_bytes(problem, config.size)
 
     def recordable(self, problem, config) -> bool:
-        return True  # kernel launches (and a memset for an empty batch's filter gradient)
+        return True  # kernel launches only
 
     def build(self, problem, config, backend):
         executor = rowconv.RowFftConv(backend.xp, problem, config.size)
