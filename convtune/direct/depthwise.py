@@ -574,19 +574,9 @@ class DepthwiseConv:
     outputs (filter gradient: taps) per thread; backward-data likewise through the forward kernel.
     """
 
-    #: the operands' dtype; a half-precision filter gradient's workspace bytes and rounding kernel
-    dtype, workspace, rounding = "float32", 0, None
-
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, variant: str = "simple", rows: int = 1):
         self.cp, self.p, self.threads, self.variant = cp, p, threads, variant
-        if p.layout != "channels_first":
-            raise ValueError(f"these kernels read channels-first operands, not {p.layout} (the nhwc kernels do)")
-        dt = self.dtype = p.dtype  # the operands' and result's memory (bfloat16 as its 16 bits), sums in float32
-        self.result_bytes = 4 * math.prod(p.result_shape)
-        # a half-precision filter gradient: the float32 sums in a workspace, rounded into the result once
-        self.workspace = depthwise_nhwc.workspace_bytes(p)
-        self.rounding = depthwise_nhwc.cast_kernel(cp, dt) if self.workspace else None
-        self.count = math.prod(p.result_shape)
+        dt = self._operands(cp, p)
         kh, kw = kernel_hw(p)
         self.smem, self.int_args = 0, None
         if variant == "window":
@@ -636,6 +626,19 @@ class DepthwiseConv:
         else:
             total = math.prod(p.result_shape)
             self.grid = (min(math.ceil(total / threads), 32 * sm_count),)
+
+    def _operands(self, cp, p: ConvProblem) -> str:
+        """The operands' and result's memory: channels-first, of ``p``'s dtype (bfloat16 as its 16 bits; sums in
+        float32), a half-precision filter gradient's float32 sums in a workspace, rounded into the result once. Returns
+        the dtype (the 3-D executor's kernels take it too)."""
+        if p.layout != "channels_first":
+            raise ValueError(f"these kernels read channels-first operands, not {p.layout} (the nhwc kernels do)")
+        dt = self.dtype = p.dtype
+        self.result_bytes = 4 * math.prod(p.result_shape)
+        self.workspace = depthwise_nhwc.workspace_bytes(p)
+        self.rounding = depthwise_nhwc.cast_kernel(cp, dt) if self.workspace else None
+        self.count = math.prod(p.result_shape)
+        return dt
 
     def _launch_args(self) -> tuple:
         """The kernel's arguments after the three arrays (int32 scalars), made once."""

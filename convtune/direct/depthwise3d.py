@@ -24,7 +24,6 @@ import math
 from ..compiling import compiled_once
 from ..problem import ConvProblem
 from .depthwise import _TILED_COMMON, SMEM_LIMIT, TILE_W, TILED_MAX_WARPS, DepthwiseConv
-from . import depthwise_nhwc
 from .depthwise_nhwc import ELEMENT_TYPES
 
 #: Most taps of one depth slice (``KH * KW``): the forward holds a slice in registers, the filter
@@ -178,17 +177,9 @@ class Depthwise3dConv(DepthwiseConv):
         by = threads // TILE_W
         if threads % TILE_W or not 1 <= by <= 32:
             raise ValueError(f"3-D depthwise kernel: threads must be a multiple of {TILE_W} up to 1024, not {threads}")
-        if p.layout != "channels_first":
-            raise ValueError(f"3-D depthwise kernel: channels-first operands, not {p.layout}")
         self.cp, self.p, self.threads, self.variant = cp, p, threads, "tiled"
         self.block, self.smem, self.int_args = (TILE_W, by), 0, None
-        self.result_bytes = 4 * math.prod(p.result_shape)
-        # the operands' memory (bfloat16 as its 16 bits), sums in float32; a half-precision filter gradient sums into
-        # a float32 workspace, rounded into the result once (as the 2-D kernels do)
-        self.dtype = dt = p.dtype
-        self.workspace = depthwise_nhwc.workspace_bytes(p)
-        self.rounding = depthwise_nhwc.cast_kernel(cp, dt) if self.workspace else None
-        self.count = math.prod(p.result_shape)
+        dt = self._operands(cp, p)
         (D, H, W), (OD, OH, OW), (pd, ph, pw) = forward_form(p)
         kd = p.kernel_size[0]
         if p.pass_ == "wgrad":
