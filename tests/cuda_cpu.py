@@ -165,19 +165,40 @@ def _argument(a):
     return a.item() if hasattr(a, "item") else a
 
 
-def kernels(source: str, names) -> dict:
-    """The kernels ``names`` of ``source``, compiled for the CPU (cached by the source's hash), as launchables."""
+def _program(source: str, names=None) -> tuple[str, dict]:
+    """C++ of ``source`` for the CPU: the prelude, the (expanded) kernels, the launcher and, per kernel of ``names``
+    (default: every one), ``host_NAME(gx, gy, gz, bx, by, smem, params...)`` launching it; and the kernels'
+    parameter declarations (:func:`signatures`)."""
     source = expanded(source)
     found = signatures(source)
-    code = _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source)
     wrappers = []
-    for name in names:
+    for name in found if names is None else names:
         params = found[name]
-        arg_names = [p.split()[-1].lstrip("*") for p in params]
+        arg_names = [q.split()[-1].lstrip("*") for q in params]
         wrappers.append(f'extern "C" void host_{name}(int gx, int gy, int gz, int bx, int by, long long smem, '
                         f'{", ".join(params)}) {{ launch_blocks(gx, gy, gz, bx, by, smem, [=] {{ '
                         f'{name}({", ".join(arg_names)}); }}); }}')
-    text = _PRELUDE + code + _LAUNCHER + "\n".join(wrappers) + "\n"
+    code = _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source)
+    return _PRELUDE + code + _LAUNCHER + "\n".join(wrappers) + "\n", found
+
+
+def _require_compiler() -> None:
+    if compiler() is None:
+        import pytest
+        pytest.skip("no C++ compiler to run the CUDA source on the CPU")
+
+
+def launchables(source: str, names) -> tuple:
+    """:func:`kernels`' launchables in the order of ``names``."""
+    found = kernels(source, names)
+    return tuple(found[n] for n in names)
+
+
+def kernels(source: str, names) -> dict:
+    """The kernels ``names`` of ``source``, compiled for the CPU (cached by the source's hash), as launchables (the
+    calling test is skipped where there is no C++ compiler)."""
+    _require_compiler()
+    text, found = _program(source, names)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     folder = os.path.join(tempfile.gettempdir(), "convtune-cuda-cpu")
     os.makedirs(folder, exist_ok=True)
@@ -252,14 +273,14 @@ def gpu_errors(strategy_name: str, p, seed: int) -> dict:
 
 
 # -- the same launches as a standalone program under AddressSanitizer (out-of-bounds reads and writes) --------------
-def sanitized(source: str, executor, p) -> subprocess.CompletedProcess:
+def sanitized(source: str, executor, p, calls: list) -> subprocess.CompletedProcess:
     """Build ``source``'s kernels with the host compiler and AddressSanitizer into a program that makes the launches
-    ``executor.launch`` makes for problem ``p`` (recorded through stand-in kernels: build ``executor`` with
-    :func:`recorders` as its kernels) on heap buffers of exactly the operands', result's and workspace's sizes, and
-    run it: an access outside any of them, or outside a block's shared memory, fails the run (its stderr says
-    where). ``executor.recorded``: the list :func:`recorders` gave. Slow (a compilation per call): ``CONVTUNE_ASAN=1`` turns on the tests that use it."""
+    ``executor.launch`` makes for problem ``p`` (recorded into ``calls`` by stand-in kernels: build ``executor`` with
+    :func:`recorders`' kernels) on heap buffers of exactly the operands', result's and workspace's sizes, and run it:
+    an access outside any of them, or outside a block's shared memory, fails the run (its stderr says where). Slow (a
+    compilation per call): ``CONVTUNE_ASAN=1`` turns on the tests that use it."""
     import math
-    calls = executor.recorded
+    _require_compiler()
     del calls[:]
     executor.launch(1, 2, 3, Stream(), 4 if executor.workspace else None)
     names = {1: "a", 2: "b", 3: "out", 4: "ws", 0: "nullptr"}
@@ -278,15 +299,7 @@ def sanitized(source: str, executor, p) -> subprocess.CompletedProcess:
         body.append(f"host_{name}({dims}, {smem}, {', '.join(rendered)});")
     buffers = "\n".join(f"float* {k} = new float[{v}]; for (long i = 0; i < {v}; ++i) {k}[i] = (float)(i % 13) - 6;"
                         for k, v in elements.items())
-    source = expanded(source)
-    found = signatures(source)
-    wrappers = []
-    for name, params in found.items():
-        arg_names = [q.split()[-1].lstrip("*") for q in params]
-        wrappers.append(f"void host_{name}(int gx, int gy, int gz, int bx, int by, long long smem, {', '.join(params)}) "
-                        f"{{ launch_blocks(gx, gy, gz, bx, by, smem, [=] {{ {name}({', '.join(arg_names)}); }}); }}")
-    text = (_PRELUDE + _SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(g_smem);", source) + _LAUNCHER
-            + "\n".join(wrappers) + f"\nint main() {{\n{buffers}\n" + "\n".join(body) + "\nreturn 0;\n}\n")
+    text = _program(source)[0] + f"int main() {{\n{buffers}\n" + "\n".join(body) + "\nreturn 0;\n}\n"
     folder = tempfile.mkdtemp(prefix="convtune-asan-")
     path, program = os.path.join(folder, "run.cpp"), os.path.join(folder, "run")
     with open(path, "w") as f:

@@ -97,10 +97,7 @@ def test_strategy_is_gpu_only_and_serves_2d_depthwise_shapes():
 # -- the CUDA source on the CPU ---------------------------------------------------------------------------------------
 def _cpu_kernels(dtype, sizes):
     import cuda_cpu
-    if cuda_cpu.compiler() is None:
-        pytest.skip("no C++ compiler to run the CUDA source on the CPU")
-    found = cuda_cpu.kernels(planeconv.source(dtype, sizes), planeconv.NAMES)
-    return tuple(found[n] for n in planeconv.NAMES)
+    return cuda_cpu.launchables(planeconv.source(dtype, sizes), planeconv.NAMES)
 
 
 CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13), (13, 4), (6, 0), 1, 2),
@@ -188,13 +185,10 @@ def test_kernels_match_float64(dtype, layout, pass_, case):
 @pytest.mark.parametrize("smooth", [False, True])
 def test_kernel_source_under_address_sanitizer(layout, pass_, case, smooth):
     import cuda_cpu
-    if cuda_cpu.compiler() is None:
-        pytest.skip("no C++ compiler")
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, pass_, batch=batch, channels=channels, layout=layout)
     sizes = planeconv.transform_sizes(p, smooth)
     kernels, calls = cuda_cpu.recorders(planeconv.NAMES)
     conv = planeconv.PlaneFftConv(None, p, sizes, kernels=kernels)
-    conv.recorded = calls
-    run = cuda_cpu.sanitized(planeconv.source("float32", sizes), conv, p)
+    run = cuda_cpu.sanitized(planeconv.source("float32", sizes), conv, p, calls)
     assert run.returncode == 0, run.stderr[-3000:]
