@@ -7,7 +7,8 @@
 # 3. benchmarks/pointwise_host_parts.py (cuBLAS against cuBLASLt host time per 1x1 call);
 # 4. the planner's full-batch verification of cuDNN's runtime-compiled plans: a short ResNet-50 AMP tuning, its
 #    cuDNN build column (compare with docs/device-logs/2026-11-24-s20-amp-tune-r50-*).
-# Logs under $OUT; summaries printed. Each part has its own time limit.
+# Logs under $OUT; summaries printed. Each part has its own time limit. HALF_LIMIT=120 adds block_fft.py in
+# bfloat16 channels_last on the 31x31, 51x51 and Hyena layers.
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -29,3 +30,8 @@ grep -E "==|conv2d|ArrayPlan|launch\(|error" "$O/host-parts.log" | head -40
 part rtc-tune ${TUNE_LIMIT:-150} python3 -m convtune tune torchvision:resnet50 --batch 32 --dtype bfloat16 \
   --layout channels_last --db "$O/rtc.db"
 grep -E "tuned, |^cudnn |^torch |^im2col " "$O/rtc-tune.log"
+if [ "${HALF_LIMIT:-0}" -gt 0 ]; then
+  part block-fft-bf16cl "$HALF_LIMIT" python3 benchmarks/block_fft.py --dtype bfloat16 --layout channels_last \
+    --layers hyena-long-dw,replknet-dw31,slak-dw51 -o "$O/block-fft-bf16cl.json"
+  grep -E "^==|Error" "$O/block-fft-bf16cl.log" | head -10
+fi
