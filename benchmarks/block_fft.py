@@ -56,8 +56,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--layout", default="channels_first")
     ap.add_argument("--repeats", type=int, default=25)
+    ap.add_argument("--plane-shape", help="THREADS,BLOCKS: fft-plane's launch shape instead of its policy's "
+                    "(planeconv.launch_shape), to compare shapes")
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
+    if args.plane_shape:
+        from convtune.fft import planeconv
+        shape = tuple(int(v) for v in args.plane_shape.split(","))
+        planeconv.launch_shape = lambda sizes: shape
     import torch
     be = get_backend("cupy")
     timer = CudaEventTimer(warmup=3, repeats=args.repeats, max_total_s=5.0)

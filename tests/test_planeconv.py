@@ -78,10 +78,15 @@ def test_candidates_sizes_and_slices():
     strategy = get_strategy("fft-plane")
     p = _problem((56, 56), 31, 15, "wgrad", batch=16, channels=128)
     configs = strategy.candidates(p, None)
-    assert [(c.sizes, c.slices) for c in configs] == [((128, 128), 3), ((128, 128), 8), ((72, 72), 3), ((72, 72), 8)]
-    assert strategy.workspace_bytes(p, configs[1]) == 128 * 8 * 2 * 8 * 128 * 65
-    assert [c.slices for c in strategy.candidates(p.for_pass("fwd"), None)] == [1, 1]
-    assert PlaneFftConfig.from_label(configs[3].label()) == configs[3]
+    assert [(c.sizes, c.slices, c.threads) for c in configs] == [
+        ((128, 128), 3, 0), ((128, 128), 3, 256), ((128, 128), 8, 0), ((128, 128), 8, 256),
+        ((72, 72), 3, 0), ((72, 72), 3, 512), ((72, 72), 8, 0), ((72, 72), 8, 512)]
+    assert strategy.workspace_bytes(p, configs[2]) == 128 * 8 * 2 * 8 * 128 * 65  # X's spectra and the sums
+    assert planeconv.wgrad_buffers((128, 128)) == 1 and planeconv.wgrad_buffers((72, 72)) == 3
+    assert strategy.workspace_bytes(p, configs[6]) == 128 * 8 * 1 * 8 * 72 * 37  # the sums alone
+    assert [c.slices for c in strategy.candidates(p.for_pass("fwd"), None)] == [1, 1, 1, 1]
+    assert PlaneFftConfig.from_label(configs[7].label()) == configs[7] and configs[7].label().endswith("threads=512")
+    assert configs[7].shape() == (512, 1) and configs[6].shape() is None
     with pytest.raises(ValueError, match="17 slices of a batch of 16"):
         planeconv.PlaneFftConv(None, p, kernels=(None,) * 5, slices=17)
 
@@ -95,9 +100,9 @@ def test_strategy_is_gpu_only_and_serves_2d_depthwise_shapes():
 
 
 # -- the CUDA source on the CPU ---------------------------------------------------------------------------------------
-def _cpu_kernels(dtype, sizes):
+def _cpu_kernels(dtype, sizes, shape=None):
     import cuda_cpu
-    return cuda_cpu.launchables(planeconv.source(dtype, sizes), planeconv.NAMES)
+    return cuda_cpu.launchables(planeconv.source(dtype, sizes, shape), planeconv.NAMES)
 
 
 CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13), (13, 4), (6, 0), 1, 2),
@@ -105,11 +110,12 @@ CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13),
              ((6, 5), 3, (4, 3), 2, 2)]  # (padding past the kernel's reach: outputs of zeros at the edges)
 
 
-def _run_on_cpu(dtype, layout, pass_, case, seed=0, smooth=False):
+def _run_on_cpu(dtype, layout, pass_, case, seed=0, smooth=False, shape=None):
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
     sizes = planeconv.transform_sizes(p, smooth)
-    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels(dtype, sizes))
+    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels(dtype, sizes, shape), shape=shape)
+    assert conv.steps[-1][2] == ((shape or planeconv.launch_shape(sizes))[0],)
     import cuda_cpu
     rng = numpy.random.default_rng(seed)
     got, a64, b64 = cuda_cpu.run_launch(conv, p, *(rng.standard_normal(s) for s in p.operand_shapes))
@@ -149,6 +155,15 @@ def test_kernel_source_on_the_cpu_at_stage1_sizes(pass_, smooth):
     err = _run_on_cpu("float32", "channels_first", pass_, ((56, 56), 31, 15, 8 if pass_ == "wgrad" else 1, 2),
                       smooth=smooth)
     assert err <= 1e-6, err
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("threads", [256, 512])
+def test_kernel_source_on_the_cpu_at_other_block_sizes(pass_, threads):
+    """The candidates' other launch shapes (:func:`planeconv.shape_options`): the grouped passes' and the loops'
+    strides follow the block size."""
+    case = ((20, 13), (13, 4), (6, 0), 3, 2)
+    assert _run_on_cpu("float32", "channels_first", pass_, case, shape=(threads, 1)) <= 1e-6
 
 
 def test_launch_without_workspace_is_refused():

@@ -145,10 +145,23 @@ def test_strategy_is_gpu_only_and_serves_1d_depthwise_shapes():
 
 def test_source_names_every_pass():
     src = rowconv.source("bfloat16", 16384)
-    assert "stockham_pass<16384, 8, INV, 512, 4>(buf, 1, 512, row);" in src
-    assert "stockham_pass<16384, 4, INV, 512, 8>(buf, 1, 4096, row);" in src
-    assert "(buf, 1, 4096 * 8, row)" not in src and "#define T 512" in src
+    assert "stockham_pass<16384, 8, INV, 512, 4>(buf, 1, 512, row, root);" in src
+    assert "stockham_pass<16384, 4, INV, 512, 8>(buf, 1, 4096, row, root);" in src
+    assert "(buf, 1, 4096 * 8, row" not in src and "#define T 512" in src
     assert "rowfft_wgrad(const b16* x" in src
+    # past MAX_TABLE the twiddles are computed; up to it they are a table of the transform's roots
+    assert "const ChainRoots root;" in src and "ROOTS" not in src
+    src = rowconv.source("float32", 4096)
+    assert "const RootTable4096 root;" in src and "__device__ const float2 ROOTS4096[4096] = {{1.0e+00f,0.0e+00f}," in src
+
+
+def test_root_tables_hold_the_roots():
+    src = rowconv.roots_source(24)
+    body = src[src.index("= {{") + 4:src.index("}};")]
+    values = numpy.array([complex(*(float(x.rstrip("f")) for x in pair.split(","))) for pair in body.split("},{")])
+    assert values.shape == (24,)
+    assert numpy.abs(values - numpy.exp(-2j * numpy.pi * numpy.arange(24) / 24)).max() < 1e-7
+    assert rowconv.roots_source(rowconv.MAX_TABLE * 2) == "" and rowconv.root_type(rowconv.MAX_TABLE * 2) == "ChainRoots"
 
 
 # -- the kernels, on the GPU ------------------------------------------------------------------------------------------

@@ -40,8 +40,11 @@ from ..problem import ConvProblem
 from . import rowconv
 from .sizes import is_smooth, min_length, next_pow2
 
-#: Threads per block.
-THREADS = 256
+#: Shared memory an SM gives its blocks (the H100's 228 KiB), and what the driver keeps of it per block.
+SM_SMEM, SMEM_RESERVED = 228 * 1024, 1024
+#: Threads an SM should run of these kernels at 64 registers a thread (half its warps; the kernels issue an
+#: instruction most cycles at that occupancy, and more threads would cap their registers below 64).
+SM_THREADS = 1024
 #: Smallest transform lengths per axis.
 MIN_SIZES = (4, 8)
 #: Shared memory a block may take (the H100 gives a block up to 227 KiB): 128 x 256 and 256 x 128 fit, 256 x 256 not.
@@ -90,6 +93,34 @@ def smem_bytes(sizes) -> int:
     return 8 * sizes[0] * row_stride(sizes[1])
 
 
+def wgrad_buffers(sizes) -> int:
+    """Images of shared memory the filter gradient's first kernel takes: three (DY's spectrum, X's, the sums) where
+    they fit a block, else one (X's spectrum and the sums in the workspace: its first form, whose read-modify-write
+    of the workspace ran it at one instruction a cycle)."""
+    return 3 if 3 * smem_bytes(sizes) <= MAX_SMEM else 1
+
+
+def wgrad_min_blocks(sizes, threads: int) -> int:
+    """The filter gradient's first kernel's blocks per SM (as :func:`launch_shape`'s, for its shared memory)."""
+    fit = max(1, SM_SMEM // (wgrad_buffers(sizes) * smem_bytes(sizes) + SMEM_RESERVED))
+    return max(1, min(fit, SM_THREADS // threads))
+
+
+def launch_shape(sizes) -> tuple[int, int]:
+    """``(threads per block, blocks per SM)`` for ``L0 x L1`` transforms: the blocks whose images fit an SM's shared
+    memory (at most :data:`SM_THREADS` threads in all) share it, 256 threads each where four or more fit, else 512 or
+    1024 so that an SM still runs :data:`SM_THREADS`. The blocks per SM go to ``__launch_bounds__``, which caps the
+    registers so they fit (the registers, not the shared memory, limited the first kernels to one or two blocks: one
+    128x128 forward pass at 144 registers a thread ran 8 warps an SM).
+
+    >>> launch_shape((72, 72)), launch_shape((128, 128)), launch_shape((64, 64))
+    ((256, 4), (512, 2), (256, 4))
+    """
+    fit = max(1, SM_SMEM // (smem_bytes(sizes) + SMEM_RESERVED))
+    threads = 256 if fit >= 4 else 512 if fit >= 2 else 1024
+    return threads, max(1, min(fit, SM_THREADS // threads))
+
+
 def reason(p: ConvProblem, sizes=None) -> str | None:
     """Why the kernels cannot run ``p`` (at transform ``sizes``, default :func:`transform_sizes`), or ``None``."""
     if p.rank != 2:
@@ -127,10 +158,12 @@ def batch_slices(p: ConvProblem, blocks: int = WGRAD_BLOCKS[0]) -> int:
 
 
 def workspace_bytes(p: ConvProblem, sizes, slices: int = 1) -> int:
-    """The filter spectra (forward, backward-data), or each (channel, slice)'s input spectrum and sums (filter
-    gradient)."""
+    """The filter spectra (forward, backward-data), or each (channel, slice)'s sums (filter gradient; with its input
+    spectrum before them where :func:`wgrad_buffers` is one)."""
     per_image = 8 * sizes[0] * (sizes[1] // 2 + 1)
-    return p.in_channels * per_image * (2 * slices if p.pass_ == "wgrad" else 1)
+    if p.pass_ == "wgrad":
+        return p.in_channels * per_image * slices * (1 if wgrad_buffers(sizes) == 3 else 2)
+    return p.in_channels * per_image
 
 
 _SOURCE = r"""
@@ -140,6 +173,10 @@ _SOURCE = r"""
 #define W (M1 + 1)
 #define RS {rs}
 #define T {t}
+#define MINB {minb}
+#define WGRAD_MINB {wgrad_minb}
+#define THREE_BUFFERS {three}
+#define WS_SUMS (THREE_BUFFERS ? 0 : 1)
 #define ROWG {rowg}
 #define COLG {colg}
 #define PADI(i) ((i) + ((i) >> 3))
@@ -148,11 +185,14 @@ _SOURCE = r"""
 // i mod n for 0 <= i < 2 n (an index plus a shift below n)
 __device__ __forceinline__ int wrap(int i, int n) {{ return i < n ? i : i - n; }}
 
+{roots}
 // up to ROWG complex rows of M1 points / up to COLG columns of L0 points, placed by slot(t, i)
 template <bool INV, typename Slot> __device__ __forceinline__ void fft_rows(float2* buf, const int count, Slot slot) {{
+    const {row_root} root;
 {row_passes}
 }}
 template <bool INV, typename Slot> __device__ __forceinline__ void fft_cols(float2* buf, const int count, Slot slot) {{
+    const {col_root} root;
 {col_passes}
 }}
 
@@ -244,28 +284,49 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
 }}
 
 // filter gradient, first kernel: block b sums conj(DY) X over the samples of slice b % S of channel b / S (chunk
-// samples a slice); ws holds per block its input spectrum, then its sums (L0 x (M1 + 1) each)
+// samples a slice) into ws (L0 x (M1 + 1) per block, after WS_SUMS such images). Where three images fit the shared
+// memory (THREE_BUFFERS), X's spectrum and the sums stay there beside DY's; else X's spectrum and the sums go to ws
+// (its first and second image), each frequency read back by the thread that wrote it
 template <typename E> __device__ __forceinline__ void wgrad_part(
     const E* __restrict__ x, const E* __restrict__ dy, float2* __restrict__ ws, int N, int C, int S, int chunk,
     long long xN, long long xC, long long x0, long long x1, long long yN, long long yC, long long y0, long long y1,
     int in0, int in1, int out0, int out1) {{
     extern __shared__ float2 buf[];
     const int b = blockIdx.x, c = b / S, first = (b - c * S) * chunk, last = min(N, first + chunk);
-    float2* xs = ws + (long long)b * 2 * (L0 * W);
-    float2* qs = xs + L0 * W;
-    for (int ni = first; ni < last; ++ni) {{
-        load_image(buf, x + ni * xN + c * xC, x0, x1, in0, in1);
-        forward_2d(buf, in0);
-        for (int e = threadIdx.x; e < L0 * W; e += T) xs[e] = buf[AT(e / W, e % W)];
-        __syncthreads();  // (the next load overwrites buf)
-        load_image(buf, dy + ni * yN + c * yC, y0, y1, out0, out1);
-        forward_2d(buf, out0);
-        for (int e = threadIdx.x; e < L0 * W; e += T) {{  // (each thread reads back what it wrote)
-            float2 q = cmul(conjf2(buf[AT(e / W, e % W)]), xs[e]);
-            if (ni != first) q = cadd(q, qs[e]);
-            qs[e] = q;
+    float2* qs = ws + ((long long)b * (WS_SUMS + 1) + WS_SUMS) * (L0 * W);
+    if constexpr (THREE_BUFFERS) {{
+        float2* xbuf = buf + L0 * RS;
+        float2* sums = xbuf + L0 * RS;
+        for (int ni = first; ni < last; ++ni) {{
+            load_image(xbuf, x + ni * xN + c * xC, x0, x1, in0, in1);
+            forward_2d(xbuf, in0);
+            load_image(buf, dy + ni * yN + c * yC, y0, y1, out0, out1);
+            forward_2d(buf, out0);
+            for (int e = threadIdx.x; e < L0 * W; e += T) {{  // (each thread reads back what it wrote)
+                const int at = AT(e / W, e % W);
+                float2 q = cmul(conjf2(buf[at]), xbuf[at]);
+                if (ni != first) q = cadd(q, sums[at]);
+                sums[at] = q;
+            }}
+            __syncthreads();  // (the next loads overwrite buf and xbuf)
         }}
-        __syncthreads();
+        for (int e = threadIdx.x; e < L0 * W; e += T) qs[e] = sums[AT(e / W, e % W)];
+    }} else {{
+        float2* xs = qs - L0 * W;
+        for (int ni = first; ni < last; ++ni) {{
+            load_image(buf, x + ni * xN + c * xC, x0, x1, in0, in1);
+            forward_2d(buf, in0);
+            for (int e = threadIdx.x; e < L0 * W; e += T) xs[e] = buf[AT(e / W, e % W)];
+            __syncthreads();  // (the next load overwrites buf)
+            load_image(buf, dy + ni * yN + c * yC, y0, y1, out0, out1);
+            forward_2d(buf, out0);
+            for (int e = threadIdx.x; e < L0 * W; e += T) {{  // (each thread reads back what it wrote)
+                float2 q = cmul(conjf2(buf[AT(e / W, e % W)]), xs[e]);
+                if (ni != first) q = cadd(q, qs[e]);
+                qs[e] = q;
+            }}
+            __syncthreads();
+        }}
     }}
 }}
 
@@ -277,29 +338,29 @@ template <typename E> __device__ __forceinline__ void wgrad_sum(
     const int c = blockIdx.x;
     for (int e = threadIdx.x; e < L0 * W; e += T) {{
         float2 q = make_float2(0.f, 0.f);
-        for (int s = 0; s < S; ++s) q = cadd(q, __ldg(ws + ((long long)(c * S + s) * 2 + 1) * (L0 * W) + e));
+        for (int s = 0; s < S; ++s) q = cadd(q, __ldg(ws + ((long long)(c * S + s) * (WS_SUMS + 1) + WS_SUMS) * (L0 * W) + e));
         buf[AT(e / W, e % W)] = q;
     }}
     __syncthreads();
     inverse_store(buf, dw + c * wC, w0, w1, k0, k1, sh0, sh1, scale);
 }}
 
-extern "C" __global__ void __launch_bounds__(T) planefft_spectrum(const {e}* w, float2* ws, long long sC, long long s0,
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_spectrum(const {e}* w, float2* ws, long long sC, long long s0,
     long long s1, int k0, int k1)
 {{ spectrum<{e}>(w, ws, sC, s0, s1, k0, k1); }}
-extern "C" __global__ void __launch_bounds__(T) planefft_fwd(const {e}* a, const float2* ws, {e}* out, int C,
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_fwd(const {e}* a, const float2* ws, {e}* out, int C,
     long long aN, long long aC, long long a0, long long a1, long long oN, long long oC, long long o0, long long o1,
     int in0, int in1, int out0, int out1, int sh0, int sh1, float scale)
 {{ conv<{e}, true>(a, ws, out, C, aN, aC, a0, a1, oN, oC, o0, o1, in0, in1, out0, out1, sh0, sh1, scale); }}
-extern "C" __global__ void __launch_bounds__(T) planefft_dgrad(const {e}* a, const float2* ws, {e}* out, int C,
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_dgrad(const {e}* a, const float2* ws, {e}* out, int C,
     long long aN, long long aC, long long a0, long long a1, long long oN, long long oC, long long o0, long long o1,
     int in0, int in1, int out0, int out1, int sh0, int sh1, float scale)
 {{ conv<{e}, false>(a, ws, out, C, aN, aC, a0, a1, oN, oC, o0, o1, in0, in1, out0, out1, sh0, sh1, scale); }}
-extern "C" __global__ void __launch_bounds__(T) planefft_wgrad_part(const {e}* x, const {e}* dy, float2* ws, int N,
+extern "C" __global__ void __launch_bounds__(T, WGRAD_MINB) planefft_wgrad_part(const {e}* x, const {e}* dy, float2* ws, int N,
     int C, int S, int chunk, long long xN, long long xC, long long x0, long long x1, long long yN, long long yC,
     long long y0, long long y1, int in0, int in1, int out0, int out1)
 {{ wgrad_part<{e}>(x, dy, ws, N, C, S, chunk, xN, xC, x0, x1, yN, yC, y0, y1, in0, in1, out0, out1); }}
-extern "C" __global__ void __launch_bounds__(T) planefft_wgrad_sum(const float2* ws, {e}* dw, int S, long long wC,
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_wgrad_sum(const float2* ws, {e}* dw, int S, long long wC,
     long long w0, long long w1, int k0, int k1, int sh0, int sh1, float scale)
 {{ wgrad_sum<{e}>(ws, dw, S, wC, w0, w1, k0, k1, sh0, sh1, scale); }}
 """
@@ -307,29 +368,46 @@ extern "C" __global__ void __launch_bounds__(T) planefft_wgrad_sum(const float2*
 NAMES = ("planefft_spectrum", "planefft_fwd", "planefft_dgrad", "planefft_wgrad_part", "planefft_wgrad_sum")
 
 
-def groups(sizes) -> tuple[int, int]:
+def shape_options(sizes) -> list[int]:
+    """The candidates' block sizes beside :func:`launch_shape`'s (``0`` in the list): the other of 256 and 512
+    threads, registers uncapped. Measured on the H100 (2026-11-27), neither shape won everywhere: replknet-dw31's
+    72x72 forward pass ran 0.159 ms at the policy's 256 threads (4 blocks an SM) against 0.217 at 512 uncapped, its
+    filter gradient 0.29 against 0.21; SLaK's 128x128 forward pass 0.34 ms at 256 uncapped against 0.475 at the
+    policy's 512."""
+    return [0, 512 if launch_shape(sizes)[0] != 512 else 256]
+
+
+def groups(sizes, threads: int) -> tuple[int, int]:
     """Rows and columns transformed per call of the batched passes (:data:`POINTS_PER_THREAD` points a thread)."""
     l0, l1 = sizes
     m1 = l1 // 2
-    return (max(1, min(l0, POINTS_PER_THREAD * THREADS // m1)),
-            max(1, min(m1 + 1, POINTS_PER_THREAD * THREADS // l0)))
+    return (max(1, min(l0, POINTS_PER_THREAD * threads // m1)),
+            max(1, min(m1 + 1, POINTS_PER_THREAD * threads // l0)))
 
 
-def source(dtype: str, sizes) -> str:
-    """The CUDA source of ``dtype``'s kernels for ``L0 x L1`` transforms."""
+def source(dtype: str, sizes, shape=None) -> str:
+    """The CUDA source of ``dtype``'s kernels for ``L0 x L1`` transforms, launched ``shape`` (``(threads, blocks
+    per SM)``, default :func:`launch_shape`)."""
     l0, l1 = sizes
-    rowg, colg = groups(sizes)
-    rows = rowconv.stockham_calls(l1 // 2, rowg, THREADS, "slot", "count")
-    cols = rowconv.stockham_calls(l0, colg, THREADS, "slot", "count")
-    return rowconv.device_helpers() + _SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=THREADS, rowg=rowg,
+    t, minb = shape or launch_shape(sizes)
+    rowg, colg = groups(sizes, t)
+    rows = rowconv.stockham_calls(l1 // 2, rowg, t, "slot", "count")
+    cols = rowconv.stockham_calls(l0, colg, t, "slot", "count")
+    roots = "".join(rowconv.roots_source(n) for n in dict.fromkeys((l1 // 2, l0)))
+    return rowconv.device_helpers() + _SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=t, minb=minb, rowg=rowg,
+                                                     wgrad_minb=wgrad_min_blocks(sizes, t),
+                                                     three="true" if wgrad_buffers(sizes) == 3 else "false",
+                                                     roots=roots, row_root=rowconv.root_type(l1 // 2),
+                                                     col_root=rowconv.root_type(l0),
                                                      colg=colg, row_passes=rows, col_passes=cols,
                                                      e=rowconv.ELEMENTS[dtype])
 
 
 @compiled_once
-def _kernels(dtype: str, sizes, device_id: int):
-    """:data:`NAMES` for ``dtype`` and ``sizes``, compiled once per device."""
-    return rowconv.launchables(source(dtype, sizes), NAMES, smem_bytes(sizes), device_id)
+def _kernels(dtype: str, sizes, shape, device_id: int):
+    """:data:`NAMES` for ``dtype``, ``sizes`` and launch ``shape``, compiled once per device."""
+    return rowconv.launchables(source(dtype, sizes, shape), NAMES, wgrad_buffers(sizes) * smem_bytes(sizes),
+                               device_id)
 
 
 class PlaneFftConv(rowconv.BlockFftLaunch):
@@ -337,19 +415,21 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
     operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of device
     memory: two launches (the filter's spectra and the images; or the batch slices' sums and their inverse).
     ``kernels``: the launchables of :data:`NAMES` (default: compiled for the current device; the CPU tests pass
-    stand-ins). ``slices``: the filter gradient's batch slices (default :func:`batch_slices`)."""
+    stand-ins, built from the same ``shape``). ``slices``: the filter gradient's batch slices (default
+    :func:`batch_slices`). ``shape``: ``(threads, blocks per SM)`` (default :func:`launch_shape`)."""
 
     what = "the image FFT"
 
-    def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None, slices: int | None = None):
+    def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None, slices: int | None = None, shape=None):
         sizes = transform_sizes(p) if sizes is None else tuple(sizes)
         why = reason(p, sizes)
         if why:
             raise ValueError(f"image FFT: {why}")
         self.p, self.sizes = p, sizes
-        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, cp.cuda.Device().id)
+        self.shape = launch_shape(sizes) if shape is None else tuple(shape)
+        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, self.shape, cp.cuda.Device().id)
         i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
-        block, smem, C = (THREADS,), smem_bytes(sizes), p.in_channels
+        block, smem, C = (self.shape[0],), smem_bytes(sizes), p.in_channels
         (k0, k1), sh = p.kernel_size, tuple(i32(s) for s in shifts(p, sizes))
         scale = f32(1.0 / (sizes[0] * sizes[1]))
         wN, _, w0, w1 = launch_strides(p.w_shape, p.layout)
@@ -362,7 +442,8 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
             chunk = math.ceil(p.batch / S)
             self.workspace = workspace_bytes(p, sizes, S)
             self.steps = ((part, (C * S,), block, (i32(p.batch), i32(C), i32(S), i32(chunk), *x_strides, *y_strides,
-                                                    i32(n0), i32(n1), i32(o0), i32(o1)), smem, ("a", "b", "ws")),
+                                                    i32(n0), i32(n1), i32(o0), i32(o1)),
+                           wgrad_buffers(sizes) * smem, ("a", "b", "ws")),
                           (total, (C,), block, (i32(S), i64(wN), i64(w0), i64(w1), i32(k0), i32(k1), *sh, scale),
                            smem, ("ws", "out")))
             return

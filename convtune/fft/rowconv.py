@@ -146,6 +146,24 @@ def pairs_in_registers(m: int) -> bool:
     return m // 2 // threads(m) + 1 <= MAX_REGISTER_PAIRS
 
 
+#: Shared memory an SM gives its blocks (the H100's 228 KiB), what the driver keeps of it per block, and the threads
+#: an SM should run of the filter gradient at 64 registers a thread.
+SM_SMEM, SMEM_RESERVED, SM_THREADS = 228 * 1024, 1024, 1024
+
+
+def wgrad_smem_bytes(m: int) -> int:
+    """The filter gradient's shared memory: two rows (the input's transform kept beside DY's) where the sums stay in
+    registers, else one."""
+    return smem_bytes(m) * (2 if pairs_in_registers(m) else 1)
+
+
+def wgrad_min_blocks(m: int) -> int:
+    """The filter gradient's blocks per SM for ``__launch_bounds__``: as many as fit the shared memory, up to
+    :data:`SM_THREADS` threads (its first form, pairs and sums in registers, took 128 registers a thread and ran
+    one 512-thread block an SM)."""
+    return max(1, min(SM_SMEM // (wgrad_smem_bytes(m) + SMEM_RESERVED), SM_THREADS // threads(m)))
+
+
 def workspace_bytes(p: ConvProblem, L: int) -> int:
     """The filter spectra (forward, backward-data), or, where a thread's frequency pairs do not fit its registers,
     the input spectra and the sums (backward-filter)."""
@@ -164,7 +182,7 @@ def _stockham(z, inverse: bool):
     for r in radices(m):
         b = numpy.arange(m // r)
         k = b % ns
-        w = numpy.exp(sign * 1j * numpy.pi * 2.0 * k / (ns * r))  # the kernels: sincospif, then powers
+        w = numpy.exp(sign * 1j * numpy.pi * 2.0 * k / (ns * r))  # (the kernels: a table, or sincospif and powers)
         v = numpy.stack([z[:, b + q * (m // r)] * w ** q for q in range(r)], axis=1)
         dft = numpy.exp(sign * 2j * numpy.pi * numpy.outer(numpy.arange(r), numpy.arange(r)) / r)
         v = numpy.einsum("sq,nqb->nsb", dft, v)
@@ -283,11 +301,17 @@ template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
     else dft2<INV>(a);
 }
 
+// the twiddle exp(-2 pi i j / N) of an N-point transform: a generated RootTableN reads it from a float32 table
+// (roots_source); ChainRoots has none (sincospif computes it). A butterfly takes one and makes its powers by products
+struct ChainRoots { static constexpr bool TABLE = false; };
+
 // one Stockham pass (radix R: 2, 3, 4 or 8; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
 // point i of transform t at buf[slot(t, i)], by TT threads: each reads up to ITER butterflies (count * N / R <=
-// ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end)
-template <int N, int R, bool INV, int TT, int ITER, typename Slot>
-__device__ __forceinline__ void stockham_pass(float2* buf, const int count, const int Ns, Slot slot) {
+// ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end).
+// Butterfly k's twiddles are w^r, w = exp(-+2 pi i k / (Ns R)) (read from root's table where it has one: one load;
+// a load per power cost more than sincospif, as lanes read roots r k apart, many cache lines an instruction)
+template <int N, int R, bool INV, int TT, int ITER, typename Slot, typename Root>
+__device__ __forceinline__ void stockham_pass(float2* buf, const int count, const int Ns, Slot slot, Root root) {
     constexpr int B = N / R;
     const int total = count * B;
     float2 v[ITER][R];
@@ -296,14 +320,22 @@ __device__ __forceinline__ void stockham_pass(float2* buf, const int count, cons
         const int g = threadIdx.x + q * TT;
         if (g < total) {
             const int t = g / B, b = g - t * B, k = b % Ns;
-            float s, c;
-            sincospif((INV ? 2.0f : -2.0f) * (float)k / (float)(Ns * R), &s, &c);
-            const float2 w = make_float2(c, s);
-            float2 wr = w;
 #pragma unroll
             for (int r = 0; r < R; ++r) v[q][r] = buf[slot(t, b + r * B)];
+            if (Ns > 1) {
+                float2 w;
+                if constexpr (Root::TABLE) {
+                    w = root(k * (N / (Ns * R)));
+                    if (INV) w = conjf2(w);
+                } else {
+                    float s, c;
+                    sincospif((INV ? 2.0f : -2.0f) * (float)k / (float)(Ns * R), &s, &c);
+                    w = make_float2(c, s);
+                }
+                float2 wr = w;
 #pragma unroll
-            for (int r = 1; r < R; ++r) { v[q][r] = cmul(v[q][r], wr); wr = cmul(wr, w); }
+                for (int r = 1; r < R; ++r) { v[q][r] = cmul(v[q][r], wr); wr = cmul(wr, w); }
+            }
             dft<R, INV>(v[q]);
         }
     }
@@ -352,8 +384,10 @@ _SOURCE = r"""
 #define T {t}
 #define PADI(i) ((i) + ((i) >> 3))
 
+{roots}
 template <bool INV> __device__ __forceinline__ void fft(float2* buf) {{
     auto row = [](int, int i) {{ return PADI(i); }};
+    const {root_type} root;
 {passes}
 }}
 
@@ -422,8 +456,9 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
 }}
 
 // backward-filter: block c sums conj(DY) X over the batch. A thread takes the same frequency pairs in every phase
-// (f = threadIdx.x + q T), so it keeps its pairs' input spectrum and sums in registers where they fit (NPAIRS <= 9:
-// rows of up to 16384 samples), else in ws (per channel: the input row's spectrum, then the sums, M + 1 each)
+// (f = threadIdx.x + q T). Where its pairs' sums fit its registers (NPAIRS <= 9: rows of up to 16384 samples) it keeps
+// them there, and the input row's transform stays in a second shared buffer while DY's is made; else the input
+// spectrum and the sums go to ws (per channel: the input row's spectrum, then the sums, M + 1 each)
 constexpr int NPAIRS = M / 2 / T + 1;
 constexpr bool PAIRS_IN_REGISTERS = NPAIRS <= {max_register_pairs};
 template <typename E> __device__ __forceinline__ void wgrad(
@@ -434,43 +469,49 @@ template <typename E> __device__ __forceinline__ void wgrad(
     const int c = blockIdx.x;
     float2* xs = ws + (long long)c * 2 * (M + 1);
     float2* qs = xs + (M + 1);
-    float2 xr[PAIRS_IN_REGISTERS ? NPAIRS : 1][2], qr[PAIRS_IN_REGISTERS ? NPAIRS : 1][2];
+    float2 qr[PAIRS_IN_REGISTERS ? NPAIRS : 1][2];
     for (int ni = 0; ni < N; ++ni) {{
-        load_row(buf, x + ni * xN + c * xC, xL, n_in);
-        fft<false>(buf);
+        if constexpr (PAIRS_IN_REGISTERS) {{
+            float2* xbuf = buf + PADI(M);
+            load_row(xbuf, x + ni * xN + c * xC, xL, n_in);
+            fft<false>(xbuf);
+            load_row(buf, dy + ni * yN + c * yC, yL, n_out);
+            fft<false>(buf);
 #pragma unroll
-        for (int q = 0; q < NPAIRS; ++q) {{
-            const int f = threadIdx.x + q * T;
-            if (f <= M / 2) {{
-                float2 af, am;
-                unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), af, am);
-                if constexpr (PAIRS_IN_REGISTERS) {{ xr[q][0] = af; xr[q][1] = am; }}
-                else {{ xs[f] = af; xs[M - f] = am; }}
-            }}
-        }}
-        __syncthreads();  // (the next load overwrites buf)
-        load_row(buf, dy + ni * yN + c * yC, yL, n_out);
-        fft<false>(buf);
-#pragma unroll
-        for (int q = 0; q < NPAIRS; ++q) {{
-            const int f = threadIdx.x + q * T;
-            if (f <= M / 2) {{
-                float2 df, dm, xf, xm, qf, qm;
-                unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), df, dm);
-                if constexpr (PAIRS_IN_REGISTERS) {{ xf = xr[q][0]; xm = xr[q][1]; }}
-                else {{ xf = xs[f]; xm = xs[M - f]; }}
-                qf = cmul(conjf2(df), xf);
-                qm = cmul(conjf2(dm), xm);
-                if constexpr (PAIRS_IN_REGISTERS) {{
+            for (int q = 0; q < NPAIRS; ++q) {{
+                const int f = threadIdx.x + q * T;
+                if (f <= M / 2) {{
+                    const int g = f ? M - f : 0;
+                    const float2 tw = half_twiddle(f, M);
+                    float2 df, dm, xf, xm;
+                    unpack(xbuf[PADI(f)], xbuf[PADI(g)], tw, xf, xm);
+                    unpack(buf[PADI(f)], buf[PADI(g)], tw, df, dm);
+                    float2 qf = cmul(conjf2(df), xf), qm = cmul(conjf2(dm), xm);
                     if (ni) {{ qf = cadd(qf, qr[q][0]); qm = cadd(qm, qr[q][1]); }}
                     qr[q][0] = qf; qr[q][1] = qm;
-                }} else {{
-                    if (ni) {{ qf = cadd(qf, qs[f]); qm = cadd(qm, qs[M - f]); }}
-                    qs[f] = qf; qs[M - f] = qm;
                 }}
             }}
+            __syncthreads();  // (the next loads overwrite both buffers)
+        }} else {{
+            load_row(buf, x + ni * xN + c * xC, xL, n_in);
+            fft<false>(buf);
+            FOR_PAIRS(f) {{
+                float2 af, am;
+                unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), af, am);
+                xs[f] = af; xs[M - f] = am;
+            }}
+            __syncthreads();  // (the next load overwrites buf)
+            load_row(buf, dy + ni * yN + c * yC, yL, n_out);
+            fft<false>(buf);
+            FOR_PAIRS(f) {{  // (each thread reads back what it wrote)
+                float2 df, dm;
+                unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), df, dm);
+                float2 qf = cmul(conjf2(df), xs[f]), qm = cmul(conjf2(dm), xs[M - f]);
+                if (ni) {{ qf = cadd(qf, qs[f]); qm = cadd(qm, qs[M - f]); }}
+                qs[f] = qf; qs[M - f] = qm;
+            }}
+            __syncthreads();
         }}
-        __syncthreads();
     }}
 #pragma unroll
     for (int q = 0; q < NPAIRS; ++q) {{
@@ -497,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(T) rowfft_dgrad(const {e}* a, const
     long long aN, long long aC, long long aL, long long oN, long long oC, long long oL, int n_in, int n_out, int shift,
     float scale)
 {{ conv<{e}, false>(a, ws, out, C, aN, aC, aL, oN, oC, oL, n_in, n_out, shift, scale); }}
-extern "C" __global__ void __launch_bounds__(T) rowfft_wgrad(const {e}* x, const {e}* dy, {e}* dw, float2* ws, int N,
+extern "C" __global__ void __launch_bounds__(T, {wgrad_min_blocks}) rowfft_wgrad(const {e}* x, const {e}* dy, {e}* dw, float2* ws, int N,
     int C, long long xN, long long xC, long long xL, long long yN, long long yC, long long yL, long long wC,
     long long wK, int n_in, int n_out, int K, int shift, float scale)
 {{ wgrad<{e}>(x, dy, dw, ws, N, C, xN, xC, xL, yN, yC, yL, wC, wK, n_in, n_out, K, shift, scale); }}
@@ -510,14 +551,41 @@ def device_helpers() -> str:
     return DEVICE_HELPERS + PAIR_HELPERS
 
 
-def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str | None = None) -> str:
+#: Transform lengths up to this many points read each butterfly's first twiddle from a table (:func:`roots_source`;
+#: 32 KiB of float2 for hyena-long-dw's 4096-point rows) instead of computing it by sincospif, whose integer and
+#: float work the first profile found in every butterfly (the row kernels were issue-bound, their integer pipe the
+#: busiest). Longer transforms keep sincospif.
+MAX_TABLE = 8192
+
+
+def root_type(n: int) -> str:
+    """The C++ type giving an ``n``-point transform's twiddles: ``RootTable<n>``'s table or ``ChainRoots``."""
+    return f"RootTable{n}" if n <= MAX_TABLE else "ChainRoots"
+
+
+def roots_source(n: int) -> str:
+    """C++ for :func:`root_type` ``(n)``: a table of exp(-2 pi i j / n), j < n, rounded to float32 from float64, and
+    the functor that reads it through the read-only cache (empty for ``ChainRoots``)."""
+    if n > MAX_TABLE:
+        return ""
+    w = numpy.exp(-2j * numpy.pi * numpy.arange(n) / n).astype(numpy.complex64)
+    text = lambda x: numpy.format_float_scientific(x, unique=True, trim="0") + "f"  # noqa: E731 (shortest float32)
+    values = ",".join(f"{{{text(z.real)},{text(z.imag)}}}" for z in w)
+    return (f"__device__ const float2 ROOTS{n}[{n}] = {{{values}}};\n"
+            f"struct RootTable{n} {{ static constexpr bool TABLE = true;\n"
+            f"    __device__ __forceinline__ float2 operator()(int j) const {{ return __ldg(ROOTS{n} + j); }} }};\n")
+
+
+def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str | None = None,
+                   root: str = "root") -> str:
     """The ``stockham_pass`` calls of an ``n``-point FFT of up to ``count`` transforms (``count_expr``: the runtime
-    count, default ``count``) by ``threads_`` threads, points placed by the lambda named ``slot``."""
+    count, default ``count``) by ``threads_`` threads, points placed by the lambda named ``slot``, twiddles from the
+    functor named ``root`` (of :func:`root_type` ``(n)``)."""
     calls, ns = [], 1
     for r in radices(n):
         per_thread = -(-count * (n // r) // threads_)
         calls.append(f"    stockham_pass<{n}, {r}, INV, {threads_}, {per_thread}>(buf, {count_expr or count}, {ns}, "
-                     f"{slot});")
+                     f"{slot}, {root});")
         ns *= r
     return "\n".join(calls)
 
@@ -525,7 +593,9 @@ def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str
 def source(dtype: str, m: int) -> str:
     """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``)."""
     return device_helpers() + _SOURCE.format(m=m, t=threads(m), passes=stockham_calls(m, 1, threads(m), "row"),
-                                             e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS)
+                                             roots=roots_source(m), root_type=root_type(m),
+                                             e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
+                                             wgrad_min_blocks=wgrad_min_blocks(m))
 
 
 def launchables(code: str, names, smem: int, device_id: int) -> tuple:
@@ -549,7 +619,7 @@ NAMES = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
 @compiled_once
 def _kernels(dtype: str, m: int, device_id: int):
     """:data:`NAMES` for ``dtype`` and ``m``-point rows, compiled once per device."""
-    return launchables(source(dtype, m), NAMES, smem_bytes(m), device_id)
+    return launchables(source(dtype, m), NAMES, max(smem_bytes(m), wgrad_smem_bytes(m)), device_id)
 
 
 class BlockFftLaunch:
@@ -598,7 +668,7 @@ class RowFftConv(BlockFftLaunch):
         x_strides, y_strides = (tuple(map(i64, launch_strides(s, p.layout))) for s in (p.x_shape, p.y_shape))
         if p.pass_ == "wgrad":
             self.steps = ((wgrad, (C,), block, (i32(p.batch), i32(C), *x_strides, *y_strides, i64(wN), i64(wK),
-                                                i32(n), i32(length), i32(k), shift, scale), smem,
+                                                i32(n), i32(length), i32(k), shift, scale), wgrad_smem_bytes(m),
                            ("a", "b", "out", "ws")),)
             return
         src, dst = (x_strides, y_strides) if p.pass_ == "fwd" else (y_strides, x_strides)

@@ -20,12 +20,18 @@ from .base import Config, Strategy, register
 class PlaneFftConfig(Config):
     sizes: tuple[int, ...]  # the transform sizes (powers of two, or 2^a 3^b)
     slices: int = 1  # the filter gradient: the batch cut into this many slices per channel (planeconv.batch_slices)
+    threads: int = 0  # threads per block, registers uncapped (planeconv.shape_options); 0: planeconv.launch_shape's
+
+    def shape(self):
+        """The launch shape ``(threads, blocks per SM)`` it names, or ``None`` for the policy's."""
+        return (self.threads, 1) if self.threads else None
 
 
 @register
 class PlaneFftStrategy(Strategy):
     name = "fft-plane"
-    version = 1
+    version = 2  # 2: launch shapes (registers capped for occupancy, or a block of the other size), twiddle tables,
+    # the filter gradient's spectra and sums in shared memory
     config_type = PlaneFftConfig
     native_dtypes = ("float32", "float16", "bfloat16")
     native_layouts = ("channels_first", "channels_last")
@@ -41,7 +47,8 @@ class PlaneFftStrategy(Strategy):
     def candidates(self, problem, backend):
         slices = sorted({planeconv.batch_slices(problem, blocks) for blocks in planeconv.WGRAD_BLOCKS}) \
             if problem.pass_ == "wgrad" else [1]
-        return [PlaneFftConfig(sizes=sizes, slices=s) for sizes in planeconv.size_options(problem) for s in slices]
+        return [PlaneFftConfig(sizes=sizes, slices=s, threads=t) for sizes in planeconv.size_options(problem)
+                for s in slices for t in planeconv.shape_options(sizes)]
 
     def prepare(self, problem, configs, backend):
         """The candidates' kernels (a module per dtype and sizes) compiled at once, on several threads."""
@@ -56,5 +63,6 @@ class PlaneFftStrategy(Strategy):
 
     def build(self, problem, config, backend):
         executor = planeconv.PlaneFftConv(backend.xp, problem, config.sizes,
-                                          slices=config.slices if problem.pass_ == "wgrad" else None)
+                                          slices=config.slices if problem.pass_ == "wgrad" else None,
+                                          shape=config.shape())
         return precision.launched(executor.launch, problem, backend.xp, executor.workspace)

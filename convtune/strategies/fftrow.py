@@ -22,7 +22,7 @@ class RowFftConfig(Config):
 @register
 class RowFftStrategy(Strategy):
     name = "fft-row"
-    version = 1
+    version = 2  # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory
     config_type = RowFftConfig
     native_dtypes = tuple(rowconv.ELEMENTS)
     native_layouts = ("channels_first", "channels_last")
