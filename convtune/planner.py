@@ -244,14 +244,22 @@ class Planner:
         room = None if self.exhaustive else self._room(problem)
         for strategy in self._strategies():
             t0 = time.perf_counter()
-            reason = strategy.supports(problem, self.backend)
-            if reason is not None:
+            try:
+                reason = strategy.supports(problem, self.backend)
+                configs = strategy.candidates(problem, self.backend) if reason is None else []
+            except Exception as exc:  # one strategy's bug costs its candidates, not the problem's tuning
+                log.warning("%s: listing %s's candidates raised %s; tuning goes on without them",
+                            problem.describe(), strategy.name, _failure_reason(self.backend, exc))
                 s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
+                s.outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "failed",
+                                                   reason=f"listing its candidates raised "
+                                                          f"{_failure_reason(self.backend, exc)}"))
+                continue
+            s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
+            if reason is not None:
                 s.outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "unsupported",
                                                    reason=reason))
                 continue
-            configs = strategy.candidates(problem, self.backend)
-            s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
             for rank, config in enumerate(configs):
                 cand = Candidate(strategy, config, rank)
                 rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend, room)

@@ -91,6 +91,19 @@ def test_candidates_sizes_and_slices():
         planeconv.PlaneFftConv(None, p, kernels=(None,) * 5, slices=17)
 
 
+def test_other_ranks_get_a_reason_not_an_exception():
+    """(supports() raised on every 1-D problem through size_options: found by the first ``convtune bench`` of
+    hyena-long-dw on the GPU.)"""
+    from types import SimpleNamespace
+    strategy = get_strategy("fft-plane")
+    for p in (ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(64,), kernel_size=9,
+                               padding=4),
+              ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(6, 8, 8), kernel_size=3,
+                               padding=1)):
+        assert planeconv.size_options(p) == []
+        assert "2-D, not rank" in strategy.supports(p, SimpleNamespace(name="cupy"))
+
+
 def test_strategy_is_gpu_only_and_serves_2d_depthwise_shapes():
     from convtune.backend import get_backend
     strategy = get_strategy("fft-plane")

@@ -142,6 +142,20 @@ def test_a_failing_candidate_is_recorded_and_tuning_goes_on(extra_strategies):
     assert d.winner.strategy in ("im2col", "fft")
 
 
+def test_a_strategy_that_raises_while_listing_is_recorded_and_tuning_goes_on(extra_strategies, caplog):
+    """(fft-plane's supports() once raised on every 1-D problem, and each such problem's tuning failed whole.)"""
+    name = extra_strategies("t-good", correct)
+    cls = make_strategy("t-broken", correct)
+    cls.supports = lambda self, problem, backend: (_ for _ in ()).throw(ValueError("not enough values to unpack"))
+    extra_strategies(cls)
+    with caplog.at_level("WARNING", logger="convtune"):
+        d = Planner("numpy", FakeTimer({"t-good": 1e-9})).tune(problem("2d-odd"))
+    broken = [o for o in d.outcomes if o.strategy == "t-broken"]
+    assert [o.status for o in broken] == ["failed"] and "ValueError: not enough values" in broken[0].reason
+    assert d.winner.strategy == name
+    assert "t-broken" in caplog.text
+
+
 def test_failure_during_timing_is_recorded(extra_strategies):
     extra_strategies("t-good", correct)
 

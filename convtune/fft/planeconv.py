@@ -78,7 +78,10 @@ def transform_sizes(p: ConvProblem, smooth: bool = False) -> tuple[int, int]:
 
 def size_options(p: ConvProblem) -> list[tuple[int, int]]:
     """The candidates' transform sizes: powers of two, and the smallest 2^a 3^b where they differ (RepLKNet's 31x31
-    stage-1 layer: 128 x 128 and 72 x 72), those that fit a block."""
+    stage-1 layer: 128 x 128 and 72 x 72), those that fit a block (none for a problem :func:`reason` refuses
+    whatever the sizes: not 2-D, not depthwise)."""
+    if p.rank != 2:
+        return []
     options = dict.fromkeys((transform_sizes(p), transform_sizes(p, smooth=True)))
     return [s for s in options if reason(p, s) is None]
 
