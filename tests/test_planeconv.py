@@ -4,7 +4,7 @@ convolution's definition in float64, and its kernels on the GPU against float64.
 import numpy
 import pytest
 
-from convtune.fft import planeconv
+from convtune.fft import planeconv, rowconv
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -50,7 +50,9 @@ def test_sizes_and_reasons():
     assert planeconv.transform_sizes(slak) == (128, 128) and planeconv.reason(slak) is None
     assert planeconv.transform_sizes(_problem((5, 6), 3, 1)) == (8, 8)
     assert planeconv.size_options(replknet) == [(128, 128), (72, 72)]
-    assert planeconv.size_options(slak) == [(128, 128), (81, 96)]  # (the rows' length even: 96, not 81)
+    assert planeconv.size_options(slak) == [(128, 128), (81, 96), (96, 96)]  # (the rows' length even: 96, not 81)
+    # 81-point columns take four radix-3 passes (324 point-passes), 96-point ones three (288); 72 = 8 * 9 keeps
+    assert planeconv.fewer_pass_sizes(slak) == (96, 96) and planeconv.fewer_pass_sizes(replknet) == (72, 72)
     assert planeconv.size_options(_problem((56, 56), 7, 3)) == [(64, 64)]
     assert "2^a 3^b" in planeconv.reason(replknet, (80, 80))
     assert "the second even" in planeconv.reason(replknet, (81, 81))
@@ -78,15 +80,18 @@ def test_candidates_sizes_and_slices():
     strategy = get_strategy("fft-plane")
     p = _problem((56, 56), 31, 15, "wgrad", batch=16, channels=128)
     configs = strategy.candidates(p, None)
-    assert [(c.sizes, c.slices, c.threads) for c in configs] == [
-        ((128, 128), 3, 0), ((128, 128), 3, 256), ((128, 128), 8, 0), ((128, 128), 8, 256),
-        ((72, 72), 3, 0), ((72, 72), 3, 512), ((72, 72), 8, 0), ((72, 72), 8, 512)]
-    assert strategy.workspace_bytes(p, configs[2]) == 128 * 8 * 2 * 8 * 128 * 65  # X's spectra and the sums
+    # 128 x 128 also with radix-16 passes (its columns: 16 x 8, two passes, not 8 x 8 x 2); 72 x 72 has no 16
+    big = [((128, 128), s, t, r) for s in (3, 8) for t in (0, 256) for r in (False, True)]
+    assert [(c.sizes, c.slices, c.threads, c.radix16) for c in configs] == big + [
+        ((72, 72), 3, 0, False), ((72, 72), 3, 512, False), ((72, 72), 8, 0, False), ((72, 72), 8, 512, False)]
+    assert strategy.workspace_bytes(p, configs[4]) == 128 * 8 * 2 * 8 * 128 * 65  # X's spectra and the sums
     assert planeconv.wgrad_buffers((128, 128)) == 1 and planeconv.wgrad_buffers((72, 72)) == 3
-    assert strategy.workspace_bytes(p, configs[6]) == 128 * 8 * 1 * 8 * 72 * 37  # the sums alone
-    assert [c.slices for c in strategy.candidates(p.for_pass("fwd"), None)] == [1, 1, 1, 1]
-    assert PlaneFftConfig.from_label(configs[7].label()) == configs[7] and configs[7].label().endswith("threads=512")
-    assert configs[7].shape() == (512, 1) and configs[6].shape() is None
+    assert strategy.workspace_bytes(p, configs[10]) == 128 * 8 * 1 * 8 * 72 * 37  # the sums alone
+    assert [c.slices for c in strategy.candidates(p.for_pass("fwd"), None)] == [1] * 6
+    last = configs[-1]
+    assert PlaneFftConfig.from_label(last.label()) == last and last.label().endswith("threads=512")
+    assert last.shape() == (512, 1) and configs[10].shape() is None
+    assert configs[1].label() == "sizes=128x128,slices=3,threads=0,radix16"
     with pytest.raises(ValueError, match="17 slices of a batch of 16"):
         planeconv.PlaneFftConv(None, p, kernels=(None,) * 5, slices=17)
 
@@ -113,9 +118,9 @@ def test_strategy_is_gpu_only_and_serves_2d_depthwise_shapes():
 
 
 # -- the CUDA source on the CPU ---------------------------------------------------------------------------------------
-def _cpu_kernels(dtype, sizes, shape=None):
+def _cpu_kernels(dtype, sizes, shape=None, radix16=False):
     import cuda_cpu
-    return cuda_cpu.launchables(planeconv.source(dtype, sizes, shape), planeconv.NAMES)
+    return cuda_cpu.launchables(planeconv.source(dtype, sizes, shape, radix16), planeconv.NAMES)
 
 
 CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13), (13, 4), (6, 0), 1, 2),
@@ -123,11 +128,12 @@ CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13),
              ((6, 5), 3, (4, 3), 2, 2)]  # (padding past the kernel's reach: outputs of zeros at the edges)
 
 
-def _run_on_cpu(dtype, layout, pass_, case, seed=0, smooth=False, shape=None):
+def _run_on_cpu(dtype, layout, pass_, case, seed=0, smooth=False, shape=None, radix16=False):
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
     sizes = planeconv.transform_sizes(p, smooth)
-    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels(dtype, sizes, shape), shape=shape)
+    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels(dtype, sizes, shape, radix16), shape=shape,
+                                  radix16=radix16)
     assert conv.steps[-1][2] == ((shape or planeconv.launch_shape(sizes))[0],)
     import cuda_cpu
     rng = numpy.random.default_rng(seed)
@@ -177,6 +183,20 @@ def test_kernel_source_on_the_cpu_at_other_block_sizes(pass_, threads):
     strides follow the block size."""
     case = ((20, 13), (13, 4), (6, 0), 3, 2)
     assert _run_on_cpu("float32", "channels_first", pass_, case, shape=(threads, 1)) <= 1e-6
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case, smooth", [(((20, 13), (13, 4), (6, 0), 2, 2), False),  # 32 x 16: 16 x 2 columns
+                                          (((9, 30), 3, 1, 2, 3), False),  # 16 x 32: one 16-point pass per axis
+                                          (((40, 50), (5, 9), (2, 4), 1, 2), True),  # 48 x 64: 16 x 3 columns
+                                          (((56, 56), 31, 15, 3, 1), False)])  # 128 x 128: 16 x 8 columns
+def test_kernel_source_on_the_cpu_radix16(pass_, case, smooth):
+    """Radix-16 passes first along both axes, against float64."""
+    size, k, pad, batch, channels = case
+    p = _problem(size, k, pad, pass_, batch=batch, channels=channels)
+    l0, l1 = planeconv.transform_sizes(p, smooth)
+    assert 16 in rowconv.radices(l0, True) + rowconv.radices(l1 // 2, True)
+    assert _run_on_cpu("float32", "channels_first", pass_, case, smooth=smooth, radix16=True) <= 1e-6
 
 
 def test_launch_without_workspace_is_refused():

@@ -76,13 +76,35 @@ def transform_sizes(p: ConvProblem, smooth: bool = False) -> tuple[int, int]:
     return tuple(next_pow2(m) for m in least)
 
 
+def _pass_work(points: int) -> int:
+    """Points times Stockham passes of a ``points``-point transform: what a block's passes move through shared
+    memory."""
+    return points * len(rowconv.radices(points))
+
+
+def fewer_pass_sizes(p: ConvProblem) -> tuple[int, int]:
+    """Per axis, the smallest ``2^a`` or ``3 * 2^a`` at least the axis's minimum where its passes move fewer points
+    than the smallest 2^a 3^b's (radix-3 passes move many: SLaK's 81-point columns take four, 96 points three), else
+    the smallest 2^a 3^b. SLaK's 51x51 stage-1 layer: 96 x 96 beside 81 x 96; RepLKNet's 31x31: 72 x 72 itself."""
+    out = []
+    for axis, smooth in enumerate(transform_sizes(p, smooth=True)):
+        points = (lambda L: L // 2) if axis == 1 else (lambda L: L)
+        least = max(MIN_SIZES[axis], min_length(p.input_size[axis], p.padding[axis], p.dilated_kernel[axis]))
+        few = min(next_pow2(least), 3 * next_pow2(-(-least // 3)))
+        if axis == 1 and few % 2:
+            few = next_pow2(least)
+        out.append(few if _pass_work(points(few)) < _pass_work(points(smooth)) else smooth)
+    return tuple(out)
+
+
 def size_options(p: ConvProblem) -> list[tuple[int, int]]:
-    """The candidates' transform sizes: powers of two, and the smallest 2^a 3^b where they differ (RepLKNet's 31x31
-    stage-1 layer: 128 x 128 and 72 x 72), those that fit a block (none for a problem :func:`reason` refuses
+    """The candidates' transform sizes: powers of two, the smallest 2^a 3^b where they differ (RepLKNet's 31x31
+    stage-1 layer: 128 x 128 and 72 x 72), and :func:`fewer_pass_sizes` where they differ again (SLaK's 51x51:
+    96 x 96 beside 128 x 128 and 81 x 96), those that fit a block (none for a problem :func:`reason` refuses
     whatever the sizes: not 2-D, not depthwise)."""
     if p.rank != 2:
         return []
-    options = dict.fromkeys((transform_sizes(p), transform_sizes(p, smooth=True)))
+    options = dict.fromkeys((transform_sizes(p), transform_sizes(p, smooth=True), fewer_pass_sizes(p)))
     return [s for s in options if reason(p, s) is None]
 
 
@@ -388,14 +410,14 @@ def groups(sizes, threads: int) -> tuple[int, int]:
             max(1, min(m1 + 1, POINTS_PER_THREAD * threads // l0)))
 
 
-def source(dtype: str, sizes, shape=None) -> str:
+def source(dtype: str, sizes, shape=None, radix16: bool = False) -> str:
     """The CUDA source of ``dtype``'s kernels for ``L0 x L1`` transforms, launched ``shape`` (``(threads, blocks
-    per SM)``, default :func:`launch_shape`)."""
+    per SM)``, default :func:`launch_shape`), radix-16 passes first along both axes where ``radix16``."""
     l0, l1 = sizes
     t, minb = shape or launch_shape(sizes)
     rowg, colg = groups(sizes, t)
-    rows = rowconv.stockham_calls(l1 // 2, rowg, t, "slot", "count")
-    cols = rowconv.stockham_calls(l0, colg, t, "slot", "count")
+    rows = rowconv.stockham_calls(l1 // 2, rowg, t, "slot", "count", radix16=radix16)
+    cols = rowconv.stockham_calls(l0, colg, t, "slot", "count", radix16=radix16)
     roots = "".join(rowconv.roots_source(n) for n in dict.fromkeys((l1 // 2, l0)))
     return rowconv.device_helpers() + _SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=t, minb=minb, rowg=rowg,
                                                      wgrad_minb=wgrad_min_blocks(sizes, t),
@@ -407,10 +429,15 @@ def source(dtype: str, sizes, shape=None) -> str:
 
 
 @compiled_once
-def _kernels(dtype: str, sizes, shape, device_id: int):
-    """:data:`NAMES` for ``dtype``, ``sizes`` and launch ``shape``, compiled once per device."""
-    return rowconv.launchables(source(dtype, sizes, shape), NAMES, wgrad_buffers(sizes) * smem_bytes(sizes),
-                               device_id)
+def _kernels(dtype: str, sizes, shape, radix16: bool, device_id: int):
+    """:data:`NAMES` for ``dtype``, ``sizes``, launch ``shape`` and ``radix16``, compiled once per device."""
+    return rowconv.launchables(source(dtype, sizes, shape, radix16), NAMES,
+                               wgrad_buffers(sizes) * smem_bytes(sizes), device_id)
+
+
+def sixteen_helps(sizes) -> bool:
+    """Whether radix-16 passes make either axis's passes fewer (:func:`convtune.fft.rowconv.sixteen_helps`)."""
+    return rowconv.sixteen_helps(sizes[1] // 2) or rowconv.sixteen_helps(sizes[0])
 
 
 class PlaneFftConv(rowconv.BlockFftLaunch):
@@ -419,18 +446,20 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
     memory: two launches (the filter's spectra and the images; or the batch slices' sums and their inverse).
     ``kernels``: the launchables of :data:`NAMES` (default: compiled for the current device; the CPU tests pass
     stand-ins, built from the same ``shape``). ``slices``: the filter gradient's batch slices (default
-    :func:`batch_slices`). ``shape``: ``(threads, blocks per SM)`` (default :func:`launch_shape`)."""
+    :func:`batch_slices`). ``shape``: ``(threads, blocks per SM)`` (default :func:`launch_shape`). ``radix16``:
+    radix-16 passes first."""
 
     what = "the image FFT"
 
-    def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None, slices: int | None = None, shape=None):
+    def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None, slices: int | None = None, shape=None,
+                 radix16: bool = False):
         sizes = transform_sizes(p) if sizes is None else tuple(sizes)
         why = reason(p, sizes)
         if why:
             raise ValueError(f"image FFT: {why}")
         self.p, self.sizes = p, sizes
         self.shape = launch_shape(sizes) if shape is None else tuple(shape)
-        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, self.shape, cp.cuda.Device().id)
+        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, self.shape, radix16, cp.cuda.Device().id)
         i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
         block, smem, C = (self.shape[0],), smem_bytes(sizes), p.in_channels
         (k0, k1), sh = p.kernel_size, tuple(i32(s) for s in shifts(p, sizes))

@@ -91,14 +91,19 @@ def reason(p: ConvProblem, size: int | None = None) -> str | None:
     return None
 
 
-def radices(m: int) -> tuple[int, ...]:
-    """The Stockham passes of an ``m``-point complex FFT (``m`` = 2^a 3^b): radix 8, then 4 or 2 for what is left of
-    the power of two, then radix 3.
+def radices(m: int, radix16: bool = False) -> tuple[int, ...]:
+    """The Stockham passes of an ``m``-point complex FFT (``m`` = 2^a 3^b): radix 8 (with ``radix16``, 16 first),
+    then 4 or 2 for what is left of the power of two, then radix 3.
 
     >>> radices(4096), radices(16384), radices(72), radices(36), radices(81)
     ((8, 8, 8, 8), (8, 8, 8, 8, 4), (8, 3, 3), (4, 3, 3), (3, 3, 3, 3))
+    >>> radices(4096, radix16=True), radices(48, radix16=True)
+    ((16, 16, 16), (16, 3))
     """
     out = []
+    while radix16 and m % 16 == 0:
+        out.append(16)
+        m //= 16
     while m % 8 == 0:
         out.append(8)
         m //= 8
@@ -114,6 +119,12 @@ def radices(m: int) -> tuple[int, ...]:
     if m != 1:
         raise ValueError(f"{m} is left of the transform length: lengths are 2^a 3^b")
     return tuple(out)
+
+
+def sixteen_helps(m: int) -> bool:
+    """Whether radix-16 passes make an ``m``-point transform's passes fewer (4096 points: three, not four): each pass
+    is a round trip through shared memory and two barriers, and a 16-point butterfly needs fewer twiddles a point."""
+    return len(radices(m, True)) < len(radices(m))
 
 
 def threads(m: int) -> int:
@@ -174,12 +185,12 @@ def workspace_bytes(p: ConvProblem, L: int) -> int:
 
 
 # -- the algorithm in NumPy (float64), as the kernels run it --------------------------------------------------------
-def _stockham(z, inverse: bool):
+def _stockham(z, inverse: bool, radix16: bool = False):
     """Unnormalised DFT of each row of ``z`` (rows, M) by the kernels' Stockham passes (autosort: natural order)."""
     rows, m = z.shape
     sign = 1.0 if inverse else -1.0
     ns = 1
-    for r in radices(m):
+    for r in radices(m, radix16):
         b = numpy.arange(m // r)
         k = b % ns
         w = numpy.exp(sign * 1j * numpy.pi * 2.0 * k / (ns * r))  # (the kernels: a table, or sincospif and powers)
@@ -294,8 +305,35 @@ template <bool INV> __device__ __forceinline__ void dft3(float2* a) {
     a[1] = make_float2(t.x + h * r.x, t.y + h * r.y);
     a[2] = make_float2(t.x - h * r.x, t.y - h * r.y);
 }
+// in-place 16-point DFT as 4 x 4: DFTs of the 4 strided quarters, twiddles exp(-+2 pi i n1 k2 / 16), DFTs across
+template <bool INV> __device__ __forceinline__ void dft16(float2* a) {
+    constexpr float C[10] = {1.f, 0.9238795f, 0.70710677f, 0.38268343f, 0.f, -0.38268343f, -0.70710677f,
+                             -0.9238795f, -1.f, -0.9238795f};
+    constexpr float S[10] = {0.f, 0.38268343f, 0.70710677f, 0.9238795f, 1.f, 0.9238795f, 0.70710677f, 0.38268343f,
+                             0.f, -0.38268343f};
+    float2 y[4][4];
+#pragma unroll
+    for (int n1 = 0; n1 < 4; ++n1) {
+        float2 t[4] = {a[n1], a[n1 + 4], a[n1 + 8], a[n1 + 12]};
+        dft4<INV>(t);
+#pragma unroll
+        for (int k2 = 0; k2 < 4; ++k2) {
+            const int j = n1 * k2;
+            y[n1][k2] = j == 0 ? t[k2] : j == 4 ? rot<INV>(t[k2])
+                                       : cmul(t[k2], make_float2(C[j], INV ? S[j] : -S[j]));
+        }
+    }
+#pragma unroll
+    for (int k2 = 0; k2 < 4; ++k2) {
+        float2 t[4] = {y[0][k2], y[1][k2], y[2][k2], y[3][k2]};
+        dft4<INV>(t);
+#pragma unroll
+        for (int k1 = 0; k1 < 4; ++k1) a[4 * k1 + k2] = t[k1];
+    }
+}
 template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
-    if constexpr (R == 8) dft8<INV>(a);
+    if constexpr (R == 16) dft16<INV>(a);
+    else if constexpr (R == 8) dft8<INV>(a);
     else if constexpr (R == 4) dft4<INV>(a);
     else if constexpr (R == 3) dft3<INV>(a);
     else dft2<INV>(a);
@@ -305,7 +343,7 @@ template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
 // (roots_source); ChainRoots has none (sincospif computes it). A butterfly takes one and makes its powers by products
 struct ChainRoots { static constexpr bool TABLE = false; };
 
-// one Stockham pass (radix R: 2, 3, 4 or 8; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
+// one Stockham pass (radix R: 2, 3, 4, 8 or 16; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
 // point i of transform t at buf[slot(t, i)], by TT threads: each reads up to ITER butterflies (count * N / R <=
 // ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end).
 // Butterfly k's twiddles are w^r, w = exp(-+2 pi i k / (Ns R)) (read from root's table where it has one: one load;
@@ -577,12 +615,12 @@ def roots_source(n: int) -> str:
 
 
 def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str | None = None,
-                   root: str = "root") -> str:
+                   root: str = "root", radix16: bool = False) -> str:
     """The ``stockham_pass`` calls of an ``n``-point FFT of up to ``count`` transforms (``count_expr``: the runtime
     count, default ``count``) by ``threads_`` threads, points placed by the lambda named ``slot``, twiddles from the
-    functor named ``root`` (of :func:`root_type` ``(n)``)."""
+    functor named ``root`` (of :func:`root_type` ``(n)``), radix-16 passes first where ``radix16``."""
     calls, ns = [], 1
-    for r in radices(n):
+    for r in radices(n, radix16):
         per_thread = -(-count * (n // r) // threads_)
         calls.append(f"    stockham_pass<{n}, {r}, INV, {threads_}, {per_thread}>(buf, {count_expr or count}, {ns}, "
                      f"{slot}, {root});")
@@ -590,9 +628,11 @@ def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str
     return "\n".join(calls)
 
 
-def source(dtype: str, m: int) -> str:
-    """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``)."""
-    return device_helpers() + _SOURCE.format(m=m, t=threads(m), passes=stockham_calls(m, 1, threads(m), "row"),
+def source(dtype: str, m: int, radix16: bool = False) -> str:
+    """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``), radix-16 passes
+    first where ``radix16`` (the block's threads stay :func:`threads`: some wait out those passes)."""
+    passes = stockham_calls(m, 1, threads(m), "row", radix16=radix16)
+    return device_helpers() + _SOURCE.format(m=m, t=threads(m), passes=passes,
                                              roots=roots_source(m), root_type=root_type(m),
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
                                              wgrad_min_blocks=wgrad_min_blocks(m))
@@ -617,9 +657,10 @@ NAMES = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
 
 
 @compiled_once
-def _kernels(dtype: str, m: int, device_id: int):
-    """:data:`NAMES` for ``dtype`` and ``m``-point rows, compiled once per device."""
-    return launchables(source(dtype, m), NAMES, max(smem_bytes(m), wgrad_smem_bytes(m)), device_id)
+def _kernels(dtype: str, m: int, radix16: bool, device_id: int):
+    """:data:`NAMES` for ``dtype`` and ``m``-point rows (radix-16 passes where ``radix16``), compiled once per
+    device."""
+    return launchables(source(dtype, m, radix16), NAMES, max(smem_bytes(m), wgrad_smem_bytes(m)), device_id)
 
 
 class BlockFftLaunch:
@@ -648,18 +689,19 @@ class RowFftConv(BlockFftLaunch):
     dense operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of
     device memory; :func:`convtune.precision.launched` makes the array executor of it. One launch for the filter
     gradient, two for the other passes (the filter's spectra, then the rows). ``kernels``: the (spectrum, fwd, dgrad,
-    wgrad) launchables (default: compiled for the current device; the CPU tests pass stand-ins)."""
+    wgrad) launchables (default: compiled for the current device, radix-16 passes first where ``radix16``; the CPU
+    tests pass stand-ins)."""
 
     what = "the row FFT"
 
-    def __init__(self, cp, p: ConvProblem, L: int | None = None, kernels=None):
+    def __init__(self, cp, p: ConvProblem, L: int | None = None, kernels=None, radix16: bool = False):
         L = transform_size(p) if L is None else L
         why = reason(p, L)
         if why:
             raise ValueError(f"row FFT: {why}")
         self.p, self.L, m = p, L, L // 2
         self.workspace = workspace_bytes(p, L)
-        spectrum, fwd, dgrad, wgrad = kernels or _kernels(p.dtype, m, cp.cuda.Device().id)
+        spectrum, fwd, dgrad, wgrad = kernels or _kernels(p.dtype, m, radix16, cp.cuda.Device().id)
         i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
         block, smem, C = (threads(m),), smem_bytes(m), p.in_channels
         n, length, k = p.input_size[0], p.output_size[0], p.kernel_size[0]
