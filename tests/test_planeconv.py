@@ -92,8 +92,15 @@ def test_candidates_sizes_and_slices():
     assert PlaneFftConfig.from_label(last.label()) == last and last.label().endswith("threads=512")
     assert last.shape() == (512, 1) and configs[10].shape() is None
     assert configs[1].label() == "sizes=128x128,slices=3,threads=0,radix16"
-    with pytest.raises(ValueError, match="17 slices of a batch of 16"):
-        planeconv.PlaneFftConv(None, p, kernels=(None,) * 5, slices=17)
+    with pytest.raises(ValueError, match="0 slices of a batch"):
+        planeconv.PlaneFftConv(None, p, kernels=(None,) * 5, slices=0)
+    # a configuration's slices on a smaller batch (the planner verifies on two samples): one a sample at most, none
+    # empty, and the workspace the strategy reports is the executor's
+    for batch, slices, runs in ((2, 8, 2), (10, 8, 5), (16, 17, 16), (16, 3, 3)):
+        q = p.replace(batch=batch)
+        conv = planeconv.PlaneFftConv(None, q, (72, 72), kernels=(None,) * 5, slices=slices)
+        assert conv.steps[0][1] == (128 * runs,)
+        assert conv.workspace == strategy.workspace_bytes(q, PlaneFftConfig(sizes=(72, 72), slices=slices))
 
 
 def test_other_ranks_get_a_reason_not_an_exception():
@@ -174,6 +181,20 @@ def test_kernel_source_on_the_cpu_at_stage1_sizes(pass_, smooth):
     err = _run_on_cpu("float32", "channels_first", pass_, ((56, 56), 31, 15, 8 if pass_ == "wgrad" else 1, 2),
                       smooth=smooth)
     assert err <= 1e-6, err
+
+
+@pytest.mark.parametrize("batch, slices", [(2, 8), (5, 3), (7, 4)])
+def test_wgrad_with_more_slices_than_the_batch_fills(batch, slices):
+    """A configuration's slices on a batch they do not divide, or on fewer samples than slices (each slice keeps a
+    sample: an empty one would leave its sums unwritten)."""
+    import cuda_cpu
+    p = _problem((20, 13), (13, 4), (6, 0), "wgrad", batch=batch, channels=2)
+    sizes = planeconv.transform_sizes(p)
+    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels("float32", sizes), slices=slices)
+    rng = numpy.random.default_rng(batch)
+    got, a64, b64 = cuda_cpu.run_launch(conv, p, *(rng.standard_normal(s) for s in p.operand_shapes))
+    ref = _direct(p, a64, b64)
+    assert numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref) <= 1e-6
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])

@@ -182,12 +182,27 @@ def batch_slices(p: ConvProblem, blocks: int = WGRAD_BLOCKS[0]) -> int:
     return math.ceil(p.batch / chunk)
 
 
+def effective_slices(p: ConvProblem, slices: int) -> int:
+    """The slices a filter gradient of ``p`` runs for a configuration of ``slices``: at most one per sample, each
+    holding one (a configuration tuned for the full batch also serves the planner's verification batch of two:
+    8 slices of it were refused, so no sliced candidate could win).
+
+    >>> p = ConvProblem.make(batch=10, in_channels=4, out_channels=4, groups=4, input_size=(8, 8), kernel_size=3)
+    >>> effective_slices(p, 8), effective_slices(p.replace(batch=2), 8), effective_slices(p, 3)
+    (5, 2, 3)
+    """
+    if slices < 1:
+        raise ValueError(f"image FFT: {slices} slices of a batch")
+    chunk = math.ceil(p.batch / min(slices, p.batch))
+    return math.ceil(p.batch / chunk)
+
+
 def workspace_bytes(p: ConvProblem, sizes, slices: int = 1) -> int:
     """The filter spectra (forward, backward-data), or each (channel, slice)'s sums (filter gradient; with its input
     spectrum before them where :func:`wgrad_buffers` is one)."""
     per_image = 8 * sizes[0] * (sizes[1] // 2 + 1)
     if p.pass_ == "wgrad":
-        return p.in_channels * per_image * slices * (1 if wgrad_buffers(sizes) == 3 else 2)
+        return p.in_channels * per_image * effective_slices(p, slices) * (1 if wgrad_buffers(sizes) == 3 else 2)
     return p.in_channels * per_image
 
 
@@ -468,9 +483,7 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
         x_strides, y_strides = (tuple(map(i64, launch_strides(s, p.layout))) for s in (p.x_shape, p.y_shape))
         (n0, n1), (o0, o1) = p.input_size, p.output_size
         if p.pass_ == "wgrad":
-            S = batch_slices(p) if slices is None else slices
-            if not 1 <= S <= p.batch:
-                raise ValueError(f"image FFT: {S} slices of a batch of {p.batch}")
+            S = batch_slices(p) if slices is None else effective_slices(p, slices)
             chunk = math.ceil(p.batch / S)
             self.workspace = workspace_bytes(p, sizes, S)
             self.steps = ((part, (C * S,), block, (i32(p.batch), i32(C), i32(S), i32(chunk), *x_strides, *y_strides,
