@@ -2,8 +2,8 @@
 # What the 24th session changed after its last GPU test run, checked in one device call of under ten minutes
 # (carry .whl):
 #   bash benchmarks/gpu_unverified.sh
-# 1. the GPU tests of fft-row and fft-plane (radix-16 candidates, SLaK's 96x96 size, batch slices clamped to the
-#    batch: 6c25e60, b088990), and the planner's;
+# 1. the GPU tests of fft-row and fft-plane (radix-16 and radix-9 candidates, SLaK's 96x96 size, batch slices
+#    clamped to the batch), and the planner's;
 # 2. convtune bench of issue 22's depthwise layers through the planner: with the slices clamped, fft-plane's sliced
 #    filter gradients can now win (the 24th session's bench picked the FFT strategy's slower ones);
 # 3. benchmarks/block_fft.py on the same layers (every candidate verified against float64, then timed; the best per

@@ -80,18 +80,19 @@ def test_candidates_sizes_and_slices():
     strategy = get_strategy("fft-plane")
     p = _problem((56, 56), 31, 15, "wgrad", batch=16, channels=128)
     configs = strategy.candidates(p, None)
-    # 128 x 128 also with radix-16 passes (its columns: 16 x 8, two passes, not 8 x 8 x 2); 72 x 72 has no 16
-    big = [((128, 128), s, t, r) for s in (3, 8) for t in (0, 256) for r in (False, True)]
-    assert [(c.sizes, c.slices, c.threads, c.radix16) for c in configs] == big + [
-        ((72, 72), 3, 0, False), ((72, 72), 3, 512, False), ((72, 72), 8, 0, False), ((72, 72), 8, 512, False)]
+    # 128 x 128 also with radix-16 passes (its columns: 16 x 8, two passes, not 8 x 8 x 2); 72 x 72 with radix 9
+    # (8 x 9, not 8 x 3 x 3)
+    big = [((128, 128), s, t, r) for s in (3, 8) for t in (0, 256) for r in ("8", "16")]
+    assert [(c.sizes, c.slices, c.threads, c.radices) for c in configs] == big + [
+        ((72, 72), s, t, r) for s in (3, 8) for t in (0, 512) for r in ("8", "16x9")]
     assert strategy.workspace_bytes(p, configs[4]) == 128 * 8 * 2 * 8 * 128 * 65  # X's spectra and the sums
     assert planeconv.wgrad_buffers((128, 128)) == 1 and planeconv.wgrad_buffers((72, 72)) == 3
-    assert strategy.workspace_bytes(p, configs[10]) == 128 * 8 * 1 * 8 * 72 * 37  # the sums alone
-    assert [c.slices for c in strategy.candidates(p.for_pass("fwd"), None)] == [1] * 6
+    assert strategy.workspace_bytes(p, configs[12]) == 128 * 8 * 1 * 8 * 72 * 37  # the sums alone
+    assert [c.slices for c in strategy.candidates(p.for_pass("fwd"), None)] == [1] * 8
     last = configs[-1]
-    assert PlaneFftConfig.from_label(last.label()) == last and last.label().endswith("threads=512")
-    assert last.shape() == (512, 1) and configs[10].shape() is None
-    assert configs[1].label() == "sizes=128x128,slices=3,threads=0,radix16"
+    assert PlaneFftConfig.from_label(last.label()) == last and last.label().endswith("threads=512,radices=16x9")
+    assert last.shape() == (512, 1) and configs[12].shape() is None
+    assert configs[1].label() == "sizes=128x128,slices=3,threads=0,radices=16"
     with pytest.raises(ValueError, match="0 slices of a batch"):
         planeconv.PlaneFftConv(None, p, kernels=(None,) * 5, slices=0)
     # a configuration's slices on a smaller batch (the planner verifies on two samples): one a sample at most, none
@@ -125,9 +126,9 @@ def test_strategy_is_gpu_only_and_serves_2d_depthwise_shapes():
 
 
 # -- the CUDA source on the CPU ---------------------------------------------------------------------------------------
-def _cpu_kernels(dtype, sizes, shape=None, radix16=False):
+def _cpu_kernels(dtype, sizes, shape=None, radix="8"):
     import cuda_cpu
-    return cuda_cpu.launchables(planeconv.source(dtype, sizes, shape, radix16), planeconv.NAMES)
+    return cuda_cpu.launchables(planeconv.source(dtype, sizes, shape, radix), planeconv.NAMES)
 
 
 CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13), (13, 4), (6, 0), 1, 2),
@@ -135,12 +136,12 @@ CPU_CASES = [((9, 11), (3, 5), (1, 2), 2, 3), ((16, 16), 7, 3, 3, 2), ((20, 13),
              ((6, 5), 3, (4, 3), 2, 2)]  # (padding past the kernel's reach: outputs of zeros at the edges)
 
 
-def _run_on_cpu(dtype, layout, pass_, case, seed=0, smooth=False, shape=None, radix16=False):
+def _run_on_cpu(dtype, layout, pass_, case, seed=0, smooth=False, shape=None, radix="8"):
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, pass_, batch=batch, channels=channels, dtype=dtype, layout=layout)
     sizes = planeconv.transform_sizes(p, smooth)
-    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels(dtype, sizes, shape, radix16), shape=shape,
-                                  radix16=radix16)
+    conv = planeconv.PlaneFftConv(None, p, sizes, kernels=_cpu_kernels(dtype, sizes, shape, radix), shape=shape,
+                                  radix=radix)
     assert conv.steps[-1][2] == ((shape or planeconv.launch_shape(sizes))[0],)
     import cuda_cpu
     rng = numpy.random.default_rng(seed)
@@ -207,17 +208,20 @@ def test_kernel_source_on_the_cpu_at_other_block_sizes(pass_, threads):
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
-@pytest.mark.parametrize("case, smooth", [(((20, 13), (13, 4), (6, 0), 2, 2), False),  # 32 x 16: 16 x 2 columns
-                                          (((9, 30), 3, 1, 2, 3), False),  # 16 x 32: one 16-point pass per axis
-                                          (((40, 50), (5, 9), (2, 4), 1, 2), True),  # 48 x 64: 16 x 3 columns
-                                          (((56, 56), 31, 15, 3, 1), False)])  # 128 x 128: 16 x 8 columns
-def test_kernel_source_on_the_cpu_radix16(pass_, case, smooth):
-    """Radix-16 passes first along both axes, against float64."""
+@pytest.mark.parametrize("case, smooth, radix", [(((20, 13), (13, 4), (6, 0), 2, 2), False, "16"),  # 32 x 16: 16 x 2
+                                                 (((9, 30), 3, 1, 2, 3), False, "16"),  # 16 x 32: one pass per axis
+                                                 (((40, 50), (5, 9), (2, 4), 1, 2), True, "16"),  # 48 x 64: 16 x 3
+                                                 (((56, 56), 31, 15, 3, 1), False, "16"),  # 128 x 128: 16 x 8
+                                                 (((56, 56), 31, 15, 3, 1), True, "16x9"),  # 72 x 72: 8 x 9, 4 x 9
+                                                 (((20, 13), (13, 4), (6, 0), 2, 2), True, "16x9")])  # 27 x 16: 9 x 3
+def test_kernel_source_on_the_cpu_large_radices(pass_, case, smooth, radix):
+    """Radix-16 passes first, and radix 9, along both axes, against float64."""
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, pass_, batch=batch, channels=channels)
     l0, l1 = planeconv.transform_sizes(p, smooth)
-    assert 16 in rowconv.radices(l0, True) + rowconv.radices(l1 // 2, True)
-    assert _run_on_cpu("float32", "channels_first", pass_, case, smooth=smooth, radix16=True) <= 1e-6
+    large = rowconv.RADICES[radix]
+    assert set(rowconv.radices(l0, large) + rowconv.radices(l1 // 2, large)) & {9, 16}
+    assert _run_on_cpu("float32", "channels_first", pass_, case, smooth=smooth, radix=radix) <= 1e-6
 
 
 def test_launch_without_workspace_is_refused():

@@ -51,23 +51,25 @@ def test_stockham_passes_are_the_dft(m, inverse):
     assert numpy.abs(rowconv._stockham(z, inverse) - ref).max() <= 1e-11 * max(1.0, numpy.abs(ref).max())
 
 
-@pytest.mark.parametrize("m", [16, 32, 48, 256, 4096])
+@pytest.mark.parametrize("m, large", [(16, (16,)), (32, (16,)), (48, (16,)), (256, (16,)), (4096, (16,)),
+                                      (9, (16, 9)), (27, (16, 9)), (72, (16, 9)), (81, (16, 9)), (144, (16, 9))])
 @pytest.mark.parametrize("inverse", [False, True])
-def test_radix16_passes_are_the_dft(m, inverse):
+def test_large_radix_passes_are_the_dft(m, large, inverse):
     rng = numpy.random.default_rng(m)
     z = rng.standard_normal((2, m)) + 1j * rng.standard_normal((2, m))
     ref = numpy.fft.ifft(z, axis=1) * m if inverse else numpy.fft.fft(z, axis=1)
-    assert 16 in rowconv.radices(m, radix16=True)
-    assert numpy.abs(rowconv._stockham(z, inverse, radix16=True) - ref).max() <= 1e-11 * numpy.abs(ref).max()
+    assert set(rowconv.radices(m, large)) & {9, 16}
+    assert numpy.abs(rowconv._stockham(z, inverse, large) - ref).max() <= 1e-11 * numpy.abs(ref).max()
 
 
-def test_radix16_is_a_candidate_where_it_saves_passes():
-    assert rowconv.sixteen_helps(4096) and rowconv.sixteen_helps(48) and not rowconv.sixteen_helps(64)
+def test_large_radices_are_candidates_where_they_save_passes():
+    assert rowconv.radix_options(4096) == ["8", "16"] and rowconv.radix_options(64) == ["8"]
+    assert rowconv.radix_options(81) == ["8", "16x9"] and rowconv.radix_options(20736) == ["8", "16", "16x9"]
     strategy = get_strategy("fft-row")
     from types import SimpleNamespace
     p = _problem(4096, 4096, 4095, "fwd", batch=4, channels=8)
-    assert [c.label() for c in strategy.candidates(p, SimpleNamespace(name="cupy"))] == ["size=8192",
-                                                                                         "size=8192,radix16"]
+    assert [c.label() for c in strategy.candidates(p, SimpleNamespace(name="cupy"))] == ["size=8192,radices=8",
+                                                                                         "size=8192,radices=16"]
 
 
 @pytest.mark.parametrize("m, expected", [(8, (8,)), (16, (8, 2)), (32, (8, 4)), (4096, (8, 8, 8, 8)),
@@ -213,9 +215,9 @@ class _FakeCupy:
     """:class:`rowconv.RowFftConv` asks nothing of CuPy but its kernels, which the CPU tests pass."""
 
 
-def _cpu_kernels(dtype, m, radix16=False):
+def _cpu_kernels(dtype, m, radix="8"):
     import cuda_cpu
-    return cuda_cpu.launchables(rowconv.source(dtype, m, radix16), rowconv.NAMES)
+    return cuda_cpu.launchables(rowconv.source(dtype, m, radix), rowconv.NAMES)
 
 
 CPU_KERNEL_CASES = [(16, 16, 15, 2, 3), (37, 11, 5, 3, 2), (100, 31, 15, 2, 3), (129, 200, 150, 1, 2), (5, 1, 0, 2, 2),
@@ -274,18 +276,19 @@ def test_kernel_source_on_the_cpu_long_rows(pass_, case):
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
-@pytest.mark.parametrize("case", [(16, 16, 15, 2, 3), (37, 11, 5, 3, 2), (1000, 37, 18, 1, 2),
-                                  (4096, 4096, 4095, 1, 1)])
-def test_kernel_source_on_the_cpu_radix16(pass_, case):
+@pytest.mark.parametrize("case, smooth, radix", [((16, 16, 15, 2, 3), False, "16"), ((37, 11, 5, 3, 2), False, "16"),
+                                                 ((1000, 37, 18, 1, 2), False, "16"), ((4096, 4096, 4095, 1, 1), False, "16"),
+                                                 ((50, 5, 2, 2, 3), True, "16x9"), ((150, 9, 4, 2, 2), True, "16x9")])
+def test_kernel_source_on_the_cpu_large_radices(pass_, case, smooth, radix):
     """Radix-16 passes first (rows of 16, 32, 1024 and 4096 points; on the longest, half the block's threads wait
-    out the 16-point passes), both layouts, against float64."""
+    out the 16-point passes) and radix 9 (rows of 27 and 81 points), both layouts, against float64."""
     import cuda_cpu
     n, k, pad, batch, channels = case
     for layout in ("channels_first", "channels_last"):
         p = _problem(n, k, pad, pass_, batch=batch, channels=channels, layout=layout)
-        L = rowconv.transform_size(p)
-        assert 16 in rowconv.radices(L // 2, radix16=True)
-        conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=_cpu_kernels("float32", L // 2, radix16=True))
+        L = rowconv.transform_size(p, smooth=smooth)
+        assert set(rowconv.radices(L // 2, rowconv.RADICES[radix])) & {9, 16}
+        conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=_cpu_kernels("float32", L // 2, radix))
         got, a64, b64 = cuda_cpu.run_launch(conv, p, *_operands(p, seed=n))
         ref = _direct(p, a64, b64)
         assert numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref) <= 1e-6, (L, layout)
@@ -293,13 +296,14 @@ def test_kernel_source_on_the_cpu_radix16(pass_, case):
 
 @pytest.mark.skipif(not __import__("os").environ.get("CONVTUNE_ASAN"), reason="CONVTUNE_ASAN=1 runs it (slow)")
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
-def test_radix16_kernel_source_under_address_sanitizer(pass_):
+@pytest.mark.parametrize("n, smooth, radix", [(4096, False, "16"), (150, True, "16x9")])
+def test_large_radix_kernel_source_under_address_sanitizer(pass_, n, smooth, radix):
     import cuda_cpu
-    p = _problem(4096, 4096, 4095, pass_, batch=1, channels=2)
-    L = rowconv.transform_size(p)
+    p = _problem(n, n if n == 4096 else 9, n - 1 if n == 4096 else 4, pass_, batch=1, channels=2)
+    L = rowconv.transform_size(p, smooth=smooth)
     kernels, calls = cuda_cpu.recorders(rowconv.NAMES)
-    conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=kernels, radix16=True)
-    run = cuda_cpu.sanitized(rowconv.source("float32", L // 2, radix16=True), conv, p, calls)
+    conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=kernels, radix=radix)
+    run = cuda_cpu.sanitized(rowconv.source("float32", L // 2, radix), conv, p, calls)
     assert run.returncode == 0, run.stderr[-3000:]
 
 

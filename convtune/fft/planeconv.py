@@ -79,7 +79,7 @@ def transform_sizes(p: ConvProblem, smooth: bool = False) -> tuple[int, int]:
 def _pass_work(points: int) -> int:
     """Points times Stockham passes of a ``points``-point transform: what a block's passes move through shared
     memory."""
-    return points * len(rowconv.radices(points))
+    return points * len(rowconv.radices(points))  # (of the default radices: the sizes are chosen before them)
 
 
 def fewer_pass_sizes(p: ConvProblem) -> tuple[int, int]:
@@ -425,14 +425,16 @@ def groups(sizes, threads: int) -> tuple[int, int]:
             max(1, min(m1 + 1, POINTS_PER_THREAD * threads // l0)))
 
 
-def source(dtype: str, sizes, shape=None, radix16: bool = False) -> str:
+def source(dtype: str, sizes, shape=None, radix: str = "8") -> str:
     """The CUDA source of ``dtype``'s kernels for ``L0 x L1`` transforms, launched ``shape`` (``(threads, blocks
-    per SM)``, default :func:`launch_shape`), radix-16 passes first along both axes where ``radix16``."""
+    per SM)``, default :func:`launch_shape`), both axes' passes of the radices named ``radix``
+    (:data:`convtune.fft.rowconv.RADICES`)."""
     l0, l1 = sizes
     t, minb = shape or launch_shape(sizes)
     rowg, colg = groups(sizes, t)
-    rows = rowconv.stockham_calls(l1 // 2, rowg, t, "slot", "count", radix16=radix16)
-    cols = rowconv.stockham_calls(l0, colg, t, "slot", "count", radix16=radix16)
+    large = rowconv.RADICES[radix]
+    rows = rowconv.stockham_calls(l1 // 2, rowg, t, "slot", "count", large=large)
+    cols = rowconv.stockham_calls(l0, colg, t, "slot", "count", large=large)
     roots = "".join(rowconv.roots_source(n) for n in dict.fromkeys((l1 // 2, l0)))
     return rowconv.device_helpers() + _SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=t, minb=minb, rowg=rowg,
                                                      wgrad_minb=wgrad_min_blocks(sizes, t),
@@ -444,15 +446,16 @@ def source(dtype: str, sizes, shape=None, radix16: bool = False) -> str:
 
 
 @compiled_once
-def _kernels(dtype: str, sizes, shape, radix16: bool, device_id: int):
-    """:data:`NAMES` for ``dtype``, ``sizes``, launch ``shape`` and ``radix16``, compiled once per device."""
-    return rowconv.launchables(source(dtype, sizes, shape, radix16), NAMES,
+def _kernels(dtype: str, sizes, shape, radix: str, device_id: int):
+    """:data:`NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``, compiled once per device."""
+    return rowconv.launchables(source(dtype, sizes, shape, radix), NAMES,
                                wgrad_buffers(sizes) * smem_bytes(sizes), device_id)
 
 
-def sixteen_helps(sizes) -> bool:
-    """Whether radix-16 passes make either axis's passes fewer (:func:`convtune.fft.rowconv.sixteen_helps`)."""
-    return rowconv.sixteen_helps(sizes[1] // 2) or rowconv.sixteen_helps(sizes[0])
+def radix_options(sizes) -> list[str]:
+    """The radices worth a candidate for ``L0 x L1`` (:func:`convtune.fft.rowconv.radix_options` of the columns'
+    ``L0`` and the rows' ``L1 / 2`` points)."""
+    return rowconv.radix_options(sizes[0], sizes[1] // 2)
 
 
 class PlaneFftConv(rowconv.BlockFftLaunch):
@@ -461,20 +464,20 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
     memory: two launches (the filter's spectra and the images; or the batch slices' sums and their inverse).
     ``kernels``: the launchables of :data:`NAMES` (default: compiled for the current device; the CPU tests pass
     stand-ins, built from the same ``shape``). ``slices``: the filter gradient's batch slices (default
-    :func:`batch_slices`). ``shape``: ``(threads, blocks per SM)`` (default :func:`launch_shape`). ``radix16``:
-    radix-16 passes first."""
+    :func:`batch_slices`). ``shape``: ``(threads, blocks per SM)`` (default :func:`launch_shape`). ``radix``: the
+    passes' radices (:data:`convtune.fft.rowconv.RADICES`)."""
 
     what = "the image FFT"
 
     def __init__(self, cp, p: ConvProblem, sizes=None, kernels=None, slices: int | None = None, shape=None,
-                 radix16: bool = False):
+                 radix: str = "8"):
         sizes = transform_sizes(p) if sizes is None else tuple(sizes)
         why = reason(p, sizes)
         if why:
             raise ValueError(f"image FFT: {why}")
         self.p, self.sizes = p, sizes
         self.shape = launch_shape(sizes) if shape is None else tuple(shape)
-        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, self.shape, radix16, cp.cuda.Device().id)
+        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, self.shape, radix, cp.cuda.Device().id)
         i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
         block, smem, C = (self.shape[0],), smem_bytes(sizes), p.in_channels
         (k0, k1), sh = p.kernel_size, tuple(i32(s) for s in shifts(p, sizes))

@@ -91,17 +91,22 @@ def reason(p: ConvProblem, size: int | None = None) -> str | None:
     return None
 
 
-def radices(m: int, radix16: bool = False) -> tuple[int, ...]:
-    """The Stockham passes of an ``m``-point complex FFT (``m`` = 2^a 3^b): radix 8 (with ``radix16``, 16 first),
-    then 4 or 2 for what is left of the power of two, then radix 3.
+#: The passes' radices a configuration may ask for beside the default (8, then 4 or 2, then 3): radix 16 first,
+#: and also radix 9 before 3 (by name, as configurations label them).
+RADICES = {"8": (), "16": (16,), "16x9": (16, 9)}
+
+
+def radices(m: int, large=()) -> tuple[int, ...]:
+    """The Stockham passes of an ``m``-point complex FFT (``m`` = 2^a 3^b): radix 16 first where ``large`` holds it,
+    then 8, then 4 or 2 for what is left of the power of two, then 9 where ``large`` holds it, then 3.
 
     >>> radices(4096), radices(16384), radices(72), radices(36), radices(81)
     ((8, 8, 8, 8), (8, 8, 8, 8, 4), (8, 3, 3), (4, 3, 3), (3, 3, 3, 3))
-    >>> radices(4096, radix16=True), radices(48, radix16=True)
-    ((16, 16, 16), (16, 3))
+    >>> radices(4096, (16,)), radices(48, (16,)), radices(81, (16, 9)), radices(72, (16, 9))
+    ((16, 16, 16), (16, 3), (9, 9), (8, 9))
     """
     out = []
-    while radix16 and m % 16 == 0:
+    while 16 in large and m % 16 == 0:
         out.append(16)
         m //= 16
     while m % 8 == 0:
@@ -113,6 +118,9 @@ def radices(m: int, radix16: bool = False) -> tuple[int, ...]:
     elif m % 2 == 0:
         out.append(2)
         m //= 2
+    while 9 in large and m % 9 == 0:
+        out.append(9)
+        m //= 9
     while m % 3 == 0:
         out.append(3)
         m //= 3
@@ -121,10 +129,18 @@ def radices(m: int, radix16: bool = False) -> tuple[int, ...]:
     return tuple(out)
 
 
-def sixteen_helps(m: int) -> bool:
-    """Whether radix-16 passes make an ``m``-point transform's passes fewer (4096 points: three, not four): each pass
-    is a round trip through shared memory and two barriers, and a 16-point butterfly needs fewer twiddles a point."""
-    return len(radices(m, True)) < len(radices(m))
+def radix_options(*lengths: int) -> list[str]:
+    """The :data:`RADICES` names worth a candidate for transforms of ``lengths`` points (one per axis): the default,
+    then each larger set where it makes some axis's passes fewer than the set before it (4096 points: three radix-16
+    passes, not four of 8; 81: two of 9, not four of 3). Each pass is a round trip through shared memory and two
+    barriers, and a larger butterfly needs fewer twiddles a point."""
+    out, passes = ["8"], [len(radices(n)) for n in lengths]
+    for name in ("16", "16x9"):
+        now = [len(radices(n, RADICES[name])) for n in lengths]
+        if any(a < b for a, b in zip(now, passes)):
+            out.append(name)
+            passes = now
+    return out
 
 
 def threads(m: int) -> int:
@@ -185,12 +201,12 @@ def workspace_bytes(p: ConvProblem, L: int) -> int:
 
 
 # -- the algorithm in NumPy (float64), as the kernels run it --------------------------------------------------------
-def _stockham(z, inverse: bool, radix16: bool = False):
+def _stockham(z, inverse: bool, large=()):
     """Unnormalised DFT of each row of ``z`` (rows, M) by the kernels' Stockham passes (autosort: natural order)."""
     rows, m = z.shape
     sign = 1.0 if inverse else -1.0
     ns = 1
-    for r in radices(m, radix16):
+    for r in radices(m, large):
         b = numpy.arange(m // r)
         k = b % ns
         w = numpy.exp(sign * 1j * numpy.pi * 2.0 * k / (ns * r))  # (the kernels: a table, or sincospif and powers)
@@ -331,8 +347,32 @@ template <bool INV> __device__ __forceinline__ void dft16(float2* a) {
         for (int k1 = 0; k1 < 4; ++k1) a[4 * k1 + k2] = t[k1];
     }
 }
+// in-place 9-point DFT as 3 x 3, the same way
+template <bool INV> __device__ __forceinline__ void dft9(float2* a) {
+    constexpr float C[5] = {1.f, 0.76604444f, 0.17364818f, -0.5f, -0.9396926f};
+    constexpr float S[5] = {0.f, 0.64278764f, 0.9848077f, 0.8660254f, 0.34202015f};
+    float2 y[3][3];
+#pragma unroll
+    for (int n1 = 0; n1 < 3; ++n1) {
+        float2 t[3] = {a[n1], a[n1 + 3], a[n1 + 6]};
+        dft3<INV>(t);
+#pragma unroll
+        for (int k2 = 0; k2 < 3; ++k2) {
+            const int j = n1 * k2;
+            y[n1][k2] = j == 0 ? t[k2] : cmul(t[k2], make_float2(C[j], INV ? S[j] : -S[j]));
+        }
+    }
+#pragma unroll
+    for (int k2 = 0; k2 < 3; ++k2) {
+        float2 t[3] = {y[0][k2], y[1][k2], y[2][k2]};
+        dft3<INV>(t);
+#pragma unroll
+        for (int k1 = 0; k1 < 3; ++k1) a[3 * k1 + k2] = t[k1];
+    }
+}
 template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
     if constexpr (R == 16) dft16<INV>(a);
+    else if constexpr (R == 9) dft9<INV>(a);
     else if constexpr (R == 8) dft8<INV>(a);
     else if constexpr (R == 4) dft4<INV>(a);
     else if constexpr (R == 3) dft3<INV>(a);
@@ -343,7 +383,7 @@ template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
 // (roots_source); ChainRoots has none (sincospif computes it). A butterfly takes one and makes its powers by products
 struct ChainRoots { static constexpr bool TABLE = false; };
 
-// one Stockham pass (radix R: 2, 3, 4, 8 or 16; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
+// one Stockham pass (radix R: 2, 3, 4, 8, 9 or 16; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
 // point i of transform t at buf[slot(t, i)], by TT threads: each reads up to ITER butterflies (count * N / R <=
 // ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end).
 // Butterfly k's twiddles are w^r, w = exp(-+2 pi i k / (Ns R)) (read from root's table where it has one: one load;
@@ -615,12 +655,13 @@ def roots_source(n: int) -> str:
 
 
 def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str | None = None,
-                   root: str = "root", radix16: bool = False) -> str:
+                   root: str = "root", large=()) -> str:
     """The ``stockham_pass`` calls of an ``n``-point FFT of up to ``count`` transforms (``count_expr``: the runtime
     count, default ``count``) by ``threads_`` threads, points placed by the lambda named ``slot``, twiddles from the
-    functor named ``root`` (of :func:`root_type` ``(n)``), radix-16 passes first where ``radix16``."""
+    functor named ``root`` (of :func:`root_type` ``(n)``), the radices of ``large`` (:func:`radices`) where they
+    divide it."""
     calls, ns = [], 1
-    for r in radices(n, radix16):
+    for r in radices(n, large):
         per_thread = -(-count * (n // r) // threads_)
         calls.append(f"    stockham_pass<{n}, {r}, INV, {threads_}, {per_thread}>(buf, {count_expr or count}, {ns}, "
                      f"{slot}, {root});")
@@ -628,10 +669,11 @@ def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str
     return "\n".join(calls)
 
 
-def source(dtype: str, m: int, radix16: bool = False) -> str:
-    """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``), radix-16 passes
-    first where ``radix16`` (the block's threads stay :func:`threads`: some wait out those passes)."""
-    passes = stockham_calls(m, 1, threads(m), "row", radix16=radix16)
+def source(dtype: str, m: int, radix: str = "8") -> str:
+    """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``), its passes'
+    radices as :data:`RADICES` names ``radix`` (the block's threads stay :func:`threads`: with larger radices some
+    wait out the passes)."""
+    passes = stockham_calls(m, 1, threads(m), "row", large=RADICES[radix])
     return device_helpers() + _SOURCE.format(m=m, t=threads(m), passes=passes,
                                              roots=roots_source(m), root_type=root_type(m),
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
@@ -657,10 +699,9 @@ NAMES = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
 
 
 @compiled_once
-def _kernels(dtype: str, m: int, radix16: bool, device_id: int):
-    """:data:`NAMES` for ``dtype`` and ``m``-point rows (radix-16 passes where ``radix16``), compiled once per
-    device."""
-    return launchables(source(dtype, m, radix16), NAMES, max(smem_bytes(m), wgrad_smem_bytes(m)), device_id)
+def _kernels(dtype: str, m: int, radix: str, device_id: int):
+    """:data:`NAMES` for ``dtype`` and ``m``-point rows (radices ``radix``), compiled once per device."""
+    return launchables(source(dtype, m, radix), NAMES, max(smem_bytes(m), wgrad_smem_bytes(m)), device_id)
 
 
 class BlockFftLaunch:
@@ -689,19 +730,19 @@ class RowFftConv(BlockFftLaunch):
     dense operands of the problem's dtype (bfloat16 as 16-bit numbers) and layout, with :attr:`workspace` bytes of
     device memory; :func:`convtune.precision.launched` makes the array executor of it. One launch for the filter
     gradient, two for the other passes (the filter's spectra, then the rows). ``kernels``: the (spectrum, fwd, dgrad,
-    wgrad) launchables (default: compiled for the current device, radix-16 passes first where ``radix16``; the CPU
+    wgrad) launchables (default: compiled for the current device, with the :data:`RADICES` named ``radix``; the CPU
     tests pass stand-ins)."""
 
     what = "the row FFT"
 
-    def __init__(self, cp, p: ConvProblem, L: int | None = None, kernels=None, radix16: bool = False):
+    def __init__(self, cp, p: ConvProblem, L: int | None = None, kernels=None, radix: str = "8"):
         L = transform_size(p) if L is None else L
         why = reason(p, L)
         if why:
             raise ValueError(f"row FFT: {why}")
         self.p, self.L, m = p, L, L // 2
         self.workspace = workspace_bytes(p, L)
-        spectrum, fwd, dgrad, wgrad = kernels or _kernels(p.dtype, m, radix16, cp.cuda.Device().id)
+        spectrum, fwd, dgrad, wgrad = kernels or _kernels(p.dtype, m, radix, cp.cuda.Device().id)
         i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
         block, smem, C = (threads(m),), smem_bytes(m), p.in_channels
         n, length, k = p.input_size[0], p.output_size[0], p.kernel_size[0]

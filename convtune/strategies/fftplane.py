@@ -21,7 +21,7 @@ class PlaneFftConfig(Config):
     sizes: tuple[int, ...]  # the transform sizes (powers of two, or 2^a 3^b)
     slices: int = 1  # the filter gradient: the batch cut into this many slices per channel (planeconv.batch_slices)
     threads: int = 0  # threads per block, registers uncapped (planeconv.shape_options); 0: planeconv.launch_shape's
-    radix16: bool = False  # radix-16 passes first (a candidate where they make either axis's passes fewer)
+    radices: str = "8"  # the passes' radices (rowconv.RADICES: "8", "16", "16x9"; planeconv.radix_options)
 
     def shape(self):
         """The launch shape ``(threads, blocks per SM)`` it names, or ``None`` for the policy's."""
@@ -32,7 +32,7 @@ class PlaneFftConfig(Config):
 class PlaneFftStrategy(Strategy):
     name = "fft-plane"
     version = 2  # 2: launch shapes (registers capped for occupancy, or a block of the other size), twiddle tables,
-    # the filter gradient's spectra and sums in shared memory, radix 16
+    # the filter gradient's spectra and sums in shared memory, radices 16 and 9
     config_type = PlaneFftConfig
     native_dtypes = ("float32", "float16", "bfloat16")
     native_layouts = ("channels_first", "channels_last")
@@ -48,9 +48,9 @@ class PlaneFftStrategy(Strategy):
     def candidates(self, problem, backend):
         slices = sorted({planeconv.batch_slices(problem, blocks) for blocks in planeconv.WGRAD_BLOCKS}) \
             if problem.pass_ == "wgrad" else [1]
-        return [PlaneFftConfig(sizes=sizes, slices=s, threads=t, radix16=r) for sizes in planeconv.size_options(problem)
-                for s in slices for t in planeconv.shape_options(sizes)
-                for r in ((False, True) if planeconv.sixteen_helps(sizes) else (False,))]
+        return [PlaneFftConfig(sizes=sizes, slices=s, threads=t, radices=r)
+                for sizes in planeconv.size_options(problem) for s in slices for t in planeconv.shape_options(sizes)
+                for r in planeconv.radix_options(sizes)]
 
     def prepare(self, problem, configs, backend):
         """The candidates' kernels (a module per dtype and sizes) compiled at once, on several threads."""
@@ -66,5 +66,5 @@ class PlaneFftStrategy(Strategy):
     def build(self, problem, config, backend):
         executor = planeconv.PlaneFftConv(backend.xp, problem, config.sizes,
                                           slices=config.slices if problem.pass_ == "wgrad" else None,
-                                          shape=config.shape(), radix16=config.radix16)
+                                          shape=config.shape(), radix=config.radices)
         return precision.launched(executor.launch, problem, backend.xp, executor.workspace)

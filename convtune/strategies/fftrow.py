@@ -17,13 +17,13 @@ from .base import Config, Strategy, register
 @dataclass(frozen=True)
 class RowFftConfig(Config):
     size: int  # the transform length (a power of two, or an even 2^a 3^b)
-    radix16: bool = False  # radix-16 passes first (a candidate where they make the passes fewer)
+    radices: str = "8"  # the passes' radices (rowconv.RADICES: "8", "16", "16x9"; rowconv.radix_options)
 
 
 @register
 class RowFftStrategy(Strategy):
     name = "fft-row"
-    version = 2  # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory, radix 16
+    version = 2  # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory, radices 16 and 9
     config_type = RowFftConfig
     native_dtypes = tuple(rowconv.ELEMENTS)
     native_layouts = ("channels_first", "channels_last")
@@ -37,8 +37,8 @@ class RowFftStrategy(Strategy):
         return problem.rank == 1 and problem.groups == problem.in_channels == problem.out_channels
 
     def candidates(self, problem, backend):
-        return [RowFftConfig(size=L, radix16=r) for L in rowconv.size_options(problem)
-                for r in ((False, True) if rowconv.sixteen_helps(L // 2) else (False,))]
+        return [RowFftConfig(size=L, radices=r) for L in rowconv.size_options(problem)
+                for r in rowconv.radix_options(L // 2)]
 
     def workspace_bytes(self, problem, config) -> int:
         return rowconv.workspace_bytes(problem, config.size)
@@ -47,5 +47,5 @@ class RowFftStrategy(Strategy):
         return True  # kernel launches only
 
     def build(self, problem, config, backend):
-        executor = rowconv.RowFftConv(backend.xp, problem, config.size, radix16=config.radix16)
+        executor = rowconv.RowFftConv(backend.xp, problem, config.size, radix=config.radices)
         return precision.launched(executor.launch, problem, backend.xp, executor.workspace)
