@@ -262,13 +262,17 @@ class Planner:
                 continue
             for rank, config in enumerate(configs):
                 cand = Candidate(strategy, config, rank)
-                rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend, room)
-                if rule is not None:
-                    outcome = self._outcome(s, cand, "skipped", reason=f"pruned: {rule}")
-                    s.outcomes.append(outcome)
-                    pruned.append((cand, outcome))
-                else:
-                    self._within_limit(s, cand, kept)
+                try:
+                    rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend, room)
+                    if rule is not None:
+                        outcome = self._outcome(s, cand, "skipped", reason=f"pruned: {rule}")
+                        s.outcomes.append(outcome)
+                        pruned.append((cand, outcome))
+                    else:
+                        self._within_limit(s, cand, kept)
+                except Exception as exc:  # (its rule or its workspace): this candidate fails, not the search
+                    s.outcomes.append(self._outcome(s, cand, "failed", reason=(
+                        f"its rule or workspace raised {_failure_reason(self.backend, exc)}")))
         if pruned and not kept:
             # a rule says another candidate will win; with none left (a search restricted to the pruned
             # strategy, say) the rules do not hold, and the pruned candidates are tried after all
@@ -550,8 +554,12 @@ class Planner:
 
     def _outcome(self, s: _Search, cand, status, **fields) -> CandidateOutcome:
         cost = s.costs.get(cand.label, {})
+        try:
+            workspace = cand.strategy.workspace(s.problem, cand.config)
+        except Exception:  # unknown (0 in the cache's column); the caller records this candidate's failure
+            workspace = 0
         return CandidateOutcome(cand.strategy.name, cand.config.as_dict(), cand.label, status,
-                                workspace_bytes=cand.strategy.workspace(s.problem, cand.config),
+                                workspace_bytes=workspace,
                                 build_s=cost.get("build_s"), verify_s=cost.get("verify_s"),
                                 timing_s=cost.get("timing_s"), rank=cand.rank, **fields)
 

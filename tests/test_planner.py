@@ -156,6 +156,17 @@ def test_a_strategy_that_raises_while_listing_is_recorded_and_tuning_goes_on(ext
     assert "t-broken" in caplog.text
 
 
+def test_a_candidate_whose_workspace_raises_fails_alone(extra_strategies):
+    name = extra_strategies("t-good", correct)
+    cls = make_strategy("t-ws", correct)
+    cls.workspace_bytes = lambda self, problem, config: 1 // 0
+    extra_strategies(cls)
+    d = Planner("numpy", FakeTimer({"t-good": 1e-9})).tune(problem("2d-odd"))
+    failed = [o for o in d.outcomes if o.strategy == "t-ws"]
+    assert [o.status for o in failed] == ["failed"] and "ZeroDivisionError" in failed[0].reason
+    assert d.winner.strategy == name
+
+
 def test_failure_during_timing_is_recorded(extra_strategies):
     extra_strategies("t-good", correct)
 
