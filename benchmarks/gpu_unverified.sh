@@ -4,8 +4,9 @@
 #   bash benchmarks/gpu_unverified.sh
 # 1. the GPU tests of fft-row and fft-plane (radix-16 and radix-9 candidates, SLaK's 96x96 size, batch slices
 #    clamped to the batch), and the planner's;
-# 2. convtune bench of issue 22's depthwise layers through the planner: with the slices clamped, fft-plane's sliced
-#    filter gradients can now win (the 24th session's bench picked the FFT strategy's slower ones);
+# 2. convtune bench of issue 22's depthwise layers through the planner, with kept spectra: the block round trips
+#    (x's, w's and dy's spectra made once; the filter gradient from the kept spectra, no transform of its own) beside
+#    the per-pass plans, whose fft-plane filter gradients can now win (slices clamped to the verification batch);
 # 3. benchmarks/block_fft.py on the same layers (every candidate verified against float64, then timed; the best per
 #    pass beside the torch-fft peer).
 # Logs under $OUT; summaries printed. Each part has its own time limit.
@@ -21,14 +22,14 @@ part() {
   echo "== $name (exit $?, $(( $(date +%s) - start )) s)"
 }
 part tests ${TEST_LIMIT:-150} python3 -m pytest -q -p no:cacheprovider -rfE -n 12 -m gpu tests/test_rowconv.py \
-  tests/test_planeconv.py tests/test_planner.py
+  tests/test_planeconv.py tests/test_planner.py tests/test_roundtrip.py
 grep -E "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
-part bench-2d ${BENCH2D_LIMIT:-150} python3 -m convtune bench benchmarks/fft_class.yaml --layers replknet-dw31,slak-dw51 \
-  --no-keep-spectra --time-budget 2 --db /tmp/unverified.db -o "$O/bench-2d.json"
-grep -E "^(replknet|slak)" "$O/bench-2d.log"
-part bench-1d ${BENCH1D_LIMIT:-100} python3 -m convtune bench public-suite --layers hyena-long-dw --no-keep-spectra \
+part bench-2d ${BENCH2D_LIMIT:-180} python3 -m convtune bench benchmarks/fft_class.yaml --layers replknet-dw31,slak-dw51 \
+  --time-budget 2 --db /tmp/unverified.db -o "$O/bench-2d.json"
+grep -E "^(replknet|slak)|fft-trip" "$O/bench-2d.log"
+part bench-1d ${BENCH1D_LIMIT:-120} python3 -m convtune bench public-suite --layers hyena-long-dw \
   --time-budget 2 --db /tmp/unverified.db -o "$O/bench-1d.json"
-grep -E "^hyena" "$O/bench-1d.log"
+grep -E "^hyena|fft-trip" "$O/bench-1d.log"
 part block-fft ${BLOCK_LIMIT:-150} python3 benchmarks/block_fft.py --layers hyena-long-dw,replknet-dw31,slak-dw51 \
   -o "$O/block-fft.json"
 grep -E "^==" "$O/block-fft.log"

@@ -55,13 +55,15 @@ log = logging.getLogger("convtune")
 #: Version of the round-trip executor; part of every stored trip decision (6: depthwise round trips; 7: the
 #: GPU's fused and packed trips for 3-D problems too; 8: half-precision and channels_last layers, between
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
-#: product's TF32 tensor-core form).
-VERSION = 10
+#: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
+#: layers).
+VERSION = 11
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
 CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layout != "channels_first",
-           9: lambda p: p.dtype != "float32" or p.layout != "channels_first", 10: lambda p: p.math == "tf32"}
+           9: lambda p: p.dtype != "float32" or p.layout != "channels_first", 10: lambda p: p.math == "tf32",
+           11: lambda p: p.dtype == "float32" and p.rank in (1, 2) and p.groups == p.in_channels == p.out_channels}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -84,25 +86,62 @@ class TripConfig:
     packed: bool = False  # spectra in cuFFT's layout, convtune's GEMM kernel (see convtune.fft.freqmajor)
     own: bool = False  # convtune's own one-pass transforms instead of cuFFT's (convtune.fft.fft64)
     narrow: bool = False  # packed, few channels: the register-blocked product (convtune.fft.narrow)
-    product: str = "fgemm"  # fgemm: the frequency-major executor; pointwise: SpectralKept (depthwise, few channels)
+    # fgemm: the frequency-major executor; pointwise: SpectralKept (depthwise, few channels); block: the one-block
+    # transforms' kept-spectra kernels (depthwise 1-D and 2-D, float32: convtune.fft.rowconv.RowKept, planeconv's
+    # PlaneKept)
+    product: str = "fgemm"
+    radices: str = "8"  # block: the passes' radices (convtune.fft.rowconv.RADICES)
 
     def label(self) -> str:
         parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "narrow", "own", "tf32")
                                                                 if getattr(self, n)]
         if self.product != "fgemm":
             parts.append(self.product)
+        if self.radices != "8":
+            parts.append(f"radices={self.radices}")
         return "fft-trip[" + ",".join(parts) + "]"
 
     def as_dict(self) -> dict:
         return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32, "packed": self.packed,
-                "own": self.own, "narrow": self.narrow, "product": self.product}
+                "own": self.own, "narrow": self.narrow, "product": self.product, "radices": self.radices}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TripConfig":
         return cls(sizes=tuple(int(v) for v in data["sizes"]), fused=bool(data.get("fused", False)),
                    tf32=bool(data.get("tf32", False)), packed=bool(data.get("packed", False)),
                    own=bool(data.get("own", False)), narrow=bool(data.get("narrow", False)),
-                   product=str(data.get("product", "fgemm")))
+                   product=str(data.get("product", "fgemm")), radices=str(data.get("radices", "8")))
+
+
+def _block_kept(xp, problem: ConvProblem, config: TripConfig):
+    """The kept-spectra executor of the one-block transforms for ``config`` (``block`` product)."""
+    from .fft import planeconv, rowconv
+    if config.fused or config.packed or config.own or config.narrow or config.tf32:
+        raise ValueError(f"{config.label()}: the block round trip has no fused, packed, own, narrow or TF32 variants")
+    if problem.rank == 1:
+        return rowconv.RowKept(xp, problem, config.sizes[0], config.radices)
+    if problem.rank == 2:
+        return planeconv.PlaneKept(xp, problem, config.sizes, config.radices)
+    raise ValueError(f"{config.label()}: the block round trip is 1-D or 2-D, not rank {problem.rank}")
+
+
+def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
+    """The ``block`` round trips of the forward ``problem``: on the GPU, for float32 depthwise 1-D and 2-D layers,
+    each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
+    radix sets (the strategies' candidates; launch shapes as :func:`convtune.fft.planeconv.launch_shape`)."""
+    from .fft import planeconv, rowconv
+    p = problem.for_pass("fwd")
+    if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
+        return []
+    mod = rowconv if p.rank == 1 else planeconv
+    out = []
+    for size in mod.size_options(p):
+        sizes = (size,) if p.rank == 1 else tuple(size)
+        if any(mod.reason(p.for_pass(q), size) for q in ("dgrad", "wgrad")):
+            continue
+        radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
+        out += [TripConfig(sizes=sizes, product="block", radices=r) for r in radix]
+    return out
 
 
 def held_bytes(problem: ConvProblem, sizes) -> int:
@@ -152,8 +191,9 @@ class RoundTrip:
     @property
     def recordable(self) -> bool:
         """Can a CUDA graph record its GPU work? With the pointwise product (cuFFT plans and convtune's
-        kernels); the frequency-major executor's products call cuBLAS, which CuPy refuses while capturing."""
-        return self.config.product == "pointwise"
+        kernels) and the block one (kernels only); the frequency-major executor's products call cuBLAS, which CuPy
+        refuses while capturing."""
+        return self.config.product in ("pointwise", "block")
 
     def __init__(self, problem: ConvProblem, config: TripConfig, backend: Backend | str):
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
@@ -162,8 +202,9 @@ class RoundTrip:
         # results narrowed (convtune.precision; the PyTorch layer converts with PyTorch around float32, which it
         # builds for the float32 problem itself)
         self.float32 = self.problem.in_float32()
-        # convtune's own transforms read and write the layer's dtype and layout themselves: no conversions
-        self.converted = self.float32 != self.problem and not config.own
+        # convtune's own transforms read and write the layer's dtype and layout themselves: no conversions (the
+        # block product's kernels read float32 layers in either layout)
+        self.converted = self.float32 != self.problem and not config.own and config.product != "block"
         reason = unsupported_reason(self.problem)
         if reason is not None:
             raise ValueError(f"{config.label()}: {reason}")
@@ -171,7 +212,9 @@ class RoundTrip:
             raise ValueError(f"{config.label()}: TF32 products need math='tf32', the problem is {self.problem.math}")
         fft_sizes.check_sizes(self.problem, config.sizes)
         self.xp = xp = self.backend.xp
-        if config.product == "pointwise":
+        if config.product == "block":
+            self._ex = _block_kept(xp, self.problem, config)
+        elif config.product == "pointwise":
             if config.fused or config.packed or config.own or config.narrow or config.tf32:
                 raise ValueError(f"{config.label()}: the pointwise round trip has no fused, packed, own, narrow or "
                                  "TF32 variants")
@@ -180,7 +223,8 @@ class RoundTrip:
                                  f"{spectral.POINTWISE_MAX_PAIRS} channel pairs per group")
             self._ex = spectral.SpectralKept(xp, self.float32, config.sizes, "pointwise")
         elif config.product != "fgemm":
-            raise ValueError(f"{config.label()}: unknown round-trip product {config.product!r} (fgemm, pointwise)")
+            raise ValueError(f"{config.label()}: unknown round-trip product {config.product!r} (fgemm, pointwise, "
+                             "block)")
         else:
             reason = freqmajor.unsupported_reason(self.float32)
             if reason is not None:
@@ -368,15 +412,16 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     where cuFFT has JIT callbacks) fused, and on the GPU also with the packed product and, where
     they apply, convtune's own transforms; with the pointwise product where a group has at most
     :data:`~convtune.fft.spectral.POINTWISE_MAX_PAIRS` channel pairs (only those for depthwise and
-    other many-group layers)."""
+    other many-group layers); and the one-block transforms' (:func:`block_trip_configs`)."""
     p = problem.for_pass("fwd").in_float32()  # (a half-precision or channels_last layer: its float32 trip's)
     calibration = cost.calibration_for(backend.device_info().key())
     ranked = sorted(fft_sizes.size_candidates(p),
                     key=lambda s: sum(cost.estimate(p.for_pass(q), s, calibration) for q in ("fwd", "dgrad", "wgrad")))
     tf32 = p.math == "tf32"
     pointwise = [TripConfig(sizes=s, product="pointwise") for s in ranked[:KEEP_SIZES]] if _pointwise_applies(p) else []
-    if freqmajor.unsupported_reason(p) is not None:  # depthwise and other many-group layers: pointwise only
-        return pointwise
+    block = block_trip_configs(problem, backend)
+    if freqmajor.unsupported_reason(p) is not None:  # depthwise and other many-group layers: pointwise and block
+        return pointwise + block
     configs = [TripConfig(sizes=s, tf32=tf32) for s in ranked[:KEEP_SIZES]]
     if backend.name == "cupy":
         fused = freqmajor.callbacks_available()
@@ -389,7 +434,7 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
         configs += [TripConfig(sizes=c.sizes, tf32=c.tf32, packed=c.packed, own=True)
                     for c in own_transform_configs(p, backend, ranked[:KEEP_SIZES], ("fgemm",), tf32)]
         configs += narrow_variants(p, configs)  # few channels: the packed trips with the narrow product too
-    return configs + pointwise
+    return configs + pointwise + block
 
 
 def time_round_trip(timer, backend: Backend, trip: RoundTrip, x, w, dy, label: str = "") -> TimingStats:

@@ -265,3 +265,24 @@ def test_kernel_source_under_address_sanitizer(layout, pass_, case, smooth):
     conv = planeconv.PlaneFftConv(None, p, sizes, kernels=kernels)
     run = cuda_cpu.sanitized(planeconv.source("float32", sizes), conv, p, calls)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("case, smooth", [(((9, 11), (3, 5), (1, 2), 2, 3), False),
+                                          (((6, 5), 3, (4, 3), 2, 2), False),
+                                          (((20, 13), (13, 4), (6, 0), 3, 2), True)])
+def test_kept_round_trip_on_the_cpu(layout, case, smooth):
+    """The kept-spectra kernels (x's, w's and dy's spectra made once each; the passes from them), every pass against
+    its definition in float64, both layouts, padding past the kernel's reach, 2^a 3^b sizes."""
+    import cuda_cpu
+    from test_rowconv import _relative, kept_round_trip
+    size, k, pad, batch, channels = case
+    p = _problem(size, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
+    sizes = planeconv.transform_sizes(p, smooth)
+    kept = planeconv.PlaneKept(numpy, p, sizes, kernels=cuda_cpu.launchables(planeconv.source("float32", sizes),
+                                                                             planeconv.KEPT_NAMES),
+                               stream=cuda_cpu.Stream())
+    x, w, dy, (y, dx, dw) = kept_round_trip(kept, p, seed=batch)
+    assert _relative(y, _direct(p, x, w)) <= 1e-6
+    assert _relative(dx, _direct(p.for_pass("dgrad"), dy, w)) <= 1e-6
+    assert _relative(dw, _direct(p.for_pass("wgrad"), x, dy)) <= 1e-6

@@ -207,18 +207,23 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     """Version 7 added the GPU's fused and packed trips for 3-D problems only, versions 8 and 9 changed
     half-precision and channels_last layers, version 10 tf32 ones: a 2-D float32 decision of version 6 stands, a
     3-D one is measured again, a half-precision one of version 8 too, a tf32 one of version 9 too; an older version
-    (6 changed every shape) or a newer one never stands."""
+    (6 changed every shape) or a newer one never stands. Version 11 (the block trips) changed float32 depthwise 1-D
+    and 2-D layers only."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
     tf32 = two.replace(math="tf32")
-    assert roundtrip.VERSION == 10
+    depthwise = problem("2d-depthwise-7x7")
+    assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
+    assert roundtrip.VERSION == 11
+    assert not any(roundtrip.stale(11, p) for p in (two, three, half, tf32, depthwise))
+    assert roundtrip.stale(10, depthwise) and not roundtrip.stale(10, depthwise.replace(dtype="bfloat16"))
     assert not any(roundtrip.stale(10, p) for p in (two, three, half, tf32))
     assert not roundtrip.stale(9, two) and not roundtrip.stale(9, half) and roundtrip.stale(9, tf32)
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(5, two) and roundtrip.stale(11, two)
+    assert roundtrip.stale(5, two) and roundtrip.stale(12, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -261,3 +266,65 @@ def test_half_precision_and_channels_last_layers_round_trip_between_conversions(
 
 def _host(a):
     return a.get() if hasattr(a, "get") else numpy.asarray(a)
+
+
+# -- the one-block transforms' kept spectra (the block product) ---------------------------------------------------------
+def test_block_trip_config_label_and_dict():
+    c = TripConfig(sizes=(72, 72), product="block", radices="16x9")
+    assert c.label() == "fft-trip[sizes=72x72,block,radices=16x9]"
+    assert TripConfig.from_dict(c.as_dict()) == c
+    assert TripConfig.from_dict({"sizes": [8]}).radices == "8"  # (stored before the field)
+
+
+def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
+    from types import SimpleNamespace
+    from convtune.problem import ConvProblem
+    from convtune.roundtrip import block_trip_configs
+    gpu, cpu = SimpleNamespace(name="cupy"), SimpleNamespace(name="numpy")
+    hyena = ConvProblem.make(batch=4, in_channels=8, out_channels=8, groups=8, input_size=(4096,), kernel_size=4096,
+                             padding=4095)
+    assert [c.label() for c in block_trip_configs(hyena, gpu)] == ["fft-trip[sizes=8192,block]",
+                                                                   "fft-trip[sizes=8192,block,radices=16]"]
+    replk = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(56, 56), kernel_size=31,
+                             padding=15)
+    assert [(c.sizes, c.radices) for c in block_trip_configs(replk, gpu)] == [
+        ((128, 128), "8"), ((128, 128), "16"), ((72, 72), "8"), ((72, 72), "16x9")]
+    assert block_trip_configs(replk, cpu) == [] and block_trip_configs(replk.replace(dtype="bfloat16"), gpu) == []
+    assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
+
+
+def _emulated_block_kernels(monkeypatch):
+    """The block trips' kernels as the CPU runs them (tests/cuda_cpu.py) in place of the GPU's."""
+    import cuda_cpu
+    from convtune.fft import planeconv, rowconv
+    monkeypatch.setattr(rowconv, "_kept_kernels", lambda dtype, m, radix, device: cuda_cpu.launchables(
+        rowconv.source(dtype, m, radix), rowconv.KEPT_NAMES))
+    monkeypatch.setattr(planeconv, "_kept_kernels", lambda dtype, sizes, shape, radix, device: cuda_cpu.launchables(
+        planeconv.source(dtype, sizes, shape, radix), planeconv.KEPT_NAMES))
+
+
+@pytest.mark.parametrize("shape", [dict(input_size=(37,), kernel_size=11, padding=5),
+                                   dict(input_size=(9, 11), kernel_size=(3, 5), padding=(1, 2))])
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout):
+    """RoundTrip with the block product: forward, then both backward passes from the kept spectra, and the
+    stateless kept_forward / kept_backward, against float64 (the kernels emulated on the CPU)."""
+    from convtune.backend import get_backend
+    from convtune.fft import planeconv, rowconv
+    from convtune.problem import ConvProblem
+    _emulated_block_kernels(monkeypatch)
+    backend = get_backend("numpy")
+    p = ConvProblem.make(batch=3, in_channels=2, out_channels=2, groups=2, layout=layout, **shape)
+    sizes = (rowconv.transform_size(p),) if p.rank == 1 else planeconv.transform_sizes(p)
+    x, w, dy = _operands(backend, p)
+    refs = _references(backend, p, x, w, dy)
+    trip = RoundTrip(p, TripConfig(sizes=sizes, product="block"), backend)
+    assert trip.recordable and not trip.converted
+    got = [trip.forward(x, w), trip.backward_filter(dy), trip.backward_data(dy)]
+    assert not trip.holding
+    for out, ref in zip([got[0], got[2], got[1]], refs):
+        assert relative_error(numpy, out, ref) <= 1e-6
+    y, spectra = trip.kept_forward(x, w)
+    dx, dw = trip.kept_backward(spectra, dy)
+    for out, ref in zip((y, dx, dw), refs):
+        assert relative_error(numpy, out, ref) <= 1e-6

@@ -321,3 +321,47 @@ def test_kernel_source_under_address_sanitizer(layout, pass_, case):
     conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=kernels)
     run = cuda_cpu.sanitized(rowconv.source("float32", L // 2), conv, p, calls)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+# -- kept spectra: a round trip's executor (convtune.roundtrip's block product) ----------------------------------------
+def kept_round_trip(kept, p, seed):
+    """``(errors fwd/dgrad/wgrad)`` of one round trip through ``kept`` (a :class:`rowconv.KeptBlockFft`) against the
+    passes' definitions in float64 (``_direct`` of the module that calls it)."""
+    rng = numpy.random.default_rng(seed)
+    x, w, dy = (rng.standard_normal(s).astype(numpy.float32) for s in (p.x_shape, p.w_shape, p.y_shape))
+    xs, ws = kept.x_spectrum(x), kept.w_spectrum(w)
+    y = kept.forward_from(xs, ws, numpy.empty(p.y_shape, numpy.float32))
+    dys = kept.dy_spectrum(dy)
+    dx = kept.backward_data_from(dys, ws, numpy.empty(p.x_shape, numpy.float32))
+    dw = kept.backward_filter_from([(dys, xs)], numpy.empty(p.w_shape, numpy.float32))
+    return x.astype(numpy.float64), w.astype(numpy.float64), dy.astype(numpy.float64), (y, dx, dw)
+
+
+def _relative(got, ref):
+    return numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("case, smooth", [((16, 16, 15, 2, 3), False), ((37, 11, 5, 3, 2), False),
+                                          ((20, 7, 30, 2, 2), False), ((50, 5, 2, 2, 3), True)])
+def test_kept_round_trip_on_the_cpu(layout, case, smooth):
+    """The kept-spectra kernels (x's, w's and dy's spectra made once each; the passes from them), every pass against
+    its definition in float64, both layouts, padding past the kernel's reach, a 2^a 3^b length."""
+    import cuda_cpu
+    n, k, pad, batch, channels = case
+    p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
+    L = rowconv.transform_size(p, smooth=smooth)
+    kept = rowconv.RowKept(numpy, p, L, kernels=cuda_cpu.launchables(rowconv.source("float32", L // 2),
+                                                                     rowconv.KEPT_NAMES), stream=cuda_cpu.Stream())
+    x, w, dy, (y, dx, dw) = kept_round_trip(kept, p, seed=n)
+    assert _relative(y, _direct(p, x, w)) <= 1e-6
+    assert _relative(dx, _direct(p.for_pass("dgrad"), dy, w)) <= 1e-6
+    assert _relative(dw, _direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
+
+
+def test_kept_round_trip_refuses_what_it_cannot_run():
+    p = _problem(40, 7, 3)
+    with pytest.raises(ValueError, match="float32 layers only"):
+        rowconv.RowKept(numpy, p.replace(dtype="bfloat16"), 64, kernels=(None,) * 4)
+    with pytest.raises(ValueError, match="below"):
+        rowconv.RowKept(numpy, p, 16, kernels=(None,) * 4)

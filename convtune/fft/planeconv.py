@@ -291,15 +291,54 @@ template <typename E> __device__ __forceinline__ void inverse_store(float2* buf,
     }}
 }}
 
-// each filter's spectrum, L0 x (M1 + 1) complex64 per channel
-template <typename E> __device__ __forceinline__ void spectrum(const E* __restrict__ w, float2* __restrict__ ws,
-                                                              long long sC, long long s0, long long s1, int k0, int k1) {{
+// the spectrum of image b = (b / C, b % C) of a (element strides sN, sC, s0, s1; n0 x n1 samples): L0 x (M1 + 1)
+// complex64 at out + b L0 (M1 + 1) (a filter's images: C its channels, sN 0)
+template <typename E> __device__ __forceinline__ void images_spectrum(
+    const E* __restrict__ a, float2* __restrict__ out, int C, long long sN, long long sC, long long s0, long long s1,
+    int n0, int n1) {{
+    extern __shared__ float2 buf[];
+    const long long b = blockIdx.x, ni = b / C;
+    const int c = (int)(b - ni * C);
+    load_image(buf, a + ni * sN + c * sC, s0, s1, n0, n1);
+    forward_2d(buf, n0);
+    float2* o = out + b * (L0 * W);
+    for (int e = threadIdx.x; e < L0 * W; e += T) o[e] = buf[AT(e / W, e % W)];
+}}
+
+// kept spectra (a round trip, convtune.roundtrip): forward (CONJ) or backward-data from image b's spectrum sa and
+// the filter's; backward-filter from the input's and DY's spectra, block c summing its channel's images over the
+// batch
+template <typename E, bool CONJ> __device__ __forceinline__ void conv_from(
+    const float2* __restrict__ sa, const float2* __restrict__ ws, E* __restrict__ out, int C, long long oN,
+    long long oC, long long o0, long long o1, int out0, int out1, int sh0, int sh1, float scale) {{
+    extern __shared__ float2 buf[];
+    const long long b = blockIdx.x, ni = b / C;
+    const int c = (int)(b - ni * C);
+    const float2* a = sa + b * (L0 * W);
+    const float2* spec = ws + (long long)c * (L0 * W);
+    for (int e = threadIdx.x; e < L0 * W; e += T) {{
+        float2 s = __ldg(spec + e);
+        if (CONJ) s = conjf2(s);
+        buf[AT(e / W, e % W)] = cmul(__ldg(a + e), s);
+    }}
+    __syncthreads();
+    inverse_store(buf, out + ni * oN + c * oC, o0, o1, out0, out1, sh0, sh1, scale);
+}}
+template <typename E> __device__ __forceinline__ void wgrad_from(
+    const float2* __restrict__ xs, const float2* __restrict__ dys, E* __restrict__ dw, int N, int C, long long wC,
+    long long w0, long long w1, int k0, int k1, int sh0, int sh1, float scale) {{
     extern __shared__ float2 buf[];
     const int c = blockIdx.x;
-    load_image(buf, w + c * sC, s0, s1, k0, k1);
-    forward_2d(buf, k0);
-    float2* out = ws + (long long)c * (L0 * W);
-    for (int e = threadIdx.x; e < L0 * W; e += T) out[e] = buf[AT(e / W, e % W)];
+    for (int e = threadIdx.x; e < L0 * W; e += T) {{
+        float2 q = make_float2(0.f, 0.f);
+        for (int ni = 0; ni < N; ++ni) {{
+            const long long at = ((long long)ni * C + c) * (L0 * W) + e;
+            q = cadd(q, cmul(conjf2(__ldg(dys + at)), __ldg(xs + at)));
+        }}
+        buf[AT(e / W, e % W)] = q;
+    }}
+    __syncthreads();
+    inverse_store(buf, dw + c * wC, w0, w1, k0, k1, sh0, sh1, scale);
 }}
 
 // forward (CONJ: times conj(S)) and backward-data (times S): block b is image (b / C, b % C)
@@ -387,7 +426,19 @@ template <typename E> __device__ __forceinline__ void wgrad_sum(
 
 extern "C" __global__ void __launch_bounds__(T, MINB) planefft_spectrum(const {e}* w, float2* ws, long long sC, long long s0,
     long long s1, int k0, int k1)
-{{ spectrum<{e}>(w, ws, sC, s0, s1, k0, k1); }}
+{{ images_spectrum<{e}>(w, ws, gridDim.x, 0, sC, s0, s1, k0, k1); }}
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_images_spectrum(const {e}* a, float2* out, int C,
+    long long sN, long long sC, long long s0, long long s1, int n0, int n1)
+{{ images_spectrum<{e}>(a, out, C, sN, sC, s0, s1, n0, n1); }}
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_fwd_from(const float2* sa, const float2* ws, {e}* out,
+    int C, long long oN, long long oC, long long o0, long long o1, int out0, int out1, int sh0, int sh1, float scale)
+{{ conv_from<{e}, true>(sa, ws, out, C, oN, oC, o0, o1, out0, out1, sh0, sh1, scale); }}
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_dgrad_from(const float2* sa, const float2* ws, {e}* out,
+    int C, long long oN, long long oC, long long o0, long long o1, int out0, int out1, int sh0, int sh1, float scale)
+{{ conv_from<{e}, false>(sa, ws, out, C, oN, oC, o0, o1, out0, out1, sh0, sh1, scale); }}
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_wgrad_from(const float2* xs, const float2* dys, {e}* dw,
+    int N, int C, long long wC, long long w0, long long w1, int k0, int k1, int sh0, int sh1, float scale)
+{{ wgrad_from<{e}>(xs, dys, dw, N, C, wC, w0, w1, k0, k1, sh0, sh1, scale); }}
 extern "C" __global__ void __launch_bounds__(T, MINB) planefft_fwd(const {e}* a, const float2* ws, {e}* out, int C,
     long long aN, long long aC, long long a0, long long a1, long long oN, long long oC, long long o0, long long o1,
     int in0, int in1, int out0, int out1, int sh0, int sh1, float scale)
@@ -502,3 +553,36 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
                       (fwd if p.pass_ == "fwd" else dgrad, (p.batch * C,), block,
                        (i32(C), *src, *dst, i32(in0), i32(in1), i32(out0), i32(out1), *sh, scale), smem,
                        ("a", "ws", "out")))
+
+
+#: The kept-spectra kernels of :func:`source` (a round trip's, :class:`PlaneKept`), in its order.
+KEPT_NAMES = ("planefft_images_spectrum", "planefft_fwd_from", "planefft_dgrad_from", "planefft_wgrad_from")
+
+
+@compiled_once
+def _kept_kernels(dtype: str, sizes, shape, radix: str, device_id: int):
+    """:data:`KEPT_NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``, compiled once per device."""
+    return rowconv.launchables(source(dtype, sizes, shape, radix), KEPT_NAMES, smem_bytes(sizes), device_id)
+
+
+class PlaneKept(rowconv.KeptBlockFft):
+    """:class:`convtune.fft.rowconv.KeptBlockFft` for 2-D depthwise layers at transform ``sizes`` (launch ``shape``,
+    default :func:`launch_shape`; radices ``radix``)."""
+
+    what = "the image FFT round trip"
+
+    def __init__(self, xp, problem: ConvProblem, sizes, radix: str = "8", shape=None, kernels=None, stream=None):
+        super().__init__(xp, problem, stream)
+        self.sizes = sizes = tuple(sizes)
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            why = reason(self.p.for_pass(pass_), sizes)
+            if why:
+                raise ValueError(f"{self.what}: {why}")
+        shape = launch_shape(sizes) if shape is None else tuple(shape)
+        self.spectrum_elems = sizes[0] * (sizes[1] // 2 + 1)
+        self.block, self.smem = (shape[0],), smem_bytes(sizes)
+        self.kernels = kernels or _kept_kernels(self.p.dtype, sizes, shape, radix, self._device(xp))
+
+    def _sizes_args(self, q: ConvProblem):
+        return (*(numpy.int32(s) for s in shifts(q, self.sizes)),
+                numpy.float32(1.0 / (self.sizes[0] * self.sizes[1])))

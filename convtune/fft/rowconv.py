@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy
 
 from ..compiling import compiled_once
-from ..precision import launch_strides
+from ..precision import from_launch, launch_memory, launch_strides
 from ..problem import ConvProblem
 from .sizes import is_smooth, min_length, next_pow2
 
@@ -491,20 +491,71 @@ template <typename E> __device__ __forceinline__ void store_row(const float2* bu
 // frequency pairs (f, M - f) for f = 0 .. M / 2, each taken by one thread in every phase
 #define FOR_PAIRS(f) for (int f = threadIdx.x; f <= M / 2; f += T)
 
-// each filter row's spectrum: M + 1 complex64 per channel
-template <typename E> __device__ __forceinline__ void spectrum(const E* __restrict__ w, float2* __restrict__ ws,
-                                                              long long sC, long long sK, int K) {{
+// the spectrum of row b = (b / C, b % C) of a (element strides sN, sC, sL; n samples): M + 1 complex64 at out + b (M + 1)
+// (a filter's rows: C its channels, sN 0)
+template <typename E> __device__ __forceinline__ void rows_spectrum(const E* __restrict__ a, float2* __restrict__ out,
+                                                                   int C, long long sN, long long sC, long long sL,
+                                                                   int n) {{
     extern __shared__ float2 buf[];
-    const int c = blockIdx.x;
-    load_row(buf, w + c * sC, sK, K);
+    const long long b = blockIdx.x, ni = b / C;
+    const int c = (int)(b - ni * C);
+    load_row(buf, a + ni * sN + c * sC, sL, n);
     fft<false>(buf);
-    float2* out = ws + (long long)c * (M + 1);
+    float2* o = out + b * (M + 1);
     FOR_PAIRS(f) {{
         float2 af, am;
         unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), af, am);
-        out[f] = af;
-        out[M - f] = am;
+        o[f] = af;
+        o[M - f] = am;
     }}
+}}
+
+// the packed row of the inverse of frequencies q(f), q(M - f) (f = 0 .. M / 2) into buf, then the inverse and the
+// result row's n elements (element stride s; the cyclic shift, times scale)
+template <typename E, typename Q> __device__ __forceinline__ void inverse_row(float2* buf, E* row, long long s, int n,
+                                                                             int shift, float scale, Q q) {{
+    FOR_PAIRS(f) {{
+        float2 qf, qm, pf, pm;
+        q(f, qf, qm);
+        pack(qf, qm, half_twiddle(f, M), pf, pm);
+        buf[PADI(f)] = pf;
+        if (f != 0 && 2 * f != M) buf[PADI(M - f)] = pm;
+    }}
+    __syncthreads();
+    fft<true>(buf);
+    store_row(buf, row, s, n, shift, scale);
+}}
+
+// kept spectra (a round trip, convtune.roundtrip): forward (CONJ) or backward-data from row b's spectrum sa and the
+// filter's; backward-filter from the input's and DY's spectra, block c summing its channel's rows over the batch
+template <typename E, bool CONJ> __device__ __forceinline__ void conv_from(
+    const float2* __restrict__ sa, const float2* __restrict__ ws, E* __restrict__ out, int C, long long oN, long long oC,
+    long long oL, int n_out, int shift, float scale) {{
+    extern __shared__ float2 buf[];
+    const long long b = blockIdx.x, ni = b / C;
+    const int c = (int)(b - ni * C);
+    const float2* a = sa + b * (M + 1);
+    const float2* w = ws + (long long)c * (M + 1);
+    inverse_row(buf, out + ni * oN + c * oC, oL, n_out, shift, scale, [=](int f, float2& qf, float2& qm) {{
+        float2 sf = __ldg(w + f), sm = __ldg(w + (M - f));
+        if (CONJ) {{ sf = conjf2(sf); sm = conjf2(sm); }}
+        qf = cmul(__ldg(a + f), sf);
+        qm = cmul(__ldg(a + (M - f)), sm);
+    }});
+}}
+template <typename E> __device__ __forceinline__ void wgrad_from(
+    const float2* __restrict__ xs, const float2* __restrict__ dys, E* __restrict__ dw, int N, int C, long long wC,
+    long long wK, int K, int shift, float scale) {{
+    extern __shared__ float2 buf[];
+    const int c = blockIdx.x;
+    inverse_row(buf, dw + c * wC, wK, K, shift, scale, [=](int f, float2& qf, float2& qm) {{
+        qf = qm = make_float2(0.f, 0.f);
+        for (int ni = 0; ni < N; ++ni) {{
+            const long long r = ((long long)ni * C + c) * (M + 1);
+            qf = cadd(qf, cmul(conjf2(__ldg(dys + r + f)), __ldg(xs + r + f)));
+            qm = cadd(qm, cmul(conjf2(__ldg(dys + r + (M - f))), __ldg(xs + r + (M - f))));
+        }}
+    }});
 }}
 
 // forward (CONJ: times conj(W)) and backward-data (times W): block b is row (b / C, b % C)
@@ -608,7 +659,19 @@ template <typename E> __device__ __forceinline__ void wgrad(
 }}
 
 extern "C" __global__ void __launch_bounds__(T) rowfft_spectrum(const {e}* w, float2* ws, long long sC, long long sK, int K)
-{{ spectrum<{e}>(w, ws, sC, sK, K); }}
+{{ rows_spectrum<{e}>(w, ws, gridDim.x, 0, sC, sK, K); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_rows_spectrum(const {e}* a, float2* out, int C, long long sN,
+    long long sC, long long sL, int n)
+{{ rows_spectrum<{e}>(a, out, C, sN, sC, sL, n); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_fwd_from(const float2* sa, const float2* ws, {e}* out, int C,
+    long long oN, long long oC, long long oL, int n_out, int shift, float scale)
+{{ conv_from<{e}, true>(sa, ws, out, C, oN, oC, oL, n_out, shift, scale); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_dgrad_from(const float2* sa, const float2* ws, {e}* out, int C,
+    long long oN, long long oC, long long oL, int n_out, int shift, float scale)
+{{ conv_from<{e}, false>(sa, ws, out, C, oN, oC, oL, n_out, shift, scale); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_wgrad_from(const float2* xs, const float2* dys, {e}* dw, int N,
+    int C, long long wC, long long wK, int K, int shift, float scale)
+{{ wgrad_from<{e}>(xs, dys, dw, N, C, wC, wK, K, shift, scale); }}
 extern "C" __global__ void __launch_bounds__(T) rowfft_fwd(const {e}* a, const float2* ws, {e}* out, int C, long long aN,
     long long aC, long long aL, long long oN, long long oC, long long oL, int n_in, int n_out, int shift, float scale)
 {{ conv<{e}, true>(a, ws, out, C, aN, aC, aL, oN, oC, oL, n_in, n_out, shift, scale); }}
@@ -759,3 +822,126 @@ class RowFftConv(BlockFftLaunch):
         self.steps = ((spectrum, (C,), block, (i64(wN), i64(wK), i32(k)), smem, ("b", "ws")),
                       (fwd if p.pass_ == "fwd" else dgrad, (p.batch * C,), block,
                        (i32(C), *src, *dst, i32(n_in), i32(n_out), shift, scale), smem, ("a", "ws", "out")))
+
+
+#: The kept-spectra kernels of :func:`source` (a round trip's, :class:`RowKept`), in its order.
+KEPT_NAMES = ("rowfft_rows_spectrum", "rowfft_fwd_from", "rowfft_dgrad_from", "rowfft_wgrad_from")
+
+
+@compiled_once
+def _kept_kernels(dtype: str, m: int, radix: str, device_id: int):
+    """:data:`KEPT_NAMES` for ``dtype`` and ``m``-point rows, compiled once per device (the module of :func:`_kernels`:
+    one source)."""
+    return launchables(source(dtype, m, radix), KEPT_NAMES, smem_bytes(m), device_id)
+
+
+class KeptBlockFft:
+    """What :class:`RowKept` and :class:`convtune.fft.planeconv.PlaneKept` share: the executor of a round trip with
+    kept spectra (:class:`convtune.roundtrip.RoundTrip`'s ``block`` product) on the one-block transforms. The forward
+    problem ``p``'s three passes: ``x_spectrum``, ``w_spectrum``, ``dy_spectrum`` (one kernel each: every row or image
+    transformed once, its spectrum written), then ``forward_from``, ``backward_data_from`` (a kernel each: the product,
+    the inverse, the result in the layer's layout) and ``backward_filter_from`` (a kernel: the batch's products
+    summed per channel, one inverse each). Float32 in either layout. Subclasses set ``what``, ``spectrum_elems`` (per
+    row or image), ``block``, ``smem`` and the ``kernels`` (spectrum, fwd, dgrad, wgrad), and give
+    :meth:`_sizes_args`, the transform's per-pass arguments."""
+
+    what = "the block FFT round trip"
+    spectrum_elems = 0
+
+    def __init__(self, xp, problem: ConvProblem, stream=None):
+        self.xp, self.p = xp, problem.for_pass("fwd")
+        if self.p.dtype != "float32":
+            raise ValueError(f"{self.what}: float32 layers only (the problem is {self.p.dtype})")
+        self.stream = stream  # None: CuPy's current stream at each launch (the CPU tests pass a stand-in)
+
+    @staticmethod
+    def _ptr(a) -> int:
+        return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
+
+    @staticmethod
+    def _device(xp) -> int:
+        """The current device's id (``-1`` off the GPU: the CPU tests' NumPy arrays)."""
+        return xp.cuda.Device().id if hasattr(xp, "cuda") else -1
+
+    def _launch(self, kernel, grid, args) -> None:
+        stream = self.stream
+        if stream is None and hasattr(self.xp, "cuda"):
+            stream = self.xp.cuda.get_current_stream()
+        kernel(grid, self.block, args, self.smem, stream)
+
+    def _spectrum(self, a, shape, extent) -> object:
+        """Every row or image of ``a`` (logical ``shape``, the layer's layout; ``extent``: its samples per axis)
+        transformed: ``shape[0] * shape[1]`` spectra."""
+        mem = launch_memory(self.xp, a, "float32", self.p.layout)
+        sN, sC, *rest = launch_strides(shape, self.p.layout)
+        out = self.xp.empty(shape[0] * shape[1] * self.spectrum_elems, dtype=self.xp.complex64)
+        self._launch(self.kernels[0], (shape[0] * shape[1],),
+                     (self._ptr(mem), self._ptr(out), numpy.int32(shape[1]), numpy.int64(sN), numpy.int64(sC),
+                      *map(numpy.int64, rest), *map(numpy.int32, extent)))
+        return out
+
+    def x_spectrum(self, x):
+        return self._spectrum(x, self.p.x_shape, self.p.input_size)
+
+    def w_spectrum(self, w):
+        return self._spectrum(w, self.p.w_shape, self.p.kernel_size)
+
+    def dy_spectrum(self, dy):
+        return self._spectrum(dy, self.p.y_shape, self.p.output_size)
+
+    def _into(self, out, shape, launch) -> object:
+        """``launch(address)`` writes a result of logical ``shape`` in the layer's layout; into ``out`` itself where
+        ``out`` is that memory, else through a copy."""
+        mem = launch_memory(self.xp, out, "float32", self.p.layout)
+        launch(self._ptr(mem))
+        if self._ptr(mem) != self._ptr(out):
+            out[...] = from_launch(self.xp, mem, "float32", self.p.layout)
+        return out
+
+    def _pass_args(self, pass_: str, shape, extent, skip_axis: int | None = None):
+        """The result's element strides (but axis ``skip_axis``), its extent, the pass's shifts and scale."""
+        q = self.p.for_pass(pass_)
+        strides = [s for axis, s in enumerate(launch_strides(shape, q.layout)) if axis != skip_axis]
+        return (*map(numpy.int64, strides), *map(numpy.int32, extent), *self._sizes_args(q))
+
+    def forward_from(self, xs, ws, out):
+        p = self.p
+        return self._into(out, p.y_shape, lambda res: self._launch(
+            self.kernels[1], (p.batch * p.in_channels,),
+            (self._ptr(xs), self._ptr(ws), res, numpy.int32(p.in_channels),
+             *self._pass_args("fwd", p.y_shape, p.output_size))))
+
+    def backward_data_from(self, dys, ws, out):
+        p = self.p
+        return self._into(out, p.x_shape, lambda res: self._launch(
+            self.kernels[2], (p.batch * p.in_channels,),
+            (self._ptr(dys), self._ptr(ws), res, numpy.int32(p.in_channels),
+             *self._pass_args("dgrad", p.x_shape, p.input_size))))
+
+    def backward_filter_from(self, pairs, out):
+        """``out`` = the filter gradient from ``[(dy spectra, x spectra)]`` (one pair: the whole batch)."""
+        (dys, xs), = pairs
+        p = self.p
+        return self._into(out, p.w_shape, lambda res: self._launch(
+            self.kernels[3], (p.in_channels,),
+            (self._ptr(xs), self._ptr(dys), res, numpy.int32(p.batch), numpy.int32(p.in_channels),
+             *self._pass_args("wgrad", p.w_shape, p.kernel_size, skip_axis=1))))  # (a filter's axis 1: one channel)
+
+
+class RowKept(KeptBlockFft):
+    """:class:`KeptBlockFft` for 1-D depthwise layers at transform length ``L`` (radices ``radix``)."""
+
+    what = "the row FFT round trip"
+
+    def __init__(self, xp, problem: ConvProblem, L: int, radix: str = "8", kernels=None, stream=None):
+        super().__init__(xp, problem, stream)
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            why = reason(self.p.for_pass(pass_), L)
+            if why:
+                raise ValueError(f"{self.what}: {why}")
+        self.L, m = L, L // 2
+        self.spectrum_elems, self.block, self.smem = m + 1, (threads(m),), smem_bytes(m)
+        self.kernels = kernels or _kept_kernels(self.p.dtype, m, radix, self._device(xp))
+
+    def _sizes_args(self, q: ConvProblem):
+        return numpy.int32(shifts(q, self.L)), numpy.float32(1.0 / self.L)
