@@ -287,7 +287,10 @@ class RoundTrip:
     def _forward_keeping(self, x, w, out):
         """``out`` = the forward pass of checked operands; returns the spectra of ``x`` and ``w``."""
         with gemm_precision(self.xp, self.config.tf32):
-            xs, ws = self._ex.x_spectrum(x), self._ex.w_spectrum(w)
+            ws = self._ex.w_spectrum(w)
+            if hasattr(self._ex, "forward_keeping"):  # (the block product: the pass and x's spectra in one kernel)
+                return self._ex.forward_keeping(x, ws, out), ws
+            xs = self._ex.x_spectrum(x)
             self._ex.forward_from(xs, ws, out)
         return xs, ws
 
@@ -315,7 +318,11 @@ class RoundTrip:
         self._need("dgrad")
         dx = self._out(out, self.problem.x_shape)
         with gemm_precision(self.xp, self.config.tf32):
-            self._ex.backward_data_from(self._dy_spectrum(dy), self._ws, dx)
+            if hasattr(self._ex, "backward_data_keeping") and (self._dys is None or self._dy is not dy):
+                checked = self._check("dy", dy, self.problem.y_shape)  # (the pass and dy's spectra in one kernel)
+                self._dys, self._dy = self._ex.backward_data_keeping(checked, self._ws, dx), dy
+            else:
+                self._ex.backward_data_from(self._dy_spectrum(dy), self._ws, dx)
         self._done("dgrad")
         return self._result(dx, out, "dgrad")
 
@@ -346,9 +353,13 @@ class RoundTrip:
         xs, ws = spectra
         dx = dw = None
         with gemm_precision(self.xp, self.config.tf32):
-            dys = self._ex.dy_spectrum(dy)
-            if need_dx:
-                dx = self._ex.backward_data_from(dys, ws, self._out(dx_out, p.x_shape))
+            if need_dx and hasattr(self._ex, "backward_data_keeping"):  # (one kernel: dx and dy's spectra)
+                dx = self._out(dx_out, p.x_shape)
+                dys = self._ex.backward_data_keeping(dy, ws, dx)
+            else:
+                dys = self._ex.dy_spectrum(dy)
+                if need_dx:
+                    dx = self._ex.backward_data_from(dys, ws, self._out(dx_out, p.x_shape))
             if need_dw:
                 dw = self._ex.backward_filter_from([(dys, xs)], self._out(dw_out, p.w_shape))
         return (None if dx is None else self._result(dx, dx_out, "dgrad"),

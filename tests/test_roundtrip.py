@@ -306,9 +306,11 @@ def _emulated_block_kernels(monkeypatch):
 @pytest.mark.parametrize("shape", [dict(input_size=(37,), kernel_size=11, padding=5),
                                    dict(input_size=(9, 11), kernel_size=(3, 5), padding=(1, 2))])
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
-def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout):
-    """RoundTrip with the block product: forward, then both backward passes from the kept spectra, and the
-    stateless kept_forward / kept_backward, against float64 (the kernels emulated on the CPU)."""
+@pytest.mark.parametrize("dgrad_first", [False, True])
+def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout, dgrad_first):
+    """RoundTrip with the block product: forward (the pass and x's spectra in one kernel), then both backward passes
+    in either order (backward-data first: dx and dy's spectra in one kernel; else dy's spectra alone, then dx from
+    them), and the stateless kept_forward / kept_backward, against float64 (the kernels emulated on the CPU)."""
     from convtune.backend import get_backend
     from convtune.fft import planeconv, rowconv
     from convtune.problem import ConvProblem
@@ -320,9 +322,15 @@ def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout):
     refs = _references(backend, p, x, w, dy)
     trip = RoundTrip(p, TripConfig(sizes=sizes, product="block"), backend)
     assert trip.recordable and not trip.converted
-    got = [trip.forward(x, w), trip.backward_filter(dy), trip.backward_data(dy)]
+    y = trip.forward(x, w)
+    if dgrad_first:
+        dx = trip.backward_data(dy)
+        dw = trip.backward_filter(dy)
+    else:
+        dw = trip.backward_filter(dy)
+        dx = trip.backward_data(dy)
     assert not trip.holding
-    for out, ref in zip([got[0], got[2], got[1]], refs):
+    for out, ref in zip((y, dx, dw), refs):
         assert relative_error(numpy, out, ref) <= 1e-6
     y, spectra = trip.kept_forward(x, w)
     dx, dw = trip.kept_backward(spectra, dy)

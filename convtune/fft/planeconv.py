@@ -342,10 +342,11 @@ template <typename E> __device__ __forceinline__ void wgrad_from(
 }}
 
 // forward (CONJ: times conj(S)) and backward-data (times S): block b is image (b / C, b % C)
-template <typename E, bool CONJ> __device__ __forceinline__ void conv(
+// (KEEP: the image's spectrum also written to keep + b L0 (M1 + 1), for a round trip's filter gradient)
+template <typename E, bool CONJ, bool KEEP = false> __device__ __forceinline__ void conv(
     const E* __restrict__ a, const float2* __restrict__ ws, E* __restrict__ out, int C, long long aN, long long aC,
     long long a0, long long a1, long long oN, long long oC, long long o0, long long o1, int in0, int in1, int out0,
-    int out1, int sh0, int sh1, float scale) {{
+    int out1, int sh0, int sh1, float scale, float2* __restrict__ keep = nullptr) {{
     extern __shared__ float2 buf[];
     const long long b = blockIdx.x, ni = b / C;
     const int c = (int)(b - ni * C);
@@ -356,6 +357,7 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
         float2 s = __ldg(spec + e);
         if (CONJ) s = conjf2(s);
         const int at = AT(e / W, e % W);
+        if constexpr (KEEP) keep[b * (L0 * W) + e] = buf[at];
         buf[at] = cmul(buf[at], s);
     }}
     __syncthreads();
@@ -427,6 +429,14 @@ template <typename E> __device__ __forceinline__ void wgrad_sum(
 extern "C" __global__ void __launch_bounds__(T, MINB) planefft_spectrum(const {e}* w, float2* ws, long long sC, long long s0,
     long long s1, int k0, int k1)
 {{ images_spectrum<{e}>(w, ws, gridDim.x, 0, sC, s0, s1, k0, k1); }}
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_fwd_keep(const {e}* a, const float2* ws, {e}* out,
+    float2* keep, int C, long long aN, long long aC, long long a0, long long a1, long long oN, long long oC,
+    long long o0, long long o1, int in0, int in1, int out0, int out1, int sh0, int sh1, float scale)
+{{ conv<{e}, true, true>(a, ws, out, C, aN, aC, a0, a1, oN, oC, o0, o1, in0, in1, out0, out1, sh0, sh1, scale, keep); }}
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_dgrad_keep(const {e}* a, const float2* ws, {e}* out,
+    float2* keep, int C, long long aN, long long aC, long long a0, long long a1, long long oN, long long oC,
+    long long o0, long long o1, int in0, int in1, int out0, int out1, int sh0, int sh1, float scale)
+{{ conv<{e}, false, true>(a, ws, out, C, aN, aC, a0, a1, oN, oC, o0, o1, in0, in1, out0, out1, sh0, sh1, scale, keep); }}
 extern "C" __global__ void __launch_bounds__(T, MINB) planefft_images_spectrum(const {e}* a, float2* out, int C,
     long long sN, long long sC, long long s0, long long s1, int n0, int n1)
 {{ images_spectrum<{e}>(a, out, C, sN, sC, s0, s1, n0, n1); }}
@@ -556,7 +566,8 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
 
 
 #: The kept-spectra kernels of :func:`source` (a round trip's, :class:`PlaneKept`), in its order.
-KEPT_NAMES = ("planefft_images_spectrum", "planefft_fwd_from", "planefft_dgrad_from", "planefft_wgrad_from")
+KEPT_NAMES = ("planefft_images_spectrum", "planefft_fwd_from", "planefft_dgrad_from", "planefft_wgrad_from",
+              "planefft_fwd_keep", "planefft_dgrad_keep")
 
 
 @compiled_once

@@ -558,10 +558,12 @@ template <typename E> __device__ __forceinline__ void wgrad_from(
     }});
 }}
 
-// forward (CONJ: times conj(W)) and backward-data (times W): block b is row (b / C, b % C)
-template <typename E, bool CONJ> __device__ __forceinline__ void conv(
+// forward (CONJ: times conj(W)) and backward-data (times W): block b is row (b / C, b % C) (KEEP: its spectrum also
+// written to keep + b (M + 1), for a round trip's filter gradient)
+template <typename E, bool CONJ, bool KEEP = false> __device__ __forceinline__ void conv(
     const E* __restrict__ a, const float2* __restrict__ ws, E* __restrict__ out, int C, long long aN, long long aC,
-    long long aL, long long oN, long long oC, long long oL, int n_in, int n_out, int shift, float scale) {{
+    long long aL, long long oN, long long oC, long long oL, int n_in, int n_out, int shift, float scale,
+    float2* __restrict__ keep = nullptr) {{
     extern __shared__ float2 buf[];
     const long long b = blockIdx.x, ni = b / C;
     const int c = (int)(b - ni * C);
@@ -573,6 +575,7 @@ template <typename E, bool CONJ> __device__ __forceinline__ void conv(
         const float2 tw = half_twiddle(f, M);
         float2 af, am, pf, pm;
         unpack(buf[PADI(f)], buf[PADI(g)], tw, af, am);
+        if constexpr (KEEP) {{ keep[b * (M + 1) + f] = af; keep[b * (M + 1) + (M - f)] = am; }}
         float2 sf = __ldg(spec + f), sm = __ldg(spec + (M - f));
         if (CONJ) {{ sf = conjf2(sf); sm = conjf2(sm); }}
         pack(cmul(af, sf), cmul(am, sm), tw, pf, pm);
@@ -660,6 +663,14 @@ template <typename E> __device__ __forceinline__ void wgrad(
 
 extern "C" __global__ void __launch_bounds__(T) rowfft_spectrum(const {e}* w, float2* ws, long long sC, long long sK, int K)
 {{ rows_spectrum<{e}>(w, ws, gridDim.x, 0, sC, sK, K); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_fwd_keep(const {e}* a, const float2* ws, {e}* out, float2* keep,
+    int C, long long aN, long long aC, long long aL, long long oN, long long oC, long long oL, int n_in, int n_out,
+    int shift, float scale)
+{{ conv<{e}, true, true>(a, ws, out, C, aN, aC, aL, oN, oC, oL, n_in, n_out, shift, scale, keep); }}
+extern "C" __global__ void __launch_bounds__(T) rowfft_dgrad_keep(const {e}* a, const float2* ws, {e}* out, float2* keep,
+    int C, long long aN, long long aC, long long aL, long long oN, long long oC, long long oL, int n_in, int n_out,
+    int shift, float scale)
+{{ conv<{e}, false, true>(a, ws, out, C, aN, aC, aL, oN, oC, oL, n_in, n_out, shift, scale, keep); }}
 extern "C" __global__ void __launch_bounds__(T) rowfft_rows_spectrum(const {e}* a, float2* out, int C, long long sN,
     long long sC, long long sL, int n)
 {{ rows_spectrum<{e}>(a, out, C, sN, sC, sL, n); }}
@@ -825,7 +836,8 @@ class RowFftConv(BlockFftLaunch):
 
 
 #: The kept-spectra kernels of :func:`source` (a round trip's, :class:`RowKept`), in its order.
-KEPT_NAMES = ("rowfft_rows_spectrum", "rowfft_fwd_from", "rowfft_dgrad_from", "rowfft_wgrad_from")
+KEPT_NAMES = ("rowfft_rows_spectrum", "rowfft_fwd_from", "rowfft_dgrad_from", "rowfft_wgrad_from",
+              "rowfft_fwd_keep", "rowfft_dgrad_keep")
 
 
 @compiled_once
@@ -917,6 +929,32 @@ class KeptBlockFft:
             self.kernels[2], (p.batch * p.in_channels,),
             (self._ptr(dys), self._ptr(ws), res, numpy.int32(p.in_channels),
              *self._pass_args("dgrad", p.x_shape, p.input_size))))
+
+    def _keeping(self, kernel, pass_: str, a, a_shape, a_extent, ws, out, out_shape, out_extent):
+        """The pass from operand ``a`` and the filter's spectra ``ws`` into ``out`` in one kernel that also writes
+        ``a``'s spectra, returned (:meth:`forward_keeping`, :meth:`backward_data_keeping`)."""
+        p = self.p
+        mem = launch_memory(self.xp, a, "float32", p.layout)
+        kept = self.xp.empty(a_shape[0] * a_shape[1] * self.spectrum_elems, dtype=self.xp.complex64)
+        a_strides = map(numpy.int64, launch_strides(a_shape, p.layout))
+        args, k = self._pass_args(pass_, out_shape, out_extent), len(out_shape)  # (the result's k strides first)
+        self._into(out, out_shape, lambda res: self._launch(
+            kernel, (p.batch * p.in_channels,),
+            (self._ptr(mem), self._ptr(ws), res, self._ptr(kept), numpy.int32(p.in_channels), *a_strides,
+             *args[:k], *map(numpy.int32, a_extent), *args[k:])))
+        return kept
+
+    def forward_keeping(self, x, ws, out):
+        """``out`` = the forward pass from ``x`` and the filter's spectra, in one kernel; returns ``x``'s spectra."""
+        p = self.p
+        return self._keeping(self.kernels[4], "fwd", x, p.x_shape, p.input_size, ws, out, p.y_shape, p.output_size)
+
+    def backward_data_keeping(self, dy, ws, out):
+        """``out`` = the backward-data pass from ``dy`` and the filter's spectra, in one kernel; returns ``dy``'s
+        spectra."""
+        p = self.p
+        return self._keeping(self.kernels[5], "dgrad", dy, p.y_shape, p.output_size, ws, out, p.x_shape,
+                             p.input_size)
 
     def backward_filter_from(self, pairs, out):
         """``out`` = the filter gradient from ``[(dy spectra, x spectra)]`` (one pair: the whole batch)."""
