@@ -280,12 +280,20 @@ def sanitized(source: str, executor, p, calls: list) -> subprocess.CompletedProc
     an access outside any of them, or outside a block's shared memory, fails the run (its stderr says where). Slow (a
     compilation per call): ``CONVTUNE_ASAN=1`` turns on the tests that use it."""
     import math
-    _require_compiler()
     del calls[:]
     executor.launch(1, 2, 3, Stream(), 4 if executor.workspace else None)
-    names = {1: "a", 2: "b", 3: "out", 4: "ws", 0: "nullptr"}
-    elements = {"a": math.prod(p.operand_shapes[0]), "b": math.prod(p.operand_shapes[1]),
-                "out": math.prod(p.result_shape), "ws": max(1, executor.workspace // 4)}
+    buffers = {1: ("a", math.prod(p.operand_shapes[0])), 2: ("b", math.prod(p.operand_shapes[1])),
+               3: ("out", math.prod(p.result_shape)), 4: ("ws", max(1, executor.workspace // 4))}
+    return sanitized_calls(source, buffers, calls)
+
+
+def sanitized_calls(source: str, buffers: dict, calls: list) -> subprocess.CompletedProcess:
+    """:func:`sanitized`'s program for recorded ``calls`` whose pointer arguments are the keys of ``buffers`` (an
+    address or stand-in number -> ``(name, floats)``; 0 is a null pointer): each buffer a heap array of exactly that
+    many floats."""
+    _require_compiler()
+    names = {address: name for address, (name, _) in buffers.items()}
+    names[0] = "nullptr"
     body = []
     for name, grid, block, smem, args in calls:
         rendered = []
@@ -297,9 +305,9 @@ def sanitized(source: str, executor, p, calls: list) -> subprocess.CompletedProc
                 rendered.append(repr(value.item()) + suffix)
         dims = ", ".join(map(str, _dims(grid, 3) + _dims(block, 2)))
         body.append(f"host_{name}({dims}, {smem}, {', '.join(rendered)});")
-    buffers = "\n".join(f"float* {k} = new float[{v}]; for (long i = 0; i < {v}; ++i) {k}[i] = (float)(i % 13) - 6;"
-                        for k, v in elements.items())
-    text = _program(source)[0] + f"int main() {{\n{buffers}\n" + "\n".join(body) + "\nreturn 0;\n}\n"
+    arrays = "\n".join(f"float* {k} = new float[{v}]; for (long i = 0; i < {v}; ++i) {k}[i] = (float)(i % 13) - 6;"
+                       for k, v in buffers.values())
+    text = _program(source)[0] + f"int main() {{\n{arrays}\n" + "\n".join(body) + "\nreturn 0;\n}\n"
     folder = tempfile.mkdtemp(prefix="convtune-asan-")
     path, program = os.path.join(folder, "run.cpp"), os.path.join(folder, "run")
     with open(path, "w") as f:

@@ -286,3 +286,17 @@ def test_kept_round_trip_on_the_cpu(layout, case, smooth):
     assert _relative(y, _direct(p, x, w)) <= 1e-6
     assert _relative(dx, _direct(p.for_pass("dgrad"), dy, w)) <= 1e-6
     assert _relative(dw, _direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("CONVTUNE_ASAN"), reason="CONVTUNE_ASAN=1 runs it (slow)")
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("case, smooth", [(((9, 11), (3, 5), (1, 2), 2, 3), False),
+                                          (((20, 13), (13, 4), (6, 0), 3, 2), True)])
+def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
+    from test_rowconv import kept_under_sanitizer
+    size, k, pad, batch, channels = case
+    p = _problem(size, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
+    sizes = planeconv.transform_sizes(p, smooth)
+    run = kept_under_sanitizer(planeconv.PlaneKept, planeconv.source("float32", sizes), planeconv.KEPT_NAMES, p, sizes,
+                               layout)
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -365,3 +365,40 @@ def test_kept_round_trip_refuses_what_it_cannot_run():
         rowconv.RowKept(numpy, p.replace(dtype="bfloat16"), 64, kernels=(None,) * 4)
     with pytest.raises(ValueError, match="below"):
         rowconv.RowKept(numpy, p, 16, kernels=(None,) * 4)
+
+
+def kept_under_sanitizer(kept_type, source, names, p, transform, layout):
+    """The kept-spectra kernels' launches of one round trip (every method of ``kept_type``) as a standalone program
+    under AddressSanitizer, each buffer of exactly its size (operands and results in ``layout``'s memory, so the
+    launches read them in place)."""
+    import cuda_cpu
+    from convtune import precision
+    kernels, calls = cuda_cpu.recorders(names)
+    kept = kept_type(numpy, p, transform, kernels=kernels, stream=cuda_cpu.Stream())
+    arrays = {name: precision.empty_in(numpy, shape, "float32", layout)
+              for name, shape in (("x", p.x_shape), ("w", p.w_shape), ("dy", p.y_shape), ("y", p.y_shape),
+                                  ("dx", p.x_shape), ("dw", p.w_shape))}
+    for a in arrays.values():
+        a[...] = 1.0
+    x, w, dy, y, dx, dw = arrays.values()
+    spectra = {"ws": kept.w_spectrum(w), "xs": kept.x_spectrum(x), "dys": kept.dy_spectrum(dy)}
+    kept.forward_from(spectra["xs"], spectra["ws"], y)
+    kept.backward_data_from(spectra["dys"], spectra["ws"], dx)
+    kept.backward_filter_from([(spectra["dys"], spectra["xs"])], dw)
+    spectra["xs2"] = kept.forward_keeping(x, spectra["ws"], y)
+    spectra["dys2"] = kept.backward_data_keeping(dy, spectra["ws"], dx)
+    every = {**arrays, **spectra}
+    buffers = {kept._ptr(a): (name, a.nbytes // 4) for name, a in every.items()}
+    return cuda_cpu.sanitized_calls(source, buffers, calls)
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("CONVTUNE_ASAN"), reason="CONVTUNE_ASAN=1 runs it (slow)")
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("case, smooth", [((37, 11, 5, 3, 2), False), ((20, 7, 30, 1, 2), False),
+                                          ((50, 5, 2, 2, 3), True)])
+def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
+    n, k, pad, batch, channels = case
+    p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
+    L = rowconv.transform_size(p, smooth=smooth)
+    run = kept_under_sanitizer(rowconv.RowKept, rowconv.source("float32", L // 2), rowconv.KEPT_NAMES, p, L, layout)
+    assert run.returncode == 0, run.stderr[-3000:]
