@@ -853,9 +853,11 @@ class KeptBlockFft:
     problem ``p``'s three passes: ``x_spectrum``, ``w_spectrum``, ``dy_spectrum`` (one kernel each: every row or image
     transformed once, its spectrum written), then ``forward_from``, ``backward_data_from`` (a kernel each: the product,
     the inverse, the result in the layer's layout) and ``backward_filter_from`` (a kernel: the batch's products
-    summed per channel, one inverse each). Float32 in either layout. Subclasses set ``what``, ``spectrum_elems`` (per
-    row or image), ``block``, ``smem`` and the ``kernels`` (spectrum, fwd, dgrad, wgrad), and give
-    :meth:`_sizes_args`, the transform's per-pass arguments."""
+    summed per channel, one inverse each). ``forward_keeping`` and ``backward_data_keeping`` run a pass from its
+    operand in one kernel that also writes the operand's spectra (what :class:`~convtune.roundtrip.RoundTrip` runs
+    where it can). Float32 in either layout. Subclasses set ``what``, ``spectrum_elems`` (per row or image),
+    ``block``, ``smem`` and the ``kernels`` (as :data:`KEPT_NAMES`: spectrum, fwd_from, dgrad_from, wgrad_from,
+    fwd_keep, dgrad_keep), and give :meth:`_sizes_args`, the transform's per-pass arguments."""
 
     what = "the block FFT round trip"
     spectrum_elems = 0
