@@ -244,7 +244,8 @@ def test_half_precision_and_channels_last_layers_round_trip_between_conversions(
     refs = _references(backend, p, x, w, dy)
     for config in trip_candidates(p, backend):
         trip = RoundTrip(p, config, backend)
-        assert trip.converted and trip.float32 == p.in_float32()
+        # (the block trips, float32 layers' on the GPU, read channels_last themselves)
+        assert trip.converted == (not config.own and config.product != "block") and trip.float32 == p.in_float32()
         got = trip(x, w, dy)
         for out, ref, q in zip(got, refs, ("fwd", "dgrad", "wgrad")):
             assert str(out.dtype) == precision.STORAGE[dtype], (config.label(), q)
