@@ -362,6 +362,25 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     assert route.trips[keep] is not None
 
 
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_block_round_trips_train_like_pytorch_on_cuda(memory_format):
+    """A large float32 depthwise layer whose round trip is made to be the one-block transforms' (fft-row's and
+    fft-plane's kept spectra): the training step PyTorch gives, its tensors read in their own layout (no
+    conversions); and a long 1-D depthwise layer the same way."""
+    for conv, x in ((nn.Conv2d(16, 16, 31, padding=15, groups=16), torch.randn(4, 16, 40, 40)),
+                    (nn.Conv1d(8, 8, 255, padding=127, groups=8), torch.randn(3, 8, 300))):
+        rt = make_runtime(["fft", "fft-plane", "fft-row", "torch"], _Prefer("block"))
+        fmt = memory_format if conv.weight.dim() == 4 else torch.contiguous_format
+        plain = conv.cuda().to(memory_format=fmt)
+        patched = copy.deepcopy(plain)
+        ct.patch(patched, runtime=rt, keep_spectra=True)
+        assert_trains_within(plain, patched, x.cuda().to(memory_format=fmt))
+        (route,) = rt.layer_memo("torch").values()
+        trip = route.trips[True]
+        assert trip is not None and trip.config.product == "block" and not trip.converted
+        assert trip.problem.layout == ("channels_last" if fmt is torch.channels_last else "channels_first")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_kept_spectra_of_half_precision_channels_last_layers_on_cuda(dtype):
     """A large depthwise layer in half precision, channels_last, with kept spectra: its training step is the float32

@@ -389,11 +389,11 @@ class Route:
                     reason = decision.reason if decision is not None else "no round-trip decision (miss policy)"
                 elif mode == "auto" and not decision.pays:
                     reason = f"it does not pay here ({decision.reason})"
-                else:  # convtune's own transforms read and write the layer as it is (bfloat16 as its 16 bits); other
-                    # trips are float32 channels-first, a half-precision or channels_last layer's conversions PyTorch's
-                    # (kept_forward and kept_backward)
-                    own = decision.config.own
-                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem if own else problem.in_float32(),
+                else:  # convtune's own transforms read and write the layer as it is (bfloat16 as its 16 bits), the
+                    # block trips a float32 layer in either layout; other trips are float32 channels-first, a
+                    # half-precision or channels_last layer's conversions PyTorch's (kept_forward and kept_backward)
+                    native = decision.config.own or decision.config.product == "block"
+                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem if native else problem.in_float32(),
                                    decision.config, br.backend)
         except Exception as exc:  # a failure is a reason for the per-pass plans, never an error
             trip, reason = None, f"{type(exc).__name__}: {exc}"
