@@ -21,8 +21,9 @@ part() {
   timeout "$limit" "$@" > "$O/$name.log" 2>&1
   echo "== $name (exit $?, $(( $(date +%s) - start )) s)"
 }
-part tests ${TEST_LIMIT:-150} python3 -m pytest -q -p no:cacheprovider -rfE -n 12 -m gpu tests/test_rowconv.py \
-  tests/test_planeconv.py tests/test_planner.py tests/test_roundtrip.py
+part tests ${TEST_LIMIT:-180} python3 -m pytest -q -p no:cacheprovider -rfE -n 12 -m gpu tests/test_rowconv.py \
+  tests/test_planeconv.py tests/test_planner.py tests/test_roundtrip.py tests/test_torch_gpu.py -k \
+  "not test_torch_gpu or kept or block or trip"
 grep -E "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
 part bench-2d ${BENCH2D_LIMIT:-180} python3 -m convtune bench benchmarks/fft_class.yaml --layers replknet-dw31,slak-dw51 \
   --time-budget 2 --db /tmp/unverified.db -o "$O/bench-2d.json"
