@@ -136,7 +136,9 @@ def launch_shape(sizes) -> tuple[int, int]:
     memory (at most :data:`SM_THREADS` threads in all) share it, 256 threads each where four or more fit, else 512 or
     1024 so that an SM still runs :data:`SM_THREADS`. The blocks per SM go to ``__launch_bounds__``, which caps the
     registers so they fit (the registers, not the shared memory, limited the first kernels to one or two blocks: one
-    128x128 forward pass at 144 registers a thread ran 8 warps an SM).
+    128x128 forward pass at 144 registers a thread ran 8 warps an SM). The cap makes ptxas spill: 520 bytes a
+    thread in the 72x72 forward pass, 1344 in the 128x128 one (``benchmarks/kernel_registers.py``), which is one
+    reason the uncapped block size of :func:`shape_options` stays a candidate.
 
     >>> launch_shape((72, 72)), launch_shape((128, 128)), launch_shape((64, 64))
     ((256, 4), (512, 2), (256, 4))
