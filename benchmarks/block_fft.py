@@ -58,8 +58,14 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=25)
     ap.add_argument("--plane-shape", help="THREADS,BLOCKS: fft-plane's launch shape instead of its policy's "
                     "(planeconv.launch_shape), to compare shapes")
+    ap.add_argument("--plane-points", type=int, help="fft-plane's points per thread in one call of its batched passes "
+                    "(planeconv.POINTS_PER_THREAD, 16): fewer spill less under the register cap "
+                    "(benchmarks/kernel_registers.py) and synchronise more")
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
+    if args.plane_points:
+        from convtune.fft import planeconv
+        planeconv.POINTS_PER_THREAD = args.plane_points
     if args.plane_shape:
         from convtune.fft import planeconv
         shape = tuple(int(v) for v in args.plane_shape.split(","))
