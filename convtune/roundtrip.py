@@ -91,6 +91,7 @@ class TripConfig:
     # PlaneKept)
     product: str = "fgemm"
     radices: str = "8"  # block: the passes' radices (convtune.fft.rowconv.RADICES)
+    threads: int = 0  # block, 2-D: threads per block, registers uncapped (0: planeconv.launch_shape's)
 
     def label(self) -> str:
         parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "narrow", "own", "tf32")
@@ -99,18 +100,22 @@ class TripConfig:
             parts.append(self.product)
         if self.radices != "8":
             parts.append(f"radices={self.radices}")
+        if self.threads:
+            parts.append(f"threads={self.threads}")
         return "fft-trip[" + ",".join(parts) + "]"
 
     def as_dict(self) -> dict:
         return {"sizes": list(self.sizes), "fused": self.fused, "tf32": self.tf32, "packed": self.packed,
-                "own": self.own, "narrow": self.narrow, "product": self.product, "radices": self.radices}
+                "own": self.own, "narrow": self.narrow, "product": self.product, "radices": self.radices,
+                "threads": self.threads}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TripConfig":
         return cls(sizes=tuple(int(v) for v in data["sizes"]), fused=bool(data.get("fused", False)),
                    tf32=bool(data.get("tf32", False)), packed=bool(data.get("packed", False)),
                    own=bool(data.get("own", False)), narrow=bool(data.get("narrow", False)),
-                   product=str(data.get("product", "fgemm")), radices=str(data.get("radices", "8")))
+                   product=str(data.get("product", "fgemm")), radices=str(data.get("radices", "8")),
+                   threads=int(data.get("threads", 0)))
 
 
 def _block_kept(xp, problem: ConvProblem, config: TripConfig):
@@ -121,14 +126,16 @@ def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     if problem.rank == 1:
         return rowconv.RowKept(xp, problem, config.sizes[0], config.radices)
     if problem.rank == 2:
-        return planeconv.PlaneKept(xp, problem, config.sizes, config.radices)
+        return planeconv.PlaneKept(xp, problem, config.sizes, config.radices,
+                                   shape=(config.threads, 1) if config.threads else None)
     raise ValueError(f"{config.label()}: the block round trip is 1-D or 2-D, not rank {problem.rank}")
 
 
 def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     """The ``block`` round trips of the forward ``problem``: on the GPU, for float32 depthwise 1-D and 2-D layers,
     each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
-    radix sets (the strategies' candidates; launch shapes as :func:`convtune.fft.planeconv.launch_shape`)."""
+    radix sets and (2-D) block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`:
+    the policy's register cap spills, ``benchmarks/kernel_registers.py``)."""
     from .fft import planeconv, rowconv
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
@@ -140,7 +147,8 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
         if any(mod.reason(p.for_pass(q), size) for q in ("dgrad", "wgrad")):
             continue
         radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
-        out += [TripConfig(sizes=sizes, product="block", radices=r) for r in radix]
+        threads = [0] if p.rank == 1 else planeconv.shape_options(size)
+        out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t in threads for r in radix]
     return out
 
 

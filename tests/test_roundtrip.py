@@ -271,10 +271,11 @@ def _host(a):
 
 # -- the one-block transforms' kept spectra (the block product) ---------------------------------------------------------
 def test_block_trip_config_label_and_dict():
-    c = TripConfig(sizes=(72, 72), product="block", radices="16x9")
-    assert c.label() == "fft-trip[sizes=72x72,block,radices=16x9]"
+    c = TripConfig(sizes=(72, 72), product="block", radices="16x9", threads=512)
+    assert c.label() == "fft-trip[sizes=72x72,block,radices=16x9,threads=512]"
     assert TripConfig.from_dict(c.as_dict()) == c
-    assert TripConfig.from_dict({"sizes": [8]}).radices == "8"  # (stored before the field)
+    old = TripConfig.from_dict({"sizes": [8]})  # (stored before the fields)
+    assert (old.radices, old.threads) == ("8", 0)
 
 
 def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
@@ -288,8 +289,10 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
                                                                    "fft-trip[sizes=8192,block,radices=16]"]
     replk = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(56, 56), kernel_size=31,
                              padding=15)
-    assert [(c.sizes, c.radices) for c in block_trip_configs(replk, gpu)] == [
-        ((128, 128), "8"), ((128, 128), "16"), ((72, 72), "8"), ((72, 72), "16x9")]
+    assert [(c.sizes, c.radices, c.threads) for c in block_trip_configs(replk, gpu)] == [
+        ((128, 128), "8", 0), ((128, 128), "16", 0), ((128, 128), "8", 256), ((128, 128), "16", 256),
+        ((72, 72), "8", 0), ((72, 72), "16x9", 0), ((72, 72), "8", 512), ((72, 72), "16x9", 512)]
+    assert block_trip_configs(replk, gpu)[-1].label() == "fft-trip[sizes=72x72,block,radices=16x9,threads=512]"
     assert block_trip_configs(replk, cpu) == [] and block_trip_configs(replk.replace(dtype="bfloat16"), gpu) == []
     assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
 
@@ -321,7 +324,7 @@ def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout, dgrad_fi
     sizes = (rowconv.transform_size(p),) if p.rank == 1 else planeconv.transform_sizes(p)
     x, w, dy = _operands(backend, p)
     refs = _references(backend, p, x, w, dy)
-    trip = RoundTrip(p, TripConfig(sizes=sizes, product="block"), backend)
+    trip = RoundTrip(p, TripConfig(sizes=sizes, product="block", threads=512 if p.rank == 2 else 0), backend)
     assert trip.recordable and not trip.converted
     y = trip.forward(x, w)
     if dgrad_first:
