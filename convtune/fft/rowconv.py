@@ -96,6 +96,12 @@ def reason(p: ConvProblem, size: int | None = None) -> str | None:
 RADICES = {"8": (), "16": (16,), "16x9": (16, 9)}
 
 
+#: The radices in the order the passes take them, each as often as it divides what is left; those of
+#: :data:`OPTIONAL_RADICES` only where asked for.
+RADIX_ORDER = (16, 8, 4, 2, 9, 3)
+OPTIONAL_RADICES = (16, 9)
+
+
 def radices(m: int, large=()) -> tuple[int, ...]:
     """The Stockham passes of an ``m``-point complex FFT (``m`` = 2^a 3^b): radix 16 first where ``large`` holds it,
     then 8, then 4 or 2 for what is left of the power of two, then 9 where ``large`` holds it, then 3.
@@ -106,24 +112,10 @@ def radices(m: int, large=()) -> tuple[int, ...]:
     ((16, 16, 16), (16, 3), (9, 9), (8, 9))
     """
     out = []
-    while 16 in large and m % 16 == 0:
-        out.append(16)
-        m //= 16
-    while m % 8 == 0:
-        out.append(8)
-        m //= 8
-    if m % 4 == 0:
-        out.append(4)
-        m //= 4
-    elif m % 2 == 0:
-        out.append(2)
-        m //= 2
-    while 9 in large and m % 9 == 0:
-        out.append(9)
-        m //= 9
-    while m % 3 == 0:
-        out.append(3)
-        m //= 3
+    for r in RADIX_ORDER:  # (after the 8s at most one 4 or one 2 is left of the power of two)
+        while (r not in OPTIONAL_RADICES or r in large) and m % r == 0:
+            out.append(r)
+            m //= r
     if m != 1:
         raise ValueError(f"{m} is left of the transform length: lengths are 2^a 3^b")
     return tuple(out)
