@@ -87,8 +87,7 @@ class TripConfig:
     own: bool = False  # convtune's own one-pass transforms instead of cuFFT's (convtune.fft.fft64)
     narrow: bool = False  # packed, few channels: the register-blocked product (convtune.fft.narrow)
     # fgemm: the frequency-major executor; pointwise: SpectralKept (depthwise, few channels); block: the one-block
-    # transforms' kept-spectra kernels (depthwise 1-D and 2-D, float32: convtune.fft.rowconv.RowKept, planeconv's
-    # PlaneKept)
+    # transforms' kept-spectra kernels (depthwise 1-D and 2-D, float32: convtune.fft.blockkept)
     product: str = "fgemm"
     radices: str = "8"  # block: the passes' radices (convtune.fft.rowconv.RADICES)
     threads: int = 0  # block, 2-D: threads per block, registers uncapped (0: planeconv.launch_shape's)
@@ -120,13 +119,13 @@ class TripConfig:
 
 def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     """The kept-spectra executor of the one-block transforms for ``config`` (``block`` product)."""
-    from .fft import planeconv, rowconv
+    from .fft import blockkept
     if config.fused or config.packed or config.own or config.narrow or config.tf32:
         raise ValueError(f"{config.label()}: the block round trip has no fused, packed, own, narrow or TF32 variants")
     if problem.rank == 1:
-        return rowconv.RowKept(xp, problem, config.sizes[0], config.radices)
+        return blockkept.RowKept(xp, problem, config.sizes[0], config.radices)
     if problem.rank == 2:
-        return planeconv.PlaneKept(xp, problem, config.sizes, config.radices,
+        return blockkept.PlaneKept(xp, problem, config.sizes, config.radices,
                                    shape=(config.threads, 1) if config.threads else None)
     raise ValueError(f"{config.label()}: the block round trip is 1-D or 2-D, not rank {problem.rank}")
 

@@ -4,7 +4,7 @@ convolution's definition in float64, and its kernels on the GPU against float64.
 import numpy
 import pytest
 
-from convtune.fft import planeconv, rowconv
+from convtune.fft import blockkept, planeconv, rowconv
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -279,7 +279,7 @@ def test_kept_round_trip_on_the_cpu(layout, case, smooth):
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
     sizes = planeconv.transform_sizes(p, smooth)
-    kept = planeconv.PlaneKept(numpy, p, sizes, kernels=cuda_cpu.launchables(planeconv.source("float32", sizes),
+    kept = blockkept.PlaneKept(numpy, p, sizes, kernels=cuda_cpu.launchables(planeconv.source("float32", sizes),
                                                                              planeconv.KEPT_NAMES),
                                stream=cuda_cpu.Stream())
     x, w, dy, (y, dx, dw) = kept_round_trip(kept, p, seed=batch)
@@ -297,6 +297,6 @@ def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
     size, k, pad, batch, channels = case
     p = _problem(size, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
     sizes = planeconv.transform_sizes(p, smooth)
-    run = kept_under_sanitizer(planeconv.PlaneKept, planeconv.source("float32", sizes), planeconv.KEPT_NAMES, p, sizes,
+    run = kept_under_sanitizer(blockkept.PlaneKept, planeconv.source("float32", sizes), planeconv.KEPT_NAMES, p, sizes,
                                layout)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -300,10 +300,10 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
 def _emulated_block_kernels(monkeypatch):
     """The block trips' kernels as the CPU runs them (tests/cuda_cpu.py) in place of the GPU's."""
     import cuda_cpu
-    from convtune.fft import planeconv, rowconv
-    monkeypatch.setattr(rowconv, "_kept_kernels", lambda dtype, m, radix, device: cuda_cpu.launchables(
+    from convtune.fft import blockkept, planeconv, rowconv
+    monkeypatch.setattr(blockkept, "row_kernels", lambda dtype, m, radix, device: cuda_cpu.launchables(
         rowconv.source(dtype, m, radix), rowconv.KEPT_NAMES))
-    monkeypatch.setattr(planeconv, "_kept_kernels", lambda dtype, sizes, shape, radix, device: cuda_cpu.launchables(
+    monkeypatch.setattr(blockkept, "plane_kernels", lambda dtype, sizes, shape, radix, device: cuda_cpu.launchables(
         planeconv.source(dtype, sizes, shape, radix), planeconv.KEPT_NAMES))
 
 

@@ -4,7 +4,7 @@ on the CPU (Stockham passes, the real-row packing, the shifts), and its CUDA ker
 import numpy
 import pytest
 
-from convtune.fft import rowconv
+from convtune.fft import blockkept, rowconv
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -325,7 +325,7 @@ def test_kernel_source_under_address_sanitizer(layout, pass_, case):
 
 # -- kept spectra: a round trip's executor (convtune.roundtrip's block product) ----------------------------------------
 def kept_round_trip(kept, p, seed):
-    """``(errors fwd/dgrad/wgrad)`` of one round trip through ``kept`` (a :class:`rowconv.KeptBlockFft`) against the
+    """``(errors fwd/dgrad/wgrad)`` of one round trip through ``kept`` (a :class:`blockkept.KeptBlockFft`) against the
     passes' definitions in float64 (``_direct`` of the module that calls it)."""
     rng = numpy.random.default_rng(seed)
     x, w, dy = (rng.standard_normal(s).astype(numpy.float32) for s in (p.x_shape, p.w_shape, p.y_shape))
@@ -351,7 +351,7 @@ def test_kept_round_trip_on_the_cpu(layout, case, smooth):
     n, k, pad, batch, channels = case
     p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
     L = rowconv.transform_size(p, smooth=smooth)
-    kept = rowconv.RowKept(numpy, p, L, kernels=cuda_cpu.launchables(rowconv.source("float32", L // 2),
+    kept = blockkept.RowKept(numpy, p, L, kernels=cuda_cpu.launchables(rowconv.source("float32", L // 2),
                                                                      rowconv.KEPT_NAMES), stream=cuda_cpu.Stream())
     x, w, dy, (y, dx, dw) = kept_round_trip(kept, p, seed=n)
     assert _relative(y, _direct(p, x, w)) <= 1e-6
@@ -362,9 +362,9 @@ def test_kept_round_trip_on_the_cpu(layout, case, smooth):
 def test_kept_round_trip_refuses_what_it_cannot_run():
     p = _problem(40, 7, 3)
     with pytest.raises(ValueError, match="float32 layers only"):
-        rowconv.RowKept(numpy, p.replace(dtype="bfloat16"), 64, kernels=(None,) * 4)
+        blockkept.RowKept(numpy, p.replace(dtype="bfloat16"), 64, kernels=(None,) * 4)
     with pytest.raises(ValueError, match="below"):
-        rowconv.RowKept(numpy, p, 16, kernels=(None,) * 4)
+        blockkept.RowKept(numpy, p, 16, kernels=(None,) * 4)
 
 
 def kept_under_sanitizer(kept_type, source, names, p, transform, layout):
@@ -400,5 +400,5 @@ def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
     n, k, pad, batch, channels = case
     p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
     L = rowconv.transform_size(p, smooth=smooth)
-    run = kept_under_sanitizer(rowconv.RowKept, rowconv.source("float32", L // 2), rowconv.KEPT_NAMES, p, L, layout)
+    run = kept_under_sanitizer(blockkept.RowKept, rowconv.source("float32", L // 2), rowconv.KEPT_NAMES, p, L, layout)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -567,35 +567,7 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
                        ("a", "ws", "out")))
 
 
-#: The kept-spectra kernels of :func:`source` (a round trip's, :class:`PlaneKept`), in its order.
+#: The kept-spectra kernels of :func:`source` (a round trip's, :class:`convtune.fft.blockkept.PlaneKept`), in its
+#: order.
 KEPT_NAMES = ("planefft_images_spectrum", "planefft_fwd_from", "planefft_dgrad_from", "planefft_wgrad_from",
               "planefft_fwd_keep", "planefft_dgrad_keep")
-
-
-@compiled_once
-def _kept_kernels(dtype: str, sizes, shape, radix: str, device_id: int):
-    """:data:`KEPT_NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``, compiled once per device."""
-    return rowconv.launchables(source(dtype, sizes, shape, radix), KEPT_NAMES, smem_bytes(sizes), device_id)
-
-
-class PlaneKept(rowconv.KeptBlockFft):
-    """:class:`convtune.fft.rowconv.KeptBlockFft` for 2-D depthwise layers at transform ``sizes`` (launch ``shape``,
-    default :func:`launch_shape`; radices ``radix``)."""
-
-    what = "the image FFT round trip"
-
-    def __init__(self, xp, problem: ConvProblem, sizes, radix: str = "8", shape=None, kernels=None, stream=None):
-        super().__init__(xp, problem, stream)
-        self.sizes = sizes = tuple(sizes)
-        for pass_ in ("fwd", "dgrad", "wgrad"):
-            why = reason(self.p.for_pass(pass_), sizes)
-            if why:
-                raise ValueError(f"{self.what}: {why}")
-        shape = launch_shape(sizes) if shape is None else tuple(shape)
-        self.spectrum_elems = sizes[0] * (sizes[1] // 2 + 1)
-        self.block, self.smem = (shape[0],), smem_bytes(sizes)
-        self.kernels = kernels or _kept_kernels(self.p.dtype, sizes, shape, radix, self._device(xp))
-
-    def _sizes_args(self, q: ConvProblem):
-        return (*(numpy.int32(s) for s in shifts(q, self.sizes)),
-                numpy.float32(1.0 / (self.sizes[0] * self.sizes[1])))

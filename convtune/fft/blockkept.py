@@ -1,0 +1,196 @@
+"""Round trips with kept spectra on the one-block transforms (:mod:`convtune.fft.rowconv`,
+:mod:`convtune.fft.planeconv`): the executors of :class:`convtune.roundtrip.RoundTrip`'s ``block`` product, for
+float32 depthwise 1-D and 2-D layers.
+
+Each operand's rows or images are transformed once (the forward pass writes x's spectra as it runs, backward-data
+dy's), and the filter gradient sums the kept spectra per channel with one inverse each: four transforms a sample
+where three per-pass plans make six. The kernels are the strategies' (the ``KEPT_NAMES`` of their sources).
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from ..compiling import compiled_once
+from ..precision import from_launch, launch_memory, launch_strides
+from ..problem import ConvProblem
+from . import planeconv, rowconv
+
+
+@compiled_once
+def row_kernels(dtype: str, m: int, radix: str, device_id: int):
+    """:data:`convtune.fft.rowconv.KEPT_NAMES` for ``dtype`` and ``m``-point rows, compiled once per device (the
+    module of the per-pass kernels: one source)."""
+    return rowconv.launchables(rowconv.source(dtype, m, radix), rowconv.KEPT_NAMES, rowconv.smem_bytes(m), device_id)
+
+
+class KeptBlockFft:
+    """What :class:`RowKept` and :class:`PlaneKept` share: the executor of a round trip with
+    kept spectra (:class:`convtune.roundtrip.RoundTrip`'s ``block`` product) on the one-block transforms. The forward
+    problem ``p``'s three passes: ``x_spectrum``, ``w_spectrum``, ``dy_spectrum`` (one kernel each: every row or image
+    transformed once, its spectrum written), then ``forward_from``, ``backward_data_from`` (a kernel each: the product,
+    the inverse, the result in the layer's layout) and ``backward_filter_from`` (a kernel: the batch's products
+    summed per channel, one inverse each). ``forward_keeping`` and ``backward_data_keeping`` run a pass from its
+    operand in one kernel that also writes the operand's spectra (what :class:`~convtune.roundtrip.RoundTrip` runs
+    where it can). Float32 in either layout. Subclasses set ``what``, ``spectrum_elems`` (per row or image),
+    ``block``, ``smem`` and the ``kernels`` (as the ``KEPT_NAMES`` of :mod:`~convtune.fft.rowconv` and
+    :mod:`~convtune.fft.planeconv`: spectrum, fwd_from, dgrad_from, wgrad_from,
+    fwd_keep, dgrad_keep), and give :meth:`_sizes_args`, the transform's per-pass arguments."""
+
+    what = "the block FFT round trip"
+    spectrum_elems = 0
+
+    def __init__(self, xp, problem: ConvProblem, stream=None):
+        self.xp, self.p = xp, problem.for_pass("fwd")
+        if self.p.dtype != "float32":
+            raise ValueError(f"{self.what}: float32 layers only (the problem is {self.p.dtype})")
+        self.stream = stream  # None: CuPy's current stream at each launch (the CPU tests pass a stand-in)
+
+    @staticmethod
+    def _ptr(a) -> int:
+        return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
+
+    @staticmethod
+    def _device(xp) -> int:
+        """The current device's id (``-1`` off the GPU: the CPU tests' NumPy arrays)."""
+        return xp.cuda.Device().id if hasattr(xp, "cuda") else -1
+
+    def _launch(self, kernel, grid, args) -> None:
+        stream = self.stream
+        if stream is None and hasattr(self.xp, "cuda"):
+            stream = self.xp.cuda.get_current_stream()
+        kernel(grid, self.block, args, self.smem, stream)
+
+    def _spectrum(self, a, shape, extent) -> object:
+        """Every row or image of ``a`` (logical ``shape``, the layer's layout; ``extent``: its samples per axis)
+        transformed: ``shape[0] * shape[1]`` spectra."""
+        mem = launch_memory(self.xp, a, "float32", self.p.layout)
+        sN, sC, *rest = launch_strides(shape, self.p.layout)
+        out = self.xp.empty(shape[0] * shape[1] * self.spectrum_elems, dtype=self.xp.complex64)
+        self._launch(self.kernels[0], (shape[0] * shape[1],),
+                     (self._ptr(mem), self._ptr(out), numpy.int32(shape[1]), numpy.int64(sN), numpy.int64(sC),
+                      *map(numpy.int64, rest), *map(numpy.int32, extent)))
+        return out
+
+    def x_spectrum(self, x):
+        return self._spectrum(x, self.p.x_shape, self.p.input_size)
+
+    def w_spectrum(self, w):
+        return self._spectrum(w, self.p.w_shape, self.p.kernel_size)
+
+    def dy_spectrum(self, dy):
+        return self._spectrum(dy, self.p.y_shape, self.p.output_size)
+
+    def _into(self, out, shape, launch) -> object:
+        """``launch(address)`` writes a result of logical ``shape`` in the layer's layout; into ``out`` itself where
+        ``out`` is that memory, else through a copy."""
+        mem = launch_memory(self.xp, out, "float32", self.p.layout)
+        launch(self._ptr(mem))
+        if self._ptr(mem) != self._ptr(out):
+            out[...] = from_launch(self.xp, mem, "float32", self.p.layout)
+        return out
+
+    def _pass_args(self, pass_: str, shape, extent, skip_axis: int | None = None):
+        """The result's element strides (but axis ``skip_axis``), its extent, the pass's shifts and scale."""
+        q = self.p.for_pass(pass_)
+        strides = [s for axis, s in enumerate(launch_strides(shape, q.layout)) if axis != skip_axis]
+        return (*map(numpy.int64, strides), *map(numpy.int32, extent), *self._sizes_args(q))
+
+    def forward_from(self, xs, ws, out):
+        p = self.p
+        return self._into(out, p.y_shape, lambda res: self._launch(
+            self.kernels[1], (p.batch * p.in_channels,),
+            (self._ptr(xs), self._ptr(ws), res, numpy.int32(p.in_channels),
+             *self._pass_args("fwd", p.y_shape, p.output_size))))
+
+    def backward_data_from(self, dys, ws, out):
+        p = self.p
+        return self._into(out, p.x_shape, lambda res: self._launch(
+            self.kernels[2], (p.batch * p.in_channels,),
+            (self._ptr(dys), self._ptr(ws), res, numpy.int32(p.in_channels),
+             *self._pass_args("dgrad", p.x_shape, p.input_size))))
+
+    def _keeping(self, kernel, pass_: str, a, a_shape, a_extent, ws, out, out_shape, out_extent):
+        """The pass from operand ``a`` and the filter's spectra ``ws`` into ``out`` in one kernel that also writes
+        ``a``'s spectra, returned (:meth:`forward_keeping`, :meth:`backward_data_keeping`)."""
+        p = self.p
+        mem = launch_memory(self.xp, a, "float32", p.layout)
+        kept = self.xp.empty(a_shape[0] * a_shape[1] * self.spectrum_elems, dtype=self.xp.complex64)
+        a_strides = map(numpy.int64, launch_strides(a_shape, p.layout))
+        args, k = self._pass_args(pass_, out_shape, out_extent), len(out_shape)  # (the result's k strides first)
+        self._into(out, out_shape, lambda res: self._launch(
+            kernel, (p.batch * p.in_channels,),
+            (self._ptr(mem), self._ptr(ws), res, self._ptr(kept), numpy.int32(p.in_channels), *a_strides,
+             *args[:k], *map(numpy.int32, a_extent), *args[k:])))
+        return kept
+
+    def forward_keeping(self, x, ws, out):
+        """``out`` = the forward pass from ``x`` and the filter's spectra, in one kernel; returns ``x``'s spectra."""
+        p = self.p
+        return self._keeping(self.kernels[4], "fwd", x, p.x_shape, p.input_size, ws, out, p.y_shape, p.output_size)
+
+    def backward_data_keeping(self, dy, ws, out):
+        """``out`` = the backward-data pass from ``dy`` and the filter's spectra, in one kernel; returns ``dy``'s
+        spectra."""
+        p = self.p
+        return self._keeping(self.kernels[5], "dgrad", dy, p.y_shape, p.output_size, ws, out, p.x_shape,
+                             p.input_size)
+
+    def backward_filter_from(self, pairs, out):
+        """``out`` = the filter gradient from ``[(dy spectra, x spectra)]`` (one pair: the whole batch)."""
+        (dys, xs), = pairs
+        p = self.p
+        return self._into(out, p.w_shape, lambda res: self._launch(
+            self.kernels[3], (p.in_channels,),
+            (self._ptr(xs), self._ptr(dys), res, numpy.int32(p.batch), numpy.int32(p.in_channels),
+             *self._pass_args("wgrad", p.w_shape, p.kernel_size, skip_axis=1))))  # (a filter's axis 1: one channel)
+
+
+class RowKept(KeptBlockFft):
+    """:class:`KeptBlockFft` for 1-D depthwise layers at transform length ``L`` (radices ``radix``)."""
+
+    what = "the row FFT round trip"
+
+    def __init__(self, xp, problem: ConvProblem, L: int, radix: str = "8", kernels=None, stream=None):
+        super().__init__(xp, problem, stream)
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            why = rowconv.reason(self.p.for_pass(pass_), L)
+            if why:
+                raise ValueError(f"{self.what}: {why}")
+        self.L, m = L, L // 2
+        self.spectrum_elems, self.block, self.smem = m + 1, (rowconv.threads(m),), rowconv.smem_bytes(m)
+        self.kernels = kernels or row_kernels(self.p.dtype, m, radix, self._device(xp))
+
+    def _sizes_args(self, q: ConvProblem):
+        return numpy.int32(rowconv.shifts(q, self.L)), numpy.float32(1.0 / self.L)
+
+
+@compiled_once
+def plane_kernels(dtype: str, sizes, shape, radix: str, device_id: int):
+    """:data:`convtune.fft.planeconv.KEPT_NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``,
+    compiled once per device."""
+    return rowconv.launchables(planeconv.source(dtype, sizes, shape, radix), planeconv.KEPT_NAMES,
+                               planeconv.smem_bytes(sizes), device_id)
+
+
+class PlaneKept(KeptBlockFft):
+    """:class:`KeptBlockFft` for 2-D depthwise layers at transform ``sizes`` (launch ``shape``, default
+    :func:`convtune.fft.planeconv.launch_shape`; radices ``radix``)."""
+
+    what = "the image FFT round trip"
+
+    def __init__(self, xp, problem: ConvProblem, sizes, radix: str = "8", shape=None, kernels=None, stream=None):
+        super().__init__(xp, problem, stream)
+        self.sizes = sizes = tuple(sizes)
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            why = planeconv.reason(self.p.for_pass(pass_), sizes)
+            if why:
+                raise ValueError(f"{self.what}: {why}")
+        shape = planeconv.launch_shape(sizes) if shape is None else tuple(shape)
+        self.spectrum_elems = sizes[0] * (sizes[1] // 2 + 1)
+        self.block, self.smem = (shape[0],), planeconv.smem_bytes(sizes)
+        self.kernels = kernels or plane_kernels(self.p.dtype, sizes, shape, radix, self._device(xp))
+
+    def _sizes_args(self, q: ConvProblem):
+        return (*(numpy.int32(s) for s in planeconv.shifts(q, self.sizes)),
+                numpy.float32(1.0 / (self.sizes[0] * self.sizes[1])))
