@@ -248,12 +248,12 @@ class Planner:
                 reason = strategy.supports(problem, self.backend)
                 configs = strategy.candidates(problem, self.backend) if reason is None else []
             except Exception as exc:  # one strategy's bug costs its candidates, not the problem's tuning
+                why = _failure_reason(self.backend, exc)
                 log.warning("%s: listing %s's candidates raised %s; tuning goes on without them",
-                            problem.describe(), strategy.name, _failure_reason(self.backend, exc))
+                            problem.describe(), strategy.name, why)
                 s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
                 s.outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "failed",
-                                                   reason=f"listing its candidates raised "
-                                                          f"{_failure_reason(self.backend, exc)}"))
+                                                   reason=f"listing its candidates raised {why}"))
                 continue
             s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
             if reason is not None:
@@ -374,9 +374,9 @@ class Planner:
                 built = time.perf_counter()
                 s.spend(cand, "build_s", built - started)
                 started = built  # verify_s is the runs and the check, not the build again (tune's totals add them)
-                first_s = self._synchronized_run(run, va, vb, out)
-                if full:  # (a run of the full batch ranks as its share of the verification batch's samples)
-                    first_s *= small.batch / problem.batch
+                # (a run of the full batch ranks as its share of the verification batch's samples)
+                share = small.batch / problem.batch if full else 1.0
+                first_s = self._synchronized_run(run, va, vb, out) * share
                 err = relative_error(xp, out, vref)
                 if not err <= problem.tolerance:
                     s.spend(cand, "verify_s", time.perf_counter() - started)
@@ -395,7 +395,7 @@ class Planner:
                     continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
-                warm_s = self._synchronized_run(run, va, vb, out) * (small.batch / problem.batch if full else 1)
+                warm_s = self._synchronized_run(run, va, vb, out) * share
                 s.spend(cand, "verify_s", time.perf_counter() - started)
                 if not reference_point and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
                     s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(

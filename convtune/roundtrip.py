@@ -120,8 +120,6 @@ class TripConfig:
 def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     """The kept-spectra executor of the one-block transforms for ``config`` (``block`` product)."""
     from .fft import blockkept
-    if config.fused or config.packed or config.own or config.narrow or config.tf32:
-        raise ValueError(f"{config.label()}: the block round trip has no fused, packed, own, narrow or TF32 variants")
     if problem.rank == 1:
         return blockkept.RowKept(xp, problem, config.sizes[0], config.radices)
     if problem.rank == 2:
@@ -219,12 +217,13 @@ class RoundTrip:
             raise ValueError(f"{config.label()}: TF32 products need math='tf32', the problem is {self.problem.math}")
         fft_sizes.check_sizes(self.problem, config.sizes)
         self.xp = xp = self.backend.xp
+        if config.product in ("pointwise", "block") and (config.fused or config.packed or config.own or config.narrow
+                                                         or config.tf32):
+            raise ValueError(f"{config.label()}: the {config.product} round trip has no fused, packed, own, narrow or "
+                             "TF32 variants")
         if config.product == "block":
             self._ex = _block_kept(xp, self.problem, config)
         elif config.product == "pointwise":
-            if config.fused or config.packed or config.own or config.narrow or config.tf32:
-                raise ValueError(f"{config.label()}: the pointwise round trip has no fused, packed, own, narrow or "
-                                 "TF32 variants")
             if not _pointwise_applies(self.problem):
                 raise ValueError(f"{config.label()}: the pointwise product takes at most "
                                  f"{spectral.POINTWISE_MAX_PAIRS} channel pairs per group")
@@ -301,8 +300,12 @@ class RoundTrip:
             self._ex.forward_from(xs, ws, out)
         return xs, ws
 
+    def _holds_dy(self, dy) -> bool:
+        """Whether ``dy``'s spectrum is kept (``dy`` as given: transformed once for both backward passes)."""
+        return self._dys is not None and self._dy is dy
+
     def _dy_spectrum(self, dy):
-        if self._dys is None or self._dy is not dy:  # (``dy`` as given: converted once for both passes)
+        if not self._holds_dy(dy):
             self._dys, self._dy = self._ex.dy_spectrum(self._check("dy", dy, self.problem.y_shape)), dy
         return self._dys
 
@@ -325,7 +328,7 @@ class RoundTrip:
         self._need("dgrad")
         dx = self._out(out, self.problem.x_shape)
         with gemm_precision(self.xp, self.config.tf32):
-            if hasattr(self._ex, "backward_data_keeping") and (self._dys is None or self._dy is not dy):
+            if hasattr(self._ex, "backward_data_keeping") and not self._holds_dy(dy):
                 checked = self._check("dy", dy, self.problem.y_shape)  # (the pass and dy's spectra in one kernel)
                 self._dys, self._dy = self._ex.backward_data_keeping(checked, self._ws, dx), dy
             else:

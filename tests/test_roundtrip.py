@@ -340,3 +340,12 @@ def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout, dgrad_fi
     dx, dw = trip.kept_backward(spectra, dy)
     for out, ref in zip((y, dx, dw), refs):
         assert relative_error(numpy, out, ref) <= 1e-6
+
+
+@pytest.mark.parametrize("product", ["pointwise", "block"])
+def test_elementwise_products_refuse_the_gemm_variants(product):
+    from convtune.problem import ConvProblem
+    p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(20, 20), kernel_size=5,
+                         padding=2)
+    with pytest.raises(ValueError, match=f"the {product} round trip has no fused, packed, own, narrow or TF32"):
+        RoundTrip(p, TripConfig(sizes=(32, 32), product=product, packed=True), "numpy")

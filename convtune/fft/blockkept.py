@@ -61,12 +61,16 @@ class KeptBlockFft:
             stream = self.xp.cuda.get_current_stream()
         kernel(grid, self.block, args, self.smem, stream)
 
+    def _spectra(self, shape):
+        """Room for the spectra of every row or image of an operand of logical ``shape``."""
+        return self.xp.empty(shape[0] * shape[1] * self.spectrum_elems, dtype=self.xp.complex64)
+
     def _spectrum(self, a, shape, extent) -> object:
         """Every row or image of ``a`` (logical ``shape``, the layer's layout; ``extent``: its samples per axis)
         transformed: ``shape[0] * shape[1]`` spectra."""
         mem = launch_memory(self.xp, a, "float32", self.p.layout)
         sN, sC, *rest = launch_strides(shape, self.p.layout)
-        out = self.xp.empty(shape[0] * shape[1] * self.spectrum_elems, dtype=self.xp.complex64)
+        out = self._spectra(shape)
         self._launch(self.kernels[0], (shape[0] * shape[1],),
                      (self._ptr(mem), self._ptr(out), numpy.int32(shape[1]), numpy.int64(sN), numpy.int64(sC),
                       *map(numpy.int64, rest), *map(numpy.int32, extent)))
@@ -115,7 +119,7 @@ class KeptBlockFft:
         ``a``'s spectra, returned (:meth:`forward_keeping`, :meth:`backward_data_keeping`)."""
         p = self.p
         mem = launch_memory(self.xp, a, "float32", p.layout)
-        kept = self.xp.empty(a_shape[0] * a_shape[1] * self.spectrum_elems, dtype=self.xp.complex64)
+        kept = self._spectra(a_shape)
         a_strides = map(numpy.int64, launch_strides(a_shape, p.layout))
         args, k = self._pass_args(pass_, out_shape, out_extent), len(out_shape)  # (the result's k strides first)
         self._into(out, out_shape, lambda res: self._launch(
