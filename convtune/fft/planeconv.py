@@ -38,31 +38,18 @@ from ..compiling import compiled_once
 from ..precision import launch_strides
 from ..problem import ConvProblem
 from . import rowconv
-from .sizes import is_smooth, min_length, next_pow2
+from .sizes import is_smooth, min_length, next_pow2, next_smooth
 
-#: Shared memory an SM gives its blocks (the H100's 228 KiB), and what the driver keeps of it per block.
-SM_SMEM, SMEM_RESERVED = 228 * 1024, 1024
-#: Threads an SM should run of these kernels at 64 registers a thread (half its warps; the kernels issue an
-#: instruction most cycles at that occupancy, and more threads would cap their registers below 64).
-SM_THREADS = 1024
 #: Smallest transform lengths per axis.
 MIN_SIZES = (4, 8)
 #: Shared memory a block may take (the H100 gives a block up to 227 KiB): 128 x 256 and 256 x 128 fit, 256 x 256 not.
-MAX_SMEM = 200 * 1024
+MAX_SMEM = rowconv.MAX_SMEM
 #: Blocks the filter gradient's first kernel aims at (twice and eight times an H100's 132 SMs; a search axis: more
 #: slices fill the device better and leave more partial sums to add): a channel's batch is cut into slices
 #: (:func:`batch_slices`) where there are fewer channels.
 WGRAD_BLOCKS = (264, 1056)
 #: Points per thread in one call of the batched Stockham passes (rows and columns are transformed in groups).
 POINTS_PER_THREAD = 16
-
-
-def _smooth23(n: int, even: bool = False) -> int:
-    """The smallest 2^a 3^b at least ``n`` (even where asked)."""
-    m = max(1, n)
-    while not is_smooth(m, (2, 3)) or (even and m % 2):
-        m += 1
-    return m
 
 
 def transform_sizes(p: ConvProblem, smooth: bool = False) -> tuple[int, int]:
@@ -72,7 +59,7 @@ def transform_sizes(p: ConvProblem, smooth: bool = False) -> tuple[int, int]:
                                                                     p.dilated_kernel))
     if smooth:
         a, b = least
-        return _smooth23(a), _smooth23(b, even=True)
+        return next_smooth(a, (2, 3)), rowconv.even_smooth(b)
     return tuple(next_pow2(m) for m in least)
 
 
@@ -127,14 +114,13 @@ def wgrad_buffers(sizes) -> int:
 
 def wgrad_min_blocks(sizes, threads: int) -> int:
     """The filter gradient's first kernel's blocks per SM (as :func:`launch_shape`'s, for its shared memory)."""
-    fit = max(1, SM_SMEM // (wgrad_buffers(sizes) * smem_bytes(sizes) + SMEM_RESERVED))
-    return max(1, min(fit, SM_THREADS // threads))
+    return rowconv.blocks_per_sm(wgrad_buffers(sizes) * smem_bytes(sizes), threads)
 
 
 def launch_shape(sizes) -> tuple[int, int]:
     """``(threads per block, blocks per SM)`` for ``L0 x L1`` transforms: the blocks whose images fit an SM's shared
-    memory (at most :data:`SM_THREADS` threads in all) share it, 256 threads each where four or more fit, else 512 or
-    1024 so that an SM still runs :data:`SM_THREADS`. The blocks per SM go to ``__launch_bounds__``, which caps the
+    memory (at most :data:`convtune.fft.rowconv.SM_THREADS` threads in all) share it, 256 threads each where four or more fit, else 512 or
+    1024 so that an SM still runs :data:`convtune.fft.rowconv.SM_THREADS`. The blocks per SM go to ``__launch_bounds__``, which caps the
     registers so they fit (the registers, not the shared memory, limited the first kernels to one or two blocks: one
     128x128 forward pass at 144 registers a thread ran 8 warps an SM). The cap makes ptxas spill: 520 bytes a
     thread in the 72x72 forward pass, 1344 in the 128x128 one (``benchmarks/kernel_registers.py``), which is one
@@ -143,9 +129,9 @@ def launch_shape(sizes) -> tuple[int, int]:
     >>> launch_shape((72, 72)), launch_shape((128, 128)), launch_shape((64, 64))
     ((256, 4), (512, 2), (256, 4))
     """
-    fit = max(1, SM_SMEM // (smem_bytes(sizes) + SMEM_RESERVED))
+    fit = rowconv.fitting_blocks(smem_bytes(sizes))
     threads = 256 if fit >= 4 else 512 if fit >= 2 else 1024
-    return threads, max(1, min(fit, SM_THREADS // threads))
+    return threads, rowconv.blocks_per_sm(smem_bytes(sizes), threads)
 
 
 def reason(p: ConvProblem, sizes=None) -> str | None:

@@ -41,7 +41,7 @@ import numpy
 from ..compiling import compiled_once
 from ..precision import launch_strides
 from ..problem import ConvProblem
-from .sizes import is_smooth, min_length, next_pow2
+from .sizes import is_smooth, min_length, next_pow2, next_smooth
 
 #: Shortest transform length the kernels take, and the most shared memory a block may use (the H100 gives up to 227
 #: KiB): rows of up to 32768 samples as powers of two (144 KiB), 41472 as 2^a 3^b.
@@ -55,12 +55,16 @@ def transform_size(p: ConvProblem, smooth: bool = False) -> int:
     """The transform length for ``p`` (at least :data:`MIN_SIZE` and :func:`convtune.fft.sizes.min_length`): a power of
     two, or with ``smooth`` the smallest even 2^a 3^b."""
     least = max(MIN_SIZE, min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]))
-    if not smooth:
-        return next_pow2(least)
-    L = least + least % 2
-    while not is_smooth(L, (2, 3)):
-        L += 2
-    return L
+    return even_smooth(least) if smooth else next_pow2(least)
+
+
+def even_smooth(n: int) -> int:
+    """The smallest even 2^a 3^b at least ``n`` (a real row packed two samples to a point: twice a 2^a 3^b).
+
+    >>> even_smooth(81), even_smooth(4126), even_smooth(1)
+    (96, 4374, 2)
+    """
+    return 2 * next_smooth(-(-n // 2), (2, 3))
 
 
 def size_options(p: ConvProblem) -> list[int]:
@@ -166,8 +170,20 @@ def pairs_in_registers(m: int) -> bool:
 
 
 #: Shared memory an SM gives its blocks (the H100's 228 KiB), what the driver keeps of it per block, and the threads
-#: an SM should run of the filter gradient at 64 registers a thread.
+#: an SM should run of the block kernels at 64 registers a thread (half its warps; the kernels issue an instruction
+#: most cycles at that occupancy, and more threads would cap their registers below 64).
 SM_SMEM, SMEM_RESERVED, SM_THREADS = 228 * 1024, 1024, 1024
+
+
+def fitting_blocks(smem: int) -> int:
+    """Blocks of ``smem`` bytes of shared memory an SM holds (at least one)."""
+    return max(1, SM_SMEM // (smem + SMEM_RESERVED))
+
+
+def blocks_per_sm(smem: int, threads: int) -> int:
+    """Blocks per SM for ``__launch_bounds__``: as many as the shared memory holds, up to :data:`SM_THREADS`
+    threads."""
+    return max(1, min(fitting_blocks(smem), SM_THREADS // threads))
 
 
 def wgrad_smem_bytes(m: int) -> int:
@@ -180,7 +196,7 @@ def wgrad_min_blocks(m: int) -> int:
     """The filter gradient's blocks per SM for ``__launch_bounds__``: as many as fit the shared memory, up to
     :data:`SM_THREADS` threads (its first form, pairs and sums in registers, took 128 registers a thread and ran
     one 512-thread block an SM)."""
-    return max(1, min(SM_SMEM // (wgrad_smem_bytes(m) + SMEM_RESERVED), SM_THREADS // threads(m)))
+    return blocks_per_sm(wgrad_smem_bytes(m), threads(m))
 
 
 def workspace_bytes(p: ConvProblem, L: int) -> int:
