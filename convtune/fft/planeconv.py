@@ -165,9 +165,7 @@ def shifts(p: ConvProblem, sizes) -> tuple[int, int]:
 def batch_slices(p: ConvProblem, blocks: int = WGRAD_BLOCKS[0]) -> int:
     """The filter gradient's slices of the batch: at least ``blocks`` (channel, slice) blocks where the batch allows,
     every slice holding a sample."""
-    wanted = max(1, min(p.batch, math.ceil(blocks / p.in_channels)))
-    chunk = math.ceil(p.batch / wanted)
-    return math.ceil(p.batch / chunk)
+    return effective_slices(p, max(1, math.ceil(blocks / p.in_channels)))
 
 
 def effective_slices(p: ConvProblem, slices: int) -> int:
