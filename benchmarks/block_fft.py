@@ -50,6 +50,17 @@ def kernel_times(torch, fn, be, calls: int = 5) -> dict:
             if getattr(e, "device_time_total", 0) > 0}
 
 
+def setup(repeats: int):
+    """PyTorch, the CuPy backend, the CUDA-event timer (``repeats``, L2 flushed) and the measured copy bandwidth
+    (printed): what each of these benchmarks starts with."""
+    import torch
+    be = get_backend("cupy")
+    timer = CudaEventTimer(warmup=3, repeats=repeats, max_total_s=5.0)
+    bandwidth = copy_bandwidth(be, timer)
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
+    return torch, be, timer, bandwidth
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=",".join(LAYERS))
@@ -70,11 +81,7 @@ def main(argv=None) -> int:
         from convtune.fft import planeconv
         shape = tuple(int(v) for v in args.plane_shape.split(","))
         planeconv.launch_shape = lambda sizes: shape
-    import torch
-    be = get_backend("cupy")
-    timer = CudaEventTimer(warmup=3, repeats=args.repeats, max_total_s=5.0)
-    bandwidth = copy_bandwidth(be, timer)
-    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
+    torch, be, timer, bandwidth = setup(args.repeats)
     rows = []
     for name in args.layers.split(","):
         spec, fft_sizes = LAYERS[name]

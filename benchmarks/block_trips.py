@@ -1,0 +1,91 @@
+"""Issue 22's depthwise layers through the block round trips (``fft-trip[...,block]``: kept spectra on the one-block
+transforms, :mod:`convtune.fft.blockkept`), in one process: every candidate of
+:func:`convtune.roundtrip.block_trip_configs` checked against float64 in all three passes, then timed as the planner
+times a trip (each pass after its own L2 flush, CUDA events, median of the summed passes), beside the torch-fft
+peer's round trip timed as a whole; the best candidate's kernels get their device times (torch.profiler), so the trip
+says which kernel costs what. Then the best trip and the peer, each a whole round trip after an L2 flush, are timed
+side by side (``CudaEventTimer.interleaved``: in turns, the order rotated) and compared repeat by repeat: the peer's
+own time moved by up to 30% between processes on long-16k-dw, so only the paired ratio is a claim.
+
+    source scripts/gpu-env.sh; python3 benchmarks/block_trips.py [--layers hyena-long-dw,long-16k-dw] [-o trips.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from convtune.bench import torchfft
+from convtune.planner import relative_error
+from convtune.roundtrip import (RoundTrip, block_trip_configs, round_trip_operands, round_trip_references,
+                                time_round_trip)
+from convtune.timing import paired_ratio
+
+from block_fft import LAYERS, kernel_times, problem, setup
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default="hyena-long-dw,long-16k-dw,replknet-dw31,slak-dw51")
+    ap.add_argument("--repeats", type=int, default=25)
+    ap.add_argument("--side-by-side", type=int, default=60, help="repeats of the paired timing (0: none)")
+    ap.add_argument("--max-table", type=int, help="rowconv.MAX_TABLE: the longest rows whose twiddles come from a "
+                    "table (longer ones compute them by sincospif)")
+    ap.add_argument("-o", "--output")
+    args = ap.parse_args(argv)
+    if args.max_table:
+        from convtune.fft import rowconv
+        rowconv.MAX_TABLE = args.max_table
+    torch, be, timer, bandwidth = setup(args.repeats)
+    rows = []
+    for name in args.layers.split(","):
+        base = problem(LAYERS[name][0], "float32", "channels_first")
+        x, w, dy = round_trip_operands(be, base, seed=1)
+        refs = round_trip_references(be, base, x, w, dy)
+        row = {"layer": name, "problem": base.key(), "candidates": {}}
+        best = None
+        for config in block_trip_configs(base, be):
+            got = {}
+            try:
+                trip = RoundTrip(base, config, be)
+                results = trip(x, w, dy)
+                got["errors"] = [relative_error(be.xp, r, ref) for r, ref in zip(results, refs)]
+                trip.release()
+                if max(got["errors"]) <= base.tolerance:
+                    got["ms"] = time_round_trip(timer, be, trip, x, w, dy).median_s * 1e3
+                    if best is None or got["ms"] < row["candidates"][best[0]]["ms"]:
+                        best = (config.label(), trip)
+            except Exception as exc:  # a failing candidate is a finding, not the end of the run
+                got["failed"] = f"{type(exc).__name__}: {exc}"
+            row["candidates"][config.label()] = got
+            print(f"{name} {config.label()}: {json.dumps(got)}", flush=True)
+        if best is not None:
+            row["best"], row["ms"] = best[0], row["candidates"][best[0]]["ms"]
+            row["kernels"] = kernel_times(torch, lambda: best[1](x, w, dy), be)
+        if torchfft.unsupported_reason(base) is None:
+            peer = torchfft.round_trip(torch, base, x, w, dy)
+            row["torch_fft_ms"] = timer(peer, be).median_s * 1e3
+            if best is not None and args.side_by_side:
+                ours, theirs = timer.interleaved([lambda: best[1](x, w, dy), peer], be, repeats=args.side_by_side)
+                ratio = paired_ratio(theirs, ours)
+                row["side_by_side"] = {"ms": ours.median_s * 1e3, "torch_fft_ms": theirs.median_s * 1e3,
+                                       "ratio": ratio.median_s, "ratio_iqr": ratio.spread_s, "ratio_min": ratio.min_s,
+                                       "repeats": args.side_by_side}
+        row["floor_ms"] = torchfft.floor_ms(base, bandwidth, round_trip_=True)
+        if "ms" in row and "torch_fft_ms" in row:
+            row["vs_torch_fft"] = row["torch_fft_ms"] / row["ms"]
+        rows.append(row)
+        print(f"== {name}: best {row.get('best')} {row.get('ms')} ms, torch-fft {row.get('torch_fft_ms')}, "
+              f"vs torch-fft {row.get('vs_torch_fft')}, floor {row['floor_ms']}; kernels {row.get('kernels')}; "
+              f"side by side {row.get('side_by_side')}",
+              flush=True)
+        del x, w, dy, refs, best
+        be.xp.get_default_memory_pool().free_all_blocks()
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump({"copy_bandwidth_GBps": bandwidth / 1e9, "layers": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
