@@ -56,14 +56,16 @@ log = logging.getLogger("convtune")
 #: GPU's fused and packed trips for 3-D problems too; 8: half-precision and channels_last layers, between
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
-#: layers).
-VERSION = 11
+#: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too).
+VERSION = 12
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
 CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layout != "channels_first",
            9: lambda p: p.dtype != "float32" or p.layout != "channels_first", 10: lambda p: p.math == "tf32",
-           11: lambda p: p.dtype == "float32" and p.rank in (1, 2) and p.groups == p.in_channels == p.out_channels}
+           11: lambda p: p.dtype == "float32" and p.rank in (1, 2) and p.groups == p.in_channels == p.out_channels,
+           12: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
+           and fft_sizes.min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]) > 16384}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -90,7 +92,7 @@ class TripConfig:
     # transforms' kept-spectra kernels (depthwise 1-D and 2-D, float32: convtune.fft.blockkept)
     product: str = "fgemm"
     radices: str = "8"  # block: the passes' radices (convtune.fft.rowconv.RADICES)
-    threads: int = 0  # block, 2-D: threads per block, registers uncapped (0: planeconv.launch_shape's)
+    threads: int = 0  # block: threads per block (0: rowconv.threads; 2-D: registers uncapped, 0: launch_shape's)
 
     def label(self) -> str:
         parts = ["sizes=" + "x".join(map(str, self.sizes))] + [n for n in ("fused", "packed", "narrow", "own", "tf32")
@@ -121,7 +123,7 @@ def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     """The kept-spectra executor of the one-block transforms for ``config`` (``block`` product)."""
     from .fft import blockkept
     if problem.rank == 1:
-        return blockkept.RowKept(xp, problem, config.sizes[0], config.radices)
+        return blockkept.RowKept(xp, problem, config.sizes[0], config.radices, config.threads)
     if problem.rank == 2:
         return blockkept.PlaneKept(xp, problem, config.sizes, config.radices,
                                    shape=(config.threads, 1) if config.threads else None)
@@ -131,8 +133,8 @@ def _block_kept(xp, problem: ConvProblem, config: TripConfig):
 def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     """The ``block`` round trips of the forward ``problem``: on the GPU, for float32 depthwise 1-D and 2-D layers,
     each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
-    radix sets and (2-D) block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`:
-    the policy's register cap spills, ``benchmarks/kernel_registers.py``)."""
+    radix sets and block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`: the
+    policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.thread_options`)."""
     from .fft import planeconv, rowconv
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
@@ -144,7 +146,7 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
         if any(mod.reason(p.for_pass(q), size) for q in ("dgrad", "wgrad")):
             continue
         radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
-        threads = [0] if p.rank == 1 else planeconv.shape_options(size)
+        threads = rowconv.thread_options(size // 2) if p.rank == 1 else planeconv.shape_options(size)
         out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t in threads for r in radix]
     return out
 

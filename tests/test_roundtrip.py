@@ -208,14 +208,19 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     half-precision and channels_last layers, version 10 tf32 ones: a 2-D float32 decision of version 6 stands, a
     3-D one is measured again, a half-precision one of version 8 too, a tf32 one of version 9 too; an older version
     (6 changed every shape) or a newer one never stands. Version 11 (the block trips) changed float32 depthwise 1-D
-    and 2-D layers only."""
+    and 2-D layers only, version 12 (larger blocks for long rows) float32 depthwise rows of over 16384 samples."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7")
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 11
+    assert roundtrip.VERSION == 12
+    from convtune import ConvProblem
+    long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
+                                kernel_size=16384, padding=16383)
+    hyena = long_row.replace(input_size=(4096,), kernel_size=(4096,), padding=(4095,))
+    assert roundtrip.stale(11, long_row) and not roundtrip.stale(11, hyena)
     assert not any(roundtrip.stale(11, p) for p in (two, three, half, tf32, depthwise))
     assert roundtrip.stale(10, depthwise) and not roundtrip.stale(10, depthwise.replace(dtype="bfloat16"))
     assert not any(roundtrip.stale(10, p) for p in (two, three, half, tf32))
@@ -223,7 +228,7 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(5, two) and roundtrip.stale(12, two)
+    assert roundtrip.stale(5, two) and roundtrip.stale(13, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -301,8 +306,8 @@ def _emulated_block_kernels(monkeypatch):
     """The block trips' kernels as the CPU runs them (tests/cuda_cpu.py) in place of the GPU's."""
     import cuda_cpu
     from convtune.fft import blockkept, planeconv, rowconv
-    monkeypatch.setattr(blockkept, "row_kernels", lambda dtype, m, radix, device: cuda_cpu.launchables(
-        rowconv.source(dtype, m, radix), rowconv.KEPT_NAMES))
+    monkeypatch.setattr(blockkept, "row_kernels", lambda dtype, m, radix, block, device: cuda_cpu.launchables(
+        rowconv.source(dtype, m, radix, block), rowconv.KEPT_NAMES))
     monkeypatch.setattr(blockkept, "plane_kernels", lambda dtype, sizes, shape, radix, device: cuda_cpu.launchables(
         planeconv.source(dtype, sizes, shape, radix), planeconv.KEPT_NAMES))
 

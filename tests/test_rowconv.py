@@ -62,6 +62,14 @@ def test_large_radix_passes_are_the_dft(m, large, inverse):
     assert numpy.abs(rowconv._stockham(z, inverse, large) - ref).max() <= 1e-11 * numpy.abs(ref).max()
 
 
+def test_larger_blocks_are_candidates_for_rows_a_block_runs_alone():
+    assert rowconv.thread_options(4096) == [0] and rowconv.thread_options(8192) == [0]
+    assert rowconv.thread_options(16384) == [0, 1024] and rowconv.thread_options(20736) == [0, 1024]
+    source = rowconv.source("float32", 16384, "16", 1024)
+    assert "#define T 1024\n" in source and "__launch_bounds__(T, 1)" in source  # (the filter gradient's: one block)
+    assert "#define T 512\n" in rowconv.source("float32", 16384, "16")
+
+
 def test_large_radices_are_candidates_where_they_save_passes():
     assert rowconv.radix_options(4096) == ["8", "16"] and rowconv.radix_options(64) == ["8"]
     assert rowconv.radix_options(81) == ["8", "16x9"] and rowconv.radix_options(20736) == ["8", "16", "16x9"]
@@ -342,17 +350,20 @@ def _relative(got, ref):
 
 
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
-@pytest.mark.parametrize("case, smooth", [((16, 16, 15, 2, 3), False), ((37, 11, 5, 3, 2), False),
-                                          ((20, 7, 30, 2, 2), False), ((50, 5, 2, 2, 3), True)])
-def test_kept_round_trip_on_the_cpu(layout, case, smooth):
+@pytest.mark.parametrize("case, smooth, block", [((16, 16, 15, 2, 3), False, 0), ((37, 11, 5, 3, 2), False, 0),
+                                                 ((20, 7, 30, 2, 2), False, 0), ((50, 5, 2, 2, 3), True, 0),
+                                                 ((37, 11, 5, 3, 2), False, 24)])
+def test_kept_round_trip_on_the_cpu(layout, case, smooth, block):
     """The kept-spectra kernels (x's, w's and dy's spectra made once each; the passes from them), every pass against
-    its definition in float64, both layouts, padding past the kernel's reach, a 2^a 3^b length."""
+    its definition in float64, both layouts, padding past the kernel's reach, a 2^a 3^b length, a block of more
+    threads than the passes' butterflies (as 1024-thread blocks of 16384-point rows' radix-16 passes are not)."""
     import cuda_cpu
     n, k, pad, batch, channels = case
     p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
     L = rowconv.transform_size(p, smooth=smooth)
-    kept = blockkept.RowKept(numpy, p, L, kernels=cuda_cpu.launchables(rowconv.source("float32", L // 2),
-                                                                     rowconv.KEPT_NAMES), stream=cuda_cpu.Stream())
+    assert block == 0 or block > rowconv.threads(L // 2)
+    kept = blockkept.RowKept(numpy, p, L, threads=block, stream=cuda_cpu.Stream(), kernels=cuda_cpu.launchables(
+        rowconv.source("float32", L // 2, block=block), rowconv.KEPT_NAMES))
     x, w, dy, (y, dx, dw) = kept_round_trip(kept, p, seed=n)
     assert _relative(y, _direct(p, x, w)) <= 1e-6
     assert _relative(dx, _direct(p.for_pass("dgrad"), dy, w)) <= 1e-6

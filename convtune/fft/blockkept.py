@@ -18,10 +18,12 @@ from . import planeconv, rowconv
 
 
 @compiled_once
-def row_kernels(dtype: str, m: int, radix: str, device_id: int):
-    """:data:`convtune.fft.rowconv.KEPT_NAMES` for ``dtype`` and ``m``-point rows, compiled once per device (the
-    module of the per-pass kernels: one source)."""
-    return rowconv.launchables(rowconv.source(dtype, m, radix), rowconv.KEPT_NAMES, rowconv.smem_bytes(m), device_id)
+def row_kernels(dtype: str, m: int, radix: str, block: int, device_id: int):
+    """:data:`convtune.fft.rowconv.KEPT_NAMES` for ``dtype`` and ``m``-point rows (``block`` threads a block, 0:
+    :func:`convtune.fft.rowconv.threads`), compiled once per device (the module of the per-pass kernels: one
+    source)."""
+    return rowconv.launchables(rowconv.source(dtype, m, radix, block), rowconv.KEPT_NAMES, rowconv.smem_bytes(m),
+                               device_id)
 
 
 class KeptBlockFft:
@@ -151,19 +153,21 @@ class KeptBlockFft:
 
 
 class RowKept(KeptBlockFft):
-    """:class:`KeptBlockFft` for 1-D depthwise layers at transform length ``L`` (radices ``radix``)."""
+    """:class:`KeptBlockFft` for 1-D depthwise layers at transform length ``L`` (radices ``radix``; ``threads`` a
+    block, 0: :func:`convtune.fft.rowconv.threads`)."""
 
     what = "the row FFT round trip"
 
-    def __init__(self, xp, problem: ConvProblem, L: int, radix: str = "8", kernels=None, stream=None):
+    def __init__(self, xp, problem: ConvProblem, L: int, radix: str = "8", threads: int = 0, kernels=None,
+                 stream=None):
         super().__init__(xp, problem, stream)
         for pass_ in ("fwd", "dgrad", "wgrad"):
             why = rowconv.reason(self.p.for_pass(pass_), L)
             if why:
                 raise ValueError(f"{self.what}: {why}")
         self.L, m = L, L // 2
-        self.spectrum_elems, self.block, self.smem = m + 1, (rowconv.threads(m),), rowconv.smem_bytes(m)
-        self.kernels = kernels or row_kernels(self.p.dtype, m, radix, self._device(xp))
+        self.spectrum_elems, self.block, self.smem = m + 1, (threads or rowconv.threads(m),), rowconv.smem_bytes(m)
+        self.kernels = kernels or row_kernels(self.p.dtype, m, radix, threads, self._device(xp))
 
     def _sizes_args(self, q: ConvProblem):
         return numpy.int32(rowconv.shifts(q, self.L)), numpy.float32(1.0 / self.L)

@@ -143,6 +143,18 @@ def threads(m: int) -> int:
     return min(MAX_THREADS, max(1, m // 8))
 
 
+#: The larger block a round trip may ask for (:func:`thread_options`).
+LARGE_BLOCK = 1024
+
+
+def thread_options(m: int) -> list[int]:
+    """The block sizes worth a round-trip candidate for ``m``-point rows (0: :func:`threads`): also
+    :data:`LARGE_BLOCK` threads where :func:`threads` leaves a thread more than 16 points of a pass. Such a row's
+    block has its SM to itself (16384 points: 144 KiB of shared memory), and 512 threads are 16 warps to hide every
+    latency; 1024 make 32 (one radix-16 butterfly a thread a pass), at 64 registers a thread."""
+    return [0, LARGE_BLOCK] if m // threads(m) > 16 else [0]
+
+
 def smem_bytes(m: int) -> int:
     """Shared memory of a block: the complex row with one pad after every 8 points (:func:`_padded`)."""
     return 8 * _padded(m)
@@ -173,6 +185,8 @@ def pairs_in_registers(m: int) -> bool:
 #: an SM should run of the block kernels at 64 registers a thread (half its warps; the kernels issue an instruction
 #: most cycles at that occupancy, and more threads would cap their registers below 64).
 SM_SMEM, SMEM_RESERVED, SM_THREADS = 228 * 1024, 1024, 1024
+#: The most threads an SM runs at once.
+SM_THREADS_MAX = 2048
 
 
 def fitting_blocks(smem: int) -> int:
@@ -751,15 +765,17 @@ def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str
     return "\n".join(calls)
 
 
-def source(dtype: str, m: int, radix: str = "8") -> str:
+def source(dtype: str, m: int, radix: str = "8", block: int = 0) -> str:
     """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``), its passes'
-    radices as :data:`RADICES` names ``radix`` (the block's threads stay :func:`threads`: with larger radices some
-    wait out the passes)."""
-    passes = stockham_calls(m, 1, threads(m), "row", large=RADICES[radix])
-    return device_helpers() + _SOURCE.format(m=m, t=threads(m), passes=passes,
+    radices as :data:`RADICES` names ``radix``, ``block`` threads a block (0: :func:`threads`, which larger radices
+    leave as it is: some threads wait out their passes)."""
+    t = block or threads(m)
+    passes = stockham_calls(m, 1, t, "row", large=RADICES[radix])
+    min_blocks = max(1, min(wgrad_min_blocks(m), SM_THREADS_MAX // t))
+    return device_helpers() + _SOURCE.format(m=m, t=t, passes=passes,
                                              roots=roots_source(m), root_type=root_type(m),
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
-                                             wgrad_min_blocks=wgrad_min_blocks(m))
+                                             wgrad_min_blocks=min_blocks)
 
 
 def launchables(code: str, names, smem: int, device_id: int) -> tuple:
