@@ -24,6 +24,19 @@ from convtune.timing import paired_ratio
 from block_fft import LAYERS, kernel_times, problem, setup
 
 
+def trace(torch, fn, be, path: str) -> None:
+    """A Chrome trace of three calls of ``fn`` (host and device activity) at ``path``."""
+    import os
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    be.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(3):
+            fn()
+        be.synchronize()
+    prof.export_chrome_trace(path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default="hyena-long-dw,long-16k-dw,replknet-dw31,slak-dw51")
@@ -31,6 +44,9 @@ def main(argv=None) -> int:
     ap.add_argument("--side-by-side", type=int, default=60, help="repeats of the paired timing (0: none)")
     ap.add_argument("--max-table", type=int, help="rowconv.MAX_TABLE: the longest rows whose twiddles come from a "
                     "table (longer ones compute them by sincospif)")
+    ap.add_argument("--only", help="only the candidates whose label holds this text (sizes=81x96)")
+    ap.add_argument("--trace", help="a directory: a Chrome trace (torch.profiler, host and device) of three whole "
+                    "round trips of each layer's best candidate, to see where the device waits")
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
     if args.max_table:
@@ -45,6 +61,8 @@ def main(argv=None) -> int:
         row = {"layer": name, "problem": base.key(), "candidates": {}}
         best = None
         for config in block_trip_configs(base, be):
+            if args.only and args.only not in config.label():
+                continue
             got = {}
             try:
                 trip = RoundTrip(base, config, be)
@@ -62,6 +80,11 @@ def main(argv=None) -> int:
         if best is not None:
             row["best"], row["ms"] = best[0], row["candidates"][best[0]]["ms"]
             row["kernels"] = kernel_times(torch, lambda: best[1](x, w, dy), be)
+            # the same trip as one call after one L2 flush (the planner's figure: each pass after its own flush, the
+            # passes' times summed, so host time between passes is not in it)
+            row["whole_ms"] = timer(lambda: best[1](x, w, dy), be).median_s * 1e3
+            if args.trace:
+                trace(torch, lambda: best[1](x, w, dy), be, f"{args.trace}/{name}.json")
         if torchfft.unsupported_reason(base) is None:
             peer = torchfft.round_trip(torch, base, x, w, dy)
             row["torch_fft_ms"] = timer(peer, be).median_s * 1e3
@@ -75,7 +98,7 @@ def main(argv=None) -> int:
         if "ms" in row and "torch_fft_ms" in row:
             row["vs_torch_fft"] = row["torch_fft_ms"] / row["ms"]
         rows.append(row)
-        print(f"== {name}: best {row.get('best')} {row.get('ms')} ms, torch-fft {row.get('torch_fft_ms')}, "
+        print(f"== {name}: best {row.get('best')} {row.get('ms')} ms (whole {row.get('whole_ms')}), torch-fft {row.get('torch_fft_ms')}, "
               f"vs torch-fft {row.get('vs_torch_fft')}, floor {row['floor_ms']}; kernels {row.get('kernels')}; "
               f"side by side {row.get('side_by_side')}",
               flush=True)

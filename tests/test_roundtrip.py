@@ -300,6 +300,29 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
     assert block_trip_configs(replk, gpu)[-1].label() == "fft-trip[sizes=72x72,block,radices=16x9,threads=512]"
     assert block_trip_configs(replk, cpu) == [] and block_trip_configs(replk.replace(dtype="bfloat16"), gpu) == []
     assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
+    long_row = hyena.replace(input_size=(16384,), kernel_size=(16384,), padding=(16383,))
+    assert [(c.radices, c.threads) for c in block_trip_configs(long_row, gpu)] == [
+        ("8", 0), ("16", 0), ("8", 1024), ("16", 1024)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, k, pad", [(4096, 4096, 4095), (16384, 16384, 16383), (3001, 1500, 700)])
+def test_block_trip_candidates_match_float64_on_the_gpu(n, k, pad):
+    """Every block round trip of a long depthwise row (radices, and 1024-thread blocks where listed), all three
+    passes against float64 on the GPU."""
+    from convtune.problem import ConvProblem
+    from convtune.roundtrip import block_trip_configs, round_trip_operands, round_trip_references
+    from convtune.backend import get_backend
+    backend = get_backend("cupy")
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, input_size=(n,), kernel_size=k, padding=pad)
+    x, w, dy = round_trip_operands(backend, p, seed=n)
+    refs = round_trip_references(backend, p, x, w, dy)
+    configs = block_trip_configs(p, backend)
+    assert configs
+    for config in configs:
+        got = RoundTrip(p, config, backend)(x, w, dy)
+        errors = [relative_error(backend.xp, a, ref) for a, ref in zip(got, refs)]
+        assert max(errors) <= 1e-5, f"{config.label()}: {errors}"
 
 
 def _emulated_block_kernels(monkeypatch):

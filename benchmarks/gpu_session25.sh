@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The 25th session's last device call (carry .whl; timeout_s 600):
+#   bash benchmarks/gpu_session25.sh
+# 1. GPU tests of the round trips (every block candidate of long rows against float64, 1024-thread blocks included)
+#    and the drop-in's kept-spectra tests (fft-row's per-pass kernels are unchanged: their source is the same);
+# 2. benchmarks/block_trips.py: hyena-long-dw and long-16k-dw (every candidate, the whole trip, a Chrome trace of
+#    three whole trips, the peer side by side), then replknet-dw31 and slak-dw51 at their tuned sizes.
+cd "$(dirname "$0")/.."
+source scripts/gpu-env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+O=${OUT:-/tmp}
+part() {
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout "$limit" "$@" > "$O/$name.log" 2>&1
+  echo "== $name (exit $?, $(( $(date +%s) - start )) s)"
+}
+part tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 -m gpu tests/test_roundtrip.py \
+  tests/test_torch_gpu.py -k "block or kept or trip"
+grep -sE "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
+part trips-1d 160 python3 benchmarks/block_trips.py --layers hyena-long-dw,long-16k-dw --trace "$O/traces" \
+  -o "$O/trips-1d.json"
+grep -sE "^==" "$O/trips-1d.log"
+part trips-replknet 70 python3 benchmarks/block_trips.py --layers replknet-dw31 --only "sizes=72x72,block,radices=16x9]" \
+  -o "$O/trips-replknet.json"
+grep -sE "^==" "$O/trips-replknet.log"
+part trips-slak 110 python3 benchmarks/block_trips.py --layers slak-dw51 --only "sizes=81x96" -o "$O/trips-slak.json"
+grep -sE "^==" "$O/trips-slak.log"
