@@ -492,11 +492,17 @@ def source(dtype: str, sizes, shape=None, radix: str = "8") -> str:
                                                      e=rowconv.ELEMENTS[dtype])
 
 
+#: The kernels each pass launches.
+PASS_NAMES = {"fwd": NAMES[:2], "dgrad": NAMES[:1] + NAMES[2:3], "wgrad": NAMES[3:]}
+
+
 @compiled_once
-def _kernels(dtype: str, sizes, shape, radix: str, device_id: int):
-    """:data:`NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``, compiled once per device."""
-    return rowconv.launchables(source(dtype, sizes, shape, radix), NAMES,
-                               wgrad_buffers(sizes) * smem_bytes(sizes), device_id)
+def _kernels(dtype: str, sizes, shape, radix: str, pass_: str, device_id: int):
+    """:data:`NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``: those ``pass_`` launches
+    (:data:`PASS_NAMES`) compiled once per device, ``None`` for the others."""
+    names = PASS_NAMES[pass_]
+    return rowconv.pass_kernels(NAMES, names, rowconv.launchables(source(dtype, sizes, shape, radix), names,
+                                                                  wgrad_buffers(sizes) * smem_bytes(sizes), device_id))
 
 
 def radix_options(sizes) -> list[str]:
@@ -524,7 +530,8 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
             raise ValueError(f"image FFT: {why}")
         self.p, self.sizes = p, sizes
         self.shape = launch_shape(sizes) if shape is None else tuple(shape)
-        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, self.shape, radix, cp.cuda.Device().id)
+        spectrum, fwd, dgrad, part, total = kernels or _kernels(p.dtype, sizes, self.shape, radix, p.pass_,
+                                                                cp.cuda.Device().id)
         i32, i64, f32 = numpy.int32, numpy.int64, numpy.float32
         block, smem, C = (self.shape[0],), smem_bytes(sizes), p.in_channels
         (k0, k1), sh = p.kernel_size, tuple(i32(s) for s in shifts(p, sizes))

@@ -53,7 +53,7 @@ class PlaneFftStrategy(Strategy):
                 for r in planeconv.radix_options(sizes)]
 
     def prepare(self, problem, configs, backend):
-        """The candidates' kernels (a module per dtype and sizes) compiled at once, on several threads."""
+        """The candidates' kernels (a module per dtype, sizes and pass) compiled at once, on several threads."""
         if getattr(backend, "name", "") == "cupy":
             build_concurrently([functools.partial(self.executor, problem, c, backend) for c in configs], backend)
 
