@@ -56,8 +56,8 @@ log = logging.getLogger("convtune")
 #: GPU's fused and packed trips for 3-D problems too; 8: half-precision and channels_last layers, between
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
-#: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too).
-VERSION = 12
+#: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes).
+VERSION = 13
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -65,7 +65,8 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            9: lambda p: p.dtype != "float32" or p.layout != "channels_first", 10: lambda p: p.math == "tf32",
            11: lambda p: p.dtype == "float32" and p.rank in (1, 2) and p.groups == p.in_channels == p.out_channels,
            12: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
-           and fft_sizes.min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]) > 16384}
+           and fft_sizes.min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]) > 16384,
+           13: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -83,7 +84,7 @@ PAYS_FACTOR = 0.97
 @dataclass(frozen=True)
 class TripConfig:
     sizes: tuple[int, ...]
-    fused: bool = False
+    fused: bool = False  # fgemm: fused callbacks; block (rows): both backward passes in one kernel
     tf32: bool = False
     packed: bool = False  # spectra in cuFFT's layout, convtune's GEMM kernel (see convtune.fft.freqmajor)
     own: bool = False  # convtune's own one-pass transforms instead of cuFFT's (convtune.fft.fft64)
@@ -123,7 +124,9 @@ def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     """The kept-spectra executor of the one-block transforms for ``config`` (``block`` product)."""
     from .fft import blockkept
     if problem.rank == 1:
-        return blockkept.RowKept(xp, problem, config.sizes[0], config.radices, config.threads)
+        return blockkept.RowKept(xp, problem, config.sizes[0], config.radices, config.threads, fused=config.fused)
+    if config.fused:
+        raise ValueError(f"{config.label()}: the fused backward passes are the row round trip's (1-D)")
     if problem.rank == 2:
         return blockkept.PlaneKept(xp, problem, config.sizes, config.radices,
                                    shape=(config.threads, 1) if config.threads else None)
@@ -134,7 +137,8 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
     """The ``block`` round trips of the forward ``problem``: on the GPU, for float32 depthwise 1-D and 2-D layers,
     each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
     radix sets and block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`: the
-    policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.thread_options`)."""
+    policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.thread_options`);
+    rows also with both backward passes in one kernel (``fused``: no spectra of dy written or read back)."""
     from .fft import planeconv, rowconv
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
@@ -148,6 +152,9 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
         radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
         threads = rowconv.thread_options(size // 2) if p.rank == 1 else planeconv.shape_options(size)
         out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t in threads for r in radix]
+        if p.rank == 1:  # (both backward passes in one kernel, where its sums fit beside the row)
+            out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t, fused=True) for t in threads
+                    for r in radix if rowconv.fused_backward_fits(size // 2)]
     return out
 
 
@@ -219,10 +226,10 @@ class RoundTrip:
             raise ValueError(f"{config.label()}: TF32 products need math='tf32', the problem is {self.problem.math}")
         fft_sizes.check_sizes(self.problem, config.sizes)
         self.xp = xp = self.backend.xp
-        if config.product in ("pointwise", "block") and (config.fused or config.packed or config.own or config.narrow
-                                                         or config.tf32):
-            raise ValueError(f"{config.label()}: the {config.product} round trip has no fused, packed, own, narrow or "
-                             "TF32 variants")
+        if config.product in ("pointwise", "block") and (config.packed or config.own or config.narrow or config.tf32
+                                                         or (config.fused and config.product == "pointwise")):
+            raise ValueError(f"{config.label()}: the {config.product} round trip has no "
+                             f"{'' if config.product == 'block' else 'fused, '}packed, own, narrow or TF32 variants")
         if config.product == "block":
             self._ex = _block_kept(xp, self.problem, config)
         elif config.product == "pointwise":
@@ -253,6 +260,27 @@ class RoundTrip:
         """Drop what is kept (a layer whose weight is frozen never runs its backward-filter pass)."""
         self._xs = self._ws = self._dys = self._dy = None
         self._pending = set()
+        self._made = {}  # pass -> (dy, result): the other backward pass's result, made by one fused kernel
+
+    def _fuses(self, dy, other: str) -> bool:
+        """Whether this backward pass runs both in one kernel (the block trip's fused form, the ``other`` pass still to
+        come, ``dy``'s spectra not already made)."""
+        return getattr(self._ex, "fused", False) and other in self._pending and not self._holds_dy(dy)
+
+    def _both(self, dy, dx, dw):
+        """``dx`` and ``dw`` in one kernel (:meth:`convtune.fft.blockkept.RowKept.backward_both`)."""
+        checked = self._check("dy", dy, self.problem.y_shape)
+        return self._ex.backward_both(checked, self._ws, self._xs, dx, dw)
+
+    def _made_by_fused(self, pass_: str, dy, out):
+        """This pass's result if the other backward pass made it (for the same ``dy``), into ``out`` if given."""
+        made = self._made.pop(pass_, None)
+        if made is None or made[0] is not dy:
+            return None
+        if out is not None:
+            out[...] = made[1]
+            return out
+        return made[1]
 
     def _check(self, name, a, shape):
         """``a`` checked, as the float32 channels-first executor reads it (converted where the layer is not)."""
@@ -328,9 +356,17 @@ class RoundTrip:
     def backward_data(self, dy, out=None):
         """``dx`` from ``dy`` and the kept weight spectrum."""
         self._need("dgrad")
+        made = self._made_by_fused("dgrad", dy, out)
+        if made is not None:
+            self._done("dgrad")
+            return made
         dx = self._out(out, self.problem.x_shape)
         with gemm_precision(self.xp, self.config.tf32):
-            if hasattr(self._ex, "backward_data_keeping") and not self._holds_dy(dy):
+            if self._fuses(dy, "wgrad"):  # (dw as well, for backward_filter)
+                dw = self._out(None, self.problem.w_shape)
+                self._both(dy, dx, dw)
+                self._made["wgrad"] = (dy, dw)
+            elif hasattr(self._ex, "backward_data_keeping") and not self._holds_dy(dy):
                 checked = self._check("dy", dy, self.problem.y_shape)  # (the pass and dy's spectra in one kernel)
                 self._dys, self._dy = self._ex.backward_data_keeping(checked, self._ws, dx), dy
             else:
@@ -341,9 +377,18 @@ class RoundTrip:
     def backward_filter(self, dy, out=None):
         """``dw`` from ``dy`` and the kept input spectrum (summed over the whole batch)."""
         self._need("wgrad")
+        made = self._made_by_fused("wgrad", dy, out)
+        if made is not None:
+            self._done("wgrad")
+            return made
         dw = self._out(out, self.problem.w_shape)
         with gemm_precision(self.xp, self.config.tf32):
-            self._ex.backward_filter_from([(self._dy_spectrum(dy), self._xs)], dw)
+            if self._fuses(dy, "dgrad"):  # (dx as well, for backward_data)
+                dx = self._out(None, self.problem.x_shape)
+                self._both(dy, dx, dw)
+                self._made["dgrad"] = (dy, dx)
+            else:
+                self._ex.backward_filter_from([(self._dy_spectrum(dy), self._xs)], dw)
         self._done("wgrad")
         return self._result(dw, out, "wgrad")
 
@@ -365,14 +410,16 @@ class RoundTrip:
         xs, ws = spectra
         dx = dw = None
         with gemm_precision(self.xp, self.config.tf32):
-            if need_dx and hasattr(self._ex, "backward_data_keeping"):  # (one kernel: dx and dy's spectra)
+            if need_dx and need_dw and getattr(self._ex, "fused", False):  # (one kernel: dx and dw)
+                dx, dw = self._ex.backward_both(dy, ws, xs, self._out(dx_out, p.x_shape), self._out(dw_out, p.w_shape))
+            elif need_dx and hasattr(self._ex, "backward_data_keeping"):  # (one kernel: dx and dy's spectra)
                 dx = self._out(dx_out, p.x_shape)
                 dys = self._ex.backward_data_keeping(dy, ws, dx)
             else:
                 dys = self._ex.dy_spectrum(dy)
                 if need_dx:
                     dx = self._ex.backward_data_from(dys, ws, self._out(dx_out, p.x_shape))
-            if need_dw:
+            if need_dw and dw is None:
                 dw = self._ex.backward_filter_from([(dys, xs)], self._out(dw_out, p.w_shape))
         return (None if dx is None else self._result(dx, dx_out, "dgrad"),
                 None if dw is None else self._result(dw, dw_out, "wgrad"))

@@ -208,19 +208,20 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     half-precision and channels_last layers, version 10 tf32 ones: a 2-D float32 decision of version 6 stands, a
     3-D one is measured again, a half-precision one of version 8 too, a tf32 one of version 9 too; an older version
     (6 changed every shape) or a newer one never stands. Version 11 (the block trips) changed float32 depthwise 1-D
-    and 2-D layers only, version 12 (larger blocks for long rows) float32 depthwise rows of over 16384 samples."""
+    and 2-D layers only, version 12 (larger blocks for long rows) float32 depthwise rows of over 16384 samples, version
+    13 (fused backward passes) float32 depthwise rows."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7")
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 12
+    assert roundtrip.VERSION == 13
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
     hyena = long_row.replace(input_size=(4096,), kernel_size=(4096,), padding=(4095,))
-    assert roundtrip.stale(11, long_row) and not roundtrip.stale(11, hyena)
+    assert roundtrip.stale(11, long_row) and roundtrip.stale(12, hyena) and not roundtrip.stale(12, depthwise)
     assert not any(roundtrip.stale(11, p) for p in (two, three, half, tf32, depthwise))
     assert roundtrip.stale(10, depthwise) and not roundtrip.stale(10, depthwise.replace(dtype="bfloat16"))
     assert not any(roundtrip.stale(10, p) for p in (two, three, half, tf32))
@@ -228,7 +229,7 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(5, two) and roundtrip.stale(13, two)
+    assert roundtrip.stale(5, two) and roundtrip.stale(14, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -290,8 +291,9 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
     gpu, cpu = SimpleNamespace(name="cupy"), SimpleNamespace(name="numpy")
     hyena = ConvProblem.make(batch=4, in_channels=8, out_channels=8, groups=8, input_size=(4096,), kernel_size=4096,
                              padding=4095)
-    assert [c.label() for c in block_trip_configs(hyena, gpu)] == ["fft-trip[sizes=8192,block]",
-                                                                   "fft-trip[sizes=8192,block,radices=16]"]
+    assert [c.label() for c in block_trip_configs(hyena, gpu)] == [
+        "fft-trip[sizes=8192,block]", "fft-trip[sizes=8192,block,radices=16]",
+        "fft-trip[sizes=8192,fused,block]", "fft-trip[sizes=8192,fused,block,radices=16]"]
     replk = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(56, 56), kernel_size=31,
                              padding=15)
     assert [(c.sizes, c.radices, c.threads) for c in block_trip_configs(replk, gpu)] == [
@@ -301,8 +303,8 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
     assert block_trip_configs(replk, cpu) == [] and block_trip_configs(replk.replace(dtype="bfloat16"), gpu) == []
     assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
     long_row = hyena.replace(input_size=(16384,), kernel_size=(16384,), padding=(16383,))
-    assert [(c.radices, c.threads) for c in block_trip_configs(long_row, gpu)] == [
-        ("8", 0), ("16", 0), ("8", 1024), ("16", 1024)]
+    assert [(c.radices, c.threads, c.fused) for c in block_trip_configs(long_row, gpu)] == [
+        ("8", 0, False), ("16", 0, False), ("8", 1024, False), ("16", 1024, False)]  # (no room for fused sums)
 
 
 @pytest.mark.gpu
@@ -329,20 +331,24 @@ def _emulated_block_kernels(monkeypatch):
     """The block trips' kernels as the CPU runs them (tests/cuda_cpu.py) in place of the GPU's."""
     import cuda_cpu
     from convtune.fft import blockkept, planeconv, rowconv
-    monkeypatch.setattr(blockkept, "row_kernels", lambda dtype, m, radix, block, device: cuda_cpu.launchables(
-        rowconv.source(dtype, m, radix, block), rowconv.KEPT_NAMES))
+    monkeypatch.setattr(blockkept, "row_kernels", lambda dtype, m, radix, block, fused, device: cuda_cpu.launchables(
+        rowconv.source(dtype, m, radix, block), rowconv.KEPT_NAMES + ((rowconv.BOTH_NAME,) if fused else ())))
     monkeypatch.setattr(blockkept, "plane_kernels", lambda dtype, sizes, shape, radix, device: cuda_cpu.launchables(
         planeconv.source(dtype, sizes, shape, radix), planeconv.KEPT_NAMES))
 
 
-@pytest.mark.parametrize("shape", [dict(input_size=(37,), kernel_size=11, padding=5),
-                                   dict(input_size=(9, 11), kernel_size=(3, 5), padding=(1, 2))])
+ROW = dict(input_size=(37,), kernel_size=11, padding=5)
+
+
+@pytest.mark.parametrize("shape, fused", [(ROW, False), (ROW, True),
+                                          (dict(input_size=(9, 11), kernel_size=(3, 5), padding=(1, 2)), False)])
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
 @pytest.mark.parametrize("dgrad_first", [False, True])
-def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout, dgrad_first):
+def test_block_round_trip_through_roundtrip(monkeypatch, shape, fused, layout, dgrad_first):
     """RoundTrip with the block product: forward (the pass and x's spectra in one kernel), then both backward passes
     in either order (backward-data first: dx and dy's spectra in one kernel; else dy's spectra alone, then dx from
-    them), and the stateless kept_forward / kept_backward, against float64 (the kernels emulated on the CPU)."""
+    them; ``fused``: whichever comes first makes both in one kernel, the second hands over its result), and the
+    stateless kept_forward / kept_backward, against float64 (the kernels emulated on the CPU)."""
     from convtune.backend import get_backend
     from convtune.fft import planeconv, rowconv
     from convtune.problem import ConvProblem
@@ -352,22 +358,37 @@ def test_block_round_trip_through_roundtrip(monkeypatch, shape, layout, dgrad_fi
     sizes = (rowconv.transform_size(p),) if p.rank == 1 else planeconv.transform_sizes(p)
     x, w, dy = _operands(backend, p)
     refs = _references(backend, p, x, w, dy)
-    trip = RoundTrip(p, TripConfig(sizes=sizes, product="block", threads=512 if p.rank == 2 else 0), backend)
-    assert trip.recordable and not trip.converted
+    trip = RoundTrip(p, TripConfig(sizes=sizes, product="block", threads=512 if p.rank == 2 else 0, fused=fused),
+                     backend)
+    assert trip.recordable and not trip.converted and trip._ex.__dict__.get("fused", False) == fused
+    launches = []
+    for i, kernel in enumerate(trip._ex.kernels):
+        def counted(*args, _i=i, _k=kernel):
+            launches.append(_i)
+            return _k(*args)
+        trip._ex.kernels = trip._ex.kernels[:i] + (counted,) + trip._ex.kernels[i + 1:]
     y = trip.forward(x, w)
     if dgrad_first:
         dx = trip.backward_data(dy)
         dw = trip.backward_filter(dy)
     else:
         dw = trip.backward_filter(dy)
-        dx = trip.backward_data(dy)
+        dx = trip.backward_data(dy, out=numpy.empty(p.x_shape, numpy.float32))
     assert not trip.holding
     for out, ref in zip((y, dx, dw), refs):
         assert relative_error(numpy, out, ref) <= 1e-6
+    # (w's and x's spectra with y, then one kernel for both; else dx with dy's spectra, then dw, or dy's spectra, dw,
+    # then dx)
+    assert launches.count(6) == fused and len(launches) == (3 if fused else 4 if dgrad_first else 5)
     y, spectra = trip.kept_forward(x, w)
     dx, dw = trip.kept_backward(spectra, dy)
     for out, ref in zip((y, dx, dw), refs):
         assert relative_error(numpy, out, ref) <= 1e-6
+    if fused:  # (a backward pass with another dy than the first's is computed, not handed over)
+        trip.forward(x, w)
+        trip.backward_data(dy)
+        dw2 = trip.backward_filter(2 * dy)
+        assert relative_error(numpy, dw2, 2 * refs[2]) <= 1e-6
 
 
 @pytest.mark.parametrize("product", ["pointwise", "block"])
@@ -375,5 +396,9 @@ def test_elementwise_products_refuse_the_gemm_variants(product):
     from convtune.problem import ConvProblem
     p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(20, 20), kernel_size=5,
                          padding=2)
-    with pytest.raises(ValueError, match=f"the {product} round trip has no fused, packed, own, narrow or TF32"):
+    what = "fused, packed" if product == "pointwise" else "packed"
+    with pytest.raises(ValueError, match=f"the {product} round trip has no {what}, own, narrow or TF32"):
         RoundTrip(p, TripConfig(sizes=(32, 32), product=product, packed=True), "numpy")
+    if product == "block":  # (fused backward passes: the rows' only)
+        with pytest.raises(ValueError, match="row round trip"):
+            RoundTrip(p, TripConfig(sizes=(32, 32), product=product, fused=True), "numpy")

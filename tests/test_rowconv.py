@@ -370,6 +370,39 @@ def test_kept_round_trip_on_the_cpu(layout, case, smooth, block):
     assert _relative(dw, _direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
 
 
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("case, smooth, block", [((16, 16, 15, 2, 3), False, 0), ((37, 11, 5, 3, 2), False, 0),
+                                                 ((20, 7, 30, 2, 2), False, 0), ((50, 5, 2, 2, 3), True, 0),
+                                                 ((37, 11, 5, 3, 2), False, 24)])
+def test_fused_backward_passes_on_the_cpu(layout, case, smooth, block):
+    """Both backward passes in one kernel (dy's rows transformed once, dw's sums in registers) from the forward
+    pass's kept spectra, against their definitions in float64: both layouts, padding past the kernel's reach, a 2^a 3^b
+    length, more threads than butterflies."""
+    import cuda_cpu
+    n, k, pad, batch, channels = case
+    p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
+    L = rowconv.transform_size(p, smooth=smooth)
+    names = rowconv.KEPT_NAMES + (rowconv.BOTH_NAME,)
+    kept = blockkept.RowKept(numpy, p, L, threads=block, stream=cuda_cpu.Stream(), fused=True,
+                             kernels=cuda_cpu.launchables(rowconv.source("float32", L // 2, block=block), names))
+    rng = numpy.random.default_rng(n)
+    x, w, dy = (rng.standard_normal(s).astype(numpy.float32) for s in (p.x_shape, p.w_shape, p.y_shape))
+    ws = kept.w_spectrum(w)
+    xs = kept.forward_keeping(x, ws, numpy.empty(p.y_shape, numpy.float32))
+    dx, dw = kept.backward_both(dy, ws, xs, numpy.full(p.x_shape, numpy.nan, numpy.float32),
+                                numpy.full(p.w_shape, numpy.nan, numpy.float32))
+    x, w, dy = (a.astype(numpy.float64) for a in (x, w, dy))
+    assert _relative(dx, _direct(p.for_pass("dgrad"), dy, w)) <= 1e-6
+    assert _relative(dw, _direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
+
+
+def test_fused_backward_passes_need_room_for_the_sums():
+    assert rowconv.fused_backward_fits(4096) and rowconv.fused_backward_fits(8192)
+    assert not rowconv.fused_backward_fits(16384) and rowconv.both_smem_bytes(4096) == 36864 + 8 * 4097
+    with pytest.raises(ValueError, match="too many"):
+        blockkept.RowKept(numpy, _problem(16384, 16384, 16383), 32768, fused=True, kernels=(None,) * 7)
+
+
 def test_kept_round_trip_refuses_what_it_cannot_run():
     p = _problem(40, 7, 3)
     with pytest.raises(ValueError, match="float32 layers only"):
@@ -378,14 +411,14 @@ def test_kept_round_trip_refuses_what_it_cannot_run():
         blockkept.RowKept(numpy, p, 16, kernels=(None,) * 4)
 
 
-def kept_under_sanitizer(kept_type, source, names, p, transform, layout):
+def kept_under_sanitizer(kept_type, source, names, p, transform, layout, **extra):
     """The kept-spectra kernels' launches of one round trip (every method of ``kept_type``) as a standalone program
     under AddressSanitizer, each buffer of exactly its size (operands and results in ``layout``'s memory, so the
     launches read them in place)."""
     import cuda_cpu
     from convtune import precision
     kernels, calls = cuda_cpu.recorders(names)
-    kept = kept_type(numpy, p, transform, kernels=kernels, stream=cuda_cpu.Stream())
+    kept = kept_type(numpy, p, transform, kernels=kernels, stream=cuda_cpu.Stream(), **extra)
     arrays = {name: precision.empty_in(numpy, shape, "float32", layout)
               for name, shape in (("x", p.x_shape), ("w", p.w_shape), ("dy", p.y_shape), ("y", p.y_shape),
                                   ("dx", p.x_shape), ("dw", p.w_shape))}
@@ -398,6 +431,8 @@ def kept_under_sanitizer(kept_type, source, names, p, transform, layout):
     kept.backward_filter_from([(spectra["dys"], spectra["xs"])], dw)
     spectra["xs2"] = kept.forward_keeping(x, spectra["ws"], y)
     spectra["dys2"] = kept.backward_data_keeping(dy, spectra["ws"], dx)
+    if getattr(kept, "fused", False):
+        kept.backward_both(dy, spectra["ws"], spectra["xs"], dx, dw)
     every = {**arrays, **spectra}
     buffers = {kept._ptr(a): (name, a.nbytes // 4) for name, a in every.items()}
     return cuda_cpu.sanitized_calls(source, buffers, calls)
@@ -412,4 +447,7 @@ def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
     p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
     L = rowconv.transform_size(p, smooth=smooth)
     run = kept_under_sanitizer(blockkept.RowKept, rowconv.source("float32", L // 2), rowconv.KEPT_NAMES, p, L, layout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    run = kept_under_sanitizer(blockkept.RowKept, rowconv.source("float32", L // 2),
+                               rowconv.KEPT_NAMES + (rowconv.BOTH_NAME,), p, L, layout, fused=True)
     assert run.returncode == 0, run.stderr[-3000:]

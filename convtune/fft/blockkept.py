@@ -18,12 +18,13 @@ from . import planeconv, rowconv
 
 
 @compiled_once
-def row_kernels(dtype: str, m: int, radix: str, block: int, device_id: int):
-    """:data:`convtune.fft.rowconv.KEPT_NAMES` for ``dtype`` and ``m``-point rows (``block`` threads a block, 0:
-    :func:`convtune.fft.rowconv.threads`), compiled once per device (the module of the per-pass kernels: one
-    source)."""
-    return rowconv.launchables(rowconv.source(dtype, m, radix, block), rowconv.KEPT_NAMES, rowconv.smem_bytes(m),
-                               device_id)
+def row_kernels(dtype: str, m: int, radix: str, block: int, fused: bool, device_id: int):
+    """:data:`convtune.fft.rowconv.KEPT_NAMES` (and with ``fused`` :data:`~convtune.fft.rowconv.BOTH_NAME`) for
+    ``dtype`` and ``m``-point rows (``block`` threads a block, 0: :func:`convtune.fft.rowconv.threads`), compiled once
+    per device."""
+    names = rowconv.KEPT_NAMES + ((rowconv.BOTH_NAME,) if fused else ())
+    smem = rowconv.both_smem_bytes(m) if fused else rowconv.smem_bytes(m)
+    return rowconv.launchables(rowconv.source(dtype, m, radix, block), names, smem, device_id)
 
 
 class KeptBlockFft:
@@ -57,11 +58,11 @@ class KeptBlockFft:
         """The current device's id (``-1`` off the GPU: the CPU tests' NumPy arrays)."""
         return xp.cuda.Device().id if hasattr(xp, "cuda") else -1
 
-    def _launch(self, kernel, grid, args) -> None:
+    def _launch(self, kernel, grid, args, smem: int | None = None) -> None:
         stream = self.stream
         if stream is None and hasattr(self.xp, "cuda"):
             stream = self.xp.cuda.get_current_stream()
-        kernel(grid, self.block, args, self.smem, stream)
+        kernel(grid, self.block, args, self.smem if smem is None else smem, stream)
 
     def _spectra(self, shape):
         """Room for the spectra of every row or image of an operand of logical ``shape``."""
@@ -154,20 +155,45 @@ class KeptBlockFft:
 
 class RowKept(KeptBlockFft):
     """:class:`KeptBlockFft` for 1-D depthwise layers at transform length ``L`` (radices ``radix``; ``threads`` a
-    block, 0: :func:`convtune.fft.rowconv.threads`)."""
+    block, 0: :func:`convtune.fft.rowconv.threads`). With ``fused``, :meth:`backward_both` runs both backward passes
+    in one kernel (``kernels`` then has a seventh, :data:`convtune.fft.rowconv.BOTH_NAME`)."""
 
     what = "the row FFT round trip"
 
     def __init__(self, xp, problem: ConvProblem, L: int, radix: str = "8", threads: int = 0, kernels=None,
-                 stream=None):
+                 stream=None, fused: bool = False):
         super().__init__(xp, problem, stream)
         for pass_ in ("fwd", "dgrad", "wgrad"):
             why = rowconv.reason(self.p.for_pass(pass_), L)
             if why:
                 raise ValueError(f"{self.what}: {why}")
         self.L, m = L, L // 2
+        if fused and not rowconv.fused_backward_fits(m):
+            raise ValueError(f"{self.what}: the fused backward passes keep the batch's sums beside the row in shared "
+                             f"memory, {rowconv.both_smem_bytes(m) // 1024} KiB for {m}-point rows: too many")
+        self.fused, self.both_smem = fused, rowconv.both_smem_bytes(m)
         self.spectrum_elems, self.block, self.smem = m + 1, (threads or rowconv.threads(m),), rowconv.smem_bytes(m)
-        self.kernels = kernels or row_kernels(self.p.dtype, m, radix, threads, self._device(xp))
+        self.kernels = kernels or row_kernels(self.p.dtype, m, radix, threads, fused, self._device(xp))
+
+    def backward_both(self, dy, ws, xs, dx, dw):
+        """``dx`` and ``dw`` from ``dy``, the filter's spectra ``ws`` and the input's kept spectra ``xs`` in one kernel
+        (block c: channel c's rows of every sample in turn); returns ``(dx, dw)``."""
+        p = self.p
+        mem = launch_memory(self.xp, dy, "float32", p.layout)
+        y_strides = tuple(map(numpy.int64, launch_strides(p.y_shape, p.layout)))
+        x_strides = tuple(map(numpy.int64, launch_strides(p.x_shape, p.layout)))
+        wC, _, wK = map(numpy.int64, launch_strides(p.w_shape, p.layout))
+        shift_d, scale = self._sizes_args(p.for_pass("dgrad"))
+        shift_w, _ = self._sizes_args(p.for_pass("wgrad"))
+
+        def launch(dx_ptr, dw_ptr):
+            self._launch(self.kernels[6], (p.in_channels,),
+                         (self._ptr(mem), self._ptr(ws), self._ptr(xs), dx_ptr, dw_ptr, numpy.int32(p.batch),
+                          numpy.int32(p.in_channels), *y_strides, *x_strides, wC, wK, numpy.int32(p.output_size[0]),
+                          numpy.int32(p.input_size[0]), numpy.int32(p.kernel_size[0]), shift_d, shift_w, scale),
+                         self.both_smem)
+        self._into(dx, p.x_shape, lambda dx_ptr: self._into(dw, p.w_shape, lambda dw_ptr: launch(dx_ptr, dw_ptr)))
+        return dx, dw
 
     def _sizes_args(self, q: ConvProblem):
         return numpy.int32(rowconv.shifts(q, self.L)), numpy.float32(1.0 / self.L)

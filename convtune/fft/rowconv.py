@@ -685,6 +685,56 @@ template <typename E> __device__ __forceinline__ void wgrad(
     store_row(buf, dw + c * wC, wK, K, shift, scale);
 }}
 
+// both backward passes in one kernel (a round trip's, from the forward pass's kept spectra xs): block c takes channel
+// c's rows of dy sample by sample, each transformed once: dx's row from it (times W, the inverse, the crop), and
+// conj(DY) X summed over the batch in shared memory beside the row (M + 1 sums; a thread reads back only the pairs it
+// wrote: no barrier); then dw's row, the sums' inverse. dy's spectra are neither written nor read back. (Sums in
+// registers took 128 registers a thread at 4096 points, one block an SM: benchmarks/kernel_registers.py.)
+template <typename E> __device__ __forceinline__ void backward_both(
+    const E* __restrict__ dy, const float2* __restrict__ ws, const float2* __restrict__ xs, E* __restrict__ dx,
+    E* __restrict__ dw, int N, int C, long long yN, long long yC, long long yL, long long xN, long long xC,
+    long long xL, long long wC, long long wK, int n_dy, int n_dx, int K, int shift_d, int shift_w, float scale) {{
+    extern __shared__ float2 buf[];
+    float2* qs = buf + PADI(M);
+    const int c = blockIdx.x;
+    const float2* spec = ws + (long long)c * (M + 1);
+    for (int ni = 0; ni < N; ++ni) {{
+        load_row(buf, dy + ni * yN + c * yC, yL, n_dy);
+        fft<false>(buf);
+        const float2* xk = xs + ((long long)ni * C + c) * (M + 1);
+        FOR_PAIRS(f) {{
+            const int g = f ? M - f : 0;
+            const float2 tw = half_twiddle(f, M);
+            float2 df, dm, pf, pm;
+            unpack(buf[PADI(f)], buf[PADI(g)], tw, df, dm);
+            float2 qf = cmul(conjf2(df), __ldg(xk + f)), qm = cmul(conjf2(dm), __ldg(xk + (M - f)));
+            if (ni) {{ qf = cadd(qf, qs[f]); qm = cadd(qm, qs[M - f]); }}
+            qs[f] = qf; qs[M - f] = qm;
+            pack(cmul(df, __ldg(spec + f)), cmul(dm, __ldg(spec + (M - f))), tw, pf, pm);
+            buf[PADI(f)] = pf;
+            if (f != 0 && 2 * f != M) buf[PADI(g)] = pm;
+        }}
+        __syncthreads();
+        fft<true>(buf);
+        store_row(buf, dx + ni * xN + c * xC, xL, n_dx, shift_d, scale);
+        __syncthreads();  // (the next row's load overwrites buf)
+    }}
+    FOR_PAIRS(f) {{
+        float2 pf, pm;
+        pack(qs[f], qs[M - f], half_twiddle(f, M), pf, pm);
+        buf[PADI(f)] = pf;
+        if (f != 0 && 2 * f != M) buf[PADI(M - f)] = pm;
+    }}
+    __syncthreads();
+    fft<true>(buf);
+    store_row(buf, dw + c * wC, wK, K, shift_w, scale);
+}}
+
+extern "C" __global__ void __launch_bounds__(T, {both_min_blocks}) rowfft_bwd_both(const {e}* dy, const float2* ws, const float2* xs,
+    {e}* dx, {e}* dw, int N, int C, long long yN, long long yC, long long yL, long long xN, long long xC, long long xL,
+    long long wC, long long wK, int n_dy, int n_dx, int K, int shift_d, int shift_w, float scale)
+{{ backward_both<{e}>(dy, ws, xs, dx, dw, N, C, yN, yC, yL, xN, xC, xL, wC, wK, n_dy, n_dx, K, shift_d, shift_w,
+                     scale); }}
 extern "C" __global__ void __launch_bounds__(T) rowfft_spectrum(const {e}* w, float2* ws, long long sC, long long sK, int K)
 {{ rows_spectrum<{e}>(w, ws, gridDim.x, 0, sC, sK, K); }}
 extern "C" __global__ void __launch_bounds__(T) rowfft_fwd_keep(const {e}* a, const float2* ws, {e}* out, float2* keep,
@@ -777,7 +827,8 @@ def source(dtype: str, m: int, radix: str = "8", block: int = 0) -> str:
     return device_helpers() + _SOURCE.format(m=m, t=t, passes=passes,
                                              roots=roots_source(m), root_type=root_type(m),
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
-                                             wgrad_min_blocks=min_blocks)
+                                             wgrad_min_blocks=min_blocks,
+                                             both_min_blocks=max(1, min(both_min_blocks(m), SM_THREADS_MAX // t)))
 
 
 _KERNEL = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\(')
@@ -902,3 +953,21 @@ class RowFftConv(BlockFftLaunch):
 #: The kept-spectra kernels of :func:`source` (a round trip's, :class:`convtune.fft.blockkept.RowKept`), in its order.
 KEPT_NAMES = ("rowfft_rows_spectrum", "rowfft_fwd_from", "rowfft_dgrad_from", "rowfft_wgrad_from",
               "rowfft_fwd_keep", "rowfft_dgrad_keep")
+#: Both backward passes in one kernel from the forward pass's kept spectra (a ``fused`` block round trip's).
+BOTH_NAME = "rowfft_bwd_both"
+
+
+def both_smem_bytes(m: int) -> int:
+    """:data:`BOTH_NAME`'s shared memory: the row, then the batch's sums (``M + 1`` complex64)."""
+    return smem_bytes(m) + 8 * (m + 1)
+
+
+def both_min_blocks(m: int) -> int:
+    """:data:`BOTH_NAME`'s blocks per SM for ``__launch_bounds__``, as :func:`wgrad_min_blocks` (4096 points: 2, so
+    radix 16 gets 64 registers, not the 127 it took uncapped)."""
+    return blocks_per_sm(both_smem_bytes(m), threads(m))
+
+
+def fused_backward_fits(m: int) -> bool:
+    """Whether :data:`BOTH_NAME` fits a block's shared memory for ``m``-point rows (up to 8192 points: 136 KiB)."""
+    return both_smem_bytes(m) <= MAX_SMEM
