@@ -5,16 +5,7 @@
 #    and the drop-in's kept-spectra tests (fft-row's per-pass kernels are unchanged: their source is the same);
 # 2. benchmarks/block_trips.py: hyena-long-dw and long-16k-dw (every candidate, the whole trip, a Chrome trace of
 #    three whole trips, the peer side by side), then replknet-dw31 and slak-dw51 at their tuned sizes.
-cd "$(dirname "$0")/.."
-source scripts/gpu-env.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-O=${OUT:-/tmp}
-part() {
-  local name=$1 limit=$2; shift 2
-  local start=$(date +%s)
-  timeout "$limit" "$@" > "$O/$name.log" 2>&1
-  echo "== $name (exit $?, $(( $(date +%s) - start )) s)"
-}
+source "$(dirname "$0")/device_part.sh"
 part tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 -m gpu tests/test_roundtrip.py \
   tests/test_torch_gpu.py -k "block or kept or trip"
 grep -sE "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30

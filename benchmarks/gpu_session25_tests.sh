@@ -3,12 +3,8 @@
 # fft-plane (their modules now hold only the kernels a pass launches) and of the block round trips, with the slowest
 # tests' durations (compilation was most of them):
 #   bash benchmarks/gpu_session25_tests.sh
-cd "$(dirname "$0")/.."
-source scripts/gpu-env.sh
-O=${OUT:-/tmp}
-start=$(date +%s)
-timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 --durations=8 -m gpu tests/test_rowconv.py \
-  tests/test_planeconv.py tests/test_roundtrip.py -k "test_rowconv or test_planeconv or block or trip" > "$O/tests.log" 2>&1
-echo "== tests (exit $?, $(( $(date +%s) - start )) s)"
+source "$(dirname "$0")/device_part.sh"
+part tests 280 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 --durations=8 -m gpu tests/test_rowconv.py \
+  tests/test_planeconv.py tests/test_roundtrip.py -k "test_rowconv or test_planeconv or block or trip"
 grep -sE "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
 grep -sA10 "slowest" "$O/tests.log"
