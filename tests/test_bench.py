@@ -81,6 +81,14 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
     trip = one_d["torch_fft_round_trip"]
     assert max(trip["errors"].values()) < 1e-5 and one_d["round_trip"]["torch-fft"] == trip["median_ms"]
     assert one_d["round_trip_floor_ms"] == pytest.approx(2 * one_d["passes"]["fwd"]["floor_ms"])
+    # a kept-spectra trip that pays is also timed whole, side by side with the peer's trip
+    for entry in doc["layers"] + doc["sweep"]:
+        kept, pair = entry.get("kept_spectra") or {}, entry.get("round_trip_paired")
+        if kept.get("pays") and (entry.get("torch_fft_round_trip") or {}).get("median_ms"):
+            assert pair["peer"] == "torch-fft" and pair["contender"] == "convtune" and pair["ratio"] > 0
+            assert pair["median_ms"] > 0 and pair["peer_ms"] > 0
+        else:
+            assert pair is None
     assert "torch-fft ms (ratio)" in res.output and "floor ms" in res.output and "side by side" in res.output
     # the per-pass parity count of both contenders against PyTorch (the layers' passes, not the sweep's)
     for name in ("convtune", "drop-in"):
@@ -366,3 +374,28 @@ def test_bench_model_ratios_pair_each_convtune_mode_with_each_pytorch_mode_and_p
     assert rounds["torch-amp-bf16-again vs torch-amp-bf16"] == (1.0, 0.8, 1.0)
     del doc["modes"][0]["round_ms"]  # one side without rounds (run one mode after another): no round ratio
     assert "convtune-amp-bf16 vs torch-amp-bf16" not in paired(doc)
+
+
+def test_a_kept_spectra_trip_is_timed_side_by_side_with_the_torch_fft_peers():
+    """bench_trip_paired: the runtime's trip and the torch-fft peer's, each whole, in turns (the CPU's timer), the
+    peer's time over convtune's; a timer that cannot interleave, or a trip that cannot be built, says so."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+    from convtune import ConvProblem
+    from convtune.backend import get_backend
+    from convtune.bench.runner import bench_trip_paired
+    from convtune.roundtrip import TripConfig
+    from convtune.timing import CpuTimer
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, input_size=(40,), kernel_size=17,
+                         padding=8)
+    decided = SimpleNamespace(round_trip_for=lambda problem, backend: SimpleNamespace(
+        config=TripConfig(sizes=(64,), product="pointwise")))
+    backend, timer = get_backend("numpy"), CpuTimer(repeats=3, min_time_s=0.002)
+    got = bench_trip_paired(p, backend, decided, timer, pair_ms=1.0)
+    assert got["peer"] == "torch-fft" and got["contender"] == "convtune" and got["repeats"] == 3
+    assert got["ratio"] > 0 and got["median_ms"] > 0 and got["peer_ms"] > 0 and got["null_ratio"] > 0
+    assert bench_trip_paired(p, backend, decided, object(), 1.0) == {
+        "absent": "the timer cannot time calls side by side"}
+    wrong = SimpleNamespace(round_trip_for=lambda problem, backend: SimpleNamespace(
+        config=TripConfig(sizes=(8,), product="pointwise")))
+    assert "failed" in bench_trip_paired(p, backend, wrong, timer, 1.0)

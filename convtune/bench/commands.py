@@ -154,8 +154,10 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                          _ms_value(kept["median_ms"]), "", "", "", f"{max(errors.values()):.1e}"] + [""] * len(available))
         if entry.get("round_trip"):
             rt = entry["round_trip"]
+            pair = entry.get("round_trip_paired") or {}
             row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
-                   _ms_value(rt.get("convtune")), floor(rt.get(DROP_IN)), "", floor(entry.get("round_trip_floor_ms")), ""]
+                   _ms_value(rt.get("convtune")), floor(rt.get(DROP_IN)),
+                   f"{pair['ratio']:.2f}x" if pair.get("ratio") else "", floor(entry.get("round_trip_floor_ms")), ""]
             for name in available:
                 sp = speedup(rt, name)
                 row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
@@ -167,7 +169,8 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
           "won the duel in the layer); side by side = PyTorch's time over the layer's (convtune's for half "
           "precision), timed in turns after tuning with PyTorch run twice per turn (median of per-repeat ratios; "
           "'-': not timed so, their "
-          "medians more than 2x apart); "
+          "medians more than 2x apart; a kept-spectra round trip's: the torch-fft peer's whole trip over convtune's, "
+          "timed the same way); "
           "ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
           "pass must move once, at this device's measured copy bandwidth"
           + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "

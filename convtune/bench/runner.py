@@ -297,6 +297,26 @@ def bench_peer_round_trip(problem: ConvProblem, backend: Backend, timer, seed: i
             "errors": dict(zip(("fwd", "dgrad", "wgrad"), errors))}
 
 
+def bench_trip_paired(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, pair_ms: float,
+                      seed: int = 0) -> dict:
+    """The layer's kept-spectra round trip (the runtime's decision) and the torch-fft peer's, each timed whole after
+    an L2 flush and side by side (:func:`bench_paired`: in turns, the peer twice a turn; the ratio is the peer's time
+    over convtune's). The round trip's own figure sums its passes, each after its own flush; on the H100 a trip timed
+    whole beside the peer came out 5 to 30% slower than that (BENCHMARKS.md, 25th session), so both are reported."""
+    import torch
+    from ..roundtrip import RoundTrip, round_trip_operands
+    if not hasattr(timer, "interleaved"):
+        return {"absent": "the timer cannot time calls side by side"}
+    try:
+        p = problem.for_pass("fwd")
+        trip = RoundTrip(p, runtime.round_trip_for(problem, backend).config, backend)
+        x, w, dy = round_trip_operands(backend, p, seed)
+        peer = torchfft.round_trip(torch, p, x, w, dy)
+    except Exception as exc:  # a result to report
+        return {"failed": f"{type(exc).__name__}: {exc}"}
+    return bench_paired(torchfft.NAME, peer, lambda: trip(x, w, dy), "convtune", backend, timer, pair_ms)
+
+
 def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=None, keep_spectra=True,
                 bandwidth: float | None = None) -> dict:
     entry = {"name": layer.name, "problem": layer.problem.key(), "flops": layer.problem.flops(), "passes": {}}
@@ -329,6 +349,12 @@ def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=N
                 entry["round_trip_per_pass_ms"] = entry["round_trip"].get("convtune")
                 entry["round_trip"]["convtune"] = kept["median_ms"]
                 entry["round_trip_plan"] = kept["plan"]
+                peer_ms = (entry.get("torch_fft_round_trip") or {}).get("median_ms")  # (the peer's whole trip)
+                if peer_ms is not None:
+                    if progress:
+                        progress(f"{layer.name} round trip side by side with {torchfft.NAME}")
+                    entry["round_trip_paired"] = bench_trip_paired(layer.problem, backend, runtime, timer,
+                                                                   peer_ms + kept["median_ms"])
             _give_back_memory(backend)
     return entry
 
