@@ -89,11 +89,16 @@ def main(argv=None) -> int:
             peer = torchfft.round_trip(torch, base, x, w, dy)
             row["torch_fft_ms"] = timer(peer, be).median_s * 1e3
             if best is not None and args.side_by_side:
-                ours, theirs = timer.interleaved([lambda: best[1](x, w, dy), peer], be, repeats=args.side_by_side)
+                # each twice a turn: the peer's ratio to itself and ours to ours say how far apart two runs of one
+                # call come in these turns (a trip slower beside the peer than alone shows in neither)
+                trip = lambda: best[1](x, w, dy)  # noqa: E731
+                theirs, ours, theirs2, ours2 = timer.interleaved([peer, trip, peer, trip], be,
+                                                                 repeats=args.side_by_side)
                 ratio = paired_ratio(theirs, ours)
                 row["side_by_side"] = {"ms": ours.median_s * 1e3, "torch_fft_ms": theirs.median_s * 1e3,
                                        "ratio": ratio.median_s, "ratio_iqr": ratio.spread_s, "ratio_min": ratio.min_s,
-                                       "repeats": args.side_by_side}
+                                       "peer_null": paired_ratio(theirs, theirs2).median_s,
+                                       "ours_null": paired_ratio(ours, ours2).median_s, "repeats": args.side_by_side}
         row["floor_ms"] = torchfft.floor_ms(base, bandwidth, round_trip_=True)
         if "ms" in row and "torch_fft_ms" in row:
             row["vs_torch_fft"] = row["torch_fft_ms"] / row["ms"]

@@ -4,8 +4,10 @@
 # 1. GPU tests of the round trips: every block candidate of three long rows against float64, the rows' fused
 #    backward passes (rowfft_bwd_both) among them, and the drop-in's kept-spectra tests;
 # 2. benchmarks/block_trips.py on hyena-long-dw (the fused trips beside the others; the best side by side with the
-#    torch-fft peer), then long-16k-dw (no fused form: its sums do not fit beside the row);
-# 3. convtune bench of hyena-long-dw through the planner (which trip it picks, and the drop-in's time).
+#    torch-fft peer, each twice a turn, so the peer's and the trip's ratios to themselves show the turns' noise), then
+#    long-16k-dw (no fused form: its sums do not fit beside the row);
+# 3. convtune bench of hyena-long-dw through the planner (which trip it picks, the drop-in's time, and the trip timed
+#    whole side by side with the peer: bench_trip_paired, also new).
 source "$(dirname "$0")/device_part.sh"
 part tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 -m gpu tests/test_roundtrip.py \
   tests/test_torch_gpu.py -k "block or kept or trip"
