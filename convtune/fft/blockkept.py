@@ -48,6 +48,7 @@ class KeptBlockFft:
         if self.p.dtype != "float32":
             raise ValueError(f"{self.what}: float32 layers only (the problem is {self.p.dtype})")
         self.stream = stream  # None: CuPy's current stream at each launch (the CPU tests pass a stand-in)
+        self._made_args: dict = {}  # what _pass_args and _strides make once per executor (the shapes are fixed)
 
     @staticmethod
     def _ptr(a) -> int:
@@ -72,12 +73,20 @@ class KeptBlockFft:
         """Every row or image of ``a`` (logical ``shape``, the layer's layout; ``extent``: its samples per axis)
         transformed: ``shape[0] * shape[1]`` spectra."""
         mem = launch_memory(self.xp, a, "float32", self.p.layout)
-        sN, sC, *rest = launch_strides(shape, self.p.layout)
         out = self._spectra(shape)
         self._launch(self.kernels[0], (shape[0] * shape[1],),
-                     (self._ptr(mem), self._ptr(out), numpy.int32(shape[1]), numpy.int64(sN), numpy.int64(sC),
-                      *map(numpy.int64, rest), *map(numpy.int32, extent)))
+                     (self._ptr(mem), self._ptr(out), numpy.int32(shape[1]), *self._strides(shape),
+                      *map(numpy.int32, extent)))
         return out
+
+    def _strides(self, shape) -> tuple:
+        """The element strides of an operand of logical ``shape`` in the layer's layout, as launch arguments (made
+        once)."""
+        key = ("strides", tuple(shape))
+        got = self._made_args.get(key)
+        if got is None:
+            got = self._made_args[key] = tuple(map(numpy.int64, launch_strides(shape, self.p.layout)))
+        return got
 
     def x_spectrum(self, x):
         return self._spectrum(x, self.p.x_shape, self.p.input_size)
@@ -98,10 +107,15 @@ class KeptBlockFft:
         return out
 
     def _pass_args(self, pass_: str, shape, extent, skip_axis: int | None = None):
-        """The result's element strides (but axis ``skip_axis``), its extent, the pass's shifts and scale."""
-        q = self.p.for_pass(pass_)
-        strides = [s for axis, s in enumerate(launch_strides(shape, q.layout)) if axis != skip_axis]
-        return (*map(numpy.int64, strides), *map(numpy.int32, extent), *self._sizes_args(q))
+        """The result's element strides (but axis ``skip_axis``), its extent, the pass's shifts and scale (made once
+        per pass: a cached call's host time is all launches)."""
+        key = (pass_, tuple(shape), tuple(extent), skip_axis)
+        got = self._made_args.get(key)
+        if got is None:
+            q = self.p.for_pass(pass_)
+            strides = [s for axis, s in enumerate(self._strides(shape)) if axis != skip_axis]
+            got = self._made_args[key] = (*strides, *map(numpy.int32, extent), *self._sizes_args(q))
+        return got
 
     def forward_from(self, xs, ws, out):
         p = self.p
@@ -123,7 +137,7 @@ class KeptBlockFft:
         p = self.p
         mem = launch_memory(self.xp, a, "float32", p.layout)
         kept = self._spectra(a_shape)
-        a_strides = map(numpy.int64, launch_strides(a_shape, p.layout))
+        a_strides = self._strides(a_shape)
         args, k = self._pass_args(pass_, out_shape, out_extent), len(out_shape)  # (the result's k strides first)
         self._into(out, out_shape, lambda res: self._launch(
             kernel, (p.batch * p.in_channels,),
@@ -180,11 +194,12 @@ class RowKept(KeptBlockFft):
         (block c: channel c's rows of every sample in turn); returns ``(dx, dw)``."""
         p = self.p
         mem = launch_memory(self.xp, dy, "float32", p.layout)
-        y_strides = tuple(map(numpy.int64, launch_strides(p.y_shape, p.layout)))
-        x_strides = tuple(map(numpy.int64, launch_strides(p.x_shape, p.layout)))
-        wC, _, wK = map(numpy.int64, launch_strides(p.w_shape, p.layout))
-        shift_d, scale = self._sizes_args(p.for_pass("dgrad"))
-        shift_w, _ = self._sizes_args(p.for_pass("wgrad"))
+        y_strides, x_strides = self._strides(p.y_shape), self._strides(p.x_shape)
+        wC, _, wK = self._strides(p.w_shape)
+        key = ("both shifts",)
+        if key not in self._made_args:
+            self._made_args[key] = (*self._sizes_args(p.for_pass("dgrad")), self._sizes_args(p.for_pass("wgrad"))[0])
+        shift_d, scale, shift_w = self._made_args[key]
 
         def launch(dx_ptr, dw_ptr):
             self._launch(self.kernels[6], (p.in_channels,),
