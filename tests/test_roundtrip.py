@@ -310,8 +310,8 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("n, k, pad", [(4096, 4096, 4095), (16384, 16384, 16383), (3001, 1500, 700)])
 def test_block_trip_candidates_match_float64_on_the_gpu(n, k, pad):
-    """Every block round trip of a long depthwise row (radices, and 1024-thread blocks where listed), all three
-    passes against float64 on the GPU."""
+    """Every block round trip of a long depthwise row (radices, 1024-thread blocks and the fused backward passes
+    where listed), all three passes against float64 on the GPU, through the round trip and its stateless form."""
     from convtune.problem import ConvProblem
     from convtune.roundtrip import block_trip_configs, round_trip_operands, round_trip_references
     from convtune.backend import get_backend
@@ -321,10 +321,16 @@ def test_block_trip_candidates_match_float64_on_the_gpu(n, k, pad):
     refs = round_trip_references(backend, p, x, w, dy)
     configs = block_trip_configs(p, backend)
     assert configs
+    assert any(c.fused for c in configs) == (n <= 4096)  # (rows up to 8192 points have the fused form)
     for config in configs:
-        got = RoundTrip(p, config, backend)(x, w, dy)
+        trip = RoundTrip(p, config, backend)
+        got = trip(x, w, dy)
         errors = [relative_error(backend.xp, a, ref) for a, ref in zip(got, refs)]
         assert max(errors) <= 1e-5, f"{config.label()}: {errors}"
+        y, spectra = trip.kept_forward(x, w)  # (the drop-in's stateless form: both gradients from one call)
+        got = (y, *trip.kept_backward(spectra, dy))
+        errors = [relative_error(backend.xp, a, ref) for a, ref in zip(got, refs)]
+        assert max(errors) <= 1e-5, f"{config.label()}, kept_backward: {errors}"
 
 
 def _emulated_block_kernels(monkeypatch):
