@@ -56,8 +56,9 @@ log = logging.getLogger("convtune")
 #: GPU's fused and packed trips for 3-D problems too; 8: half-precision and channels_last layers, between
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
-#: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes).
-VERSION = 13
+#: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes;
+#: 14: images' too).
+VERSION = 14
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -66,7 +67,8 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            11: lambda p: p.dtype == "float32" and p.rank in (1, 2) and p.groups == p.in_channels == p.out_channels,
            12: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
            and fft_sizes.min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]) > 16384,
-           13: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels}
+           13: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
+           14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -84,7 +86,7 @@ PAYS_FACTOR = 0.97
 @dataclass(frozen=True)
 class TripConfig:
     sizes: tuple[int, ...]
-    fused: bool = False  # fgemm: fused callbacks; block (rows): both backward passes in one kernel
+    fused: bool = False  # fgemm: fused callbacks; block: both backward passes from one transform of dy
     tf32: bool = False
     packed: bool = False  # spectra in cuFFT's layout, convtune's GEMM kernel (see convtune.fft.freqmajor)
     own: bool = False  # convtune's own one-pass transforms instead of cuFFT's (convtune.fft.fft64)
@@ -125,11 +127,9 @@ def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     from .fft import blockkept
     if problem.rank == 1:
         return blockkept.RowKept(xp, problem, config.sizes[0], config.radices, config.threads, fused=config.fused)
-    if config.fused:
-        raise ValueError(f"{config.label()}: the fused backward passes are the row round trip's (1-D)")
     if problem.rank == 2:
         return blockkept.PlaneKept(xp, problem, config.sizes, config.radices,
-                                   shape=(config.threads, 1) if config.threads else None)
+                                   shape=(config.threads, 1) if config.threads else None, fused=config.fused)
     raise ValueError(f"{config.label()}: the block round trip is 1-D or 2-D, not rank {problem.rank}")
 
 
@@ -152,9 +152,9 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
         radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
         threads = rowconv.thread_options(size // 2) if p.rank == 1 else planeconv.shape_options(size)
         out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t in threads for r in radix]
-        if p.rank == 1:  # (both backward passes in one kernel, where its sums fit beside the row)
-            out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t, fused=True) for t in threads
-                    for r in radix if rowconv.fused_backward_fits(size // 2)]
+        # (both backward passes from one transform of dy: rows where the sums fit beside the row; images in slices)
+        out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t, fused=True) for t in threads
+                for r in radix if p.rank == 2 or rowconv.fused_backward_fits(size // 2)]
     return out
 
 

@@ -288,6 +288,25 @@ def test_kept_round_trip_on_the_cpu(layout, case, smooth):
     assert _relative(dw, _direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
 
 
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("case, smooth", [(((9, 11), (3, 5), (1, 2), 5, 3), False), (((16, 16), 7, 3, 3, 2), True),
+                                          (((20, 13), (13, 4), (6, 0), 1, 2), False)])
+def test_fused_backward_passes_on_the_cpu(layout, case, smooth):
+    """Both backward passes from one transform of each dy image (slices of two samples, an odd batch's last slice of
+    one; the sums added by the filter gradient's sum kernel) from the forward pass's kept spectra, against their
+    definitions in float64, both layouts, 2^a 3^b sizes."""
+    import cuda_cpu
+    from test_rowconv import fused_backward_matches
+    size, k, pad, batch, channels = case
+    p = _problem(size, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
+    sizes = planeconv.transform_sizes(p, smooth)
+    names = planeconv.KEPT_NAMES + planeconv.FUSED_NAMES
+    kept = blockkept.PlaneKept(numpy, p, sizes, stream=cuda_cpu.Stream(), fused=True,
+                               kernels=cuda_cpu.launchables(planeconv.source("float32", sizes), names))
+    assert planeconv.fused_slices(p) == (batch + 1) // 2
+    fused_backward_matches(kept, p, _direct, seed=batch)
+
+
 @pytest.mark.skipif(not __import__("os").environ.get("CONVTUNE_ASAN"), reason="CONVTUNE_ASAN=1 runs it (slow)")
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
 @pytest.mark.parametrize("case, smooth", [(((9, 11), (3, 5), (1, 2), 2, 3), False),
@@ -299,4 +318,7 @@ def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
     sizes = planeconv.transform_sizes(p, smooth)
     run = kept_under_sanitizer(blockkept.PlaneKept, planeconv.source("float32", sizes), planeconv.KEPT_NAMES, p, sizes,
                                layout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    run = kept_under_sanitizer(blockkept.PlaneKept, planeconv.source("float32", sizes),
+                               planeconv.KEPT_NAMES + planeconv.FUSED_NAMES, p, sizes, layout, fused=True)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -209,27 +209,27 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     3-D one is measured again, a half-precision one of version 8 too, a tf32 one of version 9 too; an older version
     (6 changed every shape) or a newer one never stands. Version 11 (the block trips) changed float32 depthwise 1-D
     and 2-D layers only, version 12 (larger blocks for long rows) float32 depthwise rows of over 16384 samples, version
-    13 (fused backward passes) float32 depthwise rows."""
+    13 (fused backward passes) float32 depthwise rows, version 14 (the same for images) 2-D ones."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7")
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 13
+    assert roundtrip.VERSION == 14
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
     hyena = long_row.replace(input_size=(4096,), kernel_size=(4096,), padding=(4095,))
-    assert roundtrip.stale(11, long_row) and roundtrip.stale(12, hyena) and not roundtrip.stale(12, depthwise)
-    assert not any(roundtrip.stale(11, p) for p in (two, three, half, tf32, depthwise))
+    assert roundtrip.stale(11, long_row) and roundtrip.stale(12, hyena) and roundtrip.stale(13, depthwise)
+    assert not roundtrip.stale(13, hyena) and not any(roundtrip.stale(13, p) for p in (two, three, half, tf32))
     assert roundtrip.stale(10, depthwise) and not roundtrip.stale(10, depthwise.replace(dtype="bfloat16"))
     assert not any(roundtrip.stale(10, p) for p in (two, three, half, tf32))
     assert not roundtrip.stale(9, two) and not roundtrip.stale(9, half) and roundtrip.stale(9, tf32)
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(5, two) and roundtrip.stale(14, two)
+    assert roundtrip.stale(5, two) and roundtrip.stale(15, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -296,10 +296,12 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
         "fft-trip[sizes=8192,fused,block]", "fft-trip[sizes=8192,fused,block,radices=16]"]
     replk = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(56, 56), kernel_size=31,
                              padding=15)
-    assert [(c.sizes, c.radices, c.threads) for c in block_trip_configs(replk, gpu)] == [
-        ((128, 128), "8", 0), ((128, 128), "16", 0), ((128, 128), "8", 256), ((128, 128), "16", 256),
-        ((72, 72), "8", 0), ((72, 72), "16x9", 0), ((72, 72), "8", 512), ((72, 72), "16x9", 512)]
-    assert block_trip_configs(replk, gpu)[-1].label() == "fft-trip[sizes=72x72,block,radices=16x9,threads=512]"
+    plain = [((128, 128), "8", 0), ((128, 128), "16", 0), ((128, 128), "8", 256), ((128, 128), "16", 256),
+             ((72, 72), "8", 0), ((72, 72), "16x9", 0), ((72, 72), "8", 512), ((72, 72), "16x9", 512)]
+    got = [(c.sizes, c.radices, c.threads) for c in block_trip_configs(replk, gpu)]
+    assert got == plain[:4] + plain[:4] + plain[4:] + plain[4:]  # (each also fused, after the plain ones of its size)
+    assert [c.fused for c in block_trip_configs(replk, gpu)] == ([False] * 4 + [True] * 4) * 2
+    assert block_trip_configs(replk, gpu)[7].label() == "fft-trip[sizes=128x128,fused,block,radices=16,threads=256]"
     assert block_trip_configs(replk, cpu) == [] and block_trip_configs(replk.replace(dtype="bfloat16"), gpu) == []
     assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
     long_row = hyena.replace(input_size=(16384,), kernel_size=(16384,), padding=(16383,))
@@ -339,15 +341,16 @@ def _emulated_block_kernels(monkeypatch):
     from convtune.fft import blockkept, planeconv, rowconv
     monkeypatch.setattr(blockkept, "row_kernels", lambda dtype, m, radix, block, fused, device: cuda_cpu.launchables(
         rowconv.source(dtype, m, radix, block), rowconv.KEPT_NAMES + ((rowconv.BOTH_NAME,) if fused else ())))
-    monkeypatch.setattr(blockkept, "plane_kernels", lambda dtype, sizes, shape, radix, device: cuda_cpu.launchables(
-        planeconv.source(dtype, sizes, shape, radix), planeconv.KEPT_NAMES))
+    monkeypatch.setattr(blockkept, "plane_kernels", lambda dtype, sizes, shape, radix, fused, device:
+                        cuda_cpu.launchables(planeconv.source(dtype, sizes, shape, radix),
+                                             planeconv.KEPT_NAMES + (planeconv.FUSED_NAMES if fused else ())))
 
 
-ROW = dict(input_size=(37,), kernel_size=11, padding=5)
+ROW, IMAGE = dict(input_size=(37,), kernel_size=11, padding=5), dict(input_size=(9, 11), kernel_size=(3, 5),
+                                                                      padding=(1, 2))
 
 
-@pytest.mark.parametrize("shape, fused", [(ROW, False), (ROW, True),
-                                          (dict(input_size=(9, 11), kernel_size=(3, 5), padding=(1, 2)), False)])
+@pytest.mark.parametrize("shape, fused", [(ROW, False), (ROW, True), (IMAGE, False), (IMAGE, True)])
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
 @pytest.mark.parametrize("dgrad_first", [False, True])
 def test_block_round_trip_through_roundtrip(monkeypatch, shape, fused, layout, dgrad_first):
@@ -366,7 +369,7 @@ def test_block_round_trip_through_roundtrip(monkeypatch, shape, fused, layout, d
     refs = _references(backend, p, x, w, dy)
     trip = RoundTrip(p, TripConfig(sizes=sizes, product="block", threads=512 if p.rank == 2 else 0, fused=fused),
                      backend)
-    assert trip.recordable and not trip.converted and trip._ex.__dict__.get("fused", False) == fused
+    assert trip.recordable and not trip.converted and trip._ex.fused == fused
     launches = []
     for i, kernel in enumerate(trip._ex.kernels):
         def counted(*args, _i=i, _k=kernel):
@@ -383,9 +386,10 @@ def test_block_round_trip_through_roundtrip(monkeypatch, shape, fused, layout, d
     assert not trip.holding
     for out, ref in zip((y, dx, dw), refs):
         assert relative_error(numpy, out, ref) <= 1e-6
-    # (w's and x's spectra with y, then one kernel for both; else dx with dy's spectra, then dw, or dy's spectra, dw,
-    # then dx)
-    assert launches.count(6) == fused and len(launches) == (3 if fused else 4 if dgrad_first else 5)
+    # (w's and x's spectra with y, then one kernel for both (images: and the sums' kernel); else dx with dy's spectra,
+    # then dw, or dy's spectra, dw, then dx)
+    both = 1 if p.rank == 1 else 2
+    assert launches.count(6) == fused and len(launches) == (2 + both if fused else 4 if dgrad_first else 5)
     y, spectra = trip.kept_forward(x, w)
     dx, dw = trip.kept_backward(spectra, dy)
     for out, ref in zip((y, dx, dw), refs):
@@ -405,6 +409,3 @@ def test_elementwise_products_refuse_the_gemm_variants(product):
     what = "fused, packed" if product == "pointwise" else "packed"
     with pytest.raises(ValueError, match=f"the {product} round trip has no {what}, own, narrow or TF32"):
         RoundTrip(p, TripConfig(sizes=(32, 32), product=product, packed=True), "numpy")
-    if product == "block":  # (fused backward passes: the rows' only)
-        with pytest.raises(ValueError, match="row round trip"):
-            RoundTrip(p, TripConfig(sizes=(32, 32), product=product, fused=True), "numpy")

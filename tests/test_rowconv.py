@@ -385,15 +385,21 @@ def test_fused_backward_passes_on_the_cpu(layout, case, smooth, block):
     names = rowconv.KEPT_NAMES + (rowconv.BOTH_NAME,)
     kept = blockkept.RowKept(numpy, p, L, threads=block, stream=cuda_cpu.Stream(), fused=True,
                              kernels=cuda_cpu.launchables(rowconv.source("float32", L // 2, block=block), names))
-    rng = numpy.random.default_rng(n)
+    fused_backward_matches(kept, p, _direct, seed=n)
+
+
+def fused_backward_matches(kept, p, direct, seed):
+    """Both gradients from ``kept.backward_both`` (after the forward pass kept x's spectra) against ``direct``, the
+    passes' definitions in float64 (of the module that calls it)."""
+    rng = numpy.random.default_rng(seed)
     x, w, dy = (rng.standard_normal(s).astype(numpy.float32) for s in (p.x_shape, p.w_shape, p.y_shape))
     ws = kept.w_spectrum(w)
     xs = kept.forward_keeping(x, ws, numpy.empty(p.y_shape, numpy.float32))
     dx, dw = kept.backward_both(dy, ws, xs, numpy.full(p.x_shape, numpy.nan, numpy.float32),
                                 numpy.full(p.w_shape, numpy.nan, numpy.float32))
     x, w, dy = (a.astype(numpy.float64) for a in (x, w, dy))
-    assert _relative(dx, _direct(p.for_pass("dgrad"), dy, w)) <= 1e-6
-    assert _relative(dw, _direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
+    assert _relative(dx, direct(p.for_pass("dgrad"), dy, w)) <= 1e-6
+    assert _relative(dw, direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
 
 
 def test_fused_backward_passes_need_room_for_the_sums():
@@ -419,6 +425,16 @@ def kept_under_sanitizer(kept_type, source, names, p, transform, layout, **extra
     from convtune import precision
     kernels, calls = cuda_cpu.recorders(names)
     kept = kept_type(numpy, p, transform, kernels=kernels, stream=cuda_cpu.Stream(), **extra)
+    made = []  # (what the executor allocates itself: spectra, the fused passes' sums)
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(numpy, name)
+
+        def empty(self, *args, **kwargs):
+            made.append(numpy.empty(*args, **kwargs))
+            return made[-1]
+    kept.xp = Recording()
     arrays = {name: precision.empty_in(numpy, shape, "float32", layout)
               for name, shape in (("x", p.x_shape), ("w", p.w_shape), ("dy", p.y_shape), ("y", p.y_shape),
                                   ("dx", p.x_shape), ("dw", p.w_shape))}
@@ -433,7 +449,7 @@ def kept_under_sanitizer(kept_type, source, names, p, transform, layout, **extra
     spectra["dys2"] = kept.backward_data_keeping(dy, spectra["ws"], dx)
     if getattr(kept, "fused", False):
         kept.backward_both(dy, spectra["ws"], spectra["xs"], dx, dw)
-    every = {**arrays, **spectra}
+    every = {**{f"made{i}": a for i, a in enumerate(made)}, **arrays, **spectra}
     buffers = {kept._ptr(a): (name, a.nbytes // 4) for name, a in every.items()}
     return cuda_cpu.sanitized_calls(source, buffers, calls)
 

@@ -9,6 +9,8 @@ where three per-pass plans make six. The kernels are the strategies' (the ``KEPT
 
 from __future__ import annotations
 
+import math
+
 import numpy
 
 from ..compiling import compiled_once
@@ -215,11 +217,12 @@ class RowKept(KeptBlockFft):
 
 
 @compiled_once
-def plane_kernels(dtype: str, sizes, shape, radix: str, device_id: int):
-    """:data:`convtune.fft.planeconv.KEPT_NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``,
-    compiled once per device."""
-    return rowconv.launchables(planeconv.source(dtype, sizes, shape, radix), planeconv.KEPT_NAMES,
-                               planeconv.smem_bytes(sizes), device_id)
+def plane_kernels(dtype: str, sizes, shape, radix: str, fused: bool, device_id: int):
+    """:data:`convtune.fft.planeconv.KEPT_NAMES` (and with ``fused`` :data:`~convtune.fft.planeconv.FUSED_NAMES`) for
+    ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``, compiled once per device."""
+    names = planeconv.KEPT_NAMES + (planeconv.FUSED_NAMES if fused else ())
+    return rowconv.launchables(planeconv.source(dtype, sizes, shape, radix), names, planeconv.smem_bytes(sizes),
+                               device_id)
 
 
 class PlaneKept(KeptBlockFft):
@@ -228,7 +231,8 @@ class PlaneKept(KeptBlockFft):
 
     what = "the image FFT round trip"
 
-    def __init__(self, xp, problem: ConvProblem, sizes, radix: str = "8", shape=None, kernels=None, stream=None):
+    def __init__(self, xp, problem: ConvProblem, sizes, radix: str = "8", shape=None, kernels=None, stream=None,
+                 fused: bool = False):
         super().__init__(xp, problem, stream)
         self.sizes = sizes = tuple(sizes)
         for pass_ in ("fwd", "dgrad", "wgrad"):
@@ -238,7 +242,36 @@ class PlaneKept(KeptBlockFft):
         shape = planeconv.launch_shape(sizes) if shape is None else tuple(shape)
         self.spectrum_elems = sizes[0] * (sizes[1] // 2 + 1)
         self.block, self.smem = (shape[0],), planeconv.smem_bytes(sizes)
-        self.kernels = kernels or plane_kernels(self.p.dtype, sizes, shape, radix, self._device(xp))
+        self.fused = fused
+        self.kernels = kernels or plane_kernels(self.p.dtype, sizes, shape, radix, fused, self._device(xp))
+
+    def backward_both(self, dy, ws, xs, dx, dw):
+        """``dx`` and ``dw`` from ``dy``, the filter's spectra ``ws`` and the input's kept spectra ``xs``: one kernel
+        over (channel, slice) blocks makes dx and each slice's sums, the filter gradient's sum kernel adds them and
+        inverts once per channel; returns ``(dx, dw)``."""
+        p = self.p
+        key = ("fused",)
+        if key not in self._made_args:
+            S = planeconv.fused_slices(p)
+            *sh_d, scale = self._sizes_args(p.for_pass("dgrad"))
+            *sh_w, _ = self._sizes_args(p.for_pass("wgrad"))
+            self._made_args[key] = (S, math.ceil(p.batch / S), sh_d, sh_w, scale,
+                                    planeconv.fused_workspace_bytes(p, self.sizes) // 8)
+        S, chunk, sh_d, sh_w, scale, sums = self._made_args[key]
+        mem = launch_memory(self.xp, dy, "float32", p.layout)
+        y_strides, x_strides = self._strides(p.y_shape), self._strides(p.x_shape)
+        wC, _, w0, w1 = self._strides(p.w_shape)
+        part = self.xp.empty(sums, dtype=self.xp.complex64)
+        i32 = numpy.int32
+        self._into(dx, p.x_shape, lambda res: self._launch(
+            self.kernels[6], (p.in_channels * S,),
+            (self._ptr(mem), self._ptr(ws), self._ptr(xs), res, self._ptr(part), i32(p.batch), i32(p.in_channels),
+             i32(S), i32(chunk), *y_strides, *x_strides, *map(i32, p.output_size), *map(i32, p.input_size), *sh_d,
+             scale)))
+        self._into(dw, p.w_shape, lambda res: self._launch(
+            self.kernels[7], (p.in_channels,),
+            (self._ptr(part), res, i32(S), wC, w0, w1, *map(i32, p.kernel_size), *sh_w, scale)))
+        return dx, dw
 
     def _sizes_args(self, q: ConvProblem):
         return (*(numpy.int32(s) for s in planeconv.shifts(q, self.sizes)),

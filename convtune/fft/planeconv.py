@@ -412,6 +412,44 @@ template <typename E> __device__ __forceinline__ void wgrad_sum(
     inverse_store(buf, dw + c * wC, w0, w1, k0, k1, sh0, sh1, scale);
 }}
 
+// both backward passes of a round trip (fused): block b takes the samples of slice b % S of channel b / S (chunk a
+// slice), each dy image transformed once: dx's image from it (times S, the inverse, the crop), and conj(DY) X (X the
+// forward pass's kept spectra xs) summed over the slice into ws where wgrad_part puts its sums (each frequency read
+// back by the thread that wrote it); wgrad_sum then adds a channel's slices and inverts once. dy's spectra are neither
+// written nor read back
+template <typename E> __device__ __forceinline__ void backward_part(
+    const E* __restrict__ dy, const float2* __restrict__ spectra, const float2* __restrict__ xs, E* __restrict__ dx,
+    float2* __restrict__ ws, int N, int C, int S, int chunk, long long yN, long long yC, long long y0, long long y1,
+    long long xN, long long xC, long long x0, long long x1, int out0, int out1, int in0, int in1, int sh0, int sh1,
+    float scale) {{
+    extern __shared__ float2 buf[];
+    const int b = blockIdx.x, c = b / S, first = (b - c * S) * chunk, last = min(N, first + chunk);
+    float2* qs = ws + ((long long)b * (WS_SUMS + 1) + WS_SUMS) * (L0 * W);
+    const float2* spec = spectra + (long long)c * (L0 * W);
+    for (int ni = first; ni < last; ++ni) {{
+        load_image(buf, dy + ni * yN + c * yC, y0, y1, out0, out1);
+        forward_2d(buf, out0);
+        const float2* xk = xs + ((long long)ni * C + c) * (L0 * W);
+        for (int e = threadIdx.x; e < L0 * W; e += T) {{
+            const int at = AT(e / W, e % W);
+            const float2 d = buf[at];
+            float2 q = cmul(conjf2(d), __ldg(xk + e));
+            if (ni != first) q = cadd(q, qs[e]);
+            qs[e] = q;
+            buf[at] = cmul(d, __ldg(spec + e));
+        }}
+        __syncthreads();
+        inverse_store(buf, dx + ni * xN + c * xC, x0, x1, in0, in1, sh0, sh1, scale);
+        __syncthreads();  // (the next load overwrites buf)
+    }}
+}}
+
+extern "C" __global__ void __launch_bounds__(T, MINB) planefft_bwd_part(const {e}* dy, const float2* spectra,
+    const float2* xs, {e}* dx, float2* ws, int N, int C, int S, int chunk, long long yN, long long yC, long long y0,
+    long long y1, long long xN, long long xC, long long x0, long long x1, int out0, int out1, int in0, int in1, int sh0,
+    int sh1, float scale)
+{{ backward_part<{e}>(dy, spectra, xs, dx, ws, N, C, S, chunk, yN, yC, y0, y1, xN, xC, x0, x1, out0, out1, in0, in1,
+                     sh0, sh1, scale); }}
 extern "C" __global__ void __launch_bounds__(T, MINB) planefft_spectrum(const {e}* w, float2* ws, long long sC, long long s0,
     long long s1, int k0, int k1)
 {{ images_spectrum<{e}>(w, ws, gridDim.x, 0, sC, s0, s1, k0, k1); }}
@@ -562,3 +600,18 @@ class PlaneFftConv(rowconv.BlockFftLaunch):
 #: order.
 KEPT_NAMES = ("planefft_images_spectrum", "planefft_fwd_from", "planefft_dgrad_from", "planefft_wgrad_from",
               "planefft_fwd_keep", "planefft_dgrad_keep")
+#: Both backward passes of a ``fused`` round trip: the slices' kernel, then the per-pass filter gradient's sum.
+FUSED_NAMES = ("planefft_bwd_part", "planefft_wgrad_sum")
+#: Samples a slice of the fused backward passes takes: each slice writes one image of sums per channel (two samples
+#: a slice halve what dy's spectra cost, written and read back, and keep N C / 2 blocks).
+FUSED_CHUNK = 2
+
+
+def fused_slices(p: ConvProblem) -> int:
+    """The fused backward passes' slices of ``p``'s batch (:data:`FUSED_CHUNK` samples each)."""
+    return effective_slices(p, math.ceil(p.batch / FUSED_CHUNK))
+
+
+def fused_workspace_bytes(p: ConvProblem, sizes) -> int:
+    """The fused backward passes' sums: as the per-pass filter gradient's, for :func:`fused_slices`."""
+    return workspace_bytes(p.for_pass("wgrad"), sizes, fused_slices(p))
