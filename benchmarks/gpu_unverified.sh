@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # What the 25th session wrote after its last device call, checked in one device call (carry .whl; timeout_s 600):
 #   bash benchmarks/gpu_unverified.sh
-# 1. GPU tests of the round trips: every block candidate of three long rows against float64, the rows' fused
-#    backward passes (rowfft_bwd_both) among them, and the drop-in's kept-spectra tests;
-# 2. benchmarks/block_trips.py on hyena-long-dw (the fused trips beside the others; the best side by side with the
-#    torch-fft peer, each twice a turn, so the peer's and the trip's ratios to themselves show the turns' noise), then
-#    long-16k-dw (no fused form: its sums do not fit beside the row);
-# 3. convtune bench of hyena-long-dw through the planner (which trip it picks, the drop-in's time, and the trip timed
-#    whole side by side with the peer: bench_trip_paired, also new).
+# 1. GPU tests of the round trips: every block candidate of three long rows and a RepLKNet-sized image against
+#    float64, the fused backward passes (rowfft_bwd_both; planefft_bwd_part + planefft_wgrad_sum) among them, and
+#    the drop-in's kept-spectra tests;
+# 2. benchmarks/block_trips.py on hyena-long-dw and long-16k-dw (the fused trips beside the others; the best side by
+#    side with the torch-fft peer, each twice a turn, so the peer's and the trip's ratios to themselves show the
+#    turns' noise), then replknet-dw31 and slak-dw51 at their tuned sizes, fused and not.
+# Then, in a second call, benchmarks/gpu_unverified_bench.sh: convtune bench through the planner.
 source "$(dirname "$0")/device_part.sh"
-part tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 -m gpu tests/test_roundtrip.py \
+part tests 170 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 -m gpu tests/test_roundtrip.py \
   tests/test_torch_gpu.py -k "block or kept or trip"
 grep -sE "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
-part trips-1d 200 python3 benchmarks/block_trips.py --layers hyena-long-dw,long-16k-dw -o "$O/trips-1d.json"
+part trips-1d 150 python3 benchmarks/block_trips.py --layers hyena-long-dw,long-16k-dw -o "$O/trips-1d.json"
 grep -sE "^==" "$O/trips-1d.log"
-part bench-1d 140 python3 -m convtune bench public-suite --layers hyena-long-dw --time-budget 2 --db /tmp/unverified.db \
-  -o "$O/bench-1d.json"
-grep -sE "^hyena|fft-trip" "$O/bench-1d.log"
+part trips-replknet 80 python3 benchmarks/block_trips.py --layers replknet-dw31 --only "sizes=72x72" \
+  -o "$O/trips-replknet.json"
+grep -sE "^==" "$O/trips-replknet.log"
+part trips-slak 140 python3 benchmarks/block_trips.py --layers slak-dw51 --only "sizes=81x96" -o "$O/trips-slak.json"
+grep -sE "^==" "$O/trips-slak.log"

@@ -310,20 +310,23 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n, k, pad", [(4096, 4096, 4095), (16384, 16384, 16383), (3001, 1500, 700)])
+@pytest.mark.parametrize("n, k, pad", [((4096,), 4096, 4095), ((16384,), 16384, 16383), ((3001,), 1500, 700),
+                                       ((56, 56), 31, 15)])
 def test_block_trip_candidates_match_float64_on_the_gpu(n, k, pad):
-    """Every block round trip of a long depthwise row (radices, 1024-thread blocks and the fused backward passes
-    where listed), all three passes against float64 on the GPU, through the round trip and its stateless form."""
+    """Every block round trip of a long depthwise row or a RepLKNet-sized image (radices, block sizes and the fused
+    backward passes where listed), all three passes against float64 on the GPU, through the round trip and its
+    stateless form (an odd batch: the images' fused slices end with one sample)."""
     from convtune.problem import ConvProblem
     from convtune.roundtrip import block_trip_configs, round_trip_operands, round_trip_references
     from convtune.backend import get_backend
     backend = get_backend("cupy")
-    p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, input_size=(n,), kernel_size=k, padding=pad)
-    x, w, dy = round_trip_operands(backend, p, seed=n)
+    p = ConvProblem.make(batch=2 if len(n) == 1 else 3, in_channels=3, out_channels=3, groups=3, input_size=n,
+                         kernel_size=k, padding=pad)
+    x, w, dy = round_trip_operands(backend, p, seed=n[0])
     refs = round_trip_references(backend, p, x, w, dy)
     configs = block_trip_configs(p, backend)
     assert configs
-    assert any(c.fused for c in configs) == (n <= 4096)  # (rows up to 8192 points have the fused form)
+    assert any(c.fused for c in configs) == (n[0] <= 4096)  # (rows up to 8192 points, and images, have a fused form)
     for config in configs:
         trip = RoundTrip(p, config, backend)
         got = trip(x, w, dy)
