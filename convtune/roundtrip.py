@@ -138,7 +138,8 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
     each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
     radix sets and block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`: the
     policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.thread_options`);
-    rows also with both backward passes in one kernel (``fused``: no spectra of dy written or read back)."""
+    each also ``fused``, both backward passes from one transform of dy (no spectra of dy written or read back), for
+    images always and for rows where the batch's sums fit beside the row."""
     from .fft import planeconv, rowconv
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
@@ -268,7 +269,8 @@ class RoundTrip:
         return getattr(self._ex, "fused", False) and other in self._pending and not self._holds_dy(dy)
 
     def _both(self, dy, dx, dw):
-        """``dx`` and ``dw`` in one kernel (:meth:`convtune.fft.blockkept.RowKept.backward_both`)."""
+        """``dx`` and ``dw`` from one transform of dy (``backward_both`` of :class:`convtune.fft.blockkept.RowKept`:
+        one kernel; of :class:`~convtune.fft.blockkept.PlaneKept`: the slices' kernel and the sums')."""
         checked = self._check("dy", dy, self.problem.y_shape)
         return self._ex.backward_both(checked, self._ws, self._xs, dx, dw)
 
