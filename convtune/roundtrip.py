@@ -536,6 +536,15 @@ def round_trip_references(backend: Backend, problem: ConvProblem, x, w, dy) -> l
             for q, (a, b) in (("fwd", (x, w)), ("dgrad", (dy, w)), ("wgrad", (x, dy)))]
 
 
+def _compile_block_trips(problem: ConvProblem, configs, backend: Backend) -> None:
+    """The block trips' kernels compiled at once on several threads (each trip's module holds only its own kernels,
+    :func:`convtune.fft.rowconv.only_kernels`: about 3 s of NVRTC each, and replknet-dw31 has 16 candidates); one that
+    fails fails again where the trip is built, and is recorded there."""
+    if configs and backend.name == "cupy":
+        from .compiling import build_concurrently
+        build_concurrently([lambda c=c: _block_kept(backend.xp, problem, c) for c in configs], backend)
+
+
 def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: float | None,
                     per_pass_labels=(), *, timer=None, keep_limit: int | None = DEFAULT_KEEP_LIMIT,
                     seed: int = 0, progress=None) -> TripDecision:
@@ -583,6 +592,7 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
             outcomes += [CandidateOutcome("fft-trip", c.as_dict(), c.label(), "failed", reason=reason) for c in kept]
             kept = []
     timed = []
+    _compile_block_trips(p, [c for c in kept if c.product == "block"], backend)
     for config in kept:
         nbytes = held_bytes(p, config.sizes)
         if progress is not None:

@@ -412,3 +412,25 @@ def test_elementwise_products_refuse_the_gemm_variants(product):
     what = "fused, packed" if product == "pointwise" else "packed"
     with pytest.raises(ValueError, match=f"the {product} round trip has no {what}, own, narrow or TF32"):
         RoundTrip(p, TripConfig(sizes=(32, 32), product=product, packed=True), "numpy")
+
+
+def test_block_trips_compile_together_before_they_are_timed(monkeypatch):
+    """tune_round_trip hands every block candidate's build to build_concurrently first (their kernels compile on
+    several threads), on the GPU only."""
+    from types import SimpleNamespace
+    from convtune import compiling, roundtrip
+    from convtune.problem import ConvProblem
+    built, handed = [], []
+    monkeypatch.setattr(roundtrip, "_block_kept", lambda xp, p, c: built.append(c.label()))
+    monkeypatch.setattr(compiling, "build_concurrently", lambda builds, backend: handed.append(list(builds)))
+    p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(56, 56), kernel_size=31,
+                         padding=15)
+    configs = roundtrip.block_trip_configs(p, SimpleNamespace(name="cupy"))
+    roundtrip._compile_block_trips(p, configs, SimpleNamespace(name="cupy", xp=None))
+    assert len(handed) == 1 and len(handed[0]) == len(configs) == 16
+    for build in handed[0]:
+        build()
+    assert built == [c.label() for c in configs]
+    roundtrip._compile_block_trips(p, configs, SimpleNamespace(name="numpy", xp=None))
+    roundtrip._compile_block_trips(p, [], SimpleNamespace(name="cupy", xp=None))
+    assert len(handed) == 1
