@@ -17,8 +17,8 @@ import json
 
 from convtune.bench import torchfft
 from convtune.planner import relative_error
-from convtune.roundtrip import (RoundTrip, block_trip_configs, round_trip_operands, round_trip_references,
-                                time_round_trip)
+from convtune.roundtrip import (RoundTrip, block_trip_configs, compile_block_trips, round_trip_operands,
+                                round_trip_references, time_round_trip)
 from convtune.timing import paired_ratio
 
 from block_fft import LAYERS, kernel_times, problem, setup
@@ -60,9 +60,9 @@ def main(argv=None) -> int:
         refs = round_trip_references(be, base, x, w, dy)
         row = {"layer": name, "problem": base.key(), "candidates": {}}
         best = None
-        for config in block_trip_configs(base, be):
-            if args.only and args.only not in config.label():
-                continue
+        configs = [c for c in block_trip_configs(base, be) if not args.only or args.only in c.label()]
+        compile_block_trips(base, configs, be)  # (on several threads, as the planner does)
+        for config in configs:
             got = {}
             try:
                 trip = RoundTrip(base, config, be)

@@ -536,7 +536,7 @@ def round_trip_references(backend: Backend, problem: ConvProblem, x, w, dy) -> l
             for q, (a, b) in (("fwd", (x, w)), ("dgrad", (dy, w)), ("wgrad", (x, dy)))]
 
 
-def _compile_block_trips(problem: ConvProblem, configs, backend: Backend) -> None:
+def compile_block_trips(problem: ConvProblem, configs, backend: Backend) -> None:
     """The block trips' kernels compiled at once on several threads (each trip's module holds only its own kernels,
     :func:`convtune.fft.rowconv.only_kernels`: about 3 s of NVRTC each, and replknet-dw31 has 16 candidates); one that
     fails fails again where the trip is built, and is recorded there."""
@@ -592,7 +592,7 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
             outcomes += [CandidateOutcome("fft-trip", c.as_dict(), c.label(), "failed", reason=reason) for c in kept]
             kept = []
     timed = []
-    _compile_block_trips(p, [c for c in kept if c.product == "block"], backend)
+    compile_block_trips(p, [c for c in kept if c.product == "block"], backend)
     for config in kept:
         nbytes = held_bytes(p, config.sizes)
         if progress is not None:

@@ -426,11 +426,11 @@ def test_block_trips_compile_together_before_they_are_timed(monkeypatch):
     p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(56, 56), kernel_size=31,
                          padding=15)
     configs = roundtrip.block_trip_configs(p, SimpleNamespace(name="cupy"))
-    roundtrip._compile_block_trips(p, configs, SimpleNamespace(name="cupy", xp=None))
+    roundtrip.compile_block_trips(p, configs, SimpleNamespace(name="cupy", xp=None))
     assert len(handed) == 1 and len(handed[0]) == len(configs) == 16
     for build in handed[0]:
         build()
     assert built == [c.label() for c in configs]
-    roundtrip._compile_block_trips(p, configs, SimpleNamespace(name="numpy", xp=None))
-    roundtrip._compile_block_trips(p, [], SimpleNamespace(name="cupy", xp=None))
+    roundtrip.compile_block_trips(p, configs, SimpleNamespace(name="numpy", xp=None))
+    roundtrip.compile_block_trips(p, [], SimpleNamespace(name="cupy", xp=None))
     assert len(handed) == 1
