@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -81,3 +82,50 @@ def build_concurrently(builds, backend) -> int:
             return False
     with ThreadPoolExecutor(min(threads(), len(builds)), thread_name_prefix="convtune-compile") as pool:
         return sum(1 for ok in pool.map(run, builds) if not ok)
+
+
+_KERNEL = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\(')
+
+
+def only_kernels(code: str, names) -> str:
+    """``code`` with only the ``extern "C"`` kernels ``names`` (their bodies, brace-matched, removed for the others):
+    NVRTC then instantiates only the templates they use. A pass's two kernels of an 81x96 ``fft-plane`` source
+    compile in 1.3 s where all eleven take 7.3 (NVRTC 13.5)."""
+    pieces, pos, found = [], 0, set()
+    while m := _KERNEL.search(code, pos):
+        end = depth = 0
+        for end in range(code.index("{", m.end()), len(code)):
+            depth += {"{": 1, "}": -1}.get(code[end], 0)
+            if depth == 0:
+                break
+        pieces.append(code[pos:m.start()])
+        if m.group(1) in names:
+            pieces.append(code[m.start():end + 1])
+            found.add(m.group(1))
+        pos = end + 1
+    missing = set(names) - found
+    if missing:
+        raise ValueError(f"the source has no kernel {sorted(missing)}")
+    return "".join(pieces) + code[pos:]
+
+
+def launchables(code: str, names, smem: int, device_id: int) -> tuple:
+    """The kernels ``names`` of ``code`` as launchable functions on device ``device_id`` (one module of them alone,
+    :func:`only_kernels`: CuPy compiles it once for them all), each allowed ``smem`` bytes of dynamic shared memory
+    (over the 48 KiB a block gets without opting in)."""
+    import cupy
+    code = only_kernels(code, names)
+    out = []
+    with cupy.cuda.Device(device_id):
+        for name in names:
+            kernel = cupy.RawKernel(code, name, options=("--std=c++17",))
+            kernel.max_dynamic_shared_size_bytes = smem
+            out.append(kernel.kernel)
+    return tuple(out)
+
+
+def pass_kernels(names, pass_names, compiled) -> tuple:
+    """The launchables in ``names``' order, ``None`` for those the pass does not launch (``compiled``: those of
+    ``pass_names``, in their order)."""
+    got = dict(zip(pass_names, compiled))
+    return tuple(got.get(name) for name in names)

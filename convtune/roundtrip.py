@@ -538,7 +538,7 @@ def round_trip_references(backend: Backend, problem: ConvProblem, x, w, dy) -> l
 
 def compile_block_trips(problem: ConvProblem, configs, backend: Backend) -> None:
     """The block trips' kernels compiled at once on several threads (each trip's module holds only its own kernels,
-    :func:`convtune.fft.rowconv.only_kernels`: about 3 s of NVRTC each, and replknet-dw31 has 16 candidates); one that
+    :func:`convtune.compiling.only_kernels`: about 3 s of NVRTC each, and replknet-dw31 has 16 candidates); one that
     fails fails again where the trip is built, and is recorded there."""
     if configs and backend.name == "cupy":
         from .compiling import build_concurrently

@@ -1,4 +1,4 @@
-"""rowconv.only_kernels: a block-FFT source cut down to the kernels a module needs (what NVRTC compiles)."""
+"""compiling.only_kernels: a block-FFT source cut down to the kernels a module needs (what NVRTC compiles)."""
 
 import re
 
@@ -6,6 +6,7 @@ import numpy
 import pytest
 
 from convtune import ConvProblem
+from convtune.compiling import only_kernels, pass_kernels
 from convtune.fft import planeconv, rowconv
 
 
@@ -19,12 +20,12 @@ def _kernels_of(code):
 def test_only_the_named_kernels_stay(code, names):
     assert sorted(_kernels_of(code)) == sorted(names)
     for keep in (names[:1], names[1:3], names[-2:]):
-        cut = rowconv.only_kernels(code, keep)
+        cut = only_kernels(code, keep)
         assert _kernels_of(cut) == [n for n in _kernels_of(code) if n in keep]
         assert len(cut) < len(code) and cut.count("{") == cut.count("}")
-    assert rowconv.only_kernels(code, names) == code
+    assert only_kernels(code, names) == code
     with pytest.raises(ValueError, match="no kernel"):
-        rowconv.only_kernels(code, ("rowfft_nothing",))
+        only_kernels(code, ("rowfft_nothing",))
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
@@ -36,7 +37,7 @@ def test_a_pass_runs_from_its_own_kernels_on_the_cpu(pass_):
                          padding=5, pass_=pass_)
     names = rowconv.PASS_NAMES[pass_]
     code = rowconv.source("float32", 32)
-    cut = rowconv.pass_kernels(rowconv.NAMES, names, cuda_cpu.launchables(rowconv.only_kernels(code, names), names))
+    cut = pass_kernels(rowconv.NAMES, names, cuda_cpu.launchables(only_kernels(code, names), names))
     assert sum(k is None for k in cut) == len(rowconv.NAMES) - len(names)
     whole = cuda_cpu.launchables(code, rowconv.NAMES)
     rng = numpy.random.default_rng(0)

@@ -13,7 +13,7 @@ import math
 
 import numpy
 
-from ..compiling import compiled_once
+from ..compiling import compiled_once, launchables
 from ..precision import from_launch, launch_memory, launch_strides
 from ..problem import ConvProblem
 from . import planeconv, rowconv
@@ -26,7 +26,7 @@ def row_kernels(dtype: str, m: int, radix: str, block: int, fused: bool, device_
     per device."""
     names = rowconv.KEPT_NAMES + ((rowconv.BOTH_NAME,) if fused else ())
     smem = rowconv.both_smem_bytes(m) if fused else rowconv.smem_bytes(m)
-    return rowconv.launchables(rowconv.source(dtype, m, radix, block), names, smem, device_id)
+    return launchables(rowconv.source(dtype, m, radix, block), names, smem, device_id)
 
 
 class KeptBlockFft:
@@ -221,7 +221,7 @@ def plane_kernels(dtype: str, sizes, shape, radix: str, fused: bool, device_id: 
     """:data:`convtune.fft.planeconv.KEPT_NAMES` (and with ``fused`` :data:`~convtune.fft.planeconv.FUSED_NAMES`) for
     ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``, compiled once per device."""
     names = planeconv.KEPT_NAMES + (planeconv.FUSED_NAMES if fused else ())
-    return rowconv.launchables(planeconv.source(dtype, sizes, shape, radix), names, planeconv.smem_bytes(sizes),
+    return launchables(planeconv.source(dtype, sizes, shape, radix), names, planeconv.smem_bytes(sizes),
                                device_id)
 
 

@@ -34,7 +34,7 @@ import math
 
 import numpy
 
-from ..compiling import compiled_once
+from ..compiling import compiled_once, launchables, pass_kernels
 from ..precision import launch_strides
 from ..problem import ConvProblem
 from . import rowconv
@@ -539,7 +539,7 @@ def _kernels(dtype: str, sizes, shape, radix: str, pass_: str, device_id: int):
     """:data:`NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``: those ``pass_`` launches
     (:data:`PASS_NAMES`) compiled once per device, ``None`` for the others."""
     names = PASS_NAMES[pass_]
-    return rowconv.pass_kernels(NAMES, names, rowconv.launchables(source(dtype, sizes, shape, radix), names,
+    return pass_kernels(NAMES, names, launchables(source(dtype, sizes, shape, radix), names,
                                                                   wgrad_buffers(sizes) * smem_bytes(sizes), device_id))
 
 

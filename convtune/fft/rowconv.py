@@ -18,8 +18,8 @@ zero-extended rows and ``IDFT`` the inverse transform divided by ``L``:
 
 A real row of ``L`` samples is transformed as the complex row ``z[j] = a[2j] + i a[2j+1]`` of ``M`` points (a Stockham
 FFT: radix 8, one radix-2 or radix-4 pass for the rest of the power of two, radix-3 passes). The real spectrum's
-frequencies ``f`` and ``M - f`` come out of ``Z[f]`` and ``Z[M - f]`` together (:func:`_unpack`), and the inverse's
-complex row of the product's ``Y[f]`` and ``Y[M - f]`` together (:func:`_pack`): so one thread takes a pair of
+frequencies ``f`` and ``M - f`` come out of ``Z[f]`` and ``Z[M - f]`` together (:func:`convtune.fft.rowmodel._unpack`), and the inverse's
+complex row of the product's ``Y[f]`` and ``Y[M - f]`` together (:func:`~convtune.fft.rowmodel._pack`): so one thread takes a pair of
 frequencies from the forward transform to the inverse's input without another exchange through shared memory.
 
 Kernels (``DTYPE`` float32, float16, or bfloat16 as its 16 bits; any element strides, so channels_last too):
@@ -30,17 +30,15 @@ Kernels (``DTYPE`` float32, float16, or bfloat16 as its 16 bits; any element str
   row's spectrum and the sums, in its registers, or for the longest rows in the workspace, each read back by the
   thread that wrote it), one inverse.
 
-The NumPy functions below (:func:`model`) run the same algorithm step by step in float64: the index arithmetic,
-the packing and the shifts that the kernels use are tested on the CPU against direct convolution.
+:mod:`convtune.fft.rowmodel` runs the same algorithm step by step in float64: the index arithmetic, the packing and
+the shifts that the kernels use are tested on the CPU against direct convolution.
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy
 
-from ..compiling import compiled_once
+from ..compiling import compiled_once, launchables, pass_kernels
 from ..precision import launch_strides
 from ..problem import ConvProblem
 from .sizes import is_smooth, min_length, next_pow2, next_smooth
@@ -225,108 +223,10 @@ def workspace_bytes(p: ConvProblem, L: int) -> int:
 
 
 # -- the algorithm in NumPy (float64), as the kernels run it --------------------------------------------------------
-def _stockham(z, inverse: bool, large=()):
-    """Unnormalised DFT of each row of ``z`` (rows, M) by the kernels' Stockham passes (autosort: natural order)."""
-    rows, m = z.shape
-    sign = 1.0 if inverse else -1.0
-    ns = 1
-    for r in radices(m, large):
-        b = numpy.arange(m // r)
-        k = b % ns
-        w = numpy.exp(sign * 1j * numpy.pi * 2.0 * k / (ns * r))  # (the kernels: a table, or sincospif and powers)
-        v = numpy.stack([z[:, b + q * (m // r)] * w ** q for q in range(r)], axis=1)
-        dft = numpy.exp(sign * 2j * numpy.pi * numpy.outer(numpy.arange(r), numpy.arange(r)) / r)
-        v = numpy.einsum("sq,nqb->nsb", dft, v)
-        out = numpy.empty_like(z)
-        d = (b - k) * r + k
-        for s in range(r):
-            out[:, d + s * ns] = v[:, s]
-        z, ns = out, ns * r
-    return z
-
-
-def _twiddle(f, m):
-    """``exp(-i pi f / M)``: the real transform's half-length twiddle of frequency ``f``."""
-    return numpy.exp(-1j * numpy.pi * f / m)
-
-
-def _unpack(zf, zm, tw):
-    """Frequencies ``f`` and ``M - f`` of the real row's spectrum from ``Z[f]`` and ``Z[(M - f) mod M]`` of its packed
-    complex row (``tw``: :func:`_twiddle`; ``f = 0`` gives ``A[0]`` and ``A[M]``)."""
-    e = 0.5 * (zf + numpy.conj(zm))
-    o = -0.5j * (zf - numpy.conj(zm))
-    t = tw * o
-    return e + t, numpy.conj(e - t)
-
-
-def _pack(yf, ym, tw):
-    """The inverse's packed complex row at ``f`` and ``M - f`` from the spectrum's ``Y[f]`` and ``Y[M - f]``."""
-    s = yf + numpy.conj(ym)
-    d = yf - numpy.conj(ym)
-    return s + 1j * numpy.conj(tw) * d, numpy.conj(s) + 1j * tw * numpy.conj(d)
-
-
-def _pairs(m):
-    f = numpy.arange(m // 2 + 1)
-    return f, _twiddle(f, m)
-
-
-def model_spectrum(rows, L: int):
-    """Real spectra ``(R, M + 1)`` of ``rows`` (R, n) zero-extended to ``L``, as the kernels make them."""
-    m = L // 2
-    a = numpy.zeros((rows.shape[0], L))
-    a[:, :rows.shape[1]] = rows
-    z = _stockham(a[:, 0::2] + 1j * a[:, 1::2], inverse=False)
-    f, tw = _pairs(m)
-    af, am = _unpack(z[:, f], z[:, (m - f) % m], tw)
-    spec = numpy.empty((rows.shape[0], m + 1), dtype=complex)
-    spec[:, m - f] = am
-    spec[:, f] = af
-    return spec
-
-
-def model_inverse(spec, L: int):
-    """The real rows ``(R, L)`` of spectra ``(R, M + 1)``, divided by ``L``, as the kernels make them."""
-    m = L // 2
-    f, tw = _pairs(m)
-    pf, pm = _pack(spec[:, f], spec[:, m - f], tw)
-    z = numpy.empty((spec.shape[0], m), dtype=complex)
-    z[:, (m - f[1:])] = pm[:, 1:]  # (f = 0's partner would be M: not a point of the row)
-    z[:, f] = pf
-    z = _stockham(z, inverse=True) / L
-    out = numpy.empty((spec.shape[0], L))
-    out[:, 0::2], out[:, 1::2] = z.real, z.imag
-    return out
-
-
-def model(p: ConvProblem, a, b, L: int | None = None):
-    """``p``'s pass on float64 channels-first operands ``a``, ``b`` by the kernels' algorithm (the CPU's check of it)."""
-    L = transform_size(p) if L is None else L
-    why = reason(p, L)
-    if why:
-        raise ValueError(why)
-    n_batch, channels = p.batch, p.in_channels
-    shift = shifts(p, L)
-    if p.pass_ == "wgrad":
-        xs = model_spectrum(a.reshape(n_batch * channels, -1), L).reshape(n_batch, channels, -1)
-        dys = model_spectrum(b.reshape(n_batch * channels, -1), L).reshape(n_batch, channels, -1)
-        rows, length = model_inverse((numpy.conj(dys) * xs).sum(axis=0), L), p.kernel_size[0]
-        out_shape = p.w_shape
-    else:
-        spec = model_spectrum(a.reshape(n_batch * channels, -1), L).reshape(n_batch, channels, -1)
-        ws = model_spectrum(b.reshape(channels, -1), L)
-        product = spec * (numpy.conj(ws) if p.pass_ == "fwd" else ws)
-        rows = model_inverse(product.reshape(n_batch * channels, -1), L)
-        length = p.output_size[0] if p.pass_ == "fwd" else p.input_size[0]
-        out_shape = p.result_shape
-    t = (numpy.arange(length) + shift) % L
-    return rows[:, t].reshape(out_shape)
-
-
 # -- the CUDA kernels -------------------------------------------------------------------------------------------------
 #: Device code of the real-row transforms that does not depend on the row length: 2- and 4-point DFTs beside
 #: :data:`convtune.fft.fft64.DEVICE_HELPERS`' 8-point one, the half-length twiddle, and the unpacking (``unpack``) and
-#: packing (``pack``) of a frequency pair (:func:`_unpack`, :func:`_pack`). Shared with :mod:`convtune.fft.planeconv`.
+#: packing (``pack``) of a frequency pair (``rowmodel._unpack``, ``rowmodel._pack``). Shared with :mod:`convtune.fft.planeconv`.
 PAIR_HELPERS = r"""
 template <bool INV> __device__ __forceinline__ void dft2(float2* a) {
     const float2 b = a[1];
@@ -831,57 +731,10 @@ def source(dtype: str, m: int, radix: str = "8", block: int = 0) -> str:
                                              both_min_blocks=max(1, min(both_min_blocks(m), SM_THREADS_MAX // t)))
 
 
-_KERNEL = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\(')
-
-
-def only_kernels(code: str, names) -> str:
-    """``code`` with only the ``extern "C"`` kernels ``names`` (their bodies, brace-matched, removed for the others):
-    NVRTC then instantiates only the templates they use. A pass's two kernels of a 81x96 ``fft-plane`` source
-    compile in 1.3 s where all eleven take 7.3 (NVRTC 13.5)."""
-    pieces, pos, found = [], 0, set()
-    while m := _KERNEL.search(code, pos):
-        end = depth = 0
-        for end in range(code.index("{", m.end()), len(code)):
-            depth += {"{": 1, "}": -1}.get(code[end], 0)
-            if depth == 0:
-                break
-        pieces.append(code[pos:m.start()])
-        if m.group(1) in names:
-            pieces.append(code[m.start():end + 1])
-            found.add(m.group(1))
-        pos = end + 1
-    missing = set(names) - found
-    if missing:
-        raise ValueError(f"the source has no kernel {sorted(missing)}")
-    return "".join(pieces) + code[pos:]
-
-
-def launchables(code: str, names, smem: int, device_id: int) -> tuple:
-    """The kernels ``names`` of ``code`` as launchable functions on device ``device_id`` (one module of them alone,
-    :func:`only_kernels`: CuPy compiles it once for them all), each allowed ``smem`` bytes of dynamic shared memory
-    (over the 48 KiB a block gets without opting in)."""
-    import cupy
-    code = only_kernels(code, names)
-    out = []
-    with cupy.cuda.Device(device_id):
-        for name in names:
-            kernel = cupy.RawKernel(code, name, options=("--std=c++17",))
-            kernel.max_dynamic_shared_size_bytes = smem
-            out.append(kernel.kernel)
-    return tuple(out)
-
-
 #: The kernels of :func:`source`, in :class:`RowFftConv`'s order.
 NAMES = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
 #: The kernels each pass launches.
 PASS_NAMES = {"fwd": NAMES[:2], "dgrad": NAMES[:1] + NAMES[2:3], "wgrad": NAMES[3:]}
-
-
-def pass_kernels(names, pass_names, compiled) -> tuple:
-    """The launchables in ``names``' order, ``None`` for those the pass does not launch (``compiled``: those of
-    ``pass_names``, in their order)."""
-    got = dict(zip(pass_names, compiled))
-    return tuple(got.get(name) for name in names)
 
 
 @compiled_once
