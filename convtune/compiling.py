@@ -124,8 +124,22 @@ def launchables(code: str, names, smem: int, device_id: int) -> tuple:
     return tuple(out)
 
 
+def pass_names(names, pass_: str) -> tuple:
+    """The kernels of a one-block FFT module's ``names`` (its filter spectrum, forward, backward-data, then
+    filter-gradient kernels: :data:`convtune.fft.rowconv.NAMES`, :data:`convtune.fft.planeconv.NAMES`) that ``pass_``
+    launches."""
+    return {"fwd": names[:2], "dgrad": names[:1] + names[2:3], "wgrad": names[3:]}[pass_]
+
+
 def pass_kernels(names, pass_names, compiled) -> tuple:
     """The launchables in ``names``' order, ``None`` for those the pass does not launch (``compiled``: those of
     ``pass_names``, in their order)."""
     got = dict(zip(pass_names, compiled))
     return tuple(got.get(name) for name in names)
+
+
+def pass_launchables(code: str, names, pass_: str, smem: int, device_id: int) -> tuple:
+    """A one-block FFT module's kernels ``names`` in order: those ``pass_`` launches (:func:`pass_names`) compiled
+    alone (:func:`launchables`), ``None`` for the others."""
+    wanted = pass_names(names, pass_)
+    return pass_kernels(names, wanted, launchables(code, wanted, smem, device_id))

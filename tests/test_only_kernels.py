@@ -6,7 +6,7 @@ import numpy
 import pytest
 
 from convtune import ConvProblem
-from convtune.compiling import only_kernels, pass_kernels
+from convtune.compiling import only_kernels, pass_kernels, pass_names
 from convtune.fft import planeconv, rowconv
 
 
@@ -30,12 +30,12 @@ def test_only_the_named_kernels_stay(code, names):
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
 def test_a_pass_runs_from_its_own_kernels_on_the_cpu(pass_):
-    """The per-pass executor on the kernels of :data:`rowconv.PASS_NAMES` alone (the emulated CPU build of the cut
+    """The per-pass executor on the kernels of :func:`compiling.pass_names` alone (the emulated CPU build of the cut
     source), the others ``None``: the same result as from the whole source."""
     import cuda_cpu
     p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, input_size=(37,), kernel_size=11,
                          padding=5, pass_=pass_)
-    names = rowconv.PASS_NAMES[pass_]
+    names = pass_names(rowconv.NAMES, pass_)
     code = rowconv.source("float32", 32)
     cut = pass_kernels(rowconv.NAMES, names, cuda_cpu.launchables(only_kernels(code, names), names))
     assert sum(k is None for k in cut) == len(rowconv.NAMES) - len(names)

@@ -34,7 +34,7 @@ import math
 
 import numpy
 
-from ..compiling import compiled_once, launchables, pass_kernels
+from ..compiling import compiled_once, pass_launchables
 from ..precision import launch_strides
 from ..problem import ConvProblem
 from . import rowconv
@@ -530,17 +530,14 @@ def source(dtype: str, sizes, shape=None, radix: str = "8") -> str:
                                                      e=rowconv.ELEMENTS[dtype])
 
 
-#: The kernels each pass launches.
-PASS_NAMES = {"fwd": NAMES[:2], "dgrad": NAMES[:1] + NAMES[2:3], "wgrad": NAMES[3:]}
 
 
 @compiled_once
 def _kernels(dtype: str, sizes, shape, radix: str, pass_: str, device_id: int):
     """:data:`NAMES` for ``dtype``, ``sizes``, launch ``shape`` and radices ``radix``: those ``pass_`` launches
-    (:data:`PASS_NAMES`) compiled once per device, ``None`` for the others."""
-    names = PASS_NAMES[pass_]
-    return pass_kernels(NAMES, names, launchables(source(dtype, sizes, shape, radix), names,
-                                                                  wgrad_buffers(sizes) * smem_bytes(sizes), device_id))
+    (:func:`convtune.compiling.pass_names`) compiled once per device, ``None`` for the others."""
+    return pass_launchables(source(dtype, sizes, shape, radix), NAMES, pass_, wgrad_buffers(sizes) * smem_bytes(sizes),
+                            device_id)
 
 
 def radix_options(sizes) -> list[str]:

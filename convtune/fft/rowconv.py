@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy
 
-from ..compiling import compiled_once, launchables, pass_kernels
+from ..compiling import compiled_once, pass_launchables
 from ..precision import launch_strides
 from ..problem import ConvProblem
 from .sizes import is_smooth, min_length, next_pow2, next_smooth
@@ -723,27 +723,25 @@ def source(dtype: str, m: int, radix: str = "8", block: int = 0) -> str:
     leave as it is: some threads wait out their passes)."""
     t = block or threads(m)
     passes = stockham_calls(m, 1, t, "row", large=RADICES[radix])
-    min_blocks = max(1, min(wgrad_min_blocks(m), SM_THREADS_MAX // t))
+
+    def at_this_block(blocks: int) -> int:  # (blocks per SM as counted for threads(m), at most what t threads allow)
+        return max(1, min(blocks, SM_THREADS_MAX // t))
     return device_helpers() + _SOURCE.format(m=m, t=t, passes=passes,
                                              roots=roots_source(m), root_type=root_type(m),
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
-                                             wgrad_min_blocks=min_blocks,
-                                             both_min_blocks=max(1, min(both_min_blocks(m), SM_THREADS_MAX // t)))
+                                             wgrad_min_blocks=at_this_block(wgrad_min_blocks(m)),
+                                             both_min_blocks=at_this_block(both_min_blocks(m)))
 
 
 #: The kernels of :func:`source`, in :class:`RowFftConv`'s order.
 NAMES = ("rowfft_spectrum", "rowfft_fwd", "rowfft_dgrad", "rowfft_wgrad")
-#: The kernels each pass launches.
-PASS_NAMES = {"fwd": NAMES[:2], "dgrad": NAMES[:1] + NAMES[2:3], "wgrad": NAMES[3:]}
 
 
 @compiled_once
 def _kernels(dtype: str, m: int, radix: str, pass_: str, device_id: int):
     """:data:`NAMES` for ``dtype``, ``m``-point rows and radices ``radix``: those ``pass_`` launches
-    (:data:`PASS_NAMES`) compiled once per device, ``None`` for the others."""
-    names = PASS_NAMES[pass_]
-    return pass_kernels(NAMES, names, launchables(source(dtype, m, radix), names,
-                                                  max(smem_bytes(m), wgrad_smem_bytes(m)), device_id))
+    (:func:`convtune.compiling.pass_names`) compiled once per device, ``None`` for the others."""
+    return pass_launchables(source(dtype, m, radix), NAMES, pass_, max(smem_bytes(m), wgrad_smem_bytes(m)), device_id)
 
 
 class BlockFftLaunch:
