@@ -119,6 +119,16 @@ class KeptBlockFft:
             got = self._made_args[key] = (*strides, *map(numpy.int32, extent), *self._sizes_args(q))
         return got
 
+    def _both_args(self) -> tuple:
+        """The fused backward passes' shifts: ``(dgrad's, wgrad's, scale)``, the shifts as tuples (made once)."""
+        key = ("both",)
+        got = self._made_args.get(key)
+        if got is None:
+            *sh_d, scale = self._sizes_args(self.p.for_pass("dgrad"))
+            *sh_w, _ = self._sizes_args(self.p.for_pass("wgrad"))
+            got = self._made_args[key] = (tuple(sh_d), tuple(sh_w), scale)
+        return got
+
     def forward_from(self, xs, ws, out):
         p = self.p
         return self._into(out, p.y_shape, lambda res: self._launch(
@@ -198,16 +208,13 @@ class RowKept(KeptBlockFft):
         mem = launch_memory(self.xp, dy, "float32", p.layout)
         y_strides, x_strides = self._strides(p.y_shape), self._strides(p.x_shape)
         wC, _, wK = self._strides(p.w_shape)
-        key = ("both shifts",)
-        if key not in self._made_args:
-            self._made_args[key] = (*self._sizes_args(p.for_pass("dgrad")), self._sizes_args(p.for_pass("wgrad"))[0])
-        shift_d, scale, shift_w = self._made_args[key]
+        sh_d, sh_w, scale = self._both_args()
 
         def launch(dx_ptr, dw_ptr):
             self._launch(self.kernels[6], (p.in_channels,),
                          (self._ptr(mem), self._ptr(ws), self._ptr(xs), dx_ptr, dw_ptr, numpy.int32(p.batch),
                           numpy.int32(p.in_channels), *y_strides, *x_strides, wC, wK, numpy.int32(p.output_size[0]),
-                          numpy.int32(p.input_size[0]), numpy.int32(p.kernel_size[0]), shift_d, shift_w, scale),
+                          numpy.int32(p.input_size[0]), numpy.int32(p.kernel_size[0]), *sh_d, *sh_w, scale),
                          self.both_smem)
         self._into(dx, p.x_shape, lambda dx_ptr: self._into(dw, p.w_shape, lambda dw_ptr: launch(dx_ptr, dw_ptr)))
         return dx, dw
@@ -250,14 +257,12 @@ class PlaneKept(KeptBlockFft):
         over (channel, slice) blocks makes dx and each slice's sums, the filter gradient's sum kernel adds them and
         inverts once per channel; returns ``(dx, dw)``."""
         p = self.p
-        key = ("fused",)
-        if key not in self._made_args:
+        sh_d, sh_w, scale = self._both_args()
+        if ("slices",) not in self._made_args:  # (the slices, a slice's samples, the sums' complex64: made once)
             S = planeconv.fused_slices(p)
-            *sh_d, scale = self._sizes_args(p.for_pass("dgrad"))
-            *sh_w, _ = self._sizes_args(p.for_pass("wgrad"))
-            self._made_args[key] = (S, math.ceil(p.batch / S), sh_d, sh_w, scale,
-                                    planeconv.fused_workspace_bytes(p, self.sizes) // 8)
-        S, chunk, sh_d, sh_w, scale, sums = self._made_args[key]
+            self._made_args[("slices",)] = (S, math.ceil(p.batch / S),
+                                            planeconv.fused_workspace_bytes(p, self.sizes) // 8)
+        S, chunk, sums = self._made_args[("slices",)]
         mem = launch_memory(self.xp, dy, "float32", p.layout)
         y_strides, x_strides = self._strides(p.y_shape), self._strides(p.x_shape)
         wC, _, w0, w1 = self._strides(p.w_shape)
