@@ -6,14 +6,7 @@
 # 2. benchmarks/block_trips.py: hyena-long-dw and long-16k-dw (every candidate, the whole trip, a Chrome trace of
 #    three whole trips, the peer side by side), then replknet-dw31 and slak-dw51 at their tuned sizes.
 source "$(dirname "$0")/device_part.sh"
-part tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 -m gpu tests/test_roundtrip.py \
-  tests/test_torch_gpu.py -k "block or kept or trip"
-grep -sE "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
-part trips-1d 160 python3 benchmarks/block_trips.py --layers hyena-long-dw,long-16k-dw --trace "$O/traces" \
-  -o "$O/trips-1d.json"
-grep -sE "^==" "$O/trips-1d.log"
-part trips-replknet 70 python3 benchmarks/block_trips.py --layers replknet-dw31 --only "sizes=72x72,block,radices=16x9]" \
-  -o "$O/trips-replknet.json"
-grep -sE "^==" "$O/trips-replknet.log"
-part trips-slak 110 python3 benchmarks/block_trips.py --layers slak-dw51 --only "sizes=81x96" -o "$O/trips-slak.json"
-grep -sE "^==" "$O/trips-slak.log"
+gpu_tests tests 150 tests/test_roundtrip.py tests/test_torch_gpu.py -k "block or kept or trip"
+trips trips-1d 160 --layers hyena-long-dw,long-16k-dw --trace "$O/traces"
+trips trips-replknet 70 --layers replknet-dw31 --only "sizes=72x72,block,radices=16x9]"
+trips trips-slak 110 --layers slak-dw51 --only "sizes=81x96"

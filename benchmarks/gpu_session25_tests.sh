@@ -4,7 +4,6 @@
 # tests' durations (compilation was most of them):
 #   bash benchmarks/gpu_session25_tests.sh
 source "$(dirname "$0")/device_part.sh"
-part tests 280 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 --durations=8 -m gpu tests/test_rowconv.py \
-  tests/test_planeconv.py tests/test_roundtrip.py -k "test_rowconv or test_planeconv or block or trip"
-grep -sE "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
+gpu_tests tests 280 --durations=8 tests/test_rowconv.py tests/test_planeconv.py tests/test_roundtrip.py \
+  -k "test_rowconv or test_planeconv or block or trip"
 grep -sA10 "slowest" "$O/tests.log"

@@ -9,13 +9,7 @@
 #    turns' noise), then replknet-dw31 and slak-dw51 at their tuned sizes, fused and not.
 # Then, in a second call, benchmarks/gpu_unverified_bench.sh: convtune bench through the planner.
 source "$(dirname "$0")/device_part.sh"
-part tests 170 python3 -m pytest -q -p no:cacheprovider -rfE -n 16 -m gpu tests/test_roundtrip.py \
-  tests/test_torch_gpu.py -k "block or kept or trip"
-grep -sE "[0-9]+ (passed|failed)|^(FAILED|ERROR)" "$O/tests.log" | head -30
-part trips-1d 150 python3 benchmarks/block_trips.py --layers hyena-long-dw,long-16k-dw -o "$O/trips-1d.json"
-grep -sE "^==" "$O/trips-1d.log"
-part trips-replknet 80 python3 benchmarks/block_trips.py --layers replknet-dw31 --only "sizes=72x72" \
-  -o "$O/trips-replknet.json"
-grep -sE "^==" "$O/trips-replknet.log"
-part trips-slak 140 python3 benchmarks/block_trips.py --layers slak-dw51 --only "sizes=81x96" -o "$O/trips-slak.json"
-grep -sE "^==" "$O/trips-slak.log"
+gpu_tests tests 170 tests/test_roundtrip.py tests/test_torch_gpu.py -k "block or kept or trip"
+trips trips-1d 150 --layers hyena-long-dw,long-16k-dw
+trips trips-replknet 80 --layers replknet-dw31 --only "sizes=72x72"
+trips trips-slak 140 --layers slak-dw51 --only "sizes=81x96"
