@@ -231,6 +231,32 @@ def test_the_torch_fft_peer_is_pytorchs_convolution_with_its_gradients(form):
     torch.testing.assert_close(grads, torch.autograd.grad(expected, (x, w), dy), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
+def test_the_torch_fft_peer_runs_in_the_problems_math_mode_whatever_ran_before(math):
+    """The torch-tf32 peer turns PyTorch's TF32 switches on; the torch-fft peer's passes and round trip set them to
+    their problem's math mode on every run (on the GPU a dense layer's complex product ran in TF32 otherwise)."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    from convtune.bench import torchfft
+    from convtune.problem import ConvProblem
+    p = ConvProblem.make(batch=1, in_channels=2, out_channels=2, input_size=(12,), kernel_size=(7,), padding=3,
+                         math=math)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(p.x_shape, dtype=np.float32), rng.standard_normal(p.w_shape, dtype=np.float32)
+    dy = rng.standard_normal(p.y_shape, dtype=np.float32)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    runs = [torchfft.make_pass(torch, p, x, w), torchfft.make_pass(torch, p.for_pass("dgrad"), dy, w),
+            torchfft.make_pass(torch, p.for_pass("wgrad"), x, dy), torchfft.round_trip(torch, p, x, w, dy)]
+    try:
+        for run in runs:
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = math == "fp32"
+            run()
+            assert torch.backends.cuda.matmul.allow_tf32 is (math == "tf32")
+            assert torch.backends.cudnn.allow_tf32 is (math == "tf32")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def test_the_torch_fft_peer_is_for_fft_class_layers_only():
     from convtune.bench import torchfft
     from convtune.problem import ConvProblem
