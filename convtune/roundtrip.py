@@ -57,8 +57,8 @@ log = logging.getLogger("convtune")
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
 #: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes;
-#: 14: images' too; 15: rows' fused backward passes over 8192 points too, the sums in device memory).
-VERSION = 15
+#: 14: images' too).
+VERSION = 14
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -68,9 +68,7 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            12: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
            and fft_sizes.min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]) > 16384,
            13: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
-           14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels,
-           15: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
-           and fft_sizes.min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]) > 16384}
+           14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -140,7 +138,8 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
     each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
     radix sets and block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`: the
     policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.thread_options`);
-    each also ``fused``, both backward passes from one transform of dy (no spectra of dy written or read back)."""
+    each also ``fused``, both backward passes from one transform of dy (no spectra of dy written or read back), for
+    images always and for rows where the batch's sums fit beside the row."""
     from .fft import planeconv, rowconv
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
@@ -154,10 +153,9 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
         radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
         threads = rowconv.thread_options(size // 2) if p.rank == 1 else planeconv.shape_options(size)
         out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t in threads for r in radix]
-        # (both backward passes from one transform of dy: rows' sums beside the row or, over 8192 points, in device
-        # memory; images in slices)
+        # (both backward passes from one transform of dy: rows where the sums fit beside the row; images in slices)
         out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t, fused=True) for t in threads
-                for r in radix]
+                for r in radix if p.rank == 2 or rowconv.fused_backward_fits(size // 2)]
     return out
 
 

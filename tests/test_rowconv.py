@@ -374,14 +374,10 @@ def test_kept_round_trip_on_the_cpu(layout, case, smooth, block):
 @pytest.mark.parametrize("case, smooth, block", [((16, 16, 15, 2, 3), False, 0), ((37, 11, 5, 3, 2), False, 0),
                                                  ((20, 7, 30, 2, 2), False, 0), ((50, 5, 2, 2, 3), True, 0),
                                                  ((37, 11, 5, 3, 2), False, 24)])
-@pytest.mark.parametrize("sums", ["shared", "device"])
-def test_fused_backward_passes_on_the_cpu(monkeypatch, layout, case, smooth, block, sums):
-    """Both backward passes in one kernel (dy's rows transformed once, dw's sums beside the row in shared memory or,
-    as rows over 8192 points keep them, in device memory) from the forward pass's kept spectra, against their
-    definitions in float64: both layouts, padding past the kernel's reach, a 2^a 3^b length, more threads than
-    butterflies."""
-    if sums == "device":
-        monkeypatch.setattr(rowconv, "sums_in_smem", lambda m: False)
+def test_fused_backward_passes_on_the_cpu(layout, case, smooth, block):
+    """Both backward passes in one kernel (dy's rows transformed once, dw's sums in registers) from the forward
+    pass's kept spectra, against their definitions in float64: both layouts, padding past the kernel's reach, a 2^a 3^b
+    length, more threads than butterflies."""
     import cuda_cpu
     n, k, pad, batch, channels = case
     p = _problem(n, k, pad, "fwd", batch=batch, channels=channels, layout=layout)
@@ -406,13 +402,11 @@ def fused_backward_matches(kept, p, direct, seed):
     assert _relative(dw, direct(p.for_pass("wgrad"), x, dy)) <= 1e-6
 
 
-def test_fused_backward_passes_keep_the_sums_beside_the_row_or_in_device_memory():
-    assert rowconv.sums_in_smem(4096) and rowconv.sums_in_smem(8192) and not rowconv.sums_in_smem(16384)
-    assert rowconv.both_smem_bytes(4096) == 36864 + 8 * 4097 and rowconv.both_smem_bytes(16384) == rowconv.smem_bytes(16384)
-    long_row = _problem(16384, 16384, 16383, channels=3)
-    assert rowconv.both_workspace_bytes(long_row, 8192) == 0
-    assert rowconv.both_workspace_bytes(long_row, 16384) == 3 * 8 * 16385
-    assert blockkept.RowKept(numpy, long_row, 32768, fused=True, kernels=(None,) * 7).both_sums == 3 * 16385
+def test_fused_backward_passes_need_room_for_the_sums():
+    assert rowconv.fused_backward_fits(4096) and rowconv.fused_backward_fits(8192)
+    assert not rowconv.fused_backward_fits(16384) and rowconv.both_smem_bytes(4096) == 36864 + 8 * 4097
+    with pytest.raises(ValueError, match="too many"):
+        blockkept.RowKept(numpy, _problem(16384, 16384, 16383), 32768, fused=True, kernels=(None,) * 7)
 
 
 def test_kept_round_trip_refuses_what_it_cannot_run():

@@ -194,8 +194,10 @@ class RowKept(KeptBlockFft):
             if why:
                 raise ValueError(f"{self.what}: {why}")
         self.L, m = L, L // 2
+        if fused and not rowconv.fused_backward_fits(m):
+            raise ValueError(f"{self.what}: the fused backward passes keep the batch's sums beside the row in shared "
+                             f"memory, {rowconv.both_smem_bytes(m) // 1024} KiB for {m}-point rows: too many")
         self.fused, self.both_smem = fused, rowconv.both_smem_bytes(m)
-        self.both_sums = rowconv.both_workspace_bytes(self.p, m) // 8  # (complex64 of sums in device memory, or 0)
         self.spectrum_elems, self.block, self.smem = m + 1, (threads or rowconv.threads(m),), rowconv.smem_bytes(m)
         self.kernels = kernels or row_kernels(self.p.dtype, m, radix, threads, fused, self._device(xp))
 
@@ -207,12 +209,10 @@ class RowKept(KeptBlockFft):
         y_strides, x_strides = self._strides(p.y_shape), self._strides(p.x_shape)
         wC, _, wK = self._strides(p.w_shape)
         sh_d, sh_w, scale = self._both_args()
-        sums = self.xp.empty(self.both_sums, dtype=self.xp.complex64) if self.both_sums else None
 
         def launch(dx_ptr, dw_ptr):
             self._launch(self.kernels[6], (p.in_channels,),
-                         (self._ptr(mem), self._ptr(ws), self._ptr(xs), dx_ptr, dw_ptr,
-                          self._ptr(sums) if sums is not None else 0, numpy.int32(p.batch),
+                         (self._ptr(mem), self._ptr(ws), self._ptr(xs), dx_ptr, dw_ptr, numpy.int32(p.batch),
                           numpy.int32(p.in_channels), *y_strides, *x_strides, wC, wK, numpy.int32(p.output_size[0]),
                           numpy.int32(p.input_size[0]), numpy.int32(p.kernel_size[0]), *sh_d, *sh_w, scale),
                          self.both_smem)

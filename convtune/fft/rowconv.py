@@ -330,8 +330,9 @@ __device__ __forceinline__ void stockham_pass(float2* buf, const int count, cons
                     w = root(k * (N / (Ns * R)));
                     if (INV) w = conjf2(w);
                 } else {
-                    // (k through an empty asm: in a loop over rows, as rowfft_bwd_both's, the compiler hoisted
-                    // every butterfly's sincospif out of it and kept the twiddles, spilling 1068 bytes a thread)
+                    // (k through an empty asm: in a loop over rows, as rowfft_wgrad's, the compiler hoisted every
+                    // butterfly's sincospif out of it and kept the twiddles, spilling 1784 bytes a thread at 16384
+                    // points and 1024 threads; 736 so, benchmarks/kernel_registers.py)
                     int kk = k;
                     asm volatile("" : "+r"(kk));
                     float s, c;
@@ -591,20 +592,16 @@ template <typename E> __device__ __forceinline__ void wgrad(
 
 // both backward passes in one kernel (a round trip's, from the forward pass's kept spectra xs): block c takes channel
 // c's rows of dy sample by sample, each transformed once: dx's row from it (times W, the inverse, the crop), and
-// conj(DY) X summed over the batch (M + 1 sums; a thread reads back only the pairs it wrote: no barrier); then dw's
-// row, the sums' inverse. dy's spectra are neither written nor read back. The sums stay in shared memory beside the
-// row where both fit (rows of up to 8192 points), else in `sums` (M + 1 complex64 a channel: mostly in L2, as each
-// block reads back what it wrote a sample before). (Sums in registers took 128 registers a thread at 4096 points, one
-// block an SM: benchmarks/kernel_registers.py.)
-constexpr bool SUMS_IN_SMEM = {sums_in_smem};
+// conj(DY) X summed over the batch in shared memory beside the row (M + 1 sums; a thread reads back only the pairs it
+// wrote: no barrier); then dw's row, the sums' inverse. dy's spectra are neither written nor read back. (Sums in
+// registers took 128 registers a thread at 4096 points, one block an SM: benchmarks/kernel_registers.py.)
 template <typename E> __device__ __forceinline__ void backward_both(
     const E* __restrict__ dy, const float2* __restrict__ ws, const float2* __restrict__ xs, E* __restrict__ dx,
-    E* __restrict__ dw, float2* __restrict__ sums, int N, int C, long long yN, long long yC, long long yL,
-    long long xN, long long xC, long long xL, long long wC, long long wK, int n_dy, int n_dx, int K, int shift_d,
-    int shift_w, float scale) {{
+    E* __restrict__ dw, int N, int C, long long yN, long long yC, long long yL, long long xN, long long xC,
+    long long xL, long long wC, long long wK, int n_dy, int n_dx, int K, int shift_d, int shift_w, float scale) {{
     extern __shared__ float2 buf[];
+    float2* qs = buf + PADI(M);
     const int c = blockIdx.x;
-    float2* qs = SUMS_IN_SMEM ? buf + PADI(M) : sums + (long long)c * (M + 1);
     const float2* spec = ws + (long long)c * (M + 1);
     for (int ni = 0; ni < N; ++ni) {{
         load_row(buf, dy + ni * yN + c * yC, yL, n_dy);
@@ -639,9 +636,9 @@ template <typename E> __device__ __forceinline__ void backward_both(
 }}
 
 extern "C" __global__ void __launch_bounds__(T, {both_min_blocks}) rowfft_bwd_both(const {e}* dy, const float2* ws, const float2* xs,
-    {e}* dx, {e}* dw, float2* sums, int N, int C, long long yN, long long yC, long long yL, long long xN, long long xC,
-    long long xL, long long wC, long long wK, int n_dy, int n_dx, int K, int shift_d, int shift_w, float scale)
-{{ backward_both<{e}>(dy, ws, xs, dx, dw, sums, N, C, yN, yC, yL, xN, xC, xL, wC, wK, n_dy, n_dx, K, shift_d, shift_w,
+    {e}* dx, {e}* dw, int N, int C, long long yN, long long yC, long long yL, long long xN, long long xC, long long xL,
+    long long wC, long long wK, int n_dy, int n_dx, int K, int shift_d, int shift_w, float scale)
+{{ backward_both<{e}>(dy, ws, xs, dx, dw, N, C, yN, yC, yL, xN, xC, xL, wC, wK, n_dy, n_dx, K, shift_d, shift_w,
                      scale); }}
 extern "C" __global__ void __launch_bounds__(T) rowfft_spectrum(const {e}* w, float2* ws, long long sC, long long sK, int K)
 {{ rows_spectrum<{e}>(w, ws, gridDim.x, 0, sC, sK, K); }}
@@ -738,8 +735,7 @@ def source(dtype: str, m: int, radix: str = "8", block: int = 0) -> str:
                                              roots=roots_source(m), root_type=root_type(m),
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
                                              wgrad_min_blocks=at_this_block(wgrad_min_blocks(m)),
-                                             both_min_blocks=at_this_block(both_min_blocks(m)),
-                                             sums_in_smem="true" if sums_in_smem(m) else "false")
+                                             both_min_blocks=at_this_block(both_min_blocks(m)))
 
 
 #: The kernels of :func:`source`, in :class:`RowFftConv`'s order.
@@ -817,21 +813,9 @@ KEPT_NAMES = ("rowfft_rows_spectrum", "rowfft_fwd_from", "rowfft_dgrad_from", "r
 BOTH_NAME = "rowfft_bwd_both"
 
 
-def sums_in_smem(m: int) -> bool:
-    """Whether :data:`BOTH_NAME` keeps the batch's sums (``M + 1`` complex64) in shared memory beside the row (up to
-    8192 points: 136 KiB), rather than in a workspace of :func:`both_workspace_bytes`."""
-    return smem_bytes(m) + 8 * (m + 1) <= MAX_SMEM
-
-
 def both_smem_bytes(m: int) -> int:
-    """:data:`BOTH_NAME`'s shared memory: the row, then the batch's sums where they fit (:func:`sums_in_smem`)."""
-    return smem_bytes(m) + (8 * (m + 1) if sums_in_smem(m) else 0)
-
-
-def both_workspace_bytes(p: ConvProblem, m: int) -> int:
-    """:data:`BOTH_NAME`'s device memory for the sums where they are not in shared memory: ``M + 1`` complex64 per
-    channel (long-16k-dw's 256 channels at 16384 points: 32 MiB)."""
-    return 0 if sums_in_smem(m) else 8 * (m + 1) * p.in_channels
+    """:data:`BOTH_NAME`'s shared memory: the row, then the batch's sums (``M + 1`` complex64)."""
+    return smem_bytes(m) + 8 * (m + 1)
 
 
 def both_min_blocks(m: int) -> int:
@@ -839,3 +823,7 @@ def both_min_blocks(m: int) -> int:
     radix 16 gets 64 registers, not the 127 it took uncapped)."""
     return blocks_per_sm(both_smem_bytes(m), threads(m))
 
+
+def fused_backward_fits(m: int) -> bool:
+    """Whether :data:`BOTH_NAME` fits a block's shared memory for ``m``-point rows (up to 8192 points: 136 KiB)."""
+    return both_smem_bytes(m) <= MAX_SMEM
