@@ -242,13 +242,21 @@ def gemm_precision(xp, tf32: bool):
     handle = xp.cuda.device.get_cublas_handle()
     previous_type = linalg.get_compute_type(float32)
     previous_mode = cublas.getMathMode(handle)
-    linalg.set_compute_type(float32, _CUPY_COMPUTE_TYPE_TF32 if tf32 else _CUPY_COMPUTE_TYPE_DEFAULT)
-    cublas.setMathMode(handle, _CUBLAS_TF32_TENSOR_OP_MATH if tf32 else _CUBLAS_DEFAULT_MATH)
+    want_type = _CUPY_COMPUTE_TYPE_TF32 if tf32 else _CUPY_COMPUTE_TYPE_DEFAULT
+    want_mode = _CUBLAS_TF32_TENSOR_OP_MATH if tf32 else _CUBLAS_DEFAULT_MATH
+    # (set and put back only what differs: most calls find the state they want, and each cuBLAS call is host time
+    # on every pass of a cached plan)
+    if previous_type != want_type:
+        linalg.set_compute_type(float32, want_type)
+    if previous_mode != want_mode:
+        cublas.setMathMode(handle, want_mode)
     try:
         yield
     finally:
-        linalg.set_compute_type(float32, previous_type)
-        cublas.setMathMode(handle, previous_mode)
+        if previous_type != want_type:
+            linalg.set_compute_type(float32, previous_type)
+        if previous_mode != want_mode:
+            cublas.setMathMode(handle, previous_mode)
 
 
 @functools.cache

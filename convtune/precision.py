@@ -148,6 +148,8 @@ def launch_memory(xp, a, dtype: str, layout: str):
     launch of that dtype and layout reads: a C-contiguous array in the layout's memory order (``(N, *spatial,
     C)`` for channels_last) in the dtype's own element type (bfloat16: its 16 bits, as ``uint16``). A view
     where ``a`` is that memory already (float32 and float16)."""
+    if dtype != "bfloat16" and a.flags.c_contiguous and (layout != "channels_last" or a.ndim < 3):
+        return a  # (channels-first memory already: no view made, on every call of a cached pass)
     a = xp.ascontiguousarray(a.transpose(_memory_order(a.ndim, layout)))
     if dtype == "bfloat16":  # float32 storage of bfloat16 values: their upper 16 bits, exactly
         a = (a.view(xp.uint32) >> 16).astype(xp.uint16)
@@ -277,6 +279,8 @@ def narrowed(xp, result, problem, out=None):
 def empty_in(xp, shape, storage: str, layout: str):
     """An uninitialised array of logical ``shape`` whose memory is in ``layout``'s order (``storage``: a dtype name
     of ``xp``)."""
+    if layout != "channels_last" or len(shape) < 3:
+        return xp.empty(shape, dtype=storage)
     return _logical(_empty_memory(xp, shape, getattr(xp, storage), layout), layout)
 
 

@@ -33,6 +33,7 @@ autograd): change the weight between forward and backward and the backward passe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -227,6 +228,15 @@ class RoundTrip:
             raise ValueError(f"{config.label()}: TF32 products need math='tf32', the problem is {self.problem.math}")
         fft_sizes.check_sizes(self.problem, config.sizes)
         self.xp = xp = self.backend.xp
+        # made once, not on every call (a trip's host time before its first kernel shows wherever the GPU waits: a
+        # block trip timed on an idle GPU after the torch-fft peer took 0.407 against 0.364 ms, benchmarks/paired_gap.py)
+        storage = precision.STORAGE[self.problem.dtype]
+        self._storage = xp.dtype(storage)
+        self._bits = (() if self.converted or self.problem.dtype != "bfloat16"
+                      else (xp.dtype("uint16"), xp.dtype("int16")))
+        # the matrix products' TF32 setting (the block product has none: its kernels are convtune's own)
+        self._products = (contextlib.nullcontext if config.product == "block" else
+                          (lambda: gemm_precision(xp, config.tf32)))
         if config.product in ("pointwise", "block") and (config.packed or config.own or config.narrow or config.tf32
                                                          or (config.fused and config.product == "pointwise")):
             raise ValueError(f"{config.label()}: the {config.product} round trip has no "
@@ -289,11 +299,9 @@ class RoundTrip:
         if tuple(a.shape) != tuple(shape):
             raise ValueError(f"{name} has shape {tuple(a.shape)}; this round trip is for "
                              f"{self.problem.describe()} ({name} {tuple(shape)})")
-        storage = precision.STORAGE[self.problem.dtype]
         # (convtune's own transforms also read bfloat16 as its 16 bits: the PyTorch layer's tensors)
-        bits = not self.converted and self.problem.dtype == "bfloat16" and str(a.dtype) in ("uint16", "int16")
-        if str(a.dtype) != storage and not bits:
-            raise ValueError(f"this round trip runs {storage} arrays; {name} is {a.dtype}")
+        if a.dtype != self._storage and a.dtype not in self._bits:
+            raise ValueError(f"this round trip runs {self._storage} arrays; {name} is {a.dtype}")
         return precision.widened(self.xp, a) if self.converted else a
 
     def _out(self, out, shape):
@@ -324,7 +332,7 @@ class RoundTrip:
 
     def _forward_keeping(self, x, w, out):
         """``out`` = the forward pass of checked operands; returns the spectra of ``x`` and ``w``."""
-        with gemm_precision(self.xp, self.config.tf32):
+        with self._products():
             ws = self._ex.w_spectrum(w)
             if hasattr(self._ex, "forward_keeping"):  # (the block product: the pass and x's spectra in one kernel)
                 return self._ex.forward_keeping(x, ws, out), ws
@@ -363,7 +371,7 @@ class RoundTrip:
             self._done("dgrad")
             return made
         dx = self._out(out, self.problem.x_shape)
-        with gemm_precision(self.xp, self.config.tf32):
+        with self._products():
             if self._fuses(dy, "wgrad"):  # (dw as well, for backward_filter)
                 dw = self._out(None, self.problem.w_shape)
                 self._both(dy, dx, dw)
@@ -384,7 +392,7 @@ class RoundTrip:
             self._done("wgrad")
             return made
         dw = self._out(out, self.problem.w_shape)
-        with gemm_precision(self.xp, self.config.tf32):
+        with self._products():
             if self._fuses(dy, "dgrad"):  # (dx as well, for backward_data)
                 dx = self._out(None, self.problem.x_shape)
                 self._both(dy, dx, dw)
@@ -411,7 +419,7 @@ class RoundTrip:
         dy = self._check("dy", dy, p.y_shape)
         xs, ws = spectra
         dx = dw = None
-        with gemm_precision(self.xp, self.config.tf32):
+        with self._products():
             if need_dx and need_dw and getattr(self._ex, "fused", False):  # (one kernel: dx and dw)
                 dx, dw = self._ex.backward_both(dy, ws, xs, self._out(dx_out, p.x_shape), self._out(dw_out, p.w_shape))
             elif need_dx and hasattr(self._ex, "backward_data_keeping"):  # (one kernel: dx and dy's spectra)

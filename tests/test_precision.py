@@ -85,6 +85,27 @@ def test_layout_is_read_from_the_strides():
     assert out.dtype == np.float16 and precision.layout_of(out) == "channels_last"
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 3, 7)])
+def test_launch_memory_is_the_layouts_dense_memory_and_the_array_itself_where_it_is_that(shape):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    assert precision.launch_memory(np, x, "float32", "channels_first") is x  # (no view made on a cached call)
+    strided = x[:, ::-1]  # (not C-contiguous: the dense memory is a copy)
+    got = precision.launch_memory(np, strided, "float32", "channels_first")
+    assert got.flags.c_contiguous and np.array_equal(got, strided)
+    cl = precision.laid_out(np, x, "channels_last")
+    got = precision.launch_memory(np, cl, "float32", "channels_last")
+    assert got.flags.c_contiguous and np.array_equal(got, np.moveaxis(x, 1, -1))
+    # a channels-first array handed in as channels_last is read in channels_last's memory order (a copy)
+    assert np.array_equal(precision.launch_memory(np, x, "float32", "channels_last"), np.moveaxis(x, 1, -1))
+    bits = precision.launch_memory(np, x, "bfloat16", "channels_first")
+    assert bits.dtype == np.uint16 and np.array_equal(bits, (x.view(np.uint32) >> 16).astype(np.uint16))
+    for layout in ("channels_first", "channels_last"):
+        e = precision.empty_in(np, shape, "float32", layout)
+        assert e.shape == shape and e.dtype == np.float32 and precision.layout_of(e) == layout
+        assert precision.launch_memory(np, e, "float32", layout).flags.c_contiguous
+
+
 @pytest.mark.parametrize("dtype, layout", KINDS)
 def test_operands_are_stored_rounded_and_laid_out(dtype, layout):
     p = layer(dtype=dtype, layout=layout)

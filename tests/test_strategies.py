@@ -444,3 +444,42 @@ def test_strategies_say_which_plans_a_cuda_graph_records():
     assert not get_strategy("cudnn").recordable(p, None)
     assert RoundTrip(p, TripConfig(sizes=(16, 16), product="pointwise"), "numpy").recordable
     assert not RoundTrip(p, TripConfig(sizes=(16, 16)), "numpy").recordable
+
+
+def test_gemm_precision_sets_only_what_differs_and_puts_it_back(monkeypatch):
+    """The TF32 switches of CuPy's matmul and cuBLAS's handle for a block: set where they differ from what the plan
+    wants and put back on exit (an exception too); left alone where they already are what it wants (no cuBLAS calls
+    on a cached plan's every pass)."""
+    from types import SimpleNamespace
+    from convtune import backend
+    calls, state = [], {"type": 1, "mode": 0}
+
+    def set_type(_, value):
+        calls.append(("type", value))
+        state["type"] = value
+
+    def set_mode(_, value):
+        calls.append(("mode", value))
+        state["mode"] = value
+    linalg = SimpleNamespace(get_compute_type=lambda _: state["type"], set_compute_type=set_type)
+    cublas = SimpleNamespace(getMathMode=lambda _: state["mode"], setMathMode=set_mode)
+    monkeypatch.setattr(backend, "_gemm_state_modules", lambda: (linalg, cublas, "float32"))
+    cupy = SimpleNamespace(__name__="cupy", cuda=SimpleNamespace(device=SimpleNamespace(get_cublas_handle=lambda: 7)))
+    with backend.gemm_precision(cupy, tf32=False):
+        assert state == {"type": 1, "mode": 0}
+    assert calls == []  # (strict fp32 is the state already)
+    with backend.gemm_precision(cupy, tf32=True):
+        assert state == {"type": 7, "mode": 3}
+        with backend.gemm_precision(cupy, tf32=False):
+            assert state == {"type": 1, "mode": 0}
+        assert state == {"type": 7, "mode": 3}
+    assert state == {"type": 1, "mode": 0}
+    with pytest.raises(RuntimeError):
+        with backend.gemm_precision(cupy, tf32=True):
+            raise RuntimeError("a failing product")
+    assert state == {"type": 1, "mode": 0}
+    state.update(type=7, mode=0)  # (CUPY_TF32=1 set CuPy's type, not the handle's mode)
+    calls.clear()
+    with backend.gemm_precision(cupy, tf32=False):
+        assert state == {"type": 1, "mode": 0}
+    assert calls == [("type", 1), ("type", 7)] and state == {"type": 7, "mode": 0}
