@@ -483,3 +483,16 @@ def test_gemm_precision_sets_only_what_differs_and_puts_it_back(monkeypatch):
     with backend.gemm_precision(cupy, tf32=False):
         assert state == {"type": 1, "mode": 0}
     assert calls == [("type", 1), ("type", 7)] and state == {"type": 7, "mode": 0}
+
+
+def test_cublas_scalars_are_made_once_and_stay_at_their_address():
+    """cuBLAS reads alpha and beta from host memory: each value's complex64 is made once per executor and its
+    address handed out on every call (no ctypes object made on the hot path), the memory holding the value."""
+    import ctypes
+    from types import SimpleNamespace
+    from convtune.fft.freqmajor import _CupyOps
+    ops = SimpleNamespace(_scalars={})
+    one, zero = _CupyOps._scalar(ops, 1.0), _CupyOps._scalar(ops, 0.0)
+    assert _CupyOps._scalar(ops, 1.0) == one and one != zero and len(ops._scalars) == 2
+    assert tuple((ctypes.c_float * 2).from_address(one)) == (1.0, 0.0)
+    assert tuple((ctypes.c_float * 2).from_address(zero)) == (0.0, 0.0)

@@ -186,7 +186,7 @@ class _CupyOps(_Ops):
         self._cufft, self._cublas, self._device = cufft, cublas, device
         self._plans = {}  # (forward?, transforms) -> PlanNd: exactly what the plan is built from
         self._embeds = {}  # (operand shape, steps) -> the embedding kernel's grid and scalar arguments
-        self._scalars = {}  # value -> host complex64 scalar, made once (the hot path stays allocation-free)
+        self._scalars = {}  # value -> (host complex64 scalar, its address), made once (no allocation, no ctypes)
 
     def _plan(self, forward: bool, batch: int):
         key = (forward, batch)
@@ -235,9 +235,10 @@ class _CupyOps(_Ops):
     def _scalar(self, value) -> int:
         """Host address of a complex64 scalar (cuBLAS reads alpha and beta from host memory)."""
         held = self._scalars.get(value)
-        if held is None:
-            held = self._scalars[value] = numpy.array([value], dtype=numpy.complex64)
-        return held.ctypes.data
+        if held is None:  # (the array is kept beside its address: its memory must live as long as the executor)
+            scalar = numpy.array([value], dtype=numpy.complex64)
+            held = self._scalars[value] = (scalar, scalar.ctypes.data)
+        return held[1]
 
     def rfft(self, a, steps):
         """(B, *n) real, sample ``k`` of each axis placed at ``k * step`` of L -> (F, B) complex64;
@@ -921,12 +922,17 @@ class FreqMajorConv:
         return self.ops.rfft(a.reshape((n * c,) + a.shape[2:]), steps).reshape(self.F, n, c)
 
     def _groups(self, spec, per_group):
-        """Per-group views (F, rows, per_group) of an (F, rows, G * per_group) spectrum."""
+        """Per-group views (F, rows, per_group) of an (F, rows, G * per_group) spectrum (one group: the spectrum
+        itself, no view made: a CuPy view costs microseconds of host time on every pass)."""
+        if self.p.groups == 1:
+            return [spec]
         return [spec[:, :, g * per_group:(g + 1) * per_group] for g in range(self.p.groups)]
 
     def _weight_groups(self, ws):
-        """Per-group (F, Kg, Cg) views of the weight spectrum (F, K, Cg)."""
+        """Per-group (F, Kg, Cg) views of the weight spectrum (F, K, Cg) (one group: itself)."""
         p = self.p
+        if p.groups == 1:
+            return [ws]
         return [ws[:, g * p.out_per_group:(g + 1) * p.out_per_group, :] for g in range(p.groups)]
 
     def _times_weight(self, s, in_per_group, w_g, op_w, out_channels, out_per_group):
