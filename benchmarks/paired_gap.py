@@ -15,7 +15,7 @@ turns (the order rotated every round), each run after an L2 flush and between it
 If ``after-sparse`` is as slow as ``after-peer``, the trip pays for its pages' translations after other work; if
 only ``after-dense`` is, for something the traffic leaves behind; if neither, the cause is the peer itself.
 
-    source scripts/gpu-env.sh; python3 benchmarks/paired_gap.py [--layers replknet-dw31,hyena-long-dw] [-o gap.json]
+    source scripts/gpu-env.sh; python3 benchmarks/paired_gap.py [--layers replknet-dw31,hyena-long-dw,dense-k31] [-o gap.json]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import statistics
 
 from convtune.bench import torchfft
+from convtune.problem import ConvProblem
 from convtune.roundtrip import RoundTrip, TripConfig, round_trip_operands
 from convtune.timing import _interleave
 
@@ -36,6 +37,17 @@ TRIPS = {"replknet-dw31": TripConfig(sizes=(72, 72), product="block", radices="1
          "hyena-long-dw": TripConfig(sizes=(8192,), product="block", radices="16", fused=True),
          "slak-dw51": TripConfig(sizes=(81, 96), product="block", radices="16x9", threads=512, fused=True),
          "long-16k-dw": TripConfig(sizes=(32768,), product="block", threads=1024)}
+#: Dense layers of the public suite and the trips their planners chose in the 26th session (cuFFT, fused callbacks).
+DENSE = {"dense-k31": (dict(batch=8, in_channels=64, out_channels=64, input_size=(64, 64), kernel_size=31,
+                            padding=15), TripConfig(sizes=(80, 80), fused=True))}
+
+
+def layer(name):
+    """The forward problem of ``name`` and the trip timed for it."""
+    if name in DENSE:
+        spec, config = DENSE[name]
+        return ConvProblem.make(**spec), config
+    return problem(LAYERS[name][0], "float32", "channels_first"), TRIPS[name]
 
 
 def main(argv=None) -> int:
@@ -48,9 +60,9 @@ def main(argv=None) -> int:
     cp = be.xp
     rows = []
     for name in args.layers.split(","):
-        base = problem(LAYERS[name][0], "float32", "channels_first")
+        base, config = layer(name)
         x, w, dy = round_trip_operands(be, base, seed=1)
-        trip = RoundTrip(base, TRIPS[name], be)
+        trip = RoundTrip(base, config, be)
         peer = torchfft.round_trip(torch, base, x, w, dy)
         torch.cuda.reset_peak_memory_stats()
         peer()
@@ -87,7 +99,7 @@ def main(argv=None) -> int:
             return cp.cuda.get_elapsed_time(start, end)
         kinds = list(before)
         stats = _interleave(kinds, args.rounds, once)
-        row = {"layer": name, "trip": TRIPS[name].label(), "peer_peak_bytes": peak,
+        row = {"layer": name, "trip": config.label(), "peer_peak_bytes": peak,
                "ms": {k: statistics.median(s.samples) for k, s in zip(kinds, stats)},
                "iqr_ms": {k: s.spread_s for k, s in zip(kinds, stats)}}
         print(json.dumps(row), flush=True)

@@ -14,23 +14,10 @@ import statistics
 import time
 
 from convtune.bench import torchfft
-from convtune.problem import ConvProblem
-from convtune.roundtrip import RoundTrip, TripConfig, round_trip_operands
+from convtune.roundtrip import RoundTrip, round_trip_operands
 
-from block_fft import LAYERS, problem, setup
-from paired_gap import TRIPS
-
-#: Dense layers of the public suite and the trips their planners chose in the 26th session (cuFFT, fused callbacks).
-DENSE = {"dense-k31": (dict(batch=8, in_channels=64, out_channels=64, input_size=(64, 64), kernel_size=31,
-                            padding=15), TripConfig(sizes=(80, 80), fused=True))}
-
-
-def layer(name):
-    """The forward problem of ``name`` and the trip timed for it."""
-    if name in DENSE:
-        spec, config = DENSE[name]
-        return ConvProblem.make(**spec), config
-    return problem(LAYERS[name][0], "float32", "channels_first"), TRIPS[name]
+from block_fft import setup
+from paired_gap import layer
 
 
 def main(argv=None) -> int:

@@ -127,9 +127,15 @@ def stored(xp, a, problem):
 
 
 # -- the memory a by-address launch reads ---------------------------------------------------------------
+def _channels_last_memory(ndim: int, layout: str) -> bool:
+    """Whether ``layout``'s memory order differs from the logical ``(N, C, *spatial)`` one (channels last, with at
+    least one spatial axis)."""
+    return layout == "channels_last" and ndim >= 3
+
+
 def _memory_order(ndim: int, layout: str) -> tuple:
     """Axis order of ``layout``'s memory for a logical ``(N, C, *spatial)`` array."""
-    return (0, *range(2, ndim), 1) if layout == "channels_last" and ndim >= 3 else tuple(range(ndim))
+    return (0, *range(2, ndim), 1) if _channels_last_memory(ndim, layout) else tuple(range(ndim))
 
 
 def launch_strides(shape, layout: str) -> tuple[int, ...]:
@@ -148,7 +154,7 @@ def launch_memory(xp, a, dtype: str, layout: str):
     launch of that dtype and layout reads: a C-contiguous array in the layout's memory order (``(N, *spatial,
     C)`` for channels_last) in the dtype's own element type (bfloat16: its 16 bits, as ``uint16``). A view
     where ``a`` is that memory already (float32 and float16)."""
-    if dtype != "bfloat16" and a.flags.c_contiguous and (layout != "channels_last" or a.ndim < 3):
+    if dtype != "bfloat16" and a.flags.c_contiguous and not _channels_last_memory(a.ndim, layout):
         return a  # (channels-first memory already: no view made, on every call of a cached pass)
     a = xp.ascontiguousarray(a.transpose(_memory_order(a.ndim, layout)))
     if dtype == "bfloat16":  # float32 storage of bfloat16 values: their upper 16 bits, exactly
@@ -279,7 +285,7 @@ def narrowed(xp, result, problem, out=None):
 def empty_in(xp, shape, storage: str, layout: str):
     """An uninitialised array of logical ``shape`` whose memory is in ``layout``'s order (``storage``: a dtype name
     of ``xp``)."""
-    if layout != "channels_last" or len(shape) < 3:
+    if not _channels_last_memory(len(shape), layout):
         return xp.empty(shape, dtype=storage)
     return _logical(_empty_memory(xp, shape, getattr(xp, storage), layout), layout)
 
