@@ -7,21 +7,41 @@ says which kernel costs what. Then the best trip and the peer, each a whole roun
 side by side (``CudaEventTimer.interleaved``: in turns, the order rotated) and compared repeat by repeat: the peer's
 own time moved by up to 30% between processes on long-16k-dw, so only the paired ratio is a claim.
 
-    source scripts/gpu-env.sh; python3 benchmarks/block_trips.py [--layers hyena-long-dw,long-16k-dw] [-o trips.json]
+With ``--all`` every round-trip candidate of the planner (:func:`convtune.roundtrip.trip_candidates`: the cuFFT
+trips with and without callbacks, packed, own transforms) is timed instead, dense layers too (``paired_gap.DENSE``),
+and each candidate also whole (one call after one L2 flush) with its host time per call (the GPU not waited for): a
+trip the planner ranks first by its summed passes may lose timed whole, where its host time shows.
+
+    source scripts/gpu-env.sh; python3 benchmarks/block_trips.py [--layers hyena-long-dw,long-16k-dw] [--all] [-o trips.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
 
 from convtune.bench import torchfft
 from convtune.planner import relative_error
 from convtune.roundtrip import (RoundTrip, block_trip_configs, compile_block_trips, round_trip_operands,
-                                round_trip_references, time_round_trip)
+                                round_trip_references, time_round_trip, trip_candidates)
 from convtune.timing import paired_ratio
 
-from block_fft import LAYERS, kernel_times, problem, setup
+from block_fft import kernel_times, setup
+from paired_gap import layer
+
+
+def host_us(trip, x, w, dy, be, calls: int = 20) -> float:
+    """Median host microseconds of one whole round trip's call (launches queued, the GPU waited for after each)."""
+    spent = []
+    for _ in range(calls):
+        be.synchronize()
+        t0 = time.perf_counter()
+        trip(x, w, dy)
+        spent.append(time.perf_counter() - t0)
+    be.synchronize()
+    return statistics.median(spent) * 1e6
 
 
 def trace(torch, fn, be, path: str) -> None:
@@ -47,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="only the candidates whose label holds this text (sizes=81x96)")
     ap.add_argument("--trace", help="a directory: a Chrome trace (torch.profiler, host and device) of three whole "
                     "round trips of each layer's best candidate, to see where the device waits")
+    ap.add_argument("--all", action="store_true", help="every round-trip candidate of the planner, each also timed "
+                    "whole and its host time measured")
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
     if args.max_table:
@@ -55,12 +77,13 @@ def main(argv=None) -> int:
     torch, be, timer, bandwidth = setup(args.repeats)
     rows = []
     for name in args.layers.split(","):
-        base = problem(LAYERS[name][0], "float32", "channels_first")
+        base = layer(name)[0]
         x, w, dy = round_trip_operands(be, base, seed=1)
         refs = round_trip_references(be, base, x, w, dy)
         row = {"layer": name, "problem": base.key(), "candidates": {}}
         best = None
-        configs = [c for c in block_trip_configs(base, be) if not args.only or args.only in c.label()]
+        configs = trip_candidates(base, be) if args.all else block_trip_configs(base, be)
+        configs = [c for c in configs if not args.only or args.only in c.label()]
         compile_block_trips(base, configs, be)  # (on several threads, as the planner does)
         for config in configs:
             got = {}
@@ -71,6 +94,9 @@ def main(argv=None) -> int:
                 trip.release()
                 if max(got["errors"]) <= base.tolerance:
                     got["ms"] = time_round_trip(timer, be, trip, x, w, dy).median_s * 1e3
+                    if args.all:
+                        got["whole_ms"] = timer(lambda: trip(x, w, dy), be).median_s * 1e3
+                        got["host_us"] = host_us(trip, x, w, dy, be)
                     if best is None or got["ms"] < row["candidates"][best[0]]["ms"]:
                         best = (config.label(), trip)
             except Exception as exc:  # a failing candidate is a finding, not the end of the run

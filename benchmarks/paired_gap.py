@@ -43,11 +43,11 @@ DENSE = {"dense-k31": (dict(batch=8, in_channels=64, out_channels=64, input_size
 
 
 def layer(name):
-    """The forward problem of ``name`` and the trip timed for it."""
+    """The forward problem of ``name`` and the trip timed for it (``None``: a layer of ``LAYERS`` without one)."""
     if name in DENSE:
         spec, config = DENSE[name]
         return ConvProblem.make(**spec), config
-    return problem(LAYERS[name][0], "float32", "channels_first"), TRIPS[name]
+    return problem(LAYERS[name][0], "float32", "channels_first"), TRIPS.get(name)
 
 
 def main(argv=None) -> int:
