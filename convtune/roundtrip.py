@@ -58,8 +58,8 @@ log = logging.getLogger("convtune")
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
 #: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes;
-#: 14: images' too).
-VERSION = 14
+#: 14: images' too; 15: rows' radix-32 passes).
+VERSION = 15
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -69,7 +69,14 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            12: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
            and fft_sizes.min_length(p.input_size[0], p.padding[0], p.dilated_kernel[0]) > 16384,
            13: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
-           14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels}
+           14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels,
+           15: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
+           and _offers_radix(p, "32")}
+
+
+def _offers_radix(problem: ConvProblem, name: str) -> bool:
+    from .fft import rowconv
+    return rowconv.offers(problem, name)
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -153,10 +160,13 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
             continue
         radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
         threads = rowconv.thread_options(size // 2) if p.rank == 1 else planeconv.shape_options(size)
-        out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t in threads for r in radix]
+        # (radix-32 passes leave half of a 1024-thread block idle and spill at its 64 registers a thread: 1004 bytes
+        # a thread in the forward-keeping kernel at 16384 points, ptxas sm_90; benchmarks/kernel_registers.py)
+        pairs = [(t, r) for t in threads for r in radix if not (r == "32" and t == rowconv.LARGE_BLOCK)]
+        out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t, r in pairs]
         # (both backward passes from one transform of dy: rows where the sums fit beside the row; images in slices)
-        out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t, fused=True) for t in threads
-                for r in radix if p.rank == 2 or rowconv.fused_backward_fits(size // 2)]
+        out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t, fused=True) for t, r in pairs
+                if p.rank == 2 or rowconv.fused_backward_fits(size // 2)]
     return out
 
 

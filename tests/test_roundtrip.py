@@ -209,14 +209,15 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     3-D one is measured again, a half-precision one of version 8 too, a tf32 one of version 9 too; an older version
     (6 changed every shape) or a newer one never stands. Version 11 (the block trips) changed float32 depthwise 1-D
     and 2-D layers only, version 12 (larger blocks for long rows) float32 depthwise rows of over 16384 samples, version
-    13 (fused backward passes) float32 depthwise rows, version 14 (the same for images) 2-D ones."""
+    13 (fused backward passes) float32 depthwise rows, version 14 (the same for images) 2-D ones, version 15 (radix-32
+    passes) float32 depthwise rows whose transforms they shorten by a pass (long-16k's, not hyena's 4096 points)."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7")
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 14
+    assert roundtrip.VERSION == 15
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
@@ -229,7 +230,9 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(5, two) and roundtrip.stale(15, two)
+    assert roundtrip.stale(14, long_row) and not roundtrip.stale(14, hyena)
+    assert not any(roundtrip.stale(14, p) for p in (two, three, half, tf32, depthwise))
+    assert roundtrip.stale(5, two) and roundtrip.stale(16, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -306,7 +309,8 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
     assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
     long_row = hyena.replace(input_size=(16384,), kernel_size=(16384,), padding=(16383,))
     assert [(c.radices, c.threads, c.fused) for c in block_trip_configs(long_row, gpu)] == [
-        ("8", 0, False), ("16", 0, False), ("8", 1024, False), ("16", 1024, False)]  # (no room for fused sums)
+        ("8", 0, False), ("16", 0, False), ("32", 0, False), ("8", 1024, False),
+        ("16", 1024, False)]  # (no room for fused sums; radix 32 at 512 threads only)
 
 
 @pytest.mark.gpu

@@ -73,6 +73,8 @@ def test_larger_blocks_are_candidates_for_rows_a_block_runs_alone():
 def test_large_radices_are_candidates_where_they_save_passes():
     assert rowconv.radix_options(4096) == ["8", "16"] and rowconv.radix_options(64) == ["8"]
     assert rowconv.radix_options(81) == ["8", "16x9"] and rowconv.radix_options(20736) == ["8", "16", "16x9"]
+    assert rowconv.radix_options(16384) == ["8", "16", "32"] and rowconv.radix_options(512) == ["8", "32"]
+    assert rowconv.radix_options(16384, names=("16", "16x9")) == ["8", "16"]
     strategy = get_strategy("fft-row")
     from types import SimpleNamespace
     p = _problem(4096, 4096, 4095, "fwd", batch=4, channels=8)
@@ -286,16 +288,19 @@ def test_kernel_source_on_the_cpu_long_rows(pass_, case):
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
 @pytest.mark.parametrize("case, smooth, radix", [((16, 16, 15, 2, 3), False, "16"), ((37, 11, 5, 3, 2), False, "16"),
                                                  ((1000, 37, 18, 1, 2), False, "16"), ((4096, 4096, 4095, 1, 1), False, "16"),
-                                                 ((50, 5, 2, 2, 3), True, "16x9"), ((150, 9, 4, 2, 2), True, "16x9")])
+                                                 ((50, 5, 2, 2, 3), True, "16x9"), ((150, 9, 4, 2, 2), True, "16x9"),
+                                                 ((1000, 37, 18, 1, 2), False, "32"), ((700, 31, 15, 1, 2), True, "32"),
+                                                 ((300, 200, 199, 2, 1), False, "32")])
 def test_kernel_source_on_the_cpu_large_radices(pass_, case, smooth, radix):
     """Radix-16 passes first (rows of 16, 32, 1024 and 4096 points; on the longest, half the block's threads wait
-    out the 16-point passes) and radix 9 (rows of 27 and 81 points), both layouts, against float64."""
+    out the 16-point passes), radix 9 (rows of 27 and 81 points) and radix 32 (rows of 256 (32 x 8), 384 (32 x 4 x 3)
+    and 512 (32 x 16) points), both layouts, against float64."""
     import cuda_cpu
     n, k, pad, batch, channels = case
     for layout in ("channels_first", "channels_last"):
         p = _problem(n, k, pad, pass_, batch=batch, channels=channels, layout=layout)
         L = rowconv.transform_size(p, smooth=smooth)
-        assert set(rowconv.radices(L // 2, rowconv.RADICES[radix])) & {9, 16}
+        assert set(rowconv.radices(L // 2, rowconv.RADICES[radix])) & {9, 16, 32}
         conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=_cpu_kernels("float32", L // 2, radix))
         got, a64, b64 = cuda_cpu.run_launch(conv, p, *_operands(p, seed=n))
         ref = _direct(p, a64, b64)

@@ -543,7 +543,7 @@ def _kernels(dtype: str, sizes, shape, radix: str, pass_: str, device_id: int):
 def radix_options(sizes) -> list[str]:
     """The radices worth a candidate for ``L0 x L1`` (:func:`convtune.fft.rowconv.radix_options` of the columns'
     ``L0`` and the rows' ``L1 / 2`` points)."""
-    return rowconv.radix_options(sizes[0], sizes[1] // 2)
+    return rowconv.radix_options(sizes[0], sizes[1] // 2, names=("16", "16x9"))
 
 
 class PlaneFftConv(rowconv.BlockFftLaunch):

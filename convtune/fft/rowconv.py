@@ -96,14 +96,18 @@ def reason(p: ConvProblem, size: int | None = None) -> str | None:
 
 
 #: The passes' radices a configuration may ask for beside the default (8, then 4 or 2, then 3): radix 16 first,
-#: and also radix 9 before 3 (by name, as configurations label them).
-RADICES = {"8": (), "16": (16,), "16x9": (16, 9)}
+#: and also radix 9 before 3 (by name, as configurations label them); rows only: radix 32 first, then 16 (16384 points
+#: in three passes, 32 x 32 x 16, not four).
+RADICES = {"8": (), "16": (16,), "16x9": (16, 9), "32": (32, 16)}
+#: The named sets :func:`radix_options` weighs beyond the default, in order (images: :func:`convtune.fft.planeconv.
+#: radix_options` leaves out radix 32, whose butterflies their register caps do not hold).
+LARGER_RADICES = ("16", "16x9", "32")
 
 
 #: The radices in the order the passes take them, each as often as it divides what is left; those of
 #: :data:`OPTIONAL_RADICES` only where asked for.
-RADIX_ORDER = (16, 8, 4, 2, 9, 3)
-OPTIONAL_RADICES = (16, 9)
+RADIX_ORDER = (32, 16, 8, 4, 2, 9, 3)
+OPTIONAL_RADICES = (32, 16, 9)
 
 
 def radices(m: int, large=()) -> tuple[int, ...]:
@@ -114,6 +118,8 @@ def radices(m: int, large=()) -> tuple[int, ...]:
     ((8, 8, 8, 8), (8, 8, 8, 8, 4), (8, 3, 3), (4, 3, 3), (3, 3, 3, 3))
     >>> radices(4096, (16,)), radices(48, (16,)), radices(81, (16, 9)), radices(72, (16, 9))
     ((16, 16, 16), (16, 3), (9, 9), (8, 9))
+    >>> radices(16384, (32, 16)), radices(8192, (32, 16)), radices(4096, (32, 16))
+    ((32, 32, 16), (32, 32, 8), (32, 32, 4))
     """
     out = []
     for r in RADIX_ORDER:  # (after the 8s at most one 4 or one 2 is left of the power of two)
@@ -125,18 +131,28 @@ def radices(m: int, large=()) -> tuple[int, ...]:
     return tuple(out)
 
 
-def radix_options(*lengths: int) -> list[str]:
+def radix_options(*lengths: int, names=LARGER_RADICES) -> list[str]:
     """The :data:`RADICES` names worth a candidate for transforms of ``lengths`` points (one per axis): the default,
-    then each larger set where it makes some axis's passes fewer than the set before it (4096 points: three radix-16
-    passes, not four of 8; 81: two of 9, not four of 3). Each pass is a round trip through shared memory and two
-    barriers, and a larger butterfly needs fewer twiddles a point."""
+    then each larger set of ``names`` where it makes some axis's passes fewer than the set before it (4096 points:
+    three radix-16 passes, not four of 8; 81: two of 9, not four of 3; 16384: three with radix 32, not four). Each pass
+    is a round trip through shared memory and two barriers, and a larger butterfly needs fewer twiddles a point.
+
+    >>> radix_options(16384), radix_options(4096), radix_options(8192, names=("16", "16x9"))
+    (['8', '16', '32'], ['8', '16'], ['8', '16'])
+    """
     out, passes = ["8"], [len(radices(n)) for n in lengths]
-    for name in ("16", "16x9"):
+    for name in names:
         now = [len(radices(n, RADICES[name])) for n in lengths]
         if any(a < b for a, b in zip(now, passes)):
             out.append(name)
             passes = now
     return out
+
+
+def offers(p: ConvProblem, name: str) -> bool:
+    """Whether some transform length of ``p`` (:func:`size_options`) has the :data:`RADICES` set ``name`` among its
+    candidates (:func:`radix_options`): the shapes a new set changes."""
+    return any(name in radix_options(L // 2) for L in size_options(p))
 
 
 def threads(m: int) -> int:
@@ -294,8 +310,29 @@ template <bool INV> __device__ __forceinline__ void dft9(float2* a) {
         for (int k1 = 0; k1 < 3; ++k1) a[3 * k1 + k2] = t[k1];
     }
 }
+// in-place 32-point DFT as 2 x 16: DFTs of the even and the odd points, the odd ones' times exp(-+2 pi i k / 32), and
+// their sums and differences
+template <bool INV> __device__ __forceinline__ void dft32(float2* a) {
+    constexpr float C[16] = {1.f, 0.98078528f, 0.92387953f, 0.83146961f, 0.70710678f, 0.55557023f, 0.38268343f,
+                             0.19509032f, 0.f, -0.19509032f, -0.38268343f, -0.55557023f, -0.70710678f, -0.83146961f,
+                             -0.92387953f, -0.98078528f};
+    float2 e[16], o[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) { e[i] = a[2 * i]; o[i] = a[2 * i + 1]; }
+    dft16<INV>(e);
+    dft16<INV>(o);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        // exp(-+2 pi i k / 32) = C[k] -+ i sin(2 pi k / 32), sin(2 pi k / 32) = C[8 - k] (k <= 8) or C[k - 8]
+        const float s = k <= 8 ? C[8 - k] : C[k - 8];
+        const float2 t = k == 0 ? o[0] : k == 8 ? rot<INV>(o[8]) : cmul(o[k], make_float2(C[k], INV ? s : -s));
+        a[k] = cadd(e[k], t);
+        a[k + 16] = csub(e[k], t);
+    }
+}
 template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
-    if constexpr (R == 16) dft16<INV>(a);
+    if constexpr (R == 32) dft32<INV>(a);
+    else if constexpr (R == 16) dft16<INV>(a);
     else if constexpr (R == 9) dft9<INV>(a);
     else if constexpr (R == 8) dft8<INV>(a);
     else if constexpr (R == 4) dft4<INV>(a);
@@ -307,7 +344,7 @@ template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
 // (roots_source); ChainRoots has none (sincospif computes it). A butterfly takes one and makes its powers by products
 struct ChainRoots { static constexpr bool TABLE = false; };
 
-// one Stockham pass (radix R: 2, 3, 4, 8, 9 or 16; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
+// one Stockham pass (radix R: 2, 3, 4, 8, 9, 16 or 32; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
 // point i of transform t at buf[slot(t, i)], by TT threads: each reads up to ITER butterflies (count * N / R <=
 // ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end).
 // Butterfly k's twiddles are w^r, w = exp(-+2 pi i k / (Ns R)) (read from root's table where it has one: one load;

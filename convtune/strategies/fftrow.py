@@ -17,13 +17,15 @@ from .base import Config, Strategy, register
 @dataclass(frozen=True)
 class RowFftConfig(Config):
     size: int  # the transform length (a power of two, or an even 2^a 3^b)
-    radices: str = "8"  # the passes' radices (rowconv.RADICES: "8", "16", "16x9"; rowconv.radix_options)
+    radices: str = "8"  # the passes' radices (rowconv.RADICES: "8", "16", "16x9", "32"; rowconv.radix_options)
 
 
 @register
 class RowFftStrategy(Strategy):
     name = "fft-row"
-    version = 2  # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory, radices 16 and 9
+    version = 3  # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory, radices 16 and 9
+    # 3: radix-32 passes (rows whose passes they make fewer)
+    changes = {3: lambda p: rowconv.offers(p, "32")}
     config_type = RowFftConfig
     native_dtypes = tuple(rowconv.ELEMENTS)
     native_layouts = ("channels_first", "channels_last")
