@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from . import precision
 from .backend import Backend, gemm_precision, get_backend
-from .fft import cost, freqmajor, spectral
+from .fft import cost, freqmajor, rowconv, spectral
 from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
@@ -71,12 +71,7 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            13: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
            14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels,
            15: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
-           and _offers_radix(p, "32")}
-
-
-def _offers_radix(problem: ConvProblem, name: str) -> bool:
-    from .fft import rowconv
-    return rowconv.offers(problem, name)
+           and rowconv.offers(p, "32")}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -145,10 +140,10 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
     """The ``block`` round trips of the forward ``problem``: on the GPU, for float32 depthwise 1-D and 2-D layers,
     each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
     radix sets and block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`: the
-    policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.thread_options`);
+    policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.launch_options`);
     each also ``fused``, both backward passes from one transform of dy (no spectra of dy written or read back), for
     images always and for rows where the batch's sums fit beside the row."""
-    from .fft import planeconv, rowconv
+    from .fft import planeconv
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
         return []
@@ -158,11 +153,8 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
         sizes = (size,) if p.rank == 1 else tuple(size)
         if any(mod.reason(p.for_pass(q), size) for q in ("dgrad", "wgrad")):
             continue
-        radix = rowconv.radix_options(size // 2) if p.rank == 1 else planeconv.radix_options(size)
-        threads = rowconv.thread_options(size // 2) if p.rank == 1 else planeconv.shape_options(size)
-        # (radix-32 passes leave half of a 1024-thread block idle and spill at its 64 registers a thread: 1004 bytes
-        # a thread in the forward-keeping kernel at 16384 points, ptxas sm_90; benchmarks/kernel_registers.py)
-        pairs = [(t, r) for t in threads for r in radix if not (r == "32" and t == rowconv.LARGE_BLOCK)]
+        pairs = (rowconv.launch_options(size // 2) if p.rank == 1 else
+                 [(t, r) for t in planeconv.shape_options(size) for r in planeconv.radix_options(size)])
         out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t) for t, r in pairs]
         # (both backward passes from one transform of dy: rows where the sums fit beside the row; images in slices)
         out += [TripConfig(sizes=sizes, product="block", radices=r, threads=t, fused=True) for t, r in pairs

@@ -171,6 +171,14 @@ def thread_options(m: int) -> list[int]:
     return [0, LARGE_BLOCK] if m // threads(m) > 16 else [0]
 
 
+def launch_options(m: int) -> list[tuple[int, str]]:
+    """The ``(threads, radices)`` pairs worth a round-trip candidate for ``m``-point rows: each block size of
+    :func:`thread_options` with each set of :func:`radix_options`, except radix 32 in :data:`LARGE_BLOCK` threads
+    (its passes leave half the block idle, and at 64 registers a thread it spills: 1004 bytes a thread in the
+    forward-keeping kernel at 16384 points, ptxas sm_90, ``benchmarks/kernel_registers.py``)."""
+    return [(t, r) for t in thread_options(m) for r in radix_options(m) if not (r == "32" and t == LARGE_BLOCK)]
+
+
 def smem_bytes(m: int) -> int:
     """Shared memory of a block: the complex row with one pad after every 8 points (:func:`_padded`)."""
     return 8 * _padded(m)
