@@ -58,8 +58,8 @@ log = logging.getLogger("convtune")
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
 #: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes;
-#: 14: images' too; 15: rows' radix-32 passes).
-VERSION = 15
+#: 14: images' too; 15: rows' radix-32 passes; 16: rows' first and last passes reading and writing memory).
+VERSION = 16
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -71,7 +71,8 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            13: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
            14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels,
            15: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
-           and rowconv.offers(p, "32")}
+           and rowconv.offers(p, "32"),
+           16: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:

@@ -210,29 +210,32 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     (6 changed every shape) or a newer one never stands. Version 11 (the block trips) changed float32 depthwise 1-D
     and 2-D layers only, version 12 (larger blocks for long rows) float32 depthwise rows of over 16384 samples, version
     13 (fused backward passes) float32 depthwise rows, version 14 (the same for images) 2-D ones, version 15 (radix-32
-    passes) float32 depthwise rows whose transforms they shorten by a pass (long-16k's, not hyena's 4096 points)."""
+    passes) float32 depthwise rows whose transforms they shorten by a pass (long-16k's, not hyena's 4096 points),
+    version 16 (the rows' first and last passes reading and writing memory) every float32 depthwise row."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7")
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 15
+    assert roundtrip.VERSION == 16
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
     hyena = long_row.replace(input_size=(4096,), kernel_size=(4096,), padding=(4095,))
     assert roundtrip.stale(11, long_row) and roundtrip.stale(12, hyena) and roundtrip.stale(13, depthwise)
-    assert not roundtrip.stale(13, hyena) and not any(roundtrip.stale(13, p) for p in (two, three, half, tf32))
+    assert roundtrip.stale(13, hyena) and not any(roundtrip.stale(13, p) for p in (two, three, half, tf32))
     assert roundtrip.stale(10, depthwise) and not roundtrip.stale(10, depthwise.replace(dtype="bfloat16"))
     assert not any(roundtrip.stale(10, p) for p in (two, three, half, tf32))
     assert not roundtrip.stale(9, two) and not roundtrip.stale(9, half) and roundtrip.stale(9, tf32)
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
-    assert roundtrip.stale(14, long_row) and not roundtrip.stale(14, hyena)
-    assert not any(roundtrip.stale(14, p) for p in (two, three, half, tf32, depthwise))
-    assert roundtrip.stale(5, two) and roundtrip.stale(16, two)
+    assert roundtrip.CHANGES[15](long_row) and not roundtrip.CHANGES[15](hyena)
+    assert roundtrip.stale(15, long_row) and roundtrip.stale(15, hyena)
+    assert not any(roundtrip.stale(15, p) for p in (two, three, half, tf32, depthwise))
+    assert not roundtrip.stale(16, hyena) and not roundtrip.stale(16, long_row)
+    assert roundtrip.stale(5, two) and roundtrip.stale(17, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),

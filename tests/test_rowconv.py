@@ -176,9 +176,14 @@ def test_strategy_is_gpu_only_and_serves_1d_depthwise_shapes():
 
 def test_source_names_every_pass():
     src = rowconv.source("bfloat16", 16384)
-    assert "stockham_pass<16384, 8, INV, 512, 4>(buf, 1, 512, row, root);" in src
-    assert "stockham_pass<16384, 4, INV, 512, 8>(buf, 1, 4096, row, root);" in src
-    assert "(buf, 1, 4096 * 8, row" not in src and "#define T 512" in src
+    # radices 8, 8, 8, 8, 4: the forward's first pass reads the row, the inverse's last writes the result
+    assert "first_pass_from_row<8, 4>(buf, row, s, n);" in src
+    assert "stockham_pass<16384, 8, false, 512, 4>(buf, 1, 512, row_slot, root);" in src
+    assert "stockham_pass<16384, 4, false, 512, 8>(buf, 1, 4096, row_slot, root);" in src
+    assert "stockham_pass<16384, 8, true, 512, 4>(buf, 1, 1, row_slot, root);" in src
+    assert "last_pass_to_row<4, 8>(buf, row, s, n, shift, scale, root);" in src
+    assert "stockham_pass<16384, 4, true" not in src and "stockham_pass<16384, 8, false, 512, 4>(buf, 1, 1," not in src
+    assert "#define T 512" in src and "#define PADI(i) ((i) + ((i) >> 3))" in src
     assert "rowfft_wgrad(const b16* x" in src
     # past MAX_TABLE the twiddles are computed; up to it they are a table of the transform's roots
     assert "const ChainRoots root;" in src and "ROOTS" not in src
@@ -472,3 +477,14 @@ def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
     run = kept_under_sanitizer(blockkept.RowKept, rowconv.source("float32", L // 2),
                                rowconv.KEPT_NAMES + (rowconv.BOTH_NAME,), p, L, layout, fused=True)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_shared_memory_pad_follows_the_first_radix():
+    """A pad after as many points as the first pass's radix (its butterflies write their points that far apart),
+    never more pads than smem_bytes counts (one after every 8 points)."""
+    assert rowconv.pad_shift(16384, rowconv.RADICES["32"]) == 5
+    assert rowconv.pad_shift(4096, rowconv.RADICES["16"]) == 4
+    assert rowconv.pad_shift(4096) == rowconv.pad_shift(8) == rowconv.pad_shift(12) == 3
+    assert "#define PADI(i) ((i) + ((i) >> 5))" in rowconv.source("float32", 16384, "32")
+    assert "#define PADI(i) ((i) + ((i) >> 4))" in rowconv.source("float32", 4096, "16")
+    assert rowconv.smem_bytes(16384) == 8 * (16384 + 16384 // 8)

@@ -21,6 +21,9 @@ FFT: radix 8, one radix-2 or radix-4 pass for the rest of the power of two, radi
 frequencies ``f`` and ``M - f`` come out of ``Z[f]`` and ``Z[M - f]`` together (:func:`convtune.fft.rowmodel._unpack`), and the inverse's
 complex row of the product's ``Y[f]`` and ``Y[M - f]`` together (:func:`~convtune.fft.rowmodel._pack`): so one thread takes a pair of
 frequencies from the forward transform to the inverse's input without another exchange through shared memory.
+The forward transform's first pass reads its butterflies' points from the row in memory, and the inverse's last
+pass writes its butterflies' results to the result row (the crop and the shift on the way): a row goes through
+shared memory only between passes (on the H100 long-16k-dw's round trip 0.549 -> 0.457 ms, with :func:`pad_shift`'s pads).
 
 Kernels (``DTYPE`` float32, float16, or bfloat16 as its 16 bits; any element strides, so channels_last too):
 
@@ -352,11 +355,36 @@ template <int R, bool INV> __device__ __forceinline__ void dft(float2* a) {
 // (roots_source); ChainRoots has none (sincospif computes it). A butterfly takes one and makes its powers by products
 struct ChainRoots { static constexpr bool TABLE = false; };
 
+// butterfly k of a pass (radix R, Ns the product of the radices before it) on its R points v: the twiddles w^r,
+// w = exp(-+2 pi i k / (Ns R)) (read from root's table where it has one: one load; a load per power cost more than
+// sincospif, as lanes read roots r k apart, many cache lines an instruction), then the R-point DFT
+template <int N, int R, bool INV, typename Root>
+__device__ __forceinline__ void butterfly(float2* v, const int k, const int Ns, Root root) {
+    if (Ns > 1) {
+        float2 w;
+        if constexpr (Root::TABLE) {
+            w = root(k * (N / (Ns * R)));
+            if (INV) w = conjf2(w);
+        } else {
+            // (k through an empty asm: in a loop over rows, as rowfft_wgrad's, the compiler hoisted every
+            // butterfly's sincospif out of it and kept the twiddles, spilling 1784 bytes a thread at 16384
+            // points and 1024 threads; 736 so, benchmarks/kernel_registers.py)
+            int kk = k;
+            asm volatile("" : "+r"(kk));
+            float s, c;
+            sincospif((INV ? 2.0f : -2.0f) * (float)kk / (float)(Ns * R), &s, &c);
+            w = make_float2(c, s);
+        }
+        float2 wr = w;
+#pragma unroll
+        for (int r = 1; r < R; ++r) { v[r] = cmul(v[r], wr); wr = cmul(wr, w); }
+    }
+    dft<R, INV>(v);
+}
+
 // one Stockham pass (radix R: 2, 3, 4, 8, 9, 16 or 32; Ns the product of the radices before it, a constant where inlined) over `count` transforms of N points each,
 // point i of transform t at buf[slot(t, i)], by TT threads: each reads up to ITER butterflies (count * N / R <=
-// ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end).
-// Butterfly k's twiddles are w^r, w = exp(-+2 pi i k / (Ns R)) (read from root's table where it has one: one load;
-// a load per power cost more than sincospif, as lanes read roots r k apart, many cache lines an instruction)
+// ITER * TT), then all write, so the one buffer is source and destination (autosort: natural order at the end)
 template <int N, int R, bool INV, int TT, int ITER, typename Slot, typename Root>
 __device__ __forceinline__ void stockham_pass(float2* buf, const int count, const int Ns, Slot slot, Root root) {
     constexpr int B = N / R;
@@ -369,26 +397,7 @@ __device__ __forceinline__ void stockham_pass(float2* buf, const int count, cons
             const int t = g / B, b = g - t * B, k = b % Ns;
 #pragma unroll
             for (int r = 0; r < R; ++r) v[q][r] = buf[slot(t, b + r * B)];
-            if (Ns > 1) {
-                float2 w;
-                if constexpr (Root::TABLE) {
-                    w = root(k * (N / (Ns * R)));
-                    if (INV) w = conjf2(w);
-                } else {
-                    // (k through an empty asm: in a loop over rows, as rowfft_wgrad's, the compiler hoisted every
-                    // butterfly's sincospif out of it and kept the twiddles, spilling 1784 bytes a thread at 16384
-                    // points and 1024 threads; 736 so, benchmarks/kernel_registers.py)
-                    int kk = k;
-                    asm volatile("" : "+r"(kk));
-                    float s, c;
-                    sincospif((INV ? 2.0f : -2.0f) * (float)kk / (float)(Ns * R), &s, &c);
-                    w = make_float2(c, s);
-                }
-                float2 wr = w;
-#pragma unroll
-                for (int r = 1; r < R; ++r) { v[q][r] = cmul(v[q][r], wr); wr = cmul(wr, w); }
-            }
-            dft<R, INV>(v[q]);
+            butterfly<N, R, INV>(v[q], k, Ns, root);
         }
     }
     __syncthreads();
@@ -434,32 +443,74 @@ _SOURCE = r"""
 #define M {m}
 #define L (2 * M)
 #define T {t}
-#define PADI(i) ((i) + ((i) >> 3))
+#define PADI(i) ((i) + ((i) >> {pad_shift}))
 
 {roots}
-template <bool INV> __device__ __forceinline__ void fft(float2* buf) {{
-    auto row = [](int, int i) {{ return PADI(i); }};
-    const {root_type} root;
-{passes}
-}}
-
-// a real row of n samples (element stride s), zero-extended to L, as the complex row z[j] = a[2j] + i a[2j+1]
-template <typename E> __device__ __forceinline__ void load_row(float2* buf, const E* row, long long s, int n) {{
-    for (int j = threadIdx.x; j < M; j += T) {{
-        const int i = 2 * j;
-        buf[PADI(j)] = make_float2(i < n ? load(row + i * s) : 0.f, i + 1 < n ? load(row + (i + 1) * s) : 0.f);
+// the first pass of a forward transform (radix R0, no twiddles) reads a real row of n samples (element stride s),
+// zero-extended to L, as the complex row z[j] = a[2j] + i a[2j+1] straight from memory into its butterflies, and
+// writes their results to buf: no pass through shared memory before it
+template <int R0, int ITER, typename E> __device__ __forceinline__ void first_pass_from_row(float2* buf, const E* row,
+                                                                                          long long s, int n) {{
+    constexpr int B = M / R0;
+#pragma unroll
+    for (int q = 0; q < ITER; ++q) {{
+        const int b = threadIdx.x + q * T;
+        if (b < B) {{
+            float2 v[R0];
+            const E* p = row + 2LL * b * s;
+#pragma unroll
+            for (int r = 0; r < R0; ++r, p += 2LL * B * s) {{
+                const int i = 2 * (b + r * B);
+                v[r] = make_float2(i < n ? load(p) : 0.f, i + 1 < n ? load(p + s) : 0.f);
+            }}
+            dft<R0, false>(v);
+#pragma unroll
+            for (int r = 0; r < R0; ++r) buf[PADI(b * R0 + r)] = v[r];
+        }}
     }}
     __syncthreads();
 }}
 
-// result element t (< n, element stride s) is element (t + shift) mod L of the inverse's real row, times scale
-template <typename E> __device__ __forceinline__ void store_row(const float2* buf, E* row, long long s, int n,
-                                                             int shift, float scale) {{
-    const float* u = reinterpret_cast<const float*>(buf);
-    for (int t = threadIdx.x; t < n; t += T) {{
-        const int m = t + shift < L ? t + shift : t + shift - L;
-        store<false>(row + t * s, scale * u[2 * PADI(m >> 1) + (m & 1)]);
+// the last pass of an inverse transform (radix RL, after passes whose radices multiply to B = M / RL) writes its
+// butterflies' results straight to the result row: element t (< n, element stride s) is element (t + shift) mod L of
+// the inverse's real row, times scale. No barrier after it (buf is only read)
+template <int RL, int ITER, typename E, typename Root> __device__ __forceinline__ void last_pass_to_row(
+    const float2* buf, E* row, long long s, int n, int shift, float scale, Root root) {{
+    constexpr int B = M / RL;
+#pragma unroll
+    for (int q = 0; q < ITER; ++q) {{
+        const int b = threadIdx.x + q * T;
+        if (b < B) {{
+            float2 v[RL];
+#pragma unroll
+            for (int r = 0; r < RL; ++r) v[r] = buf[PADI(b + r * B)];
+            butterfly<M, RL, true>(v, b, B, root);
+#pragma unroll
+            for (int r = 0; r < RL; ++r) {{
+                int t = 2 * (b + r * B) - shift;
+                if (t < 0) t += L;
+                if (t < n) store<false>(row + t * s, scale * v[r].x);
+                if (++t == L) t = 0;
+                if (t < n) store<false>(row + t * s, scale * v[r].y);
+            }}
+        }}
     }}
+}}
+
+// the forward transform of a real row of n samples (element stride s; zero-extended, packed as first_pass_from_row
+// reads it) into buf
+template <typename E> __device__ __forceinline__ void fft_row(float2* buf, const E* row, long long s, int n) {{
+    auto row_slot = [](int, int i) {{ return PADI(i); }};
+    const {root_type} root;
+{forward_passes}
+}}
+
+// the inverse transform of the packed row in buf, its result as last_pass_to_row writes it
+template <typename E> __device__ __forceinline__ void ifft_row(float2* buf, E* row, long long s, int n, int shift,
+                                                              float scale) {{
+    auto row_slot = [](int, int i) {{ return PADI(i); }};
+    const {root_type} root;
+{inverse_passes}
 }}
 
 // frequency pairs (f, M - f) for f = 0 .. M / 2, each taken by one thread in every phase
@@ -473,8 +524,7 @@ template <typename E> __device__ __forceinline__ void rows_spectrum(const E* __r
     extern __shared__ float2 buf[];
     const long long b = blockIdx.x, ni = b / C;
     const int c = (int)(b - ni * C);
-    load_row(buf, a + ni * sN + c * sC, sL, n);
-    fft<false>(buf);
+    fft_row(buf, a + ni * sN + c * sC, sL, n);
     float2* o = out + b * (M + 1);
     FOR_PAIRS(f) {{
         float2 af, am;
@@ -496,8 +546,7 @@ template <typename E, typename Q> __device__ __forceinline__ void inverse_row(fl
         if (f != 0 && 2 * f != M) buf[PADI(M - f)] = pm;
     }}
     __syncthreads();
-    fft<true>(buf);
-    store_row(buf, row, s, n, shift, scale);
+    ifft_row(buf, row, s, n, shift, scale);
 }}
 
 // kept spectra (a round trip, convtune.roundtrip): forward (CONJ) or backward-data from row b's spectrum sa and the
@@ -541,8 +590,7 @@ template <typename E, bool CONJ, bool KEEP = false> __device__ __forceinline__ v
     extern __shared__ float2 buf[];
     const long long b = blockIdx.x, ni = b / C;
     const int c = (int)(b - ni * C);
-    load_row(buf, a + ni * aN + c * aC, aL, n_in);
-    fft<false>(buf);
+    fft_row(buf, a + ni * aN + c * aC, aL, n_in);
     const float2* spec = ws + (long long)c * (M + 1);
     FOR_PAIRS(f) {{
         const int g = f ? M - f : 0;
@@ -557,8 +605,7 @@ template <typename E, bool CONJ, bool KEEP = false> __device__ __forceinline__ v
         if (f != 0 && 2 * f != M) buf[PADI(g)] = pm;
     }}
     __syncthreads();
-    fft<true>(buf);
-    store_row(buf, out + ni * oN + c * oC, oL, n_out, shift, scale);
+    ifft_row(buf, out + ni * oN + c * oC, oL, n_out, shift, scale);
 }}
 
 // backward-filter: block c sums conj(DY) X over the batch. A thread takes the same frequency pairs in every phase
@@ -579,10 +626,8 @@ template <typename E> __device__ __forceinline__ void wgrad(
     for (int ni = 0; ni < N; ++ni) {{
         if constexpr (PAIRS_IN_REGISTERS) {{
             float2* xbuf = buf + PADI(M);
-            load_row(xbuf, x + ni * xN + c * xC, xL, n_in);
-            fft<false>(xbuf);
-            load_row(buf, dy + ni * yN + c * yC, yL, n_out);
-            fft<false>(buf);
+            fft_row(xbuf, x + ni * xN + c * xC, xL, n_in);
+            fft_row(buf, dy + ni * yN + c * yC, yL, n_out);
 #pragma unroll
             for (int q = 0; q < NPAIRS; ++q) {{
                 const int f = threadIdx.x + q * T;
@@ -599,16 +644,14 @@ template <typename E> __device__ __forceinline__ void wgrad(
             }}
             __syncthreads();  // (the next loads overwrite both buffers)
         }} else {{
-            load_row(buf, x + ni * xN + c * xC, xL, n_in);
-            fft<false>(buf);
+            fft_row(buf, x + ni * xN + c * xC, xL, n_in);
             FOR_PAIRS(f) {{
                 float2 af, am;
                 unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), af, am);
                 xs[f] = af; xs[M - f] = am;
             }}
             __syncthreads();  // (the next load overwrites buf)
-            load_row(buf, dy + ni * yN + c * yC, yL, n_out);
-            fft<false>(buf);
+            fft_row(buf, dy + ni * yN + c * yC, yL, n_out);
             FOR_PAIRS(f) {{  // (each thread reads back what it wrote)
                 float2 df, dm;
                 unpack(buf[PADI(f)], buf[PADI(f ? M - f : 0)], half_twiddle(f, M), df, dm);
@@ -631,8 +674,7 @@ template <typename E> __device__ __forceinline__ void wgrad(
         }}
     }}
     __syncthreads();
-    fft<true>(buf);
-    store_row(buf, dw + c * wC, wK, K, shift, scale);
+    ifft_row(buf, dw + c * wC, wK, K, shift, scale);
 }}
 
 // both backward passes in one kernel (a round trip's, from the forward pass's kept spectra xs): block c takes channel
@@ -649,8 +691,7 @@ template <typename E> __device__ __forceinline__ void backward_both(
     const int c = blockIdx.x;
     const float2* spec = ws + (long long)c * (M + 1);
     for (int ni = 0; ni < N; ++ni) {{
-        load_row(buf, dy + ni * yN + c * yC, yL, n_dy);
-        fft<false>(buf);
+        fft_row(buf, dy + ni * yN + c * yC, yL, n_dy);
         const float2* xk = xs + ((long long)ni * C + c) * (M + 1);
         FOR_PAIRS(f) {{
             const int g = f ? M - f : 0;
@@ -665,8 +706,7 @@ template <typename E> __device__ __forceinline__ void backward_both(
             if (f != 0 && 2 * f != M) buf[PADI(g)] = pm;
         }}
         __syncthreads();
-        fft<true>(buf);
-        store_row(buf, dx + ni * xN + c * xC, xL, n_dx, shift_d, scale);
+        ifft_row(buf, dx + ni * xN + c * xC, xL, n_dx, shift_d, scale);
         __syncthreads();  // (the next row's load overwrites buf)
     }}
     FOR_PAIRS(f) {{
@@ -676,8 +716,7 @@ template <typename E> __device__ __forceinline__ void backward_both(
         if (f != 0 && 2 * f != M) buf[PADI(M - f)] = pm;
     }}
     __syncthreads();
-    fft<true>(buf);
-    store_row(buf, dw + c * wC, wK, K, shift_w, scale);
+    ifft_row(buf, dw + c * wC, wK, K, shift_w, scale);
 }}
 
 extern "C" __global__ void __launch_bounds__(T, {both_min_blocks}) rowfft_bwd_both(const {e}* dy, const float2* ws, const float2* xs,
@@ -767,17 +806,48 @@ def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str
     return "\n".join(calls)
 
 
+def pad_shift(m: int, large=()) -> int:
+    """Shared memory has a pad after every ``2 ** pad_shift(m, large)`` points of a row (:data:`PADI` in the source):
+    as many as the first pass's radix (8, 16 or 32), whose butterflies write their points ``radix`` apart, so that a
+    half-warp's writes fall on 16 distinct pairs of banks (radix 32's writes into a pad after every 8 points hit 4
+    pairs, a 4-way conflict); 8 for smaller radices. :func:`smem_bytes` counts a pad every 8 points, the most this
+    gives."""
+    first = radices(m, large)[0]
+    return {16: 4, 32: 5}.get(first, 3)
+
+
+def row_passes(m: int, threads_: int, large=()) -> tuple[str, str]:
+    """The forward and the inverse transform's passes of an ``m``-point row by ``threads_`` threads (radices
+    :func:`radices` ``(m, large)``): the forward's first pass reads the row (``first_pass_from_row``), the inverse's
+    last writes the result (``last_pass_to_row``), and the passes between are ``stockham_pass`` calls."""
+    rs = radices(m, large)
+    per = lambda r: -(-(m // r) // threads_)  # noqa: E731 (butterflies a thread)
+
+    def stockham(r, ns, inv):
+        return (f"    stockham_pass<{m}, {r}, {inv}, {threads_}, {per(r)}>(buf, 1, {ns}, row_slot, root);")
+    forward, ns = [f"    first_pass_from_row<{rs[0]}, {per(rs[0])}>(buf, row, s, n);"], rs[0]
+    for r in rs[1:]:
+        forward.append(stockham(r, ns, "false"))
+        ns *= r
+    inverse, ns = [], 1
+    for r in rs[:-1]:
+        inverse.append(stockham(r, ns, "true"))
+        ns *= r
+    inverse.append(f"    last_pass_to_row<{rs[-1]}, {per(rs[-1])}>(buf, row, s, n, shift, scale, root);")
+    return "\n".join(forward), "\n".join(inverse)
+
+
 def source(dtype: str, m: int, radix: str = "8", block: int = 0) -> str:
     """The CUDA source of ``dtype``'s kernels for ``m``-point complex rows (transform length ``2 m``), its passes'
     radices as :data:`RADICES` names ``radix``, ``block`` threads a block (0: :func:`threads`, which larger radices
     leave as it is: some threads wait out their passes)."""
     t = block or threads(m)
-    passes = stockham_calls(m, 1, t, "row", large=RADICES[radix])
+    forward, inverse = row_passes(m, t, RADICES[radix])
 
     def at_this_block(blocks: int) -> int:  # (blocks per SM as counted for threads(m), at most what t threads allow)
         return max(1, min(blocks, SM_THREADS_MAX // t))
-    return device_helpers() + _SOURCE.format(m=m, t=t, passes=passes,
-                                             roots=roots_source(m), root_type=root_type(m),
+    return device_helpers() + _SOURCE.format(m=m, t=t, forward_passes=forward, inverse_passes=inverse,
+                                             pad_shift=pad_shift(m, RADICES[radix]), roots=roots_source(m), root_type=root_type(m),
                                              e=ELEMENTS[dtype], max_register_pairs=MAX_REGISTER_PAIRS,
                                              wgrad_min_blocks=at_this_block(wgrad_min_blocks(m)),
                                              both_min_blocks=at_this_block(both_min_blocks(m)))
