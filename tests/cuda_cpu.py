@@ -119,7 +119,7 @@ template <typename F> static void launch_blocks(int gx, int gy, int gz, int bx, 
 }
 """
 
-_KERNEL = re.compile(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(([^)]*)\)', re.S)
+_KERNEL = re.compile(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\(([^)]*)\)', re.S)
 _SHARED = re.compile(r"extern __shared__ (\w+) (\w+)\[\];")
 
 

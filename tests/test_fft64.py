@@ -256,8 +256,12 @@ class _Memory:
 
 
 @pytest.mark.parametrize("itemsize, r, s, ptrs, kernel, grid", [
-    (2, 4096, 64, (256, 512), "convtune_transpose16_pairs", (1, 64, 3)),  # fbfft-L2's x: pairs, 64 x 64 tiles
-    (2, 3136, 130, (256, 512), "convtune_transpose16_pairs", (3, 49, 3)),  # partial tiles along s
+    (2, 4096, 64, (256, 512), "convtune_transpose16_quads", (1, 64, 3)),  # fbfft-L2's x: 4 at a time, 64 x 64 tiles
+    (2, 3136, 128, (256, 512), "convtune_transpose16_quads", (2, 49, 3)),  # its dy
+    (2, 4096, 64, (260, 512), "convtune_transpose16_pairs", (1, 64, 3)),  # a source 4 bytes past 8: pairs
+    (2, 4096, 64, (256, 516), "convtune_transpose16_pairs", (1, 64, 3)),  # the same for the destination
+    (2, 3136, 130, (256, 512), "convtune_transpose16_pairs", (3, 49, 3)),  # s even, not a multiple of 4: pairs
+    (2, 3138, 128, (256, 512), "convtune_transpose16_pairs", (2, 50, 3)),  # the same for r
     (2, 81, 64, (256, 512), "convtune_transpose16", (2, 3, 3)),  # odd r (a 9x9 filter's taps): element by element
     (2, 64, 33, (256, 512), "convtune_transpose16", (2, 2, 3)),  # odd s
     (2, 64, 64, (258, 512), "convtune_transpose16", (2, 2, 3)),  # a source 2 bytes past a word: no 32-bit access
@@ -266,10 +270,31 @@ class _Memory:
 ])
 def test_transpose_takes_the_pair_kernel_only_where_pairs_are_whole_words(monkeypatch, itemsize, r, s, ptrs, kernel,
                                                                           grid):
-    """Which transposing kernel and grid a (3, r, s) operand gets: 16-bit pairs as 32-bit words only where both
-    extents are even and both arrays start on a 4-byte boundary (on the GPU: test_channels_last_transposes_...)."""
+    """Which transposing kernel and grid a (3, r, s) operand gets: 16-bit elements four at a time as 8-byte words
+    where both extents are multiples of 4 and both arrays start on an 8-byte boundary, else in pairs as 32-bit words
+    where both extents are even and both arrays start on a 4-byte boundary (on the GPU:
+    test_channels_last_transposes_..., on the CPU: test_transposing_kernels_source_on_the_cpu)."""
     launched = []
     monkeypatch.setattr(fft64, "_kernel", lambda name: lambda g, block, args: launched.append((name, g, block)))
     fft64._transpose(_Memory(itemsize, ptrs[0]), _Memory(itemsize, ptrs[1]), r, s, 3)
     assert [(name, g) for name, g, _ in launched] == [(kernel, grid)]
-    assert launched[0][2] == ((256,) if kernel.endswith("pairs") else (32, 8))
+    assert launched[0][2] == ((256,) if kernel.endswith(("pairs", "quads")) else (32, 8))
+
+
+@pytest.mark.parametrize("itemsize, kernel, rows", [
+    (2, "convtune_transpose16_quads", 64), (2, "convtune_transpose16_quads2", 128), (2, "convtune_transpose16_pairs", 64),
+    (2, "convtune_transpose16", 32), (4, "convtune_transpose32", 32)])
+@pytest.mark.parametrize("n, r, s", [(2, 256, 64), (3, 196, 128), (2, 128, 196), (1, 8, 260), (2, 4, 4), (1, 68, 72)])
+def test_transposing_kernels_source_on_the_cpu(itemsize, kernel, rows, n, r, s):
+    """Each transposing kernel's CUDA source, run on the CPU (tests/cuda_cpu.py) over (n, r, s) operands of extents
+    that are multiples of 4 (what the quads kernels take; every kernel takes them), partial tiles included: the same
+    values in the other order."""
+    import cuda_cpu
+    (launch,) = cuda_cpu.launchables(fft64.TRANSPOSE_SOURCE, (kernel,))
+    dtype = numpy.uint16 if itemsize == 2 else numpy.uint32
+    a = numpy.random.default_rng(r * s).integers(0, numpy.iinfo(dtype).max, size=(n, r, s), dtype=dtype)
+    out = numpy.zeros((n, s, r), dtype)
+    cols = 32 if rows == 32 else 64
+    launch(((s + cols - 1) // cols, (r + rows - 1) // rows, n), (256,) if rows != 32 else (32, 8),
+           (a, out, numpy.int32(r), numpy.int32(s)), 0, None)
+    assert (out == a.transpose(0, 2, 1)).all()

@@ -118,6 +118,98 @@ _MACROS = r"""
 
 """
 
+#: The transposing kernels between channels_last and channels-first memory (:func:`_transpose`).
+TRANSPOSE_SOURCE = r"""
+// src (N, R, S) -> dst (N, S, R), both dense, through 32 x 32 tiles in shared memory (reads and writes both
+// coalesced): channels_last (N, H W, C) operands to channels-first and back, in their own element size
+template <typename T> __device__ __forceinline__ void transpose_tiles(const T* __restrict__ src, T* __restrict__ dst,
+                                                                      int R, int S)
+{
+    __shared__ T tile[32][33];
+    const long long base = (long long)blockIdx.z * R * S;
+    const int s0 = blockIdx.x * 32, r0 = blockIdx.y * 32, tx = threadIdx.x;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int r = r0 + i, c = s0 + tx;
+        if (r < R && c < S) tile[i][tx] = src[base + (long long)r * S + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int c = s0 + i, r = r0 + tx;
+        if (c < S && r < R) dst[base + (long long)c * R + r] = tile[tx][i];
+    }
+}
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose16(const unsigned short* __restrict__ src, unsigned short* __restrict__ dst, int R, int S)
+{ transpose_tiles(src, dst, R, S); }
+// 16-bit elements two at a time: src (N, R, S) -> dst (N, S, R) through 64 x 64 tiles, reading and writing 32-bit
+// words (pairs of neighbours along S, then along R), so a warp moves 128 bytes per row as the 32-bit form does; for
+// even R and S (every pair lies within a row) and 4-byte aligned arrays
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose16_pairs(const unsigned int* __restrict__ src, unsigned int* __restrict__ dst, int R, int S)
+{
+    __shared__ unsigned int tile[64][33];  // [r][s / 2]: row r's 64 elements as 32 words
+    const unsigned short* t16 = (const unsigned short*)&tile[0][0];
+    const long long base = (long long)blockIdx.z * (R / 2) * S;  // in words
+    const int s0 = blockIdx.x * 64, r0 = blockIdx.y * 64, tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    for (int i = ty; i < 64; i += 8) {
+        const int r = r0 + i, c = s0 + 2 * tx;
+        if (r < R && c < S) tile[i][tx] = src[base + ((long long)r * S + c) / 2];
+    }
+    __syncthreads();
+    for (int i = ty; i < 64; i += 8) {
+        const int c = s0 + i, r = r0 + 2 * tx;
+        if (c < S && r < R)
+            dst[base + ((long long)c * R + r) / 2] = t16[(2 * tx) * 66 + i] | ((unsigned)t16[(2 * tx + 1) * 66 + i] << 16);
+    }
+}
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose32(const unsigned int* __restrict__ src, unsigned int* __restrict__ dst, int R, int S)
+{ transpose_tiles(src, dst, R, S); }
+// 16-bit elements four at a time: src (N, R, S) -> dst (N, S, R) for R and S multiples of 4 and 8-byte aligned
+// arrays, without shared memory. A thread reads a 4 x 4 block as four rows' 8-byte words, transposes it in its
+// registers and writes it as four columns' 8-byte words. A warp's lanes (qa, rb, qb) = (l & 3, (l >> 2) & 3, l >> 4)
+// read 4 consecutive words of a row (a 32-byte sector) and write 4 consecutive words of a column, so every sector
+// read or written is whole. A block of 8 warps takes ITER tiles of 64 x 64, one after another along R
+template <int ITER> __device__ __forceinline__ void transpose_quads(const unsigned long long* __restrict__ src,
+                                                                    unsigned long long* __restrict__ dst, int R, int S)
+{
+    const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int qa = l & 3, rb = (l >> 2) & 3, qb = l >> 4;
+    const int s = blockIdx.x * 64 + (w >> 2) * 32 + qb * 16 + qa * 4;  // the first of the thread's 4 columns
+    if (s >= S) return;
+    const long long base = (long long)blockIdx.z * R * S;  // in elements
+#pragma unroll
+    for (int it = 0; it < ITER; ++it) {
+        const int r = (blockIdx.y * ITER + it) * 64 + (w & 3) * 16 + rb * 4;  // the first of its 4 rows
+        if (r < R) {
+            unsigned int lo[4], hi[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const unsigned long long a = src[(base + (long long)(r + i) * S + s) >> 2];
+                lo[i] = (unsigned int)a;
+                hi[i] = (unsigned int)(a >> 32);
+            }
+            const unsigned int c[4][2] = {
+                {(lo[0] & 0xffffu) | (lo[1] << 16), (lo[2] & 0xffffu) | (lo[3] << 16)},
+                {(lo[0] >> 16) | (lo[1] & 0xffff0000u), (lo[2] >> 16) | (lo[3] & 0xffff0000u)},
+                {(hi[0] & 0xffffu) | (hi[1] << 16), (hi[2] & 0xffffu) | (hi[3] << 16)},
+                {(hi[0] >> 16) | (hi[1] & 0xffff0000u), (hi[2] >> 16) | (hi[3] & 0xffff0000u)}};
+#pragma unroll
+            for (int m = 0; m < 4; ++m)
+                dst[(base + (long long)(s + m) * R + r) >> 2] = c[m][0] | ((unsigned long long)c[m][1] << 32);
+        }
+    }
+}
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose16_quads(const unsigned long long* __restrict__ src, unsigned long long* __restrict__ dst, int R,
+                           int S)
+{ transpose_quads<1>(src, dst, R, S); }
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose16_quads2(const unsigned long long* __restrict__ src, unsigned long long* __restrict__ dst, int R,
+                            int S)
+{ transpose_quads<2>(src, dst, R, S); }
+"""
+
 _SOURCE = _MACROS + DEVICE_HELPERS + r"""
 // first radix-8 step of transform t (thread j holds points j + 8 n), twiddled, into the exchange
 template <bool INV> __device__ __forceinline__ void step1(float2* a, float2* buf, int t, int j,
@@ -297,52 +389,8 @@ IRFFT64(convtune_irfft64_f32r, float, true)
 IRFFT64(convtune_irfft64_f16, h16, false)
 IRFFT64(convtune_irfft64_b16, b16, false)
 
-// src (N, R, S) -> dst (N, S, R), both dense, through 32 x 32 tiles in shared memory (reads and writes both
-// coalesced): channels_last (N, H W, C) operands to channels-first and back, in their own element size
-template <typename T> __device__ __forceinline__ void transpose_tiles(const T* __restrict__ src, T* __restrict__ dst,
-                                                                      int R, int S)
-{
-    __shared__ T tile[32][33];
-    const long long base = (long long)blockIdx.z * R * S;
-    const int s0 = blockIdx.x * 32, r0 = blockIdx.y * 32, tx = threadIdx.x;
-    for (int i = threadIdx.y; i < 32; i += 8) {
-        const int r = r0 + i, c = s0 + tx;
-        if (r < R && c < S) tile[i][tx] = src[base + (long long)r * S + c];
-    }
-    __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += 8) {
-        const int c = s0 + i, r = r0 + tx;
-        if (c < S && r < R) dst[base + (long long)c * R + r] = tile[tx][i];
-    }
-}
-extern "C" __global__ void __launch_bounds__(256)
-convtune_transpose16(const unsigned short* __restrict__ src, unsigned short* __restrict__ dst, int R, int S)
-{ transpose_tiles(src, dst, R, S); }
-// 16-bit elements two at a time: src (N, R, S) -> dst (N, S, R) through 64 x 64 tiles, reading and writing 32-bit
-// words (pairs of neighbours along S, then along R), so a warp moves 128 bytes per row as the 32-bit form does; for
-// even R and S (every pair lies within a row) and 4-byte aligned arrays
-extern "C" __global__ void __launch_bounds__(256)
-convtune_transpose16_pairs(const unsigned int* __restrict__ src, unsigned int* __restrict__ dst, int R, int S)
-{
-    __shared__ unsigned int tile[64][33];  // [r][s / 2]: row r's 64 elements as 32 words
-    const unsigned short* t16 = (const unsigned short*)&tile[0][0];
-    const long long base = (long long)blockIdx.z * (R / 2) * S;  // in words
-    const int s0 = blockIdx.x * 64, r0 = blockIdx.y * 64, tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    for (int i = ty; i < 64; i += 8) {
-        const int r = r0 + i, c = s0 + 2 * tx;
-        if (r < R && c < S) tile[i][tx] = src[base + ((long long)r * S + c) / 2];
-    }
-    __syncthreads();
-    for (int i = ty; i < 64; i += 8) {
-        const int c = s0 + i, r = r0 + 2 * tx;
-        if (c < S && r < R)
-            dst[base + ((long long)c * R + r) / 2] = t16[(2 * tx) * 66 + i] | ((unsigned)t16[(2 * tx + 1) * 66 + i] << 16);
-    }
-}
-extern "C" __global__ void __launch_bounds__(256)
-convtune_transpose32(const unsigned int* __restrict__ src, unsigned int* __restrict__ dst, int R, int S)
-{ transpose_tiles(src, dst, R, S); }
-"""
+""" + TRANSPOSE_SOURCE
+
 
 
 def applies(sizes) -> str | None:
@@ -452,6 +500,11 @@ def _transpose(src, dst, r: int, s: int, samples: int):
     where ``r`` and ``s`` are even)."""
     if samples and r and s:
         i32 = numpy.int32
+        if src.itemsize == 2 and r % 4 == 0 and s % 4 == 0 and src.data.ptr % 8 == 0 and dst.data.ptr % 8 == 0:
+            # four at a time as 8-byte words, transposed in registers (no shared memory, no barrier)
+            _kernel("convtune_transpose16_quads")(((s + 63) // 64, (r + 63) // 64, samples), (256,),
+                                                  (src, dst, i32(r), i32(s)))
+            return
         if src.itemsize == 2 and r % 2 == 0 and s % 2 == 0 and src.data.ptr % 4 == 0 and dst.data.ptr % 4 == 0:
             # pairs as 32-bit words (on the H100 the 32 x 32 tiles of 16-bit elements moved fbfft-L2's operands at
             # 1.8 TB/s: 0.37 ms of its bfloat16 channels_last round trip's 2.30)
