@@ -282,7 +282,7 @@ def test_transpose_takes_the_pair_kernel_only_where_pairs_are_whole_words(monkey
 
 
 @pytest.mark.parametrize("itemsize, kernel, rows", [
-    (2, "convtune_transpose16_quads", 64), (2, "convtune_transpose16_quads2", 128), (2, "convtune_transpose16_pairs", 64),
+    (2, "convtune_transpose16_quads", 64), (2, "convtune_transpose16_pairs", 64),
     (2, "convtune_transpose16", 32), (4, "convtune_transpose32", 32)])
 @pytest.mark.parametrize("n, r, s", [(2, 256, 64), (3, 196, 128), (2, 128, 196), (1, 8, 260), (2, 4, 4), (1, 68, 72)])
 def test_transposing_kernels_source_on_the_cpu(itemsize, kernel, rows, n, r, s):

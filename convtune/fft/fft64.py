@@ -169,45 +169,36 @@ convtune_transpose32(const unsigned int* __restrict__ src, unsigned int* __restr
 // arrays, without shared memory. A thread reads a 4 x 4 block as four rows' 8-byte words, transposes it in its
 // registers and writes it as four columns' 8-byte words. A warp's lanes (qa, rb, qb) = (l & 3, (l >> 2) & 3, l >> 4)
 // read 4 consecutive words of a row (a 32-byte sector) and write 4 consecutive words of a column, so every sector
-// read or written is whole. A block of 8 warps takes ITER tiles of 64 x 64, one after another along R
-template <int ITER> __device__ __forceinline__ void transpose_quads(const unsigned long long* __restrict__ src,
-                                                                    unsigned long long* __restrict__ dst, int R, int S)
+// read or written is whole. A block of 8 warps takes a tile of 64 x 64 (two tiles a block, one after the other along R,
+// were slower on the H100: benchmarks/transpose16_probe.py)
+extern "C" __global__ void __launch_bounds__(256)
+convtune_transpose16_quads(const unsigned long long* __restrict__ src, unsigned long long* __restrict__ dst, int R,
+                           int S)
 {
     const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int qa = l & 3, rb = (l >> 2) & 3, qb = l >> 4;
     const int s = blockIdx.x * 64 + (w >> 2) * 32 + qb * 16 + qa * 4;  // the first of the thread's 4 columns
     if (s >= S) return;
     const long long base = (long long)blockIdx.z * R * S;  // in elements
+    const int r = blockIdx.y * 64 + (w & 3) * 16 + rb * 4;  // the first of its 4 rows
+    if (r < R) {
+        unsigned int lo[4], hi[4];
 #pragma unroll
-    for (int it = 0; it < ITER; ++it) {
-        const int r = (blockIdx.y * ITER + it) * 64 + (w & 3) * 16 + rb * 4;  // the first of its 4 rows
-        if (r < R) {
-            unsigned int lo[4], hi[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const unsigned long long a = src[(base + (long long)(r + i) * S + s) >> 2];
-                lo[i] = (unsigned int)a;
-                hi[i] = (unsigned int)(a >> 32);
-            }
-            const unsigned int c[4][2] = {
-                {(lo[0] & 0xffffu) | (lo[1] << 16), (lo[2] & 0xffffu) | (lo[3] << 16)},
-                {(lo[0] >> 16) | (lo[1] & 0xffff0000u), (lo[2] >> 16) | (lo[3] & 0xffff0000u)},
-                {(hi[0] & 0xffffu) | (hi[1] << 16), (hi[2] & 0xffffu) | (hi[3] << 16)},
-                {(hi[0] >> 16) | (hi[1] & 0xffff0000u), (hi[2] >> 16) | (hi[3] & 0xffff0000u)}};
-#pragma unroll
-            for (int m = 0; m < 4; ++m)
-                dst[(base + (long long)(s + m) * R + r) >> 2] = c[m][0] | ((unsigned long long)c[m][1] << 32);
+        for (int i = 0; i < 4; ++i) {
+            const unsigned long long a = src[(base + (long long)(r + i) * S + s) >> 2];
+            lo[i] = (unsigned int)a;
+            hi[i] = (unsigned int)(a >> 32);
         }
+        const unsigned int c[4][2] = {
+            {(lo[0] & 0xffffu) | (lo[1] << 16), (lo[2] & 0xffffu) | (lo[3] << 16)},
+            {(lo[0] >> 16) | (lo[1] & 0xffff0000u), (lo[2] >> 16) | (lo[3] & 0xffff0000u)},
+            {(hi[0] & 0xffffu) | (hi[1] << 16), (hi[2] & 0xffffu) | (hi[3] << 16)},
+            {(hi[0] >> 16) | (hi[1] & 0xffff0000u), (hi[2] >> 16) | (hi[3] & 0xffff0000u)}};
+#pragma unroll
+        for (int m = 0; m < 4; ++m)
+            dst[(base + (long long)(s + m) * R + r) >> 2] = c[m][0] | ((unsigned long long)c[m][1] << 32);
     }
 }
-extern "C" __global__ void __launch_bounds__(256)
-convtune_transpose16_quads(const unsigned long long* __restrict__ src, unsigned long long* __restrict__ dst, int R,
-                           int S)
-{ transpose_quads<1>(src, dst, R, S); }
-extern "C" __global__ void __launch_bounds__(256)
-convtune_transpose16_quads2(const unsigned long long* __restrict__ src, unsigned long long* __restrict__ dst, int R,
-                            int S)
-{ transpose_quads<2>(src, dst, R, S); }
 """
 
 _SOURCE = _MACROS + DEVICE_HELPERS + r"""
