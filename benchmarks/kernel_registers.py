@@ -18,7 +18,9 @@ import sys
 
 from convtune.fft import planeconv, rowconv
 
-ROWS = [(4096, "8"), (4096, "16"), (16384, "8"), (16384, "16")]
+#: (points, radices, threads: 0 for rowconv.threads) of the rows: hyena-long-dw's 4096, long-16k-dw's 16384
+ROWS = [(4096, "8", 0), (4096, "16", 0), (16384, "8", 0), (16384, "16", 0), (16384, "32", 0), (16384, "8", 1024),
+        (16384, "16", 1024)]
 PLANES = [((72, 72), None, "8"), ((72, 72), (512, 1), "8"), ((72, 72), None, "16x9"), ((72, 72), (512, 1), "16x9"),
           ((81, 96), None, "16"), ((81, 96), (512, 1), "16"), ((81, 96), None, "16x9"), ((81, 96), (512, 1), "16x9"),
           ((128, 128), None, "16"), ((128, 128), (256, 1), "16")]
@@ -56,7 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm_90")
     args = ap.parse_args(argv)
     lib = ctypes.CDLL(args.nvrtc)
-    cases = [(f"fft-row m={m} radices={r}", rowconv.source("float32", m, r)) for m, r in ROWS]
+    cases = [(f"fft-row m={m} radices={r} threads={t or rowconv.threads(m)}", rowconv.source("float32", m, r, t))
+             for m, r, t in ROWS]
     cases += [(f"fft-plane {s[0]}x{s[1]} shape={sh or planeconv.launch_shape(s)} radices={r}",
                planeconv.source("float32", s, sh, r)) for s, sh, r in PLANES]
     for title, source in cases:
