@@ -383,7 +383,6 @@ IRFFT64(convtune_irfft64_b16, b16, false)
 """ + TRANSPOSE_SOURCE
 
 
-
 def applies(sizes) -> str | None:
     """Why these kernels cannot run transforms of ``sizes``, or None.
 
@@ -487,20 +486,21 @@ def dense_channels_last(a) -> bool:
 
 
 def _transpose(src, dst, r: int, s: int, samples: int):
-    """Dense (samples, r, s) ``src`` -> dense (samples, s, r) ``dst``, elements of 2 or 4 bytes (16-bit ones in pairs
-    where ``r`` and ``s`` are even)."""
+    """Dense (samples, r, s) ``src`` -> dense (samples, s, r) ``dst``, elements of 2 or 4 bytes: 16-bit ones four at a
+    time as 8-byte words where ``r`` and ``s`` are multiples of 4 and both arrays 8-byte aligned, else in pairs as
+    32-bit words where they are even and both arrays 4-byte aligned (64 x 64 tiles), else one by one (32 x 32)."""
     if samples and r and s:
         i32 = numpy.int32
-        if src.itemsize == 2 and r % 4 == 0 and s % 4 == 0 and src.data.ptr % 8 == 0 and dst.data.ptr % 8 == 0:
-            # four at a time as 8-byte words, transposed in registers (no shared memory, no barrier)
-            _kernel("convtune_transpose16_quads")(((s + 63) // 64, (r + 63) // 64, samples), (256,),
-                                                  (src, dst, i32(r), i32(s)))
-            return
-        if src.itemsize == 2 and r % 2 == 0 and s % 2 == 0 and src.data.ptr % 4 == 0 and dst.data.ptr % 4 == 0:
-            # pairs as 32-bit words (on the H100 the 32 x 32 tiles of 16-bit elements moved fbfft-L2's operands at
-            # 1.8 TB/s: 0.37 ms of its bfloat16 channels_last round trip's 2.30)
-            _kernel("convtune_transpose16_pairs")(((s + 63) // 64, (r + 63) // 64, samples), (256,),
-                                                  (src, dst, i32(r), i32(s)))
+
+        def in_words(k: int) -> bool:  # (k 16-bit elements to a word: every word within a row, every array aligned)
+            return (src.itemsize == 2 and r % k == 0 and s % k == 0 and src.data.ptr % (2 * k) == 0
+                    and dst.data.ptr % (2 * k) == 0)
+        # quads: transposed in registers, no shared memory (on the H100 fbfft-L2's four operands 0.254 ms against
+        # the pairs' 0.261 and a copy's 0.241); pairs: the 32 x 32 tiles of 16-bit elements had moved them at 1.8
+        # TB/s, 0.37 ms of its bfloat16 channels_last round trip's 2.30
+        name = "convtune_transpose16_quads" if in_words(4) else "convtune_transpose16_pairs" if in_words(2) else None
+        if name:
+            _kernel(name)(((s + 63) // 64, (r + 63) // 64, samples), (256,), (src, dst, i32(r), i32(s)))
             return
         _kernel(f"convtune_transpose{8 * src.itemsize}")(((s + 31) // 32, (r + 31) // 32, samples), (32, 8),
                                                           (src, dst, i32(r), i32(s)))
@@ -508,7 +508,7 @@ def _transpose(src, dst, r: int, s: int, samples: int):
 
 def channels_first_copy(a):
     """A dense channels_last (N, C, n0, n1) array's values in a new C-contiguous array of its dtype: one transposing
-    pass (32 x 32 tiles; 64 x 64 of 16-bit pairs where channels and pixels are even) that reads and writes whole
+    pass (:func:`_transpose`: 32 x 32 tiles, or 64 x 64 of 16-bit elements in words) that reads and writes whole
     sectors, where the transforms' reads of channels_last images
     straight from it touch a sector per element (on the H100, fbfft-L2's 8192 images of 64x64 in bfloat16 storage:
     0.28 ms a transform against 0.12 from channels-first)."""

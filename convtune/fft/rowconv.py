@@ -791,19 +791,24 @@ def roots_source(n: int) -> str:
             f"    __device__ __forceinline__ float2 operator()(int j) const {{ return __ldg(ROOTS{n} + j); }} }};\n")
 
 
+def butterflies_a_thread(n: int, r: int, count: int, threads_: int) -> int:
+    """The butterflies each of ``threads_`` threads takes in a radix-``r`` pass over ``count`` ``n``-point transforms
+    (a ``stockham_pass``'s ITER)."""
+    return -(-count * (n // r) // threads_)
+
+
 def stockham_calls(n: int, count: int, threads_: int, slot: str, count_expr: str | None = None,
-                   root: str = "root", large=()) -> str:
+                   root: str = "root", large=(), inv: str = "INV", passes: slice = slice(None)) -> str:
     """The ``stockham_pass`` calls of an ``n``-point FFT of up to ``count`` transforms (``count_expr``: the runtime
     count, default ``count``) by ``threads_`` threads, points placed by the lambda named ``slot``, twiddles from the
     functor named ``root`` (of :func:`root_type` ``(n)``), the radices of ``large`` (:func:`radices`) where they
-    divide it."""
-    calls, ns = [], 1
+    divide it; the direction ``inv`` (a C++ expression), and of the passes those of ``passes`` (a slice)."""
+    steps, ns = [], 1
     for r in radices(n, large):
-        per_thread = -(-count * (n // r) // threads_)
-        calls.append(f"    stockham_pass<{n}, {r}, INV, {threads_}, {per_thread}>(buf, {count_expr or count}, {ns}, "
-                     f"{slot}, {root});")
+        steps.append((r, ns))
         ns *= r
-    return "\n".join(calls)
+    return "\n".join(f"    stockham_pass<{n}, {r}, {inv}, {threads_}, {butterflies_a_thread(n, r, count, threads_)}>"
+                     f"(buf, {count_expr or count}, {ns}, {slot}, {root});" for r, ns in steps[passes])
 
 
 def pad_shift(m: int, large=()) -> int:
@@ -821,20 +826,12 @@ def row_passes(m: int, threads_: int, large=()) -> tuple[str, str]:
     :func:`radices` ``(m, large)``): the forward's first pass reads the row (``first_pass_from_row``), the inverse's
     last writes the result (``last_pass_to_row``), and the passes between are ``stockham_pass`` calls."""
     rs = radices(m, large)
-    per = lambda r: -(-(m // r) // threads_)  # noqa: E731 (butterflies a thread)
-
-    def stockham(r, ns, inv):
-        return (f"    stockham_pass<{m}, {r}, {inv}, {threads_}, {per(r)}>(buf, 1, {ns}, row_slot, root);")
-    forward, ns = [f"    first_pass_from_row<{rs[0]}, {per(rs[0])}>(buf, row, s, n);"], rs[0]
-    for r in rs[1:]:
-        forward.append(stockham(r, ns, "false"))
-        ns *= r
-    inverse, ns = [], 1
-    for r in rs[:-1]:
-        inverse.append(stockham(r, ns, "true"))
-        ns *= r
-    inverse.append(f"    last_pass_to_row<{rs[-1]}, {per(rs[-1])}>(buf, row, s, n, shift, scale, root);")
-    return "\n".join(forward), "\n".join(inverse)
+    first = f"    first_pass_from_row<{rs[0]}, {butterflies_a_thread(m, rs[0], 1, threads_)}>(buf, row, s, n);"
+    last = (f"    last_pass_to_row<{rs[-1]}, {butterflies_a_thread(m, rs[-1], 1, threads_)}>(buf, row, s, n, shift, "
+            f"scale, root);")
+    forward = [first, stockham_calls(m, 1, threads_, "row_slot", large=large, inv="false", passes=slice(1, None))]
+    inverse = [stockham_calls(m, 1, threads_, "row_slot", large=large, inv="true", passes=slice(None, -1)), last]
+    return "\n".join(filter(None, forward)), "\n".join(filter(None, inverse))
 
 
 def source(dtype: str, m: int, radix: str = "8", block: int = 0) -> str:
