@@ -423,11 +423,27 @@ _PACKED_COMMON = f"#define FT {_PG_FREQS}\n#define MT {_PG_TILE}\n" + r"""
 // so the 8 column blocks that a warp reads fall in different banks
 #define SIDX(r, f) ((r) * FT + (f) + ((r) >> 3) * FT)
 
+#ifndef CONVTUNE_CPU_STANDINS  // (tests/cuda_cpu.py runs these kernels on the CPU with stand-ins of its own)
 __device__ __forceinline__ void convtune_cp8(float2* dst, const float2* src, bool ok) {
     // 8 bytes global -> shared, asynchronously; zeros where ``ok`` is false (nothing is read)
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 8, %2;\n" :: "r"(d), "l"(src), "r"(ok ? 8 : 0));
 }
+__device__ __forceinline__ void convtune_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// wait until at most N of this thread's committed groups are still in flight
+template <int N> __device__ __forceinline__ void convtune_cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+__device__ __forceinline__ unsigned convtune_tf32(float v) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+}
+__device__ __forceinline__ void convtune_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
 """
 
 _PACKED_GEMM_SOURCE = _PACKED_COMMON + r"""
@@ -468,16 +484,16 @@ convtune_packed_cgemm(const float2* __restrict__ A, const float2* __restrict__ B
             convtune_cp8(&Bs[buf][j][SIDX(r, e & 3)],
                          okb ? B + ((long long)kk * sBk + (long long)(n0 + r) * sBn) * F + f : B, okb);
         }
-        asm volatile("cp.async.commit_group;\n" ::);
+        convtune_cp_commit();
     };
     issue(0, 0);
     int buf = 0;
     for (int k0 = 0; k0 < K; k0 += KT) {
         if (k0 + KT < K) {
             issue(k0 + KT, buf ^ 1);
-            asm volatile("cp.async.wait_group 1;\n" ::);
+            convtune_cp_wait<1>();
         } else {
-            asm volatile("cp.async.wait_group 0;\n" ::);
+            convtune_cp_wait<0>();
         }
         __syncthreads();
 #pragma unroll
@@ -529,17 +545,6 @@ _PGT_SMEM = 2 * 2 * 8 * (_PG_TILE * _PG_FREQS + (_PG_TILE // 8) * _PG_FREQS + 1)
 _PACKED_TF32_SOURCE = _PACKED_COMMON + r"""
 #define KT 8
 #define SROWS_T (MT * FT + (MT / 8) * FT + 1)  // +1: a fragment's 4 k rows fall in different banks
-__device__ __forceinline__ unsigned convtune_tf32(float v) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return r;
-}
-__device__ __forceinline__ void convtune_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 extern "C" __global__ void __launch_bounds__(256, 1)
 convtune_packed_cgemm_tf32(const float2* __restrict__ A, const float2* __restrict__ B, float2* __restrict__ C,
                            int M, int N, int K, int F, long long sAm, long long sAk, long long sBk, long long sBn,
@@ -575,16 +580,16 @@ convtune_packed_cgemm_tf32(const float2* __restrict__ A, const float2* __restric
             convtune_cp8(&Bs[(buf * KT + j) * SROWS_T + SIDX(lr, lf)],
                 okb ? B + ((long long)kk * sBk + (long long)(n0 + lr) * sBn) * F + f : B, okb);
         }
-        asm volatile("cp.async.commit_group;\n" ::);
+        convtune_cp_commit();
     };
     issue(0, 0);
     int buf = 0;
     for (int k0 = 0; k0 < K; k0 += KT) {
         if (k0 + KT < K) {
             issue(k0 + KT, buf ^ 1);
-            asm volatile("cp.async.wait_group 1;\n" ::);
+            convtune_cp_wait<1>();
         } else {
-            asm volatile("cp.async.wait_group 0;\n" ::);
+            convtune_cp_wait<0>();
         }
         __syncthreads();
         const float2* a_s = As + buf * KT * SROWS_T;
