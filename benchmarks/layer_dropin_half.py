@@ -1,7 +1,7 @@
 """One layer's training step through the drop-in, GPU: fbfft-L2 (128x64x64x64, 9x9 to 128 channels) in bfloat16
 channels_last, patched (per-pass plans, and kept spectra) against PyTorch's own bfloat16 channels_last layer
 (cudnn.benchmark on), in the same process. A step is the layer's forward and backward (both gradients), timed
-with CUDA events, median of 30 after warm-up; PyTorch is timed before convtune tunes.
+with CUDA events, median of 30 after warm-up; PyTorch is timed before convtune tunes, and again at the end.
 
     python3 benchmarks/layer_dropin_half.py [--time-budget S] [--tf32]
 
@@ -61,6 +61,11 @@ def main():
         for route in rt.layer_memo("torch").values():  # (the PyTorch layer's routes: its plans, its trip)
             trip = route.trips.get(keep)
             print("   plans:", route.labels(), "| trip:", trip.config.label() if trip is not None else None)
+    # PyTorch again, after convtune's runs (its memory given back): how far the peer drifted over the process
+    del patched
+    torch.cuda.empty_cache()
+    t_again = step_ms(plain, x, g)
+    print(f"PyTorch bfloat16 channels_last step again: {t_again:.3f} ms", flush=True)
 
 
 if __name__ == "__main__":

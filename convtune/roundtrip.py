@@ -58,8 +58,9 @@ log = logging.getLogger("convtune")
 #: conversions; 9: convtune's own transforms read and write those layers themselves; 10: in tf32 mode, the packed
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
 #: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes;
-#: 14: images' too; 15: rows' radix-32 passes; 16: rows' first and last passes reading and writing memory).
-VERSION = 16
+#: 14: images' too; 15: rows' radix-32 passes; 16: rows' first and last passes reading and writing memory; 17:
+#: bfloat16 trips that read its 16 bits timed on 16-bit memory, as the per-pass plans are, not on float32 storage).
+VERSION = 17
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -72,7 +73,8 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            14: lambda p: p.dtype == "float32" and p.rank == 2 and p.groups == p.in_channels == p.out_channels,
            15: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
            and rowconv.offers(p, "32"),
-           16: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels}
+           16: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
+           17: lambda p: p.dtype == "bfloat16"}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -264,6 +266,12 @@ class RoundTrip:
                                                packed=config.packed, own=config.own, narrow=config.narrow,
                                                tf32=config.tf32)
         self.release()
+
+    @property
+    def reads_bits(self) -> bool:
+        """Whether this trip reads and writes a bfloat16 layer's 16 bits itself (``uint16`` or ``int16`` arrays: the
+        PyTorch layer's tensors), as well as the float32 storage of bfloat16 values that arrays use."""
+        return bool(self._bits)
 
     @property
     def holding(self) -> bool:
@@ -520,10 +528,26 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     return configs + pointwise + block
 
 
+def timed_steps(trip: RoundTrip, x, w, dy) -> list:
+    """The round trip's three passes as calls of no arguments on the memory the PyTorch layer hands it, which is what
+    a round trip is timed on. A bfloat16 trip that reads bfloat16's 16 bits itself (convtune's own transforms, the
+    block product: :attr:`RoundTrip.reads_bits`) runs on 16-bit copies of ``x``, ``w`` and ``dy`` (arrays hold
+    bfloat16 values in float32 storage, :mod:`convtune.precision`, which would double its reads and writes) and
+    writes 16-bit results, as the layer's calls do and as the per-pass plans' launches are timed (``timed``,
+    :meth:`convtune.strategies.base.Strategy.build`); the copies are made here, once. Any other trip runs on the
+    operands as given."""
+    y = dx = dw = None
+    if trip.reads_bits:
+        xp, p = trip.xp, trip.problem
+        x, w, dy = (precision.bits_of(xp, a, p.layout) for a in (x, w, dy))
+        y, dx, dw = (precision.empty_bits(xp, shape, p.layout) for shape in (p.y_shape, p.x_shape, p.w_shape))
+    return [lambda: trip.forward(x, w, y), lambda: trip.backward_data(dy, dx), lambda: trip.backward_filter(dy, dw)]
+
+
 def time_round_trip(timer, backend: Backend, trip: RoundTrip, x, w, dy, label: str = "") -> TimingStats:
-    """Time one round trip: with a timer that has ``sequence`` (the CUDA-event timer) each pass is
-    timed after its own L2 flush and the three are summed; otherwise the trip is timed as a whole."""
-    steps = [lambda: trip.forward(x, w), lambda: trip.backward_data(dy), lambda: trip.backward_filter(dy)]
+    """Time one round trip (its :func:`timed_steps`): with a timer that has ``sequence`` (the CUDA-event timer) each
+    pass is timed after its own L2 flush and the three are summed; otherwise the trip is timed as a whole."""
+    steps = timed_steps(trip, x, w, dy)
     sequence = getattr(timer, "sequence", None)
     if sequence is not None:
         return sequence(steps, backend, label)

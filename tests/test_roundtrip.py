@@ -211,31 +211,36 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     and 2-D layers only, version 12 (larger blocks for long rows) float32 depthwise rows of over 16384 samples, version
     13 (fused backward passes) float32 depthwise rows, version 14 (the same for images) 2-D ones, version 15 (radix-32
     passes) float32 depthwise rows whose transforms they shorten by a pass (long-16k's, not hyena's 4096 points),
-    version 16 (the rows' first and last passes reading and writing memory) every float32 depthwise row."""
+    version 16 (the rows' first and last passes reading and writing memory) every float32 depthwise row, version 17
+    (bfloat16 trips timed on 16-bit memory) every bfloat16 layer."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
+    half16 = half.replace(dtype="float16")  # (version 17 changed every bfloat16 layer)
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7")
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 16
+    assert roundtrip.VERSION == 17
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
     hyena = long_row.replace(input_size=(4096,), kernel_size=(4096,), padding=(4095,))
     assert roundtrip.stale(11, long_row) and roundtrip.stale(12, hyena) and roundtrip.stale(13, depthwise)
-    assert roundtrip.stale(13, hyena) and not any(roundtrip.stale(13, p) for p in (two, three, half, tf32))
-    assert roundtrip.stale(10, depthwise) and not roundtrip.stale(10, depthwise.replace(dtype="bfloat16"))
-    assert not any(roundtrip.stale(10, p) for p in (two, three, half, tf32))
-    assert not roundtrip.stale(9, two) and not roundtrip.stale(9, half) and roundtrip.stale(9, tf32)
+    assert roundtrip.stale(13, hyena) and not any(roundtrip.stale(13, p) for p in (two, three, half16, tf32))
+    assert roundtrip.stale(10, depthwise) and not roundtrip.stale(10, depthwise.replace(dtype="float16"))
+    assert not any(roundtrip.stale(10, p) for p in (two, three, half16, tf32))
+    assert not roundtrip.stale(9, two) and not roundtrip.stale(9, half16) and roundtrip.stale(9, tf32)
     assert not roundtrip.stale(8, two) and not roundtrip.stale(8, three) and roundtrip.stale(8, half)
     assert not roundtrip.stale(7, two) and not roundtrip.stale(7, three) and roundtrip.stale(7, half)
     assert not roundtrip.stale(6, two) and roundtrip.stale(6, three)
     assert roundtrip.CHANGES[15](long_row) and not roundtrip.CHANGES[15](hyena)
     assert roundtrip.stale(15, long_row) and roundtrip.stale(15, hyena)
-    assert not any(roundtrip.stale(15, p) for p in (two, three, half, tf32, depthwise))
+    assert not any(roundtrip.stale(15, p) for p in (two, three, half16, tf32, depthwise))
     assert not roundtrip.stale(16, hyena) and not roundtrip.stale(16, long_row)
-    assert roundtrip.stale(5, two) and roundtrip.stale(17, two)
+    bf16 = two.replace(dtype="bfloat16")
+    assert roundtrip.stale(16, half) and roundtrip.stale(16, bf16) and not roundtrip.stale(16, half16)
+    assert not any(roundtrip.stale(16, p) for p in (two, three, tf32, depthwise))
+    assert roundtrip.stale(5, two) and roundtrip.stale(18, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -258,6 +263,7 @@ def test_half_precision_and_channels_last_layers_round_trip_between_conversions(
         trip = RoundTrip(p, config, backend)
         # (the block trips, float32 layers' on the GPU, read channels_last themselves)
         assert trip.converted == (not config.own and config.product != "block") and trip.float32 == p.in_float32()
+        assert trip.reads_bits == (dtype == "bfloat16" and not trip.converted)  # (what timed_steps times it on)
         got = trip(x, w, dy)
         for out, ref, q in zip(got, refs, ("fwd", "dgrad", "wgrad")):
             assert str(out.dtype) == precision.STORAGE[dtype], (config.label(), q)
@@ -441,3 +447,50 @@ def test_block_trips_compile_together_before_they_are_timed(monkeypatch):
     roundtrip.compile_block_trips(p, configs, SimpleNamespace(name="numpy", xp=None))
     roundtrip.compile_block_trips(p, [], SimpleNamespace(name="cupy", xp=None))
     assert len(handed) == 1
+
+
+class _RecordingTrip:
+    """A stand-in round trip that records what each pass is called with (``reads_bits`` as given)."""
+
+    def __init__(self, p, reads_bits):
+        self.xp, self.problem, self.reads_bits, self.calls = numpy, p, reads_bits, []
+
+    def forward(self, x, w, out=None):
+        self.calls.append(("fwd", x, w, out))
+
+    def backward_data(self, dy, out=None):
+        self.calls.append(("dgrad", dy, out))
+
+    def backward_filter(self, dy, out=None):
+        self.calls.append(("wgrad", dy, out))
+
+
+@pytest.mark.parametrize("reads_bits", [True, False])
+def test_a_trip_that_reads_bfloat16_bits_is_timed_on_16_bit_memory(reads_bits):
+    """A bfloat16 round trip is timed on what the PyTorch layer hands it: where the trip reads bfloat16's 16 bits itself,
+    16-bit copies of the operands, made once (their bits the float32 storage's upper halves, in the layer's memory
+    order), and 16-bit results of the passes' shapes; any other trip on the operands as given, its results its own."""
+    from convtune import precision
+    from convtune.roundtrip import time_round_trip
+    from convtune.backend import get_backend
+    p = problem("2d-odd").replace(dtype="bfloat16", layout="channels_last")
+    backend = get_backend("numpy")
+    x, w = random_operands(backend, p, 0)
+    dy = random_operands(backend, p.for_pass("dgrad"), 1)[0]
+    trip = _RecordingTrip(p, reads_bits)
+    timer = FakeTimer()
+    time_round_trip(lambda fn, *args: [fn(), timer(fn, *args)][1], backend, trip, x, w, dy, "t")  # (two runs)
+    assert [c[0] for c in trip.calls] == ["fwd", "dgrad", "wgrad"] * 2
+    (_, tx, tw, y), (_, tdy, dx), (_, tdy2, dw) = trip.calls[:3]
+    if not reads_bits:
+        assert tx is x and tw is w and tdy is dy and tdy2 is dy and (y, dx, dw) == (None, None, None)
+        return
+    for got, given in ((tx, x), (tw, w), (tdy, dy)):
+        assert got.dtype == numpy.uint16 and got.shape == given.shape
+        widened = (got.astype(numpy.uint32) << 16).view(numpy.float32)
+        assert numpy.array_equal(widened, given)  # (bfloat16 values: their upper halves, exactly)
+        assert got.transpose(0, 2, 3, 1).flags.c_contiguous  # (channels_last memory, as the layer's tensors)
+    assert tdy2 is tdy
+    for out, shape in ((y, p.y_shape), (dx, p.x_shape), (dw, p.w_shape)):
+        assert out.dtype == numpy.uint16 and out.shape == shape and out.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert all(a is b for a, b in zip(trip.calls[0][1:], trip.calls[3][1:]))  # (copies made once, not a run)

@@ -262,7 +262,8 @@ DROP_IN = "drop-in"
 def bench_kept_spectra(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, seed: int = 0) -> dict:
     """The layer's round trip with kept spectra (:mod:`convtune.roundtrip`), as the runtime decided it
     (tuned on a miss): the decision, and the winning round trip timed with the bench's timer (each
-    pass after an L2 flush) and checked against float64, whether or not it pays."""
+    pass after an L2 flush, on the memory the PyTorch layer hands it: :func:`convtune.roundtrip.timed_steps`) and
+    checked against float64, whether or not it pays."""
     from ..roundtrip import RoundTrip, round_trip_operands, round_trip_references, time_round_trip
     try:
         decision = runtime.round_trip_for(problem, backend)
@@ -324,7 +325,7 @@ def bench_trip_paired(problem: ConvProblem, backend: Backend, runtime: Runtime, 
     over convtune's). The round trip's own figure sums its passes, each after its own flush; on the H100 a trip timed
     whole beside the peer came out 5 to 30% slower than that (BENCHMARKS.md, 25th session), so both are reported."""
     import torch
-    from ..roundtrip import RoundTrip, round_trip_operands
+    from ..roundtrip import RoundTrip, round_trip_operands, timed_steps
     if not hasattr(timer, "interleaved"):
         return {"absent": "the timer cannot time calls side by side"}
     try:
@@ -332,9 +333,10 @@ def bench_trip_paired(problem: ConvProblem, backend: Backend, runtime: Runtime, 
         trip = RoundTrip(p, runtime.round_trip_for(problem, backend).config, backend)
         x, w, dy = round_trip_operands(backend, p, seed)
         peer = torchfft.round_trip(torch, p, x, w, dy)
+        steps = timed_steps(trip, x, w, dy)  # (bfloat16: on its 16 bits where the trip reads them, as the layer runs it)
     except Exception as exc:  # a result to report
         return {"failed": f"{type(exc).__name__}: {exc}"}
-    return bench_paired(torchfft.NAME, peer, lambda: trip(x, w, dy), "convtune", backend, timer, pair_ms)
+    return bench_paired(torchfft.NAME, peer, lambda: [step() for step in steps], "convtune", backend, timer, pair_ms)
 
 
 def bench_layer(layer: Layer, passes, backend, runtime, timer, peers, progress=None, keep_spectra=True,
