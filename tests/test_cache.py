@@ -137,13 +137,15 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
 
 
 def test_a_version_that_changed_some_shapes_keeps_the_other_shapes_plans():
-    """im2col's version 3 changed its 1x1 problems only (the GPU's bare cuBLAS calls): a plan stored under
-    im2col2 holds for a 3x3 layer, whichever strategy won it, and not for a 1x1 layer; an unknown older or
-    a newer version, or a strategy whose tag carries an outside library's version, changes every shape."""
+    """im2col's version 3 changed its 1x1 problems only (the GPU's bare cuBLAS calls), version 4 their forward and
+    backward-data (cuBLASLt from CUDA graphs): a plan stored under im2col2 holds for a 3x3 layer, whichever strategy
+    won it, and not for a 1x1 layer; one stored under im2col3 holds for a 1x1 filter gradient, not for its forward;
+    an unknown older or a newer version, or a strategy whose tag carries an outside library's version, changes every
+    shape."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
-    assert "im2col3" in current
-    older = current.replace("im2col3", "im2col2")
+    assert "im2col4" in current
+    older = current.replace("im2col4", "im2col2")
     dense = problem()
     pointwise = ConvProblem.make(batch=2, in_channels=8, out_channels=4, input_size=(9, 9), kernel_size=1)
     strided_pointwise = pointwise.replace(stride=(2, 2))
@@ -151,8 +153,13 @@ def test_a_version_that_changed_some_shapes_keeps_the_other_shapes_plans():
     assert not versions_agree(older, pointwise, "im2col", current)
     assert not versions_agree(older, pointwise, "cudnn", current)  # im2col serves it, and changed for it
     assert versions_agree(older, strided_pointwise, "im2col", current)  # stride 2: not the cuBLAS path
-    assert not versions_agree(current.replace("im2col3", "im2col1"), dense, "im2col", current)
-    assert not versions_agree(current.replace("im2col3", "im2col4"), dense, "im2col", current)  # a later convtune's
+    three = current.replace("im2col4", "im2col3")
+    assert not versions_agree(three, pointwise, "im2col", current)
+    assert not versions_agree(three, pointwise.for_pass("dgrad"), "im2col", current)
+    assert versions_agree(three, pointwise.for_pass("wgrad"), "im2col", current)  # (still cuBLAS's loop)
+    assert versions_agree(three, dense, "im2col", current)
+    assert not versions_agree(current.replace("im2col4", "im2col1"), dense, "im2col", current)
+    assert not versions_agree(current.replace("im2col4", "im2col5"), dense, "im2col", current)  # a later convtune's
     torch_tag = next(t for t in current.split(",") if t.startswith("torch"))
     assert not versions_agree(current.replace(torch_tag, "torch1@0.0.1"), dense, "torch", current)
 

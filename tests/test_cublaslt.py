@@ -1,4 +1,4 @@
-"""The opt-in cuBLASLt form of the 1x1 plans (convtune.direct.cublaslt) against a stand-in library that does the
+"""The cuBLASLt form of the 1x1 plans (convtune.direct.cublaslt) against a stand-in library that does the
 column-major GEMMs its descriptors describe, on host memory: the descriptors, the layouts, the batch strides and the
 call, and the 1x1 passes' GEMM (cublas_pointwise.gemm_args, which the cuBLAS form calls too) against the convolution's
 definition. The real library's ABI is checked only on a GPU (the GPU test below)."""
@@ -113,8 +113,10 @@ def test_the_1x1_gemm_through_cublaslt_is_the_convolution(pass_, tf32):
     assert [o["kind"] for o in lib.objects.values()] == ["handle"] * handles  # descriptors released
 
 
-def test_opt_in_and_the_gemm_mapping(monkeypatch):
+def test_on_by_default_and_the_gemm_mapping(monkeypatch):
     monkeypatch.delenv(cublaslt.ENV, raising=False)
+    assert cublaslt.enabled()
+    monkeypatch.setenv(cublaslt.ENV, "0")
     assert not cublaslt.enabled()
     monkeypatch.setenv(cublaslt.ENV, "1")
     assert cublaslt.enabled()
@@ -130,14 +132,16 @@ def test_a_failing_status_says_how_to_go_back():
         def cublasLtMatmulAlgoGetHeuristic(self, *args):
             return 15  # CUBLAS_STATUS_NOT_SUPPORTED
     p = ConvProblem.make(batch=2, in_channels=8, out_channels=16, input_size=(5, 5), kernel_size=1)
-    with pytest.raises(cublaslt.CublasLtError, match="status 15; unset CONVTUNE_CUBLASLT"):
+    with pytest.raises(cublaslt.CublasLtError, match="status 15; set CONVTUNE_CUBLASLT=0 to use cuBLAS"):
         cublas_pointwise._lt_build(p, None, False, lambda *a: True, None, lib=Failing(), device_id=0)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
 def test_cublaslt_on_the_gpu(pass_, monkeypatch):
-    """The real library: the 1x1 plan's forward and backward-data through cuBLASLt against float64."""
+    """The real library: the 1x1 plan's forward and backward-data through cuBLASLt against float64, called on arrays
+    and by address: directly, then from the CUDA graph the second call with the same addresses captures (replayed on
+    a stream of its own, the result overwritten between calls)."""
     import cupy
     from convtune.backend import get_backend
     from convtune.planner import random_operands, relative_error
@@ -152,3 +156,142 @@ def test_cublaslt_on_the_gpu(pass_, monkeypatch):
     run(a, b, out)
     ref = get_strategy("reference").build(p, None, be)(a.astype(cupy.float64), b.astype(cupy.float64))
     assert relative_error(cupy, out, ref) <= 1e-5
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for call in range(4):
+        out.fill(cupy.nan)
+        run.launch(a.data.ptr, b.data.ptr, out.data.ptr, stream)
+        stream.synchronize()
+        assert relative_error(cupy, out, ref) <= 1e-5, call
+    assert run.launch.off is None and (run.launch.made, run.launch.replayed) == (1, 2)
+    monkeypatch.setenv(cublaslt.ENV, "0")  # the switch back to cuBLAS's form
+    assert not hasattr(cublas_pointwise.build(p, cupy, False), "gemm")
+
+
+# -- replaying the launch from CUDA graphs (convtune.direct.replay), with stand-in streams and graphs ----------------
+class _Graph:
+    def __init__(self, log, key):
+        self.log, self.key = log, key
+
+    def launch(self, stream):
+        self.log.append(("replay", self.key, stream))
+
+
+class _SideStream:
+    """A stand-in capture stream: what is launched on it between begin and end becomes a graph of those calls."""
+
+    def __init__(self, log, fail=False):
+        self.log, self.fail, self.capturing = log, fail, None
+
+    def begin_capture(self, mode):
+        assert mode == "thread-local" and self.capturing is None
+        if self.fail:
+            raise RuntimeError("no capture here")
+        self.capturing = []
+
+    def end_capture(self):
+        calls, self.capturing = self.capturing, None
+        assert len(calls) == 1
+        return _Graph(self.log, calls[0])
+
+
+def _replaying(fail=False):
+    from convtune.direct import replay
+    log = []
+    side = _SideStream(log, fail)
+
+    def launch(a, b, out, stream):
+        if stream is side:
+            side.capturing.append((a, b, out))
+        else:
+            log.append(("direct", (a, b, out), stream))
+    return replay.AddressReplay(launch, "a test GEMM", side_stream=lambda: (side, "thread-local")), log
+
+
+def test_a_launch_is_replayed_from_its_addresses_graph_from_the_second_call():
+    """The first call with some addresses goes direct, the second captures them (on the side stream, not the caller's)
+    and replays the graph on the caller's stream, later ones only replay; other addresses get graphs of their own."""
+    run, log = _replaying()
+    for stream in ("s1", "s1", "s2", "s1"):
+        run(1, 2, 3, stream)
+    run(4, 2, 5, "s1")
+    run(4, 2, 5, "s1")
+    assert log == [("direct", (1, 2, 3), "s1"), ("replay", (1, 2, 3), "s1"), ("replay", (1, 2, 3), "s2"),
+                   ("replay", (1, 2, 3), "s1"), ("direct", (4, 2, 5), "s1"), ("replay", (4, 2, 5), "s1")]
+    assert (run.made, run.replayed, run.off) == (2, 2, None)
+
+
+def test_graphs_and_remembered_addresses_are_bounded(monkeypatch):
+    from convtune.direct import replay
+    monkeypatch.setattr(replay, "GRAPHS", 3)
+    monkeypatch.setattr(replay, "SEEN", 2)
+    run, log = _replaying()
+    for key in range(5):  # each seen twice: five graphs made, the oldest two dropped
+        run(key, 0, 0, "s")
+        run(key, 0, 0, "s")
+    assert list(run._graphs) == [(2, 0, 0), (3, 0, 0), (4, 0, 0)]
+    log.clear()
+    run(0, 0, 0, "s")  # its graph was dropped: direct again, remembered
+    assert log == [("direct", (0, 0, 0), "s")]
+    for key in (10, 11, 12):
+        run(key, 0, 0, "s")
+    assert list(run._seen) == [(11, 0, 0), (12, 0, 0)]
+
+
+def test_replay_switches_off_where_addresses_keep_changing(monkeypatch, caplog):
+    """Graphs made far more often than replayed: replay is switched off (said once), every call goes direct."""
+    import logging
+    from convtune.direct import replay
+    monkeypatch.setattr(replay, "CHURN_GRAPHS", 4)
+    run, log = _replaying()
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        for key in range(8):
+            run(key, 0, 0, "s")
+            run(key, 0, 0, "s")
+    assert run.off is not None and "keep changing" in run.off and not run._graphs
+    assert [r.getMessage() for r in caplog.records if "CUDA graphs" in r.getMessage()] == [
+        "convtune: a test GEMM is launched directly from now on, not replayed from CUDA graphs: " + run.off]
+    log.clear()
+    run(7, 0, 0, "s")
+    run(7, 0, 0, "s")
+    assert log == [("direct", (7, 0, 0), "s")] * 2
+
+
+def test_a_failed_capture_goes_direct_and_switches_replay_off(caplog):
+    import logging
+    run, log = _replaying(fail=True)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        for _ in range(3):
+            run(1, 2, 3, "s")
+    assert log == [("direct", (1, 2, 3), "s")] * 3
+    assert "no capture here" in run.off and sum("CUDA graphs" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_1x1_plans_launch_replays_through_cublaslt():
+    """The cuBLASLt plan's ``launch`` is the replaying one: on the stand-in library the first call runs the GEMM, the
+    second captures it on the side stream (the stand-in runs it there too: right results from the GEMM as captured)
+    and launches the graph on the caller's stream, as the third does. What a graph's replay computes on the GPU is
+    the GPU test's (test_cublaslt_on_the_gpu)."""
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(5, 5), kernel_size=1)
+    lib = FakeLt()
+    captured = []
+
+    class Side(_Stream):
+        def begin_capture(self, mode):
+            captured.append("begin")
+
+        def end_capture(self):
+            captured.append("end")
+            return _Graph(captured, "gemm")
+    run = cublas_pointwise._lt_build(p, None, False, lambda *a: True, None, lib=lib, device_id=0,
+                                     side_stream=lambda: (Side(), "mode"))
+    rng = numpy.random.default_rng(1)
+    a, b = (rng.standard_normal(s).astype(numpy.float32) for s in p.operand_shapes)
+    out = numpy.full(p.result_shape, numpy.nan, numpy.float32)
+    ref = reference(numpy, p, a.astype(numpy.float64), b.astype(numpy.float64))
+    mine = _Stream()
+    for call in range(3):
+        out[...] = numpy.nan
+        run.launch(a.ctypes.data, b.ctypes.data, out.ctypes.data, mine)
+        if call < 2:
+            assert numpy.abs(out - ref).max() <= 1e-5 * numpy.abs(ref).max()
+    assert captured == ["begin", "end", ("replay", "gemm", mine), ("replay", "gemm", mine)] and len(lib.calls) == 2

@@ -217,6 +217,64 @@ def test_launch_path_trains_like_pytorch_on_a_side_stream(case, layout, monkeypa
         assert error <= 1e-5, (got.shape, error)
 
 
+def test_1x1_plans_replayed_from_cuda_graphs_train_like_pytorch_on_a_side_stream():
+    """The 1x1 plans' forward and backward-data GEMMs (cuBLASLt) are replayed from CUDA graphs once the same addresses
+    come again. Called three times on the same tensors (the result dropped between calls, so its block comes back),
+    each pass is direct, then captured, then replayed, right each time. Then six training steps on a busy side
+    stream, each dropping its tensors before the next as a training loop does: output and gradients within fp32 of
+    PyTorch's at every step, the steady steps replayed, and replay never switched off."""
+    torch.manual_seed(2)
+    plain = nn.Conv2d(32, 48, 1).cuda()
+    rt = make_runtime(["im2col"], _Prefer("im2col"))
+    x = torch.randn(4, 32, 15, 13, device="cuda")
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt)
+    ct.tune(patched, x.detach().requires_grad_(), runtime=rt, progress=False)
+    (route,) = rt.layer_memo("torch").values()
+    fwd, dgrad = route.fwd_exec.launch, route.dgrad_exec.launch
+    assert type(fwd).__name__ == type(dgrad).__name__ == "AddressReplay", (fwd, dgrad)
+    w = plain.weight.detach()
+    dy = torch.randn(4, 48, 15, 13, device="cuda")
+    want = {"fwd": torch.nn.functional.conv2d(x, w),
+            "dgrad": torch.nn.grad.conv2d_input(x.shape, w, dy)}
+    for pass_, (a, b), replay in (("fwd", (x, w), fwd), ("dgrad", (dy, w), dgrad)):
+        before = (replay.made, replay.replayed)
+        for call in range(3):
+            got = route.run(pass_, a, b)
+            error = float((got.double() - want[pass_].double()).norm() / want[pass_].double().norm())
+            assert error <= 1e-5, (pass_, call, error)
+            del got
+        assert (replay.made - before[0], replay.replayed - before[1]) == (1, 1), (pass_, replay.made, replay.replayed)
+    probe = torch.randn(4, 48, 15, 13, device="cuda")
+    side = torch.cuda.Stream()
+    big = torch.randn(4096, 4096, device="cuda")
+    xs = x.clone().requires_grad_()
+    replayed = (fwd.replayed, dgrad.replayed)
+    for step in range(6):
+        xr = x.clone().requires_grad_()
+        ref = copy.deepcopy(plain)
+        y_ref = ref(xr)
+        (y_ref * probe).sum().backward()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            for _ in range(10):  # the side stream busy before its input is written
+                big = big @ big / 64
+            xs.grad = None
+            patched.zero_grad(set_to_none=True)
+            y = patched(xs)
+            (y * probe).sum().backward()
+            grads = (y.detach().clone(), xs.grad.clone(), patched.weight.grad.clone())
+            del y
+        side.synchronize()
+        for got, expected in zip(grads, (y_ref, xr.grad, ref.weight.grad)):
+            error = float((got.double() - expected.double()).norm() / expected.double().norm())
+            assert error <= 1e-5, (step, got.shape, error)
+        del grads
+    assert fwd.off is None and dgrad.off is None, (fwd.off, dgrad.off)
+    assert fwd.replayed > replayed[0] and dgrad.replayed > replayed[1], (fwd.made, fwd.replayed, dgrad.made,
+                                                                         dgrad.replayed)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_amp_channels_last_depthwise_plans_run_on_the_tensors_own_memory(dtype, monkeypatch):
     """Under autocast, a channels-last depthwise layer's plans (the nhwc kernels) run by address on the

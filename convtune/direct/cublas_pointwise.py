@@ -10,6 +10,12 @@ is given), where CuPy's ``matmul`` path (broadcasting, a contiguous
 copy of the transposed weight, compute-type checks, a context manager for the math mode) spent
 150-250 us of host time per pass on the H100 (docs/device-logs/2026-11-24-s12-bench-gap-uxnet3d.txt).
 
+The forward and backward-data GEMMs go through cuBLASLt where it loads (:mod:`convtune.direct.cublaslt`: the
+algorithm chosen once, when the plan is built; ``CONVTUNE_CUBLASLT=0`` keeps them on cuBLAS). Their ``launch``
+replays a CUDA graph per operand addresses (:mod:`convtune.direct.replay`): a cuBLAS(Lt) call costs 10 to 16 µs
+of host time, a graph's launch 1.6 to 3.1. CuPy refuses cuBLAS calls while a stream captures, so the cuBLAS
+form and the filter gradient's loop are launched directly.
+
 Row-major matrices are handed to column-major cuBLAS as their transposes: ``Y^T = X^T W^T`` and so on.
 """
 
@@ -17,9 +23,14 @@ from __future__ import annotations
 
 import math
 
+import logging
+
 from ..backend import _CUBLAS_DEFAULT_MATH, _CUBLAS_TF32_TENSOR_OP_MATH
 from ..problem import ConvProblem
-from . import cublaslt
+from . import cublaslt, replay
+
+log = logging.getLogger("convtune")
+_SAID: set = set()  # what cuBLASLt's absence has been logged for (once per reason)
 
 #: cuBLAS's operations (cublas_api.h): as it lies, transposed
 _N, _T = 0, 1
@@ -103,8 +114,13 @@ def build(p: ConvProblem, xp, tf32: bool):
         run.launch = launch
         return run
 
-    if p.pass_ in ("fwd", "dgrad") and cublaslt.enabled():  # the opt-in cuBLASLt form (convtune.direct.cublaslt)
-        return _lt_build(p, xp, tf32, ready, current_stream)
+    if p.pass_ in ("fwd", "dgrad") and cublaslt.enabled():  # the cuBLASLt form (convtune.direct.cublaslt)
+        try:
+            return _lt_build(p, xp, tf32, ready, current_stream)
+        except cublaslt.CublasLtError as exc:  # cuBLAS's form instead, said once per reason
+            if str(exc) not in _SAID:
+                _SAID.add(str(exc))
+                log.info("convtune: 1x1 plans call cuBLAS, not cuBLASLt: %s", exc)
     if p.pass_ in ("fwd", "dgrad"):  # one strided-batched SGEMM (gemm_args)
         g = gemm_args(p)
         ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = (g[f] for f in _GEMM_FIELDS)
@@ -134,8 +150,11 @@ def gemm_args(p: ConvProblem) -> dict:
                 stride_c=Ci * P, batch=N)
 
 
-def _lt_build(p: ConvProblem, xp, tf32: bool, ready, current_stream, lib=None, device_id=None):
-    """:func:`build`'s executor through cuBLASLt: the GEMM's algorithm chosen here, once."""
+def _lt_build(p: ConvProblem, xp, tf32: bool, ready, current_stream, lib=None, device_id=None,
+              side_stream=None):
+    """:func:`build`'s executor through cuBLASLt: the GEMM's algorithm chosen here, once; its ``launch`` replayed
+    from CUDA graphs per operand addresses (``side_stream``: :class:`~convtune.direct.replay.AddressReplay`'s, for
+    tests)."""
     lib = lib or cublaslt.library()
     device_id = xp.cuda.Device().id if device_id is None else device_id
     gemm = cublaslt.StridedBatchedGemm(lib, cublaslt.handle(lib, device_id), tf32=tf32, **gemm_args(p))
@@ -146,7 +165,9 @@ def _lt_build(p: ConvProblem, xp, tf32: bool, ready, current_stream, lib=None, d
         gemm(a.data.ptr, b.data.ptr, out.data.ptr, current_stream().ptr)
         return out
 
-    def launch(a: int, b: int, out: int, stream) -> None:
+    def direct(a: int, b: int, out: int, stream) -> None:
         gemm(a, b, out, stream.ptr)
-    run.launch, run.gemm = launch, gemm
+    kwargs = {} if side_stream is None else {"side_stream": side_stream}
+    run.launch = replay.AddressReplay(direct, f"the 1x1 {p.pass_} GEMM of {p.describe()}", **kwargs)
+    run.gemm = gemm
     return run

@@ -6,9 +6,11 @@ adds under 2 µs; ``docs/device-logs/2026-11-24-s20-pointwise-host-parts.txt``).
 excess over PyTorch's convolution call, and what keeps issue 15's forward passes above PyTorch + 10 µs. cuBLASLt
 takes the algorithm as an argument, so the choice happens once, and a call passes pointers through ctypes.
 
-**Opt-in** (``CONVTUNE_CUBLASLT=1``): written without a GPU at hand. The descriptors and the call follow
-``cublasLt.h``, and the CPU tests run this module against a stand-in library that does the column-major GEMMs the
-descriptors describe. It has not run against the real library, nor been timed.
+cuBLASLt's own call costs about what cuBLAS's does (12.7 to 19.8 µs through ctypes on the H100, 24th session), so
+what it buys is a call that a CUDA graph can capture, where CuPy refuses cuBLAS's: the 1x1 plans replay their
+GEMMs from graphs (:mod:`convtune.direct.replay`). It is the 1x1 plans' form wherever the library loads;
+``CONVTUNE_CUBLASLT=0`` keeps them on cuBLAS. The CPU tests run this module against a stand-in library that does the
+column-major GEMMs the descriptors describe; the GPU tests against the real one.
 
 Column-major, as cuBLAS: ``D = op(A) op(B)`` per batch entry, ``m x n`` results, ``k`` deep; the row-major 1x1
 problems map onto it as in :mod:`convtune.direct.cublas_pointwise`.
@@ -21,7 +23,7 @@ import functools
 import os
 import weakref
 
-#: The switch: ``1`` makes the 1x1 forward and backward-data plans call cuBLASLt.
+#: The switch: ``0`` keeps the 1x1 forward and backward-data plans on cuBLAS (they call cuBLASLt otherwise).
 ENV = "CONVTUNE_CUBLASLT"
 
 # cublas_api.h / library_types.h / cublasLt.h
@@ -40,7 +42,7 @@ class HeuristicResult(ctypes.Structure):
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV) == "1"
+    return os.environ.get(ENV, "1") != "0"
 
 
 class CublasLtError(RuntimeError):
@@ -106,7 +108,7 @@ def library():
         except OSError as exc:
             errors.append(f"{name}: {exc}")
     else:
-        raise CublasLtError("cuBLASLt not found (" + "; ".join(errors) + "); unset " + ENV)
+        raise CublasLtError("cuBLASLt not found (" + "; ".join(errors) + ")")
     for fn, args in _SIGNATURES.items():
         f = getattr(lib, fn)
         f.argtypes, f.restype = args, ctypes.c_int
@@ -115,7 +117,7 @@ def library():
 
 def _check(status: int, what: str) -> None:
     if status != 0:
-        raise CublasLtError(f"{what} failed with cuBLAS status {status}; unset {ENV} to use cuBLAS")
+        raise CublasLtError(f"{what} failed with cuBLAS status {status}; set {ENV}=0 to use cuBLAS")
 
 
 _HANDLES: dict = {}
@@ -173,7 +175,7 @@ class StridedBatchedGemm:
                                                   self.c_layout, pref, 1, ctypes.cast(self.results, _P),
                                                   ctypes.pointer(found)), "cublasLtMatmulAlgoGetHeuristic")
         if found.value < 1:
-            raise CublasLtError(f"cuBLASLt offers no algorithm for this GEMM; unset {ENV} to use cuBLAS")
+            raise CublasLtError("cuBLASLt offers no algorithm for this GEMM")
         self.scalars = (ctypes.c_float * 2)(1.0, 0.0)  # alpha, beta (host pointers)
         alpha, beta = ctypes.addressof(self.scalars), ctypes.addressof(self.scalars) + 4
         algo = ctypes.addressof(self.results)  # (the algorithm is the result's first field)

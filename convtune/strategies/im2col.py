@@ -26,9 +26,11 @@ def _chunk_options(batch: int) -> list[int]:
 @register
 class Im2colStrategy(Strategy):
     name = "im2col"
-    version = 3
-    # 3: 1x1 layers on the GPU as bare cuBLAS calls (same GEMMs, less host time), their only plan
-    changes = {3: lambda p: cublas_pointwise.shape_reason(p) is None}
+    version = 4
+    # 3: 1x1 layers on the GPU as bare cuBLAS calls (same GEMMs, less host time), their only plan; 4: their forward
+    # and backward-data GEMMs through cuBLASLt, launched from CUDA graphs by address
+    changes = {3: lambda p: cublas_pointwise.shape_reason(p) is None,
+               4: lambda p: cublas_pointwise.shape_reason(p) is None and p.pass_ in ("fwd", "dgrad")}
     config_type = Im2colConfig
 
     def supports(self, problem: ConvProblem, backend) -> str | None:

@@ -1,0 +1,101 @@
+"""A by-address launch replayed from CUDA graphs, one per operand addresses: the 1x1 plans' cuBLASLt GEMM.
+
+A cuBLAS or cuBLASLt call costs 10 to 16 µs of host time on the H100, which is about what PyTorch's whole
+convolution call costs. Launching the same GEMM from a CUDA graph captured once costs 1.6 to 3.1 µs
+(``benchmarks/graph_replay_probe.py``, 29th session). A graph holds its operands' addresses, so there is one graph
+per ``(a, b, out)``. In a training or inference loop, PyTorch's caching allocator hands a layer the same addresses
+step after step.
+
+The policy:
+- The first call with some addresses launches directly and remembers them.
+- The second call captures a graph for them, on a side stream of its own in thread-local capture mode, so that
+  other threads' work is not part of the capture. Later calls replay that graph on the caller's stream.
+- Graphs and remembered addresses are bounded, the oldest dropped first.
+- If the addresses keep changing, so that graphs are made far more often than replayed, replay is switched off for
+  this launch and its calls go direct. That is logged once.
+- A capture that fails also switches replay off and is logged once. The call that failed is made directly.
+
+A graph holds no data, only the addresses. Replaying it is what a direct call with the same addresses would do,
+whatever those addresses hold by then.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger("convtune")
+
+#: Graphs kept per launch, and the addresses remembered from calls that have no graph yet.
+GRAPHS, SEEN = 64, 256
+#: Replay is switched off once this many graphs have been made with fewer than REPLAYS_PER_GRAPH replays each.
+CHURN_GRAPHS, REPLAYS_PER_GRAPH = 128, 4
+
+
+def _cupy_side_stream():
+    import cupy
+    return cupy.cuda.Stream(non_blocking=True), cupy.cuda.runtime.streamCaptureModeThreadLocal
+
+
+class AddressReplay:
+    """``launch(a, b, out, stream)`` (device addresses and a CuPy stream; its GPU work only, nothing allocated or
+    synchronised) served from CUDA graphs per ``(a, b, out)``, by the policy above. ``what`` names the launch in
+    the log. ``side_stream()`` gives the capture stream and capture mode; tests pass stand-ins."""
+
+    def __init__(self, launch, what: str, side_stream=_cupy_side_stream):
+        self._launch, self.what, self._side_stream = launch, what, side_stream
+        self._graphs: dict = {}  # (a, b, out) -> graph, oldest first
+        self._seen: dict = {}  # addresses called once, oldest first (a dict as an ordered set)
+        self._side = None  # (stream, capture mode), made at the first capture
+        self._lock = threading.Lock()  # one capture at a time on the side stream
+        self.made = self.replayed = 0
+        self.off: str | None = None  # why replay is off, once it is
+
+    def __call__(self, a: int, b: int, out: int, stream) -> None:
+        key = (a, b, out)
+        graph = self._graphs.get(key)
+        if graph is not None:
+            self.replayed += 1
+            graph.launch(stream)
+            return
+        if self.off is None:
+            if key in self._seen:
+                graph = self._capture(key)
+                if graph is not None:
+                    graph.launch(stream)
+                    return
+            else:
+                self._seen[key] = None
+                if len(self._seen) > SEEN:
+                    del self._seen[next(iter(self._seen))]
+        self._launch(a, b, out, stream)
+
+    def _capture(self, key):
+        with self._lock:
+            try:
+                if self._side is None:
+                    self._side = self._side_stream()
+                side, mode = self._side
+                side.begin_capture(mode)
+                try:
+                    self._launch(*key, side)
+                finally:
+                    graph = side.end_capture()
+            except Exception as exc:  # the call goes direct; so do all later ones
+                self._switch_off(f"capturing it in a CUDA graph failed ({type(exc).__name__}: {exc})")
+                return None
+            self._seen.pop(key, None)
+            self._graphs[key] = graph
+            if len(self._graphs) > GRAPHS:
+                del self._graphs[next(iter(self._graphs))]
+            self.made += 1
+            if self.made >= CHURN_GRAPHS and self.replayed < REPLAYS_PER_GRAPH * self.made:
+                self._graphs.clear()
+                self._switch_off(f"its operands' addresses keep changing ({self.made} graphs made, "
+                                 f"{self.replayed} replays)")
+                return None
+            return graph
+
+    def _switch_off(self, why: str) -> None:
+        self.off = why
+        log.info("convtune: %s is launched directly from now on, not replayed from CUDA graphs: %s", self.what, why)
