@@ -295,3 +295,12 @@ def test_the_1x1_plans_launch_replays_through_cublaslt():
         if call < 2:
             assert numpy.abs(out - ref).max() <= 1e-5 * numpy.abs(ref).max()
     assert captured == ["begin", "end", ("replay", "gemm", mine), ("replay", "gemm", mine)] and len(lib.calls) == 2
+
+
+def test_the_environment_switches_replay_off(monkeypatch):
+    from convtune.direct import replay
+    monkeypatch.setenv(replay.ENV, "0")
+    run, log = _replaying()
+    for _ in range(3):
+        run(1, 2, 3, "s")
+    assert log == [("direct", (1, 2, 3), "s")] * 3 and run.off == "CONVTUNE_REPLAY=0" and run.made == 0

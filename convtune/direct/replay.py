@@ -14,6 +14,7 @@ The policy:
 - If the addresses keep changing, so that graphs are made far more often than replayed, replay is switched off for
   this launch and its calls go direct. That is logged once.
 - A capture that fails also switches replay off and is logged once. The call that failed is made directly.
+- ``CONVTUNE_REPLAY=0`` in the environment switches replay off for launches made from then on: every call direct.
 
 A graph holds no data, only the addresses. Replaying it is what a direct call with the same addresses would do,
 whatever those addresses hold by then.
@@ -22,10 +23,13 @@ whatever those addresses hold by then.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 log = logging.getLogger("convtune")
 
+#: The switch: ``0`` launches directly, never from graphs.
+ENV = "CONVTUNE_REPLAY"
 #: Graphs kept per launch, and the addresses remembered from calls that have no graph yet.
 GRAPHS, SEEN = 64, 256
 #: Replay is switched off once this many graphs have been made with fewer than REPLAYS_PER_GRAPH replays each.
@@ -49,7 +53,7 @@ class AddressReplay:
         self._side = None  # (stream, capture mode), made at the first capture
         self._lock = threading.Lock()  # one capture at a time on the side stream
         self.made = self.replayed = 0
-        self.off: str | None = None  # why replay is off, once it is
+        self.off: str | None = f"{ENV}=0" if os.environ.get(ENV) == "0" else None  # why replay is off, if it is
 
     def __call__(self, a: int, b: int, out: int, stream) -> None:
         key = (a, b, out)
