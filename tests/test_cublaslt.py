@@ -304,3 +304,21 @@ def test_the_environment_switches_replay_off(monkeypatch):
     for _ in range(3):
         run(1, 2, 3, "s")
     assert log == [("direct", (1, 2, 3), "s")] * 3 and run.off == "CONVTUNE_REPLAY=0" and run.made == 0
+
+
+def test_a_call_on_a_capturing_stream_is_never_captured_here():
+    """The caller's stream capturing (a CUDA graph of the caller's): the call goes direct, recorded in that capture,
+    with no capture of our own begun; once it stops capturing, replay resumes."""
+    class Capturing:
+        capturing = True
+
+        def is_capturing(self):
+            return self.capturing
+    run, log = _replaying()
+    s = Capturing()
+    for _ in range(3):
+        run(1, 2, 3, s)
+    assert log == [("direct", (1, 2, 3), s)] * 3 and run.made == 0 and run.off is None
+    s.capturing = False
+    run(1, 2, 3, s)
+    assert log[-1] == ("replay", (1, 2, 3), s) and run.made == 1

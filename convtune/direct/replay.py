@@ -15,6 +15,10 @@ The policy:
   this launch and its calls go direct. That is logged once.
 - A capture that fails also switches replay off and is logged once. The call that failed is made directly.
 - ``CONVTUNE_REPLAY=0`` in the environment switches replay off for launches made from then on: every call direct.
+- A call whose stream is itself capturing (a CUDA graph of the caller's) is never captured here: it goes direct,
+  into the caller's graph. The PyTorch layer records PyTorch's convolution in captures for these plans anyway
+  (their strategies do not say ``recordable``). An array call under a capture of the caller's, with a graph already
+  made for its addresses, launches that graph into the capture.
 
 A graph holds no data, only the addresses. Replaying it is what a direct call with the same addresses would do,
 whatever those addresses hold by then.
@@ -36,6 +40,16 @@ GRAPHS, SEEN = 64, 256
 CHURN_GRAPHS, REPLAYS_PER_GRAPH = 128, 4
 
 
+def _capturing(stream) -> bool:
+    """Is ``stream`` capturing (a CuPy stream; a stand-in without ``is_capturing`` is not)? A capture of our own begun
+    then could invalidate the caller's, so its call goes direct and is recorded there."""
+    is_capturing = getattr(stream, "is_capturing", None)
+    try:
+        return bool(is_capturing()) if is_capturing is not None else False
+    except Exception:  # (not knowing: no capture of ours)
+        return True
+
+
 def _cupy_side_stream():
     import cupy
     return cupy.cuda.Stream(non_blocking=True), cupy.cuda.runtime.streamCaptureModeThreadLocal
@@ -51,7 +65,7 @@ class AddressReplay:
         self._graphs: dict = {}  # (a, b, out) -> graph, oldest first
         self._seen: dict = {}  # addresses called once, oldest first (a dict as an ordered set)
         self._side = None  # (stream, capture mode), made at the first capture
-        self._lock = threading.Lock()  # one capture at a time on the side stream
+        self._lock = threading.Lock()  # one capture at a time on the side stream, and the dicts' changes
         self.made = self.replayed = 0
         self.off: str | None = f"{ENV}=0" if os.environ.get(ENV) == "0" else None  # why replay is off, if it is
 
@@ -64,18 +78,24 @@ class AddressReplay:
             return
         if self.off is None:
             if key in self._seen:
-                graph = self._capture(key)
+                graph = self._capture(key, stream)
                 if graph is not None:
                     graph.launch(stream)
                     return
             else:
-                self._seen[key] = None
-                if len(self._seen) > SEEN:
-                    del self._seen[next(iter(self._seen))]
+                with self._lock:  # (the bookkeeping from several threads: autograd's and the caller's)
+                    self._seen[key] = None
+                    if len(self._seen) > SEEN:
+                        self._seen.pop(next(iter(self._seen)), None)
         self._launch(a, b, out, stream)
 
-    def _capture(self, key):
+    def _capture(self, key, stream):
+        if _capturing(stream):  # a capture of the caller's own (a CUDA graph of its step) records the direct call
+            return None
         with self._lock:
+            made = self._graphs.get(key)  # (another thread's capture of the same addresses, just made)
+            if made is not None or self.off is not None:
+                return made
             try:
                 if self._side is None:
                     self._side = self._side_stream()
@@ -91,7 +111,7 @@ class AddressReplay:
             self._seen.pop(key, None)
             self._graphs[key] = graph
             if len(self._graphs) > GRAPHS:
-                del self._graphs[next(iter(self._graphs))]
+                self._graphs.pop(next(iter(self._graphs)), None)
             self.made += 1
             if self.made >= CHURN_GRAPHS and self.replayed < REPLAYS_PER_GRAPH * self.made:
                 self._graphs.clear()
