@@ -10,31 +10,13 @@ the graph replayed on PyTorch's stream; each replay's result against PyTorch's c
 """
 from __future__ import annotations
 
-import os
-
 import cupy
 import torch
 
-from convtune.backend import get_backend
-from convtune.direct import cublaslt
-from convtune.planner import build_from_config
 from convtune.problem import ConvProblem
-from convtune.strategies.im2col import Im2colConfig
 from convtune.torch._bridge import bridge
+from pointwise_host_parts import LAYERS, plan_of  # (benchmarks/: the script's own directory)
 from torch_host_cpu import host_us
-
-LAYERS = [dict(in_channels=64, out_channels=64, input_size=(56, 56)),
-          dict(in_channels=256, out_channels=64, input_size=(56, 56)),
-          dict(in_channels=1024, out_channels=256, input_size=(14, 14)),
-          dict(in_channels=512, out_channels=2048, input_size=(7, 7))]
-
-
-def build(p, lt):
-    os.environ[cublaslt.ENV] = "1" if lt else "0"  # (cuBLASLt is the default since this probe's first run)
-    try:
-        return build_from_config(p, "im2col", Im2colConfig(chunk=p.batch), get_backend("cupy"), "measured")
-    finally:
-        os.environ.pop(cublaslt.ENV, None)
 
 
 def main():
@@ -53,7 +35,7 @@ def main():
         print(f"   torch conv2d {host_us(lambda: torch.nn.functional.conv2d(x, w), calls=50, rounds=101, sync=torch.cuda.synchronize):7.2f} us")
         for lt in (False, True):
             name = "cuBLASLt" if lt else "cuBLAS"
-            plan = build(p, lt)
+            plan = plan_of(p, cublas=not lt)
             out = torch.full(p.result_shape, float("nan"), device="cuda")
             a, b, o = x.data_ptr(), w.data_ptr(), out.data_ptr()
             launch = getattr(plan.launch, "_launch", plan.launch)  # (the direct call, not the replaying one)

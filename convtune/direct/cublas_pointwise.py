@@ -21,9 +21,8 @@ Row-major matrices are handed to column-major cuBLAS as their transposes: ``Y^T 
 
 from __future__ import annotations
 
-import math
-
 import logging
+import math
 
 from ..backend import _CUBLAS_DEFAULT_MATH, _CUBLAS_TF32_TENSOR_OP_MATH
 from ..problem import ConvProblem
@@ -167,7 +166,6 @@ def _lt_build(p: ConvProblem, xp, tf32: bool, ready, current_stream, lib=None, d
 
     def direct(a: int, b: int, out: int, stream) -> None:
         gemm(a, b, out, stream.ptr)
-    kwargs = {} if side_stream is None else {"side_stream": side_stream}
-    run.launch = replay.AddressReplay(direct, f"the 1x1 {p.pass_} GEMM of {p.describe()}", **kwargs)
+    run.launch = replay.AddressReplay(direct, f"the 1x1 {p.pass_} GEMM of {p.describe()}", side_stream)
     run.gemm = gemm
     return run

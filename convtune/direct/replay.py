@@ -59,10 +59,11 @@ def _cupy_side_stream():
 class AddressReplay:
     """``launch(a, b, out, stream)`` (device addresses and a CuPy stream; its GPU work only, nothing allocated or
     synchronised) served from CUDA graphs per ``(a, b, out)``, by the policy above. ``what`` names the launch in
-    the log. ``side_stream()`` gives the capture stream and capture mode; tests pass stand-ins."""
+    the log. ``side_stream()`` gives the capture stream and capture mode (``None``: a CuPy stream of its own); tests
+    pass stand-ins."""
 
-    def __init__(self, launch, what: str, side_stream=_cupy_side_stream):
-        self._launch, self.what, self._side_stream = launch, what, side_stream
+    def __init__(self, launch, what: str, side_stream=None):
+        self._launch, self.what, self._side_stream = launch, what, side_stream or _cupy_side_stream
         self._graphs: dict = {}  # (a, b, out) -> graph, oldest first
         self._seen: dict = {}  # addresses called once, oldest first (a dict as an ordered set)
         self._side = None  # (stream, capture mode), made at the first capture
