@@ -1,4 +1,4 @@
-"""Issue 22's depthwise layers through the block round trips (``fft-trip[...,block]``: kept spectra on the one-block
+"""Large depthwise layers (and, with ``--all``, dense ones) through the block round trips (``fft-trip[...,block]``: kept spectra on the one-block
 transforms, :mod:`convtune.fft.blockkept`), in one process: every candidate of
 :func:`convtune.roundtrip.block_trip_configs` checked against float64 in all three passes, then timed as the planner
 times a trip (each pass after its own L2 flush, CUDA events, median of the summed passes), beside the torch-fft
@@ -8,7 +8,7 @@ side by side (``CudaEventTimer.interleaved``: in turns, the order rotated) and c
 own time moved by up to 30% between processes on long-16k-dw, so only the paired ratio is a claim.
 
 With ``--all`` every round-trip candidate of the planner (:func:`convtune.roundtrip.trip_candidates`: the cuFFT
-trips with and without callbacks, packed, own transforms) is timed instead, dense layers too (``paired_gap.DENSE``),
+trips with and without callbacks, packed, own transforms) is timed instead, dense layers too (``DENSE``),
 and each candidate also whole (one call after one L2 flush) with its host time per call (the GPU not waited for): a
 trip the planner ranks first by its summed passes may lose timed whole, where its host time shows.
 
@@ -22,14 +22,63 @@ import json
 import statistics
 import time
 
+from convtune.backend import get_backend
 from convtune.bench import torchfft
+from convtune.bench.runner import copy_bandwidth
 from convtune.planner import relative_error
-from convtune.roundtrip import (RoundTrip, block_trip_configs, compile_block_trips, round_trip_operands,
+from convtune.problem import ConvProblem
+from convtune.roundtrip import (RoundTrip, TripConfig, block_trip_configs, compile_block_trips, round_trip_operands,
                                 round_trip_references, time_round_trip, trip_candidates)
-from convtune.timing import paired_ratio
+from convtune.timing import CudaEventTimer, paired_ratio
 
-from block_fft import kernel_times, setup
-from paired_gap import layer
+#: name -> (the depthwise layer's shape, the transform size of its best trip)
+LAYERS = {
+    "long-16k-dw": (dict(batch=2, in_channels=256, input_size=(16384,), kernel_size=16384, padding=16383), (32768,)),
+    "hyena-long-dw": (dict(batch=4, in_channels=768, input_size=(4096,), kernel_size=4096, padding=4095), (8192,)),
+    "replknet-dw31": (dict(batch=16, in_channels=128, input_size=(56, 56), kernel_size=31, padding=15), (72, 72)),
+    "slak-dw51": (dict(batch=16, in_channels=96, input_size=(56, 56), kernel_size=51, padding=25), (81, 81)),
+    "convnext-t-dw7": (dict(batch=64, in_channels=96, input_size=(56, 56), kernel_size=7, padding=3), (64, 64)),
+}
+#: the trip timed for a layer where one is named
+TRIPS = {"replknet-dw31": TripConfig(sizes=(72, 72), product="block", radices="16x9"),
+         "hyena-long-dw": TripConfig(sizes=(8192,), product="block", radices="16", fused=True),
+         "slak-dw51": TripConfig(sizes=(81, 96), product="block", radices="16x9", threads=512, fused=True),
+         "long-16k-dw": TripConfig(sizes=(32768,), product="block", threads=1024)}
+#: dense layers of the public suite and a trip the planner chooses for them (cuFFT, fused callbacks)
+DENSE = {"dense-k31": (dict(batch=8, in_channels=64, out_channels=64, input_size=(64, 64), kernel_size=31,
+                            padding=15), TripConfig(sizes=(80, 80), fused=True))}
+
+
+def layer(name):
+    """The forward problem of ``name`` and the trip timed for it (``None``: a layer of ``LAYERS`` without one)."""
+    if name in DENSE:
+        spec, config = DENSE[name]
+        return ConvProblem.make(**spec), config
+    spec = LAYERS[name][0]
+    c = spec["in_channels"]
+    return ConvProblem.make(out_channels=c, groups=c, **spec), TRIPS.get(name)
+
+
+def kernel_times(torch, fn, be, calls: int = 5) -> dict:
+    """Device ms per call of each kernel ``fn`` launches (torch.profiler's CUDA activity, ``calls`` calls)."""
+    be.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        be.synchronize()
+    return {e.key: round(getattr(e, "device_time_total", 0) / 1e3 / calls, 4) for e in prof.key_averages()
+            if getattr(e, "device_time_total", 0) > 0}
+
+
+def setup(repeats: int):
+    """PyTorch, the CuPy backend, the CUDA-event timer (``repeats``, L2 flushed) and the measured copy bandwidth
+    (printed)."""
+    import torch
+    be = get_backend("cupy")
+    timer = CudaEventTimer(warmup=3, repeats=repeats, max_total_s=5.0)
+    bandwidth = copy_bandwidth(be, timer)
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
+    return torch, be, timer, bandwidth
 
 
 def host_us(trip, x, w, dy, be, calls: int = 20) -> float:

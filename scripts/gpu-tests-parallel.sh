@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Every GPU test (-m gpu) in one device call of under ten minutes: the drop-in's CUDA tests and the
-# rest run side by side on the one GPU, the rest spread over WORKERS pytest-xdist workers (default 8; carry
-# .whl, see scripts/fetch-gpu-wheels.sh):
+# Every GPU test (-m gpu) in under ten minutes on one H100 or H200: the drop-in's CUDA tests and the rest
+# run side by side on the one GPU, the rest spread over WORKERS pytest-xdist workers (default 8; pytest-xdist
+# comes with scripts/offline-wheels.sh on a machine without network access):
 #   bash scripts/gpu-tests-parallel.sh            (TORCH_TESTS=... narrows the drop-in part, e.g. one test)
-# Logs go to $OUT (torch-gpu.log, gpu-rest.log); the summary lines and failures are printed at the end.
+# Logs go to $LOG_DIR (default /tmp: torch-gpu.log, gpu-rest.log); the summary lines and failures are printed at
+# the end, each within LIMIT seconds (default 540).
 cd "$(dirname "$0")/.."
-source scripts/gpu-env.sh
+[ -d .whl ] && source scripts/offline-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
-O=${OUT:-/tmp}
+O=${LOG_DIR:-/tmp}
 L=${LIMIT:-540}
 start=$(date +%s)
 timeout "$L" python3 -m pytest -q -p no:cacheprovider -rfE --durations=10 ${TORCH_TESTS:-tests/test_torch_gpu.py} \

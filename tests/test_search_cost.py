@@ -1,6 +1,7 @@
 """What the search costs, measured and stored; rules, early stopping and adaptive repeats that cut it;
 the schema upgrade that keeps every stored row."""
 
+import gzip
 import os
 import shutil
 import sqlite3
@@ -151,7 +152,16 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     assert fft.pruned(one_d, pointwise, cpu) is None
 
 
-def test_the_rules_hold_on_the_stored_searches(monkeypatch):
+def _stored_search(tmp_path, name):
+    """A stored search of ``tests/data/searches`` (gzip-compressed), unpacked into ``tmp_path``."""
+    source = Path(__file__).resolve().parent / "data" / "searches" / (name + ".gz")
+    target = tmp_path / name
+    with gzip.open(source, "rb") as packed:
+        target.write_bytes(packed.read())
+    return str(target)
+
+
+def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path):
     """Replayed on the committed searches (every candidate measured): no pruned candidate came within 3% of
     its problem's winner. A rule changed to prune a candidate that won fails here."""
     import importlib.util
@@ -160,18 +170,18 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch):
     check = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "check_rules", check)
     spec.loader.exec_module(check)
-    logs = ["docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt", "docs/cpu-logs/2026-11-23-fft-crossover.txt",
-            "docs/cpu-logs/2026-11-23-resnet18-b8-before-rules.txt", "docs/device-logs/2026-11-22-explain-run16-strided.txt"]
-    args = [a for log in logs for a in ("--explain", str(root / log))]
-    for db in ("2026-11-23-resnet50-b32-rules.db", "2026-11-23-s11-resnet50-b32-rules.db",  # H100, normal searches
-               "2026-11-23-s11-cost2-resnet50-exhaustive.db", "2026-11-23-s11-cost2-convnext_tiny-exhaustive.db",
-               "2026-11-23-s11-cost-public-suite-exhaustive.db",
-               "2026-11-24-s12-cost-public-suite-exhaustive.db"):  # H100, exhaustive (every candidate timed)
-        args += ["--db", str(root / "docs/device-logs" / db)]
-    # 2026-11-24's exhaustive run stored cuDNN's eng7 at 0.41 ms on a 7x7 3x3 dgrad (0.20 ms in every other run)
-    # and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
+    logs = ["explain-h100-fp32-suite.txt", "explain-cpu-fft-crossover.txt", "explain-cpu-resnet18-b8.txt",
+            "explain-h100-strided.txt"]
+    args = [a for log in logs for a in ("--explain", _stored_search(tmp_path, log))]
+    for db in ("h100-resnet50-b32-rules-1.db", "h100-resnet50-b32-rules-2.db",  # H100, normal searches
+               "h100-resnet50-exhaustive.db", "h100-convnext_tiny-exhaustive.db",
+               "h100-public-suite-exhaustive-1.db",
+               "h100-public-suite-exhaustive-2.db"):  # H100, exhaustive (every candidate timed)
+        args += ["--db", _stored_search(tmp_path, db)]
+    # the second exhaustive suite search stored cuDNN's eng7 at 0.41 ms on a 7x7 3x3 dgrad (0.20 ms in every other
+    # search) and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
     assert check.main(args) == 1
-    args += ["--retimed", str(root / "docs/device-logs/2026-11-24-s12-cost-compare-public-suite.txt")]
+    args += ["--retimed", _stored_search(tmp_path, "h100-public-suite-retimed.txt")]
     assert check.main(args) == 0
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
 
@@ -324,7 +334,7 @@ def test_tune_takes_several_batch_sizes(tmp_path):
     assert neither.exit_code == 1 and "give a NETWORK to tune, or --pending" in neither.output
 
 
-def test_the_runtime_compiled_engine_rule_replayed_on_a_stored_amp_search_loses_no_winner(monkeypatch):
+def test_the_runtime_compiled_engine_rule_replayed_on_a_stored_amp_search_loses_no_winner(monkeypatch, tmp_path):
     """cuDNN's learned rule, replayed on ResNet-50's AMP search from before it (H100, every runtime-compiled plan
     built and timed), skips plans and none within 3% of its problem's winner; it can fail: a rule that drops
     the build-time condition and any engine never within 0.9x of the winner, told that the winning engines 62 and
@@ -334,7 +344,7 @@ def test_the_runtime_compiled_engine_rule_replayed_on_a_stored_amp_search_loses_
     spec = importlib.util.spec_from_file_location("replay_rtc_rule", root / "benchmarks" / "replay_rtc_rule.py")
     replay = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replay)
-    db = str(root / "docs/device-logs/2026-11-24-s20-amp-tune-r50-old.db")
+    db = _stored_search(tmp_path, "h100-resnet50-amp-search.db")
     skipped, lost = replay.replay(db, set(replay.RUNTIME_COMPILED))
     assert skipped >= 40 and lost == []
     from convtune.strategies import cudnn

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The benchmarks of BENCHMARKS.md on a machine with an NVIDIA GPU, CuPy and PyTorch, one part per argument:
+#
+#   bash benchmarks/gpu.sh PART [PART ...]
+#
+#   tests              every GPU test (scripts/gpu-tests-parallel.sh)
+#   suite[:MATH]       `convtune bench` on the public layer suite (../shared/bench/layers.yaml or $SUITE), MATH fp32
+#                      (default) or tf32, against PyTorch (fp32, TF32) and the best cuDNN engine
+#   half               the same in bfloat16 channels_last, tf32 math (PyTorch's defaults under AMP)
+#   fft-class          `convtune bench` on benchmarks/fft_class.yaml, round trips against the torch.fft recipe
+#   trips              benchmarks/block_trips.py: the large depthwise layers' round trips against torch.fft, paired
+#   host               benchmarks/torch_overhead.py: host time per call of the drop-in against PyTorch (ResNet-50)
+#   model:NAME[:BATCH] `convtune bench-model NAME` (fp32 and AMP, eager, fresh cache, PyTorch against itself too)
+#   graph:NAME[:BATCH] the same with whole training steps captured in CUDA graphs
+#
+# Each part runs under a time limit (LIMIT seconds, default 540) into $LOG_DIR/PART.log (default ./gpu-results),
+# and its JSON results beside it; the script prints each part's exit status, seconds and last lines.
+# Without network access, fetch the wheels first (scripts/offline-wheels.sh).
+set -u
+cd "$(dirname "$0")/.."
+[ -d .whl ] && source scripts/offline-env.sh
+O=${LOG_DIR:-$PWD/gpu-results}
+mkdir -p "$O"
+SUITE=${SUITE:-../shared/bench/layers.yaml}
+LIMIT=${LIMIT:-540}
+DB="$O/plans.db"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
+git rev-parse --short HEAD 2>/dev/null
+
+run() {  # run NAME COMMAND...: COMMAND under the limit into $O/NAME.log, then its status and last lines
+  local name=$1 start
+  shift
+  start=$(date +%s)
+  timeout "$LIMIT" "$@" > "$O/$name.log" 2>&1
+  echo "== $name (exit $?, $(( $(date +%s) - start )) s)"
+  grep -vE "leaked|nanobind|See https" "$O/$name.log" | tail -12 | cut -c1-220
+}
+
+for part in "$@"; do
+  IFS=: read -r kind arg batch <<< "$part"
+  case "$kind" in
+    tests) LOG_DIR=$O LIMIT=$LIMIT bash scripts/gpu-tests-parallel.sh ;;
+    suite) run "suite-${arg:-fp32}" python3 -m convtune bench "$SUITE" --math "${arg:-fp32}" --db "$DB" \
+             -o "$O/suite-${arg:-fp32}.json" ;;
+    half) run half python3 -m convtune bench "$SUITE" --math tf32 --dtype bfloat16 --layout channels_last --db "$DB" \
+            -o "$O/half.json" ;;
+    fft-class) run fft-class python3 -m convtune bench benchmarks/fft_class.yaml --db "$DB" -o "$O/fft-class.json" ;;
+    trips) run trips python3 benchmarks/block_trips.py -o "$O/trips.json" ;;
+    host) run host python3 benchmarks/torch_overhead.py resnet50 --db "$DB" -o "$O/host.json" ;;
+    model|graph)
+      flag=""; [ "$kind" = graph ] && flag="--graph"
+      run "$kind-${arg//[^A-Za-z0-9_-]/_}" python3 -m convtune bench-model "$arg" $flag --batch "${batch:-16}" \
+        --rounds 3 --null --modes torch-fp32,convtune-fp32,torch-amp-bf16,convtune-amp-bf16 --db "$O/$kind-model.db" \
+        -o "$O/$kind-${arg//[^A-Za-z0-9_-]/_}.json" ;;
+    *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host model:NAME[:BATCH]" \
+         "graph:NAME[:BATCH]" >&2; exit 2 ;;
+  esac
+done
