@@ -13,7 +13,7 @@ import sys
 
 from convtune import CudaEventTimer
 from convtune.backend import get_backend
-from convtune.fft import freqmajor
+from convtune.fft import arrayops, callbacks, freqmajor
 from convtune.fft.cost import spectrum_elems
 from convtune.fft.sizes import minimal_sizes, size_candidates
 from convtune.fft import cost
@@ -71,17 +71,17 @@ for name in names:
             print(f"   whole {product:28s} {ms(lambda: run(a, b)):8.3f} ms  error {err:.1e}  "
                   f"host enqueue {host_ms(lambda: run(a, b)):.3f} ms/call")
         ex = freqmajor.FreqMajorConv(xp, p, sizes, p.batch)
-        strided = freqmajor._CupyOps(xp, sizes, strided=True)
+        strided = arrayops.CupyOps(xp, sizes, strided=True)
         ex_strided = freqmajor.FreqMajorConv(xp, p, sizes, p.batch)
         ex_strided.ops = strided
         print(f"   whole fgemm, strided cuFFT layout {ms(lambda: ex_strided(a, b, xp.empty(p.result_shape, xp.float32))):8.3f} ms")
-        if freqmajor.callbacks_available():
+        if callbacks.callbacks_available():
             fused = fft.build(p, FftConfig(sizes=sizes, product="fgemm", chunk=p.batch, fused=True), be)
             err = relative_error(xp, fused(a, b), ref)
             print(f"   whole fgemm, fused callbacks      {ms(lambda: fused(a, b)):8.3f} ms  error {err:.1e}  "
                   f"host enqueue {host_ms(lambda: fused(a, b)):.3f} ms/call")
         else:
-            print(f"   fused callbacks unavailable: {freqmajor.callbacks_unavailable_reason()}")
+            print(f"   fused callbacks unavailable: {callbacks.callbacks_unavailable_reason()}")
         ops = ex.ops
         n, C, K, Cg = p.batch, p.in_channels, p.out_channels, p.in_per_group
         x = a if pass_ != "dgrad" else None

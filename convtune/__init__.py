@@ -6,6 +6,7 @@ immutable :class:`Plan` that executes. :func:`conv` and the layer objects
 dispatch through a plan lookup (see :mod:`convtune.runtime`).
 """
 
+from ._version import __version__
 from .errors import BackendError, CacheError, ConvtuneError, NetworkError, TuningError, UnsupportedProblem
 from .problem import ConvProblem
 from .plan import CandidateOutcome, Decision, Plan
@@ -15,7 +16,6 @@ from .runtime import (MemoryPlanStore, Runtime, conv, conv_backward_data, conv_b
                       set_default_runtime, tune, use_cache)
 from .layers import Conv1d, Conv2d
 
-__version__ = "0.1.0"
 
 # No NullHandler: where the application configures no logging, Python's last-resort handler shows
 # convtune's warnings (a tuning stall, a fallback, a read-only cache) on stderr, and nothing below WARNING.

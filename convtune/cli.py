@@ -792,7 +792,7 @@ def info(db):
     from .backend import BackendError, get_backend
     from .cache import PlanCache, resolve_url
     from .cache.schema import SCHEMA_VERSION
-    from .cache.store import ENV_VAR
+    from .cache.paths import ENV_VAR
     from .strategies import all_strategies
     import os
     for name in ("numpy", "cupy"):

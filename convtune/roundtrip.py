@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from . import precision
 from .backend import Backend, gemm_precision, get_backend
-from .fft import cost, freqmajor, rowconv, spectral
+from .fft import callbacks, cost, freqmajor, packedgemm, rowconv, spectral
 from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
@@ -515,10 +515,10 @@ def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
         return pointwise + block
     configs = [TripConfig(sizes=s, tf32=tf32) for s in ranked[:KEEP_SIZES]]
     if backend.name == "cupy":
-        fused = freqmajor.callbacks_available()
+        fused = callbacks.callbacks_available()
         if fused:
             configs = [dataclasses.replace(c, fused=True) for c in configs] + configs
-        packed = freqmajor.packed_available(backend)
+        packed = packedgemm.packed_available(backend)
         if packed:
             configs += [TripConfig(sizes=s, fused=fused, tf32=tf32, packed=True) for s in ranked[:KEEP_SIZES]]
         # convtune's own transforms where they apply: as the per-pass candidates (convtune.strategies.fft)

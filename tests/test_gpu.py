@@ -347,7 +347,7 @@ def test_fused_callback_plan_after_pytorch_loaded_its_own_cufft(torch):
     callback must be set through CuPy's copy (found failing in benchmarks/compare_plans.py on the public
     suite's temporal-k5 wgrad plan, cufftXtSetJITCallback -> cufftResult 1, 2026-11-23)."""
     from convtune import ConvProblem, precision
-    from convtune.fft.freqmajor import callbacks_available
+    from convtune.fft.callbacks import callbacks_available
     from convtune.planner import random_operands, relative_error
     from convtune.strategies import get_strategy
     from convtune.strategies.fft import FftConfig

@@ -81,12 +81,12 @@ def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
     """(F, rows, cols) views of (rows, cols, F) arrays, a column slice as the groups take, every op pair the
     passes use, with and without accumulation: against NumPy."""
     import cupy
-    from convtune.fft.freqmajor import _CupyOps
+    from convtune.fft.arrayops import CupyOps
     F = 300
     a, b, c, product, before = _packed_case(cupy, ops, mnk, F, 1)
     want = product + (before if accumulate else 0)
     # through the packed product's own dispatch (its row strides), with the narrow kernel
-    gemm = _CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True)
+    gemm = CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True)
     assert gemm.F == F
     gemm.gemm(a, ops[0], b, ops[1], c, 0.5, beta=1.0 if accumulate else 0.0)
     got = cupy.asnumpy(c)
@@ -103,11 +103,11 @@ def test_tf32_packed_gemm_on_packed_views(ops, mnk, accumulate):
     and the frequencies), with and without accumulation: within TF32's bound of NumPy's float64 product; the
     narrow product has no TF32 form."""
     import cupy
-    from convtune.fft.freqmajor import _CupyOps
+    from convtune.fft.arrayops import CupyOps
     F = 301
     a, b, c, product, before = _packed_case(cupy, ops, mnk, F, 2)
     want = product + (before if accumulate else 0)
-    gemm = _CupyOps(cupy, (2 * (F - 1),), packed=True, tf32=True)
+    gemm = CupyOps(cupy, (2 * (F - 1),), packed=True, tf32=True)
     assert gemm.tf32 and gemm.F == F
     gemm.gemm(a, ops[0], b, ops[1], c, 0.5, beta=1.0 if accumulate else 0.0)
     got = cupy.asnumpy(c)
@@ -116,4 +116,4 @@ def test_tf32_packed_gemm_on_packed_views(ops, mnk, accumulate):
     assert err <= 1e-3, err
     assert err >= 1e-6  # (TF32's rounding shows: this is not the float32 kernel)
     with pytest.raises(ValueError, match="no TF32 form"):
-        _CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True, tf32=True)
+        CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True, tf32=True)

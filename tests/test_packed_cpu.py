@@ -1,4 +1,4 @@
-"""The packed layout's product kernels (convtune.fft.freqmajor: the float32 one and the TF32 tensor-core one) with
+"""The packed layout's product kernels (convtune.fft.packedgemm: the float32 one and the TF32 tensor-core one) with
 their CUDA source run on the CPU (tests/cuda_cpu.py), against float64 products: every op pair the passes use,
 partial tiles of rows, columns, the reduction and the frequencies, and accumulation. The CPU has no asynchronous copies nor tensor cores, so the test stands in for them: a copy done at once (what
 cp.async's result is once waited for) and m16n8k8's sum over a warp's fragments in its documented register layout,
@@ -8,7 +8,7 @@ double buffer's synchronisation in CI."""
 import numpy
 import pytest
 
-from convtune.fft import freqmajor as fm
+from convtune.fft import packedgemm as fm
 
 # stand-ins for the instructions the CPU lacks (cuda_cpu's prelude gives linear_thread and the per-warp barriers)
 _STANDINS = r"""
@@ -47,8 +47,8 @@ static inline void convtune_mma_tf32(float* c, const unsigned* a, const unsigned
 
 # (label, source, kernel name, dynamic shared memory, TF32?)
 _KERNELS = {
-    "float32": (fm._PACKED_GEMM_SOURCE, "convtune_packed_cgemm", 0, False),
-    "tf32": (fm._PACKED_TF32_SOURCE, "convtune_packed_cgemm_tf32", fm._PGT_SMEM, True),
+    "float32": (fm.PACKED_GEMM_SOURCE, "convtune_packed_cgemm", 0, False),
+    "tf32": (fm.PACKED_TF32_SOURCE, "convtune_packed_cgemm_tf32", fm.PGT_SMEM, True),
 }
 
 

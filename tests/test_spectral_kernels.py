@@ -58,9 +58,9 @@ def _embedded(a, sizes, steps):
     ((4, 3, 5), (4, 6), (1, 1))])
 def test_embedding_matches_numpy(shape, sizes, steps):
     import cupy
-    from convtune.fft.freqmajor import _CupyOps
+    from convtune.fft.arrayops import CupyOps
     a = numpy.random.default_rng(3).standard_normal(shape).astype(numpy.float32)
-    got = _CupyOps(cupy, sizes, packed=True).embed(cupy.asarray(a), steps)
+    got = CupyOps(cupy, sizes, packed=True).embed(cupy.asarray(a), steps)
     numpy.testing.assert_array_equal(cupy.asnumpy(got), _embedded(a, sizes, steps))
 
 

@@ -254,7 +254,7 @@ def test_fused_gather_geometry_matches_the_slice_gathers(case):
     import numpy as np
     from convtune.fft.freqmajor import FreqMajorConv
     from convtune.fft.sizes import minimal_sizes
-    from convtune.fft.spectral import gather
+    from convtune.fft.placement import gather
     for pass_ in PASSES:
         p = problem(case, pass_)
         ex = FreqMajorConv(np, p, minimal_sizes(p), p.batch)
@@ -490,9 +490,9 @@ def test_cublas_scalars_are_made_once_and_stay_at_their_address():
     address handed out on every call (no ctypes object made on the hot path), the memory holding the value."""
     import ctypes
     from types import SimpleNamespace
-    from convtune.fft.freqmajor import _CupyOps
+    from convtune.fft.arrayops import CupyOps
     ops = SimpleNamespace(_scalars={})
-    one, zero = _CupyOps._scalar(ops, 1.0), _CupyOps._scalar(ops, 0.0)
-    assert _CupyOps._scalar(ops, 1.0) == one and one != zero and len(ops._scalars) == 2
+    one, zero = CupyOps._scalar(ops, 1.0), CupyOps._scalar(ops, 0.0)
+    assert CupyOps._scalar(ops, 1.0) == one and one != zero and len(ops._scalars) == 2
     assert tuple((ctypes.c_float * 2).from_address(one)) == (1.0, 0.0)
     assert tuple((ctypes.c_float * 2).from_address(zero)) == (0.0, 0.0)

@@ -15,7 +15,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from sqlalchemy import insert, select
+from sqlalchemy import create_engine, insert, select
 
 from ..errors import CacheError
 from . import schema
@@ -72,8 +72,7 @@ def _sqlite_backup(cache, part: Path) -> None:
 def _copy_tables(cache, part: Path, version: int) -> None:
     """Every row of every table (ids kept, so the references hold), read in one transaction, into a SQLite
     file of the source's schema ``version``."""
-    from .migrate import columns_missing, tables_missing
-    missing, absent = columns_missing(version), tables_missing(version)
+    missing, absent = schema.columns_missing(version), schema.tables_missing(version)
     tables = [t for t in schema.metadata.sorted_tables if t.name not in absent]
 
     def columns(table):
@@ -82,7 +81,6 @@ def _copy_tables(cache, part: Path, version: int) -> None:
     def read(conn):
         return {t.name: [dict(r) for r in conn.execute(select(*columns(t))).mappings()] for t in tables}
     rows = cache._read_rows(read)
-    from sqlalchemy import create_engine
     engine = create_engine(f"sqlite:///{part}")
     try:
         with engine.begin() as conn:

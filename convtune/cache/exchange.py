@@ -14,6 +14,7 @@ import io
 import json
 from datetime import datetime, timezone
 
+from .._version import __version__
 from ..errors import CacheError
 from ..text import control_characters, from_spreadsheet_cell, printable, spreadsheet_cell
 from .schema import DEVICE_FIELDS, PLAN_FIELDS
@@ -31,7 +32,6 @@ def write_export(records: list[dict], fmt: str, calibrations: dict | None = None
     """Serialise exported records (and, in JSON, the FFT calibrations and round-trip verdicts) as
     ``json`` or ``csv`` text."""
     if fmt == "json":
-        from .. import __version__
         doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "convtune_version": __version__,
                "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "plans": [{c: r[c] for c in COLUMNS} for r in records],

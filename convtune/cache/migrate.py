@@ -18,6 +18,8 @@ from sqlalchemy import Float, Integer, String, update
 from sqlalchemy.engine import make_url
 
 from ..errors import CacheError
+from .backup import backup
+from .paths import default_path
 from .schema import COLUMNS_ADDED, SCHEMA_VERSION, TABLES_ADDED, measurements, meta, metadata, problems
 
 log = logging.getLogger("convtune")
@@ -35,7 +37,6 @@ def backup_path(cache, found: int) -> Path:
     if cache.dialect == "sqlite":
         db = Path(make_url(cache.url).database)
         return db.with_name(f"{db.name}.schema{found}-{stamp}.bak")
-    from .store import default_path
     folder = default_path().parent / "backups"
     folder.mkdir(parents=True, exist_ok=True)
     name = make_url(cache.url).database or "postgres"
@@ -45,7 +46,6 @@ def backup_path(cache, found: int) -> Path:
 def upgrade(cache, found: int) -> Path:
     """Back ``cache`` (a :class:`~convtune.cache.PlanCache` at schema ``found``) up, then upgrade it to
     :data:`SCHEMA_VERSION`; returns the backup's path."""
-    from .backup import backup
     if found >= SCHEMA_VERSION:
         raise CacheError(f"nothing to upgrade: {cache.display_url} is at schema {found}")
     copy = backup_path(cache, found)
@@ -66,17 +66,3 @@ def upgrade(cache, found: int) -> Path:
     log.warning("plan cache %s upgraded from schema %d to %d (every plan and measurement kept); the database as it "
                 "was is at %s", cache.display_url, found, SCHEMA_VERSION, copy)
     return copy
-
-
-def columns_missing(found: int) -> dict[str, set[str]]:
-    """The columns a database at schema ``found`` lacks, by table."""
-    missing: dict[str, set[str]] = {}
-    for version in range(found + 1, SCHEMA_VERSION + 1):
-        for table, columns in COLUMNS_ADDED.get(version, {}).items():
-            missing.setdefault(table, set()).update(columns)
-    return missing
-
-
-def tables_missing(found: int) -> set[str]:
-    """The tables a database at schema ``found`` lacks."""
-    return {t for version in range(found + 1, SCHEMA_VERSION + 1) for t in TABLES_ADDED.get(version, ())}

@@ -157,3 +157,17 @@ DEVICE_FIELDS = ("backend", "model", "compute_capability", "sm_count", "memory_b
 PLAN_FIELDS = ("strategy", "config", "label", "time_median_s", "time_spread_s", "repeats", "error",
                "workspace_bytes", "runner_up", "speedup_next", "tuning_s", "run_id", "tuned_at", "convtune_version",
                "source")
+
+
+def columns_missing(found: int) -> dict[str, set[str]]:
+    """The columns a database at schema ``found`` lacks, by table."""
+    missing: dict[str, set[str]] = {}
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        for table, columns in COLUMNS_ADDED.get(version, {}).items():
+            missing.setdefault(table, set()).update(columns)
+    return missing
+
+
+def tables_missing(found: int) -> set[str]:
+    """The tables a database at schema ``found`` lacks."""
+    return {t for version in range(found + 1, SCHEMA_VERSION + 1) for t in TABLES_ADDED.get(version, ())}

@@ -23,6 +23,7 @@ from pathlib import Path
 from sqlalchemy import false, inspect, or_, select, true, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
+from .._version import __version__
 from ..backend import DeviceInfo
 from ..errors import CacheError
 from ..plan import CandidateOutcome, Decision
@@ -30,12 +31,12 @@ from ..problem import ConvProblem
 from ..strategies import strategy_versions, versions_agree
 from ..timing import TimingStats
 from . import connect, migrate, schema
+from .paths import ENV_VAR, resolve_url
 from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, leases, measurements, meta, pending, \
     plans, problems
 
 log = logging.getLogger("convtune")
 
-ENV_VAR = "CONVTUNE_DB"
 DIALECTS = connect.DIALECTS
 #: Seconds a key found missing stays missing in a process's memory before the database is asked again.
 MISS_TTL_S = 30.0
@@ -48,26 +49,6 @@ TRIP_PREFIX = "trip:"
 DUEL_PREFIX = "duel:"
 
 
-def default_path() -> Path:
-    """``$XDG_CACHE_HOME/convtune/plans.db`` (``~/.cache/convtune/plans.db`` without the variable)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "convtune" / "plans.db"
-
-
-def resolve_url(url: str | None = None) -> str:
-    """The database URL: ``url``, else ``$CONVTUNE_DB``, else the default SQLite file.
-
-    A plain path means a SQLite file; ``postgresql://`` and ``postgres://`` use psycopg 3.
-    """
-    url = url or os.environ.get(ENV_VAR) or str(default_path())
-    if "://" not in url:
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -77,7 +58,6 @@ def _dims(values) -> str:
 
 
 def _version() -> str:
-    from .. import __version__
     return __version__
 
 
@@ -210,7 +190,7 @@ class PlanCache:
                              f"this convtune reads version {SCHEMA_VERSION}. Upgrade convtune, or use another --db")
         if found < SCHEMA_VERSION:
             if self.read_only:  # read as it is: what it lacks reads as unknown
-                self._missing = migrate.columns_missing(found)
+                self._missing = schema.columns_missing(found)
                 self.found_version = found
             else:  # backed up, then upgraded: every plan and measurement kept
                 self.upgraded = (found, SCHEMA_VERSION, migrate.upgrade(self, found))
@@ -436,7 +416,7 @@ class PlanCache:
     def add_pending(self, problem: ConvProblem, device: DeviceInfo, served_by: str) -> None:
         """Note that ``problem`` was served without a plan of its own (by ``served_by``), for
         ``convtune tune --pending``; nothing where the cache is read-only or older than schema 2."""
-        if self.read_only or "pending" in migrate.tables_missing(self.found_version):
+        if self.read_only or "pending" in schema.tables_missing(self.found_version):
             return
 
         def write(conn):
@@ -448,7 +428,7 @@ class PlanCache:
 
     def pending_problems(self, device_key: str) -> list[tuple[ConvProblem, str]]:
         """The problems pending on a device, with what served each meanwhile, oldest first."""
-        if "pending" in migrate.tables_missing(self.found_version):
+        if "pending" in schema.tables_missing(self.found_version):
             return []
         query = (select(problems.c.key, pending.c.served_by).join(problems, pending.c.problem_id == problems.c.id)
                  .join(devices, pending.c.device_id == devices.c.id)
@@ -459,7 +439,7 @@ class PlanCache:
     @property
     def has_leases(self) -> bool:
         """Can workers take leases here (a writable cache at schema 3 or later)?"""
-        return not self.read_only and "leases" not in migrate.tables_missing(self.found_version)
+        return not self.read_only and "leases" not in schema.tables_missing(self.found_version)
 
     def _clock(self, conn) -> float:
         """Seconds since the epoch by the database's clock: the one clock every worker of a shared

@@ -113,7 +113,7 @@ def _kernel(rm: int, rn: int):
 def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate):
     """``c = alpha op(a) op(b) (+ c)`` per frequency; ``strides`` are the row strides (in rows of F
     elements) ``(s_am, s_ak, s_bk, s_bn, s_cm, s_cn)`` of the operands as multiplied (after any
-    transpose), as :meth:`convtune.fft.freqmajor._CupyOps.gemm` computes them for the packed layout."""
+    transpose), as :meth:`convtune.fft.arrayops.CupyOps.gemm` computes them for the packed layout."""
     rm, rn = block(m, n)
     mblocks, nblocks = -(-m // rm), -(-n // rn)
     grid = (mblocks * nblocks * (-(-F // THREADS)),)

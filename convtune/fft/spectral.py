@@ -16,12 +16,14 @@ Batches are processed in chunks of ``chunk`` samples to bound the workspace.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 
 from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
+from .arrayops import CupyOps
 from .cost import spectrum_elems
+from .placement import (fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions,
+                        input_gather)
 
 PRODUCTS = ("gemm", "pointwise")
 #: ``pointwise`` materialises per-channel-pair products: only for few channels per group.
@@ -80,83 +82,17 @@ def _batch_correlate(xp, a, b, product):
     return (a[:, :, :, None, :] * b[:, :, None, :, :]).sum(axis=0)
 
 
-#: cuFFT rejects (CUFFT_INVALID_VALUE) real buffers not aligned like its complex type; a batch chunk
-#: of an odd-sized operand can start anywhere.
-FFT_ALIGNMENT = 8
-
-
-def is_fft_aligned(a) -> bool:
-    ptr = getattr(getattr(a, "data", None), "ptr", None)  # device arrays only; NumPy's FFT takes any
-    return ptr is None or ptr % FFT_ALIGNMENT == 0
-
-
-def fft_aligned(a):
-    """``a``, or an aligned copy where it is a device array that cuFFT would reject."""
-    return a if is_fft_aligned(a) else a.copy()
-
-
-def gather_blocks(sizes, per_axis):
-    """Copy blocks ``[(src, dst), ...]`` that gather positions (taken mod L) per axis.
-
-    Positions ``start + k*step`` wrap around L at most once, so each axis splits into at most two
-    strided runs, and the gather is a few slice copies instead of an index array.
-    """
-    runs_per_axis = []
-    for positions, L in zip(per_axis, sizes):
-        positions = [v % L for v in positions]
-        runs, start = [], 0
-        for k in range(1, len(positions) + 1):
-            if k == len(positions) or positions[k] < positions[k - 1]:
-                step = positions[start + 1] - positions[start] if k - start > 1 else 1
-                runs.append((slice(positions[start], positions[k - 1] + 1, step), slice(start, k)))
-                start = k
-        runs_per_axis.append(runs)
-    blocks = []
-    for combo in itertools.product(*runs_per_axis):
-        src = (slice(None), slice(None)) + tuple(r[0] for r in combo)
-        dst = (slice(None), slice(None)) + tuple(r[1] for r in combo)
-        blocks.append((src, dst))
-    return blocks
-
-
-def gather(out, full, blocks):
-    for src, dst in blocks:
-        out[dst] = full[src]
-
-
-# The gathers from a circular result, per axis (offset, step, count): output q is element
-# (q*step - offset) mod L.
-def forward_gather(p: ConvProblem):
-    """Forward output q reads (q*s - pad) mod L."""
-    return tuple(zip(p.padding, p.stride, p.output_size))
-
-
-def filter_gather(p: ConvProblem):
-    """Filter tap k reads (k*dil - pad) mod L."""
-    return tuple(zip(p.padding, p.dilation, p.kernel_size))
-
-
-def input_gather(p: ConvProblem):
-    """Input-gradient position i reads i + pad."""
-    return tuple((-pad, 1, n) for pad, n in zip(p.padding, p.input_size))
-
-
-def gather_positions(spec):
-    """Per axis, the circular indices a gather ``(offset, step, count)`` reads."""
-    return [[q * step - offset for q in range(count)] for offset, step, count in spec]
-
 
 def _cufft_ops(xp, sizes):
     """On CuPy, the frequency-major executor's packed cuFFT operations
-    (:class:`~convtune.fft.freqmajor._CupyOps`): the zero-extension (with a stride's or a dilation's
+    (:class:`~convtune.fft.arrayops.CupyOps`): the zero-extension (with a stride's or a dilation's
     spacing) in one kernel, and R2C/C2R plans made once per batch size and kept by the executor, in place
     of ``cupy.fft``'s per-call work (one zero fill and copy per padded axis, its plan cache's lookup:
     about a millisecond of host time per pass of a 51x51 depthwise layer on the H100). ``None``
     elsewhere (the array module's own FFT)."""
     if getattr(xp, "__name__", "") != "cupy":
         return None
-    from .freqmajor import _CupyOps
-    return _CupyOps(xp, sizes, packed=True)
+    return CupyOps(xp, sizes, packed=True)
 
 
 class SpectralConv:

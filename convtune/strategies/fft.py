@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from .. import precision
 from ..backend import gemm_precision
 from ..fft import cost, sizes as fft_sizes
-from ..fft import fft64, freqmajor, narrow, overlap, polyphase, spectral
+from ..fft import callbacks, fft64, freqmajor, narrow, overlap, packedgemm, polyphase, spectral
 from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
@@ -64,7 +64,7 @@ def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftCo
     if "fgemm" not in products or backend.name != "cupy":
         return []
     own = [s for s in sizes if fft64.applies(s) is None]
-    packed = freqmajor.packed_available(backend)
+    packed = packedgemm.packed_available(backend)
     configs = [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, packed=True, own=True) for s in own if packed]
     if tf32 and packed:
         configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, packed=True, own=True, tf32=True)
@@ -216,13 +216,13 @@ class FftStrategy(Strategy):
                    for s in ranked[:keep] for prod in products]
         gpu = backend.name == "cupy"  # (convtune's own transforms below are 2-D: 64x64)
         # cuFFT's JIT callbacks fold the zero-extension and the crop into the transforms (GPU only)
-        fused = "fgemm" in products and gpu and freqmajor.callbacks_available()
+        fused = "fgemm" in products and gpu and callbacks.callbacks_available()
         if fused:
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, tf32=tf32, fused=True)
                         for s in ranked[:keep]]
         # no layout change at all: the product is convtune's GEMM kernel on cuFFT's packed layout (GPU only;
         # the kernel's cp.async copies need compute capability 8.0)
-        if "fgemm" in products and gpu and freqmajor.packed_available(backend):
+        if "fgemm" in products and gpu and packedgemm.packed_available(backend):
             configs += [FftConfig(sizes=s, product="fgemm", chunk=problem.batch, fused=fused, packed=True)
                         for s in ranked[:keep]]
         configs += own_transform_configs(problem, backend, ranked[:keep], products, tf32)
