@@ -9,26 +9,20 @@ optionally ``stride, padding, dilation, groups`` (an int or one per axis) and
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
+from . import onnxnet
 from .errors import NetworkError
+from .netlayer import Layer
 from .problem import ConvProblem
 
 REQUIRED = ("name", "batch", "in_channels", "out_channels", "input", "kernel")
 OPTIONAL = ("stride", "padding", "dilation", "groups", "source")
-
-
-@dataclass(frozen=True)
-class Layer:
-    name: str
-    problem: ConvProblem  # the forward problem; other passes via problem.for_pass
-    source: str = ""
-    #: the passes training runs for this layer (a model's first layer needs no input gradient); None: all
-    passes: tuple[str, ...] | None = None
 
 
 def builtin_networks() -> list[str]:
@@ -104,34 +98,70 @@ def load_network(spec: str, batch: int | None = None, math: str = "fp32",
     return [replace(layer, problem=layer.problem.replace(dtype=dtype, layout=layout)) for layer in layers]
 
 
+def _onnx_source(spec, batch, math, input_shape, skipped) -> list[Layer]:
+    shapes = input_shape if isinstance(input_shape, dict) else ({} if input_shape is None else {None: input_shape})
+    return onnxnet.onnx_layers(spec, batch=batch, input_shapes=shapes, math_mode=math, skipped=skipped)
+
+
+def _pytorch_source(spec, batch, math, input_shape, skipped) -> list[Layer]:
+    try:  # an optional dependency: PyTorch, and the models it can build
+        from .torch.models import model_layers
+    except ImportError as exc:
+        raise NetworkError(f"{spec} is a PyTorch model: {exc}") from None
+    return model_layers(spec, batch=batch, input_shape=input_shape, math=math)
+
+
+def _file_source(spec, batch, math, input_shape, skipped) -> list[Layer]:
+    try:
+        text = Path(spec).read_text()
+    except OSError as exc:
+        raise NetworkError(f"cannot read network file {spec}: {exc.strerror or exc}") from None
+    return parse_network(text, str(spec), batch, math)
+
+
+def _builtin_source(spec, batch, math, input_shape, skipped) -> list[Layer]:
+    text = resources.files("convtune.networks").joinpath(f"{spec}.yaml").read_text()
+    return parse_network(text, f"built-in network {spec}", batch, math)
+
+
+def _is_onnx(spec: str) -> bool:
+    return Path(spec).suffix.lower() == ".onnx"
+
+
+def _is_file(spec: str) -> bool:
+    return Path(spec).suffix.lower() in (".yaml", ".yml", ".json") or Path(spec).exists()
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a network's layers come from: ``matches(spec)`` says whether ``spec`` names one of this source's
+    networks, ``load(spec, batch, math, input_shape, skipped)`` reads its layers; ``takes_input_shape`` whether
+    ``--input-shape`` means anything to it."""
+
+    name: str
+    matches: Callable[[str], bool]
+    load: Callable[..., list[Layer]]
+    takes_input_shape: bool = False
+
+
+#: The network sources :func:`load_network` consults, in this order; the first that matches loads.
+SOURCES = (Source("onnx", _is_onnx, _onnx_source, takes_input_shape=True),
+           Source("pytorch", lambda spec: is_model_spec(spec), _pytorch_source, takes_input_shape=True),
+           Source("file", _is_file, _file_source),
+           Source("builtin", lambda spec: spec in builtin_networks(), _builtin_source))
+
+
 def _load(spec, batch, math, input_shape, skipped) -> list[Layer]:
     if batch is not None and (not isinstance(batch, int) or batch <= 0):
         raise NetworkError(f"batch must be a positive integer, got {batch!r}")
-    path = Path(spec)
-    if path.suffix.lower() == ".onnx":
-        from .onnxnet import onnx_layers
-        shapes = input_shape if isinstance(input_shape, dict) else ({} if input_shape is None else {None: input_shape})
-        return onnx_layers(spec, batch=batch, input_shapes=shapes, math_mode=math, skipped=skipped)
-    if is_model_spec(spec):
-        try:
-            from .torch.models import model_layers
-        except ImportError as exc:
-            raise NetworkError(f"{spec} is a PyTorch model: {exc}") from None
-        return model_layers(spec, batch=batch, input_shape=input_shape, math=math)
-    if input_shape is not None:
-        raise NetworkError("--input-shape is for PyTorch and ONNX models (torchvision:NAME, timm:NAME, module:callable, "
-                           f"FILE.onnx); {spec} lists its layers' shapes itself")
-    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise NetworkError(f"cannot read network file {spec}: {exc.strerror or exc}") from None
-        return parse_network(text, str(spec), batch, math)
-    if spec in builtin_networks():
-        text = resources.files("convtune.networks").joinpath(f"{spec}.yaml").read_text()
-        return parse_network(text, f"built-in network {spec}", batch, math)
-    raise NetworkError(f"unknown network {spec!r}: not a file, and not a built-in network "
-                       f"({', '.join(builtin_networks())})")
+    source = next((s for s in SOURCES if s.matches(spec)), None)
+    if input_shape is not None and (source is None or not source.takes_input_shape):
+        raise NetworkError("--input-shape is for PyTorch and ONNX models (torchvision:NAME, timm:NAME, "
+                           f"module:callable, FILE.onnx); {spec} lists its layers' shapes itself")
+    if source is None:
+        raise NetworkError(f"unknown network {spec!r}: not a file, and not a built-in network "
+                           f"({', '.join(builtin_networks())})")
+    return source.load(spec, batch, math, input_shape, skipped)
 
 
 def is_model_spec(spec: str) -> bool:

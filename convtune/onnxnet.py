@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from .errors import NetworkError
+from .netlayer import Layer
 from .problem import ConvProblem
 
 _FLOAT = 1  # onnx.TensorProto.FLOAT
@@ -156,7 +157,6 @@ def onnx_layers(path: str, batch: int | None = None, input_shapes: dict | None =
                 skipped: list | None = None) -> list:
     """The convolution layers of an ONNX file (see the module docstring); ``skipped`` collects
     ``(node name, op type, reason)`` of the convolution nodes left out."""
-    from .network import Layer
     onnx = _onnx()
     origin = str(path)
     try:

@@ -6,7 +6,8 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from convtune.cli import main, parse_size
+from convtune.cli import main
+from convtune.commandline import parse_size
 
 TINY = """layers:
   - {name: small3x3, batch: 2, in_channels: 3, out_channels: 4, input: [10, 10], kernel: [3, 3], padding: 1}

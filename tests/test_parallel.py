@@ -252,8 +252,9 @@ def test_cli_devices_reports_the_workers_progress_and_results(tmp_path, monkeypa
     stand-in that tunes in this process and reports as the workers do)."""
     from click.testing import CliRunner
     import convtune.cli as cli
+    import convtune.cli.tuning as cli_tuning
     import convtune.parallel as parallel
-    monkeypatch.setattr(cli, "_backend", lambda name: type("FakeCupy", (FakeGpu,), {"name": "cupy"})("0"))
+    monkeypatch.setattr(cli_tuning, "backend_named", lambda name: type("FakeCupy", (FakeGpu,), {"name": "cupy"})("0"))
     seen = {}
 
     def stand_in(job, devices, on_event):

@@ -10,7 +10,7 @@ from torch import nn  # noqa: E402
 import convtune  # noqa: E402
 import convtune.torch as ct  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
-from convtune.torch import _ops  # noqa: E402
+from convtune.torch import _autograd  # noqa: E402
 from conftest import FakeTimer  # noqa: E402
 from torch_models import MODELS  # noqa: E402
 
@@ -100,7 +100,7 @@ def test_gradients_formula_is_the_adjoint_identity():
     wgrad = lambda a, dy: torch.nn.grad.conv2d_weight(a, w.shape, dy, padding=1)  # noqa: E731
     y = fwd(x, w)
     g = torch.randn(y.shape, generator=gen)
-    dx, dw = _ops.gradients("fwd", (True, True), x, w, g, fwd, dgrad, wgrad)
+    dx, dw = _autograd.gradients("fwd", (True, True), x, w, g, fwd, dgrad, wgrad)
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     fwd(xr, wr).backward(g)
     torch.testing.assert_close(dx, xr.grad)
@@ -397,7 +397,7 @@ def test_both_gradients_of_pytorchs_passes_come_from_one_call(combine, monkeypat
     gives autograd's gradients (input, weight, bias) from one convolution_backward call, not the per-pass
     executors; with combining off (the split detour's measurement), from the per-pass executors."""
     from convtune.strategies.pytorch import native_for
-    from convtune.torch import _ops
+    from convtune.torch import _autograd
     from convtune.torch._dispatch import Native, Route, layer_problem
     problem = layer_problem((2, 3, 9, 8), (5, 3, 3, 3), (1, 1), (1, 0), (1, 1), 1, "fp32")
     route = Route(problem, None, torch.device("cpu"))
@@ -418,7 +418,7 @@ def test_both_gradients_of_pytorchs_passes_come_from_one_call(combine, monkeypat
     w = torch.randn(5, 3, 3, 3, requires_grad=True)
     bias = torch.randn(5, requires_grad=True)
     g = torch.randn(2, 5, 9, 6)
-    _ops.eager_forward(x, w, bias, route).backward(g)
+    _autograd.eager_forward(x, w, bias, route).backward(g)
     got = (x.grad, w.grad, bias.grad)
     x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, bias))
     torch.nn.functional.conv2d(x2, w2, b2, 1, (1, 0)).backward(g)

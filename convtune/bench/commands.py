@@ -1,5 +1,5 @@
 """The benchmark commands of the ``convtune`` command line: ``bench``, ``bench-model`` and ``report``
-(registered on :func:`convtune.cli.main`)."""
+(added to :func:`convtune.cli.main`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from ..cli import (_backend, _echo, _ms_value, _passes, _positive_ints, _shapes, _table, db_option, dtype_option,
-                   input_shape_option, layout_option, main)
+from ..commandline import (backend_named, db_option, dtype_option, echo, format_ms_value, format_table, input_shape_option,
+                           layout_option, parse_passes, parse_shapes, positive_ints)
 
 
 def _command_line(name: str) -> str:
@@ -29,7 +29,7 @@ def _json_writer(output: str):
     return write
 
 
-@main.command()
+@click.command()
 @click.argument("network", required=False)
 @db_option
 @click.option("--sweep", is_flag=True, help="Also run the fbfft-style synthetic sweep (kernel x input size).")
@@ -77,24 +77,24 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     if not network and not sweep:
         raise click.ClickException("give a NETWORK, --sweep, or both")
     skipped = []
-    layers = load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape),
+    layers = load_network(network, batch=batch, math=math_mode, input_shape=parse_shapes(input_shape),
                           skipped=skipped, dtype=dtype, layout=layout) if network else []
     for name, op_type, reason in skipped:
-        _echo(f"skipped {name} ({op_type}): {reason}", err=True)
+        echo(f"skipped {name} ({op_type}): {reason}", err=True)
     if only:
         wanted = [n.strip() for n in only.split(",") if n.strip()]
         missing = [n for n in wanted if n not in {l.name for l in layers}]
         if missing:
             raise click.ClickException(f"no layer(s) named {', '.join(missing)} in {network}")
         layers = [l for l in layers if l.name in wanted]
-    pass_list = _passes(passes)
-    be = _backend(backend)
+    pass_list = parse_passes(passes)
+    be = backend_named(backend)
     timer = CudaEventTimer(repeats=repeats) if be.name == "cupy" else CpuTimer(repeats=min(repeats, 7))
     runtime = Runtime(store=PlanCache(db), miss_policy="tune", planner_options={"time_budget_s": time_budget})
     peers = available_peers(be)
     for p in peers:
         if p.make is None:
-            _echo(f"peer {p.name} absent: {p.absent_reason}", err=True)
+            echo(f"peer {p.name} absent: {p.absent_reason}", err=True)
     sweep_list = None
     if sweep:
         settings = []
@@ -103,18 +103,18 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
             if not (b.isdigit() and c.isdigit() and int(b) > 0 and int(c) > 0):
                 raise click.ClickException(f"--sweep-settings item {item!r} is not BATCHxCHANNELS (e.g. 32x64)")
             settings.append({"batch": int(b), "channels": int(c)})
-        sweep_list = sweep_layers(math_mode, _positive_ints(sweep_kernels, "--sweep-kernels"),
-                                  _positive_ints(sweep_inputs, "--sweep-inputs"), settings)
+        sweep_list = sweep_layers(math_mode, positive_ints(sweep_kernels, "--sweep-kernels"),
+                                  positive_ints(sweep_inputs, "--sweep-inputs"), settings)
         sweep_list = [dataclasses.replace(l, problem=l.problem.replace(dtype=dtype, layout=layout)) for l in sweep_list]
     total = len(layers) + len(sweep_list or [])
-    _echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
+    echo(f"benchmarking {total} layer(s) x {len(pass_list)} pass(es) on {be.device_info().key()}", err=True)
     overhead = measure_dispatch_overhead(be, calls=2000 if be.name == "cupy" else 300)
     command = _command_line("bench")
     checkpoint = _json_writer(output)  # after every layer: an interrupted run keeps what it measured
     try:
         results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
                             sweep=sweep_list, dispatch_overhead=overhead,
-                            progress=lambda text: _echo(f"  {text}", err=True), checkpoint=checkpoint,
+                            progress=lambda text: echo(f"  {text}", err=True), checkpoint=checkpoint,
                             keep_spectra=keep_spectra)
     except KeyboardInterrupt:
         if not os.path.exists(output):
@@ -126,46 +126,46 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     rows = []
 
     def floor(ms):
-        return _ms_value(ms) if ms is not None else ""
+        return format_ms_value(ms) if ms is not None else ""
 
     def drop_in(rec):
         d = rec.get("drop_in") or {}
         if d.get("median_ms") is None:
             return "failed" if "failed" in d else "-"
         native = d["route"].startswith(("torch", "pytorch"))  # PyTorch's convolution in the layer
-        return _ms_value(d["median_ms"]) + (" (PyTorch's)" if native else "")
+        return format_ms_value(d["median_ms"]) + (" (PyTorch's)" if native else "")
     for entry in results["layers"] + (results["sweep"] or []):
         for pass_, rec in entry["passes"].items():
             c = rec["convtune"]
             pair = rec.get("paired") or {}
-            row = [entry["name"], pass_, c.get("plan", "FAILED"), _ms_value(c.get("median_ms")), drop_in(rec),
+            row = [entry["name"], pass_, c.get("plan", "FAILED"), format_ms_value(c.get("median_ms")), drop_in(rec),
                    f"{pair['ratio']:.2f}x" if pair.get("ratio") else "-",
                    floor(rec.get("floor_ms")), f"{c['error']:.1e}" if c.get("error") is not None else "-"]
             for name in available:
                 peer = rec["peers"][name]
                 ratio = (peer["median_ms"] / c["median_ms"]) if peer.get("median_ms") and c.get("median_ms") else None
-                row.append(f"{_ms_value(peer.get('median_ms'))} ({ratio:.2f}x)" if ratio else
+                row.append(f"{format_ms_value(peer.get('median_ms'))} ({ratio:.2f}x)" if ratio else
                            ("failed" if "failed" in peer else "-"))
             rows.append(row)
         kept = entry.get("kept_spectra") or {}
         if kept.get("median_ms") is not None:
             errors = kept["errors"]
             rows.append([entry["name"], "kept spectra" + ("" if kept["pays"] else " (not used)"), kept["plan"],
-                         _ms_value(kept["median_ms"]), "", "", "", f"{max(errors.values()):.1e}"] + [""] * len(available))
+                         format_ms_value(kept["median_ms"]), "", "", "", f"{max(errors.values()):.1e}"] + [""] * len(available))
         if entry.get("round_trip"):
             rt = entry["round_trip"]
             pair = entry.get("round_trip_paired") or {}
             row = [entry["name"], "round trip", entry.get("round_trip_plan", "per-pass plans"),
-                   _ms_value(rt.get("convtune")), floor(rt.get(DROP_IN)),
+                   format_ms_value(rt.get("convtune")), floor(rt.get(DROP_IN)),
                    f"{pair['ratio']:.2f}x" if pair.get("ratio") else "", floor(entry.get("round_trip_floor_ms")), ""]
             for name in available:
                 sp = speedup(rt, name)
-                row.append(f"{_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
+                row.append(f"{format_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
             rows.append(row)
-    _echo(_table(["layer", "pass", "convtune plan", "convtune ms", "drop-in ms", "side by side", "floor ms", "error"] +
+    echo(format_table(["layer", "pass", "convtune plan", "convtune ms", "drop-in ms", "side by side", "floor ms", "error"] +
                       [f"{n} ms (ratio)" for n in available], rows))
     bandwidth = results.get("copy_bandwidth_GBps")
-    _echo("drop-in = the pass through a patched PyTorch layer on tensors (float32; PyTorch's: its convolution "
+    echo("drop-in = the pass through a patched PyTorch layer on tensors (float32; PyTorch's: its convolution "
           "won the duel in the layer); side by side = PyTorch's time over the layer's (convtune's for half "
           "precision), timed in turns after tuning with PyTorch run twice per turn (median of per-repeat ratios; "
           "'-': not timed so, their "
@@ -186,11 +186,11 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
             how = f" ({p['paired']} of them timed side by side with it)" if p["paired"] else ""
             noise = (f"; {len(p['noise'])} of those below are no further from 1 than {held_to} timed against itself "
                      "in the same turns") if p["noise"] else ""
-            _echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of {held_to}'s time{how}"
+            echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of {held_to}'s time{how}"
                   + (f"; below: {below}{more}" if below else "") + noise)
 
 
-@main.command(name="bench-model")
+@click.command(name="bench-model")
 @click.argument("model")
 @db_option
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch size (with the model's own input size).")
@@ -241,9 +241,9 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     command = _command_line("bench-model")
     checkpoint = _json_writer(output)  # after every mode
     try:
-        doc = bench_model(model, batch=batch, input_shape=_shapes(input_shape), modes=mode_list, steps=steps,
+        doc = bench_model(model, batch=batch, input_shape=parse_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
-                          progress=lambda text: _echo(f"  {text}", err=True), profile=profile_steps,
+                          progress=lambda text: echo(f"  {text}", err=True), profile=profile_steps,
                           rounds=rounds, graph=graph, null=null)
     except KeyboardInterrupt:
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
@@ -262,9 +262,9 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
                      f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached"
                      + (f"; {tuning['handed_back']} of {m['patched_layers']} layers handed back to PyTorch"
                         if tuning.get("handed_back") else "") + ")" if tuning else ""))
-    _echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
-    _echo(_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
-    _echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"
+    echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
+    echo(format_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
+    echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"
           + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
              if rounds > 1 else "")
           + ("; every step a CUDA graph's replay" if graph else ""))
@@ -275,27 +275,27 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         if name in by_round:
             mid, low, high = by_round[name]
             text += f" (round by round: median {mid:.2f}x, {low:.2f}x to {high:.2f}x)"
-        _echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith(AGAIN) else ""))
+        echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith(AGAIN) else ""))
     for m in doc["modes"]:
         prof = m.get("profile")
         if prof:
             busy = prof["device_busy_ms_per_step"]
             head = (prof["device_top"] or prof["host_top"])[:3]
-            _echo(f"{m['mode']} profiled: {prof['wall_ms_per_step']:.2f} ms per step"
+            echo(f"{m['mode']} profiled: {prof['wall_ms_per_step']:.2f} ms per step"
                   + (f", the device busy {busy:.2f} ms of it" if busy is not None else "")
                   + "; most " + ("device" if prof["device_top"] else "host") + " time: "
                   + ", ".join(f"{e['name'][:60]} {e['ms_per_step']:.2f} ms" for e in head)
                   + (f"; the drop-in's autograd functions: {ours['calls_per_step']:.0f} calls per step, "
                      f"{ours['host_ms_per_step']:.2f} ms of their own host time"
                      if (ours := prof.get("drop_in_functions")) and ours["calls_per_step"] else ""))
-    _echo(f"results: {output}")
+    echo(f"results: {output}")
 
 
-@main.command()
+@click.command()
 @click.argument("results", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="bench-report", show_default=True)
 def report(results, out_dir):
     """Turn `convtune bench` RESULTS (JSON) into PNG figures and an HTML page in a directory."""
     from .report import make_report
     for path in make_report(results, out_dir):
-        _echo(str(path))
+        echo(str(path))

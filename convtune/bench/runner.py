@@ -19,7 +19,7 @@ from typing import Callable
 
 from ..backend import Backend
 from ..direct.reference import reference
-from ..network import Layer
+from ..netlayer import Layer
 from ..planner import random_operands, relative_error
 from ..problem import ConvProblem
 from ..runtime import Runtime, conv, conv_backward_data, conv_backward_filter

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from ..runtime import Runtime
-from . import _ops
+from . import _autograd, _ops  # noqa: F401  (_ops: registers torch.ops.convtune.*)
 from ._dispatch import CAPTURE_REASON, DTYPES, Fallback, Native, capturing, route_for, say_once, tensor_layout
 from ._bridge import bridge
 
@@ -311,13 +311,13 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
         trip = route.trip(keep)
         if trip is not None:
             try:
-                return _ops.kept_forward(x, weight, bias, route, trip)
+                return _autograd.kept_forward(x, weight, bias, route, trip)
             except Exception as exc:  # never an error where PyTorch would have run: the per-pass plans
                 route.drop_trip(exc)
     if route.native_for_grads(need_dx, need_dw) and _flags_as_measured(x, math):
         # PyTorch's convolution won every pass and runs as it was measured: its own autograd, no detour
         return _pytorch(x, weight, bias, geom, groups)
-    return _ops.eager_forward(x, weight, bias, route)
+    return _autograd.eager_forward(x, weight, bias, route)
 
 
 def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, training: bool):
@@ -345,7 +345,7 @@ def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, train
             why = "its products call cuBLAS, which CuPy refuses on a capturing stream"
         else:
             try:
-                return _ops.kept_forward(x, weight, bias, route, trip)
+                return _autograd.kept_forward(x, weight, bias, route, trip)
             except Exception as exc:  # it failed to record (this capture keeps going)
                 why = f"{type(exc).__name__}: {exc}"
         if why is not None:
@@ -361,7 +361,7 @@ def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, train
             return _pytorch(x, weight, bias, geom, groups)
     elif key not in route.settled:
         return _not_captured(x, weight, bias, geom, groups)
-    return _ops.eager_forward(x, weight, bias, route)
+    return _autograd.eager_forward(x, weight, bias, route)
 
 
 def _not_captured(x, weight, bias, geom: Geometry, groups):

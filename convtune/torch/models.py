@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..errors import NetworkError
+from ..netlayer import Layer
 
 __all__ = ["build_model", "default_input_shape", "model_layers", "BUILTIN", "replknet", "slak", "longconv"]
 
@@ -306,10 +307,9 @@ def input_shape_for(spec: str, model: nn.Module, batch: int | None, input_shape)
 
 
 def model_layers(spec: str, batch: int | None = None, input_shape=None, math: str = "fp32") -> list:
-    """The convolution layers of a model spec as :class:`~convtune.network.Layer` rows (one per call in
+    """The convolution layers of a model spec as :class:`~convtune.netlayer.Layer` rows (one per call in
     one forward pass, named after its module; ``passes`` as training needs them), found on the
     meta device."""
-    from ..network import Layer
     from .tuning import collect
     model = build_model(spec, "meta")
     shape = input_shape_for(spec, model, batch, input_shape)

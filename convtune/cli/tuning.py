@@ -1,211 +1,23 @@
-"""The ``convtune`` command line: tune, show, explain, export, import, info.
-
-Every error a user can cause ends in a one-line message and a non-zero exit.
-"""
+"""``convtune tune``, ``demo``, ``show`` and ``explain``: tuning networks and reading what was decided."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
-import re
 import shlex
 import sys
 import time
 
 import click
 
-from .errors import ConvtuneError
-from .text import human_bytes, printable
-
-PASS_NAMES = ("fwd", "dgrad", "wgrad")
-_SIZE = re.compile(r"^\s*([0-9.eE+]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
-          "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40, "KI": 2 ** 10, "MI": 2 ** 20,
-          "GI": 2 ** 30, "TI": 2 ** 40}
+from ..text import human_bytes
+from ..commandline import (PASS_NAMES, backend_named, db_option, dtype_option, echo, explain_hint, format_ms, format_table,
+                           input_shape_option, layout_option, parse_batches, parse_passes, parse_shapes, parse_size, progress,
+                           writable_cache)
 
 
-def _echo(text="", **kwargs) -> None:
-    """``click.echo`` with every control character but the newline escaped: labels, names and keys can
-    come from an imported file or a shared database, and must not drive the terminal."""
-    click.echo("\n".join(printable(line) for line in str(text).split("\n")), **kwargs)
-
-
-class _Group(click.Group):
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:  # `convtune show | head`: the reader left, nothing to report
-            sys.stderr.close()
-            sys.exit(0)
-        except (ConvtuneError, ValueError, OSError) as exc:
-            raise click.ClickException(printable(" ".join(str(exc).split("\n")[0].split())) or type(exc).__name__) \
-                from None
-
-
-def parse_size(text: str) -> int | None:
-    """'4GiB', '512MB', '1e9' or 'none' to bytes."""
-    if text.strip().lower() in ("none", "unlimited"):
-        return None
-    m = _SIZE.match(text)
-    if not m or m.group(2) and m.group(2).upper() not in _UNITS:
-        raise ValueError(f"cannot read the size {text!r}; write e.g. 4GiB, 512MB, 1e9 or none")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    """'32,3,224,224' or '32x3x224x224' to a tuple of positive ints."""
-    try:
-        shape = tuple(int(v) for v in re.split(r"[,x]", text.strip()) if v.strip())
-    except ValueError:
-        shape = ()
-    if len(shape) < 2 or min(shape) <= 0:
-        raise ValueError(f"cannot read the shape {text!r}; write the batch first, e.g. 32,3,224,224")
-    return shape
-
-
-def _shapes(values) -> dict | None:
-    """``--input-shape`` values (``N,C,...`` or, for an ONNX model's inputs, ``NAME=N,C,...``) as a dict of input
-    name (``None``: unnamed) to shape; ``None`` where none was given."""
-    if not values:
-        return None
-    shapes = {}
-    for value in values:
-        name, sep, text = value.rpartition("=")
-        key = name.strip() if sep else None
-        if key in shapes:
-            raise ValueError(f"--input-shape gives {'input ' + key if key else 'an unnamed shape'} twice")
-        shapes[key] = _shape(text)
-    return shapes
-
-
-input_shape_option = click.option(
-    "--input-shape", "input_shape", multiple=True, metavar="[NAME=]N,C,...",
-    help="For a PyTorch model (torchvision:NAME, timm:NAME, convtune:NAME, module:callable): its input's shape, "
-         "batch first (default: the model's own size with --batch). For an ONNX model, NAME=N,C,... per input "
-         "with dynamic dimensions (repeatable; NAME may be left out for a single input).")
-
-
-def _positive_ints(text: str, option: str) -> tuple[int, ...]:
-    """An option's comma-separated positive integers, in order, each once (``ValueError`` naming the option)."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) <= 0:
-        raise ValueError(f"{option} takes positive integers, one or a comma-separated list, got {text!r}")
-    return tuple(dict.fromkeys(values))
-
-
-def _batches(text: str | None) -> list[int | None]:
-    """``--batch``: ``None`` (each layer's own), one size, or a comma-separated list of sizes."""
-    return [None] if text is None else list(_positive_ints(text, "--batch"))
-
-
-def _passes(text: str) -> tuple[str, ...]:
-    passes = tuple(p.strip() for p in text.split(",") if p.strip())
-    bad = [p for p in passes if p not in PASS_NAMES]
-    if bad or not passes:
-        raise ValueError(f"unknown pass(es) {', '.join(bad) or text!r}; acceptable: {', '.join(PASS_NAMES)}")
-    return passes
-
-
-def _writable_cache(db):
-    """The plan cache of ``--db`` for a command that stores: a read-only one is an error before any work."""
-    from .cache import PlanCache
-    cache = PlanCache(db)
-    if cache.read_only:
-        raise click.ClickException(f"the plan cache {cache.display_url} is read-only ({cache.db.read_only_reason}): "
-                                   "this command stores into it; give a writable --db")
-    return cache
-
-
-def _backend(name: str):
-    from .backend import get_backend, gpu_available
-    if name == "auto":
-        name = "cupy" if gpu_available() else "numpy"
-    return get_backend(name)
-
-
-def _ms(seconds) -> str:
-    return _ms_value(None if seconds is None else seconds * 1e3)
-
-
-def _ms_value(ms) -> str:
-    return "-" if ms is None else f"{ms:.3f}"
-
-
-def _table(headers, rows) -> str:
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(headers)]
-    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(out)
-
-
-@contextlib.contextmanager
-def _progress(items, label: str, describe):
-    """Progress over ``items`` on stderr: click's bar on a terminal; elsewhere (a pipe, a log file) one
-    line per item with the time so far, so that a log shows where a long run is."""
-    if getattr(sys.stderr, "isatty", lambda: False)():
-        with click.progressbar(items, label=label, file=sys.stderr,
-                               item_show_func=lambda item: item and printable(describe(item))) as bar:
-            yield bar
-        return
-    started = time.perf_counter()
-
-    def lines():
-        for number, item in enumerate(items, 1):
-            _echo(f"{label} {number}/{len(items)}: {describe(item)} ({time.perf_counter() - started:.0f} s so far)",
-                  err=True)
-            yield item
-    yield lines()
-
-
-def _explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mode="fp32", db=None, dtype="float32",
-                  layout="channels_first") -> str:
-    """The ``convtune explain`` command that shows one layer's candidates, as it must be typed."""
-    args = ["convtune", "explain", name, "--net", network, "--pass", pass_]
-    if dtype != "float32":
-        args += ["--dtype", dtype]
-    if layout != "channels_first":
-        args += ["--layout", layout]
-    if batch is not None:
-        args += ["--batch", str(batch)]
-    for value in input_shape or ():
-        args += ["--input-shape", value]
-    if math_mode != "fp32":
-        args += ["--math", math_mode]
-    if db is not None:
-        args += ["--db", db]
-    return " ".join(shlex.quote(str(a)) for a in args)
-
-
-dtype_option = click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
-                            show_default=True, help="The operands' and result's dtype (half precision "
-                            "accumulates in float32; its error bound is four of its rounding units).")
-layout_option = click.option("--layout", type=click.Choice(["channels_first", "channels_last"]),
-                             default="channels_first", show_default=True,
-                             help="Memory layout of the operands and result (NCHW or NHWC; NCL or NLC).")
-
-db_option = click.option("--db", "db", metavar="URL", default=None,
-                         help="Plan cache: a SQLite path, sqlite:///PATH or postgresql://USER@HOST/DB "
-                              "(default: $CONVTUNE_DB, else ~/.cache/convtune/plans.db).")
-
-
-@click.group(cls=_Group)
-@click.version_option(package_name="convtune")
-def main():
-    """convtune: convolution auto-tuning engine and cached plan service.
-
-    Tune a network once (`convtune tune resnet50`); training code then finds the
-    plans in the cache (`convtune.conv`, `convtune.Conv2d`).
-    """
-
-
-@main.command()
+@click.command()
 @click.argument("network", required=False)
 @db_option
 @input_shape_option
@@ -253,31 +65,31 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
     tune a problem twice at once: each takes a lease on the problem it tunes, and waits for the plans
     of problems others hold (or takes them over once a dead worker's lease runs out).
     """
-    from .network import load_network, unique_problems
-    from .parallel import parse_devices
-    from .planner import Planner
-    from .worklist import Worklist
+    from ..network import load_network, unique_problems
+    from ..parallel import parse_devices
+    from ..planner import Planner
+    from ..worklist import Worklist
 
     # every option is checked before any work
     if (network is None) == (not pending):
         raise click.ClickException("give a NETWORK to tune, or --pending (the problems runtimes served without a "
                                    "plan), not both")
-    pass_list, batch_list = _passes(passes), _batches(batches)
-    shape_sets = [_shapes((v,)) for v in input_shape] if input_shape and all("=" not in v for v in input_shape) \
-        else [_shapes(input_shape)]
+    pass_list, batch_list = parse_passes(passes), parse_batches(batches)
+    shape_sets = [parse_shapes((v,)) for v in input_shape] if input_shape and all("=" not in v for v in input_shape) \
+        else [parse_shapes(input_shape)]
     limit, trip_limit = parse_size(workspace_limit), parse_size(keep_limit)
     strategy_list = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
     if keep_spectra and set(pass_list) != {"fwd", "dgrad", "wgrad"}:
         raise click.ClickException("--keep-spectra compares a round trip with the three per-pass plans: "
                                    "use it with --passes fwd,dgrad,wgrad")
     device_list = parse_devices(devices) if devices is not None else None
-    be = _backend(backend)
+    be = backend_named(backend)
     if device_list is not None and be.name != "cupy":
         raise click.ClickException("--devices spreads the problems over GPUs; on the NumPy backend the workers "
                                    "would share the CPU's cores and disturb each other's timings (tune without it)")
     planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list,
                       exhaustive=exhaustive)
-    cache = _writable_cache(db)
+    cache = writable_cache(db)
     device = be.device_info()
     if pending:
         layers = []
@@ -296,9 +108,9 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
                     found = [dataclasses.replace(layer, name=layer.name + suffix) for layer in found]
                 layers += found
         for name, op_type, reason in dict.fromkeys(skipped):
-            _echo(f"skipped {name} ({op_type}): {reason}", err=True)
+            echo(f"skipped {name} ({op_type}): {reason}", err=True)
         problems = unique_problems(layers, pass_list)
-    _echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
+    echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
           f"cache {cache.display_url}", err=True)
     sources, failures, decisions = {}, [], []
     started = time.perf_counter()
@@ -320,14 +132,14 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
                 retune, sources, decisions, failures, started)
         else:
             with Worklist(cache, device, planner.tune, retune=retune) as work:
-                with _progress(problems, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
+                with progress(problems, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
                     for problem, names in bar:
                         current[0] = names[0]
                         outcome = work.attempt(problem)
                         if outcome is not None:
                             settle(outcome)
                 if work.deferred:
-                    _echo(f"{len(work.deferred)} problem(s) are being tuned by other workers on this cache; "
+                    echo(f"{len(work.deferred)} problem(s) are being tuned by other workers on this cache; "
                           "waiting for their plans (or for their leases to run out, to tune them here)", err=True)
                 for outcome in work.finish():
                     settle(outcome)
@@ -347,25 +159,25 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
         untimed = plan["time_median_s"] is None  # the only candidate left after verification
         speedup = f"{plan['speedup_next']:.2f}x" if plan["speedup_next"] else ("only one" if untimed else "-")
         source = {"elsewhere": "another worker"}.get(sources[problem.key()], sources[problem.key()])
-        rows.append((layer, problem.pass_, plan["label"], "not timed" if untimed else _ms(plan["time_median_s"]),
+        rows.append((layer, problem.pass_, plan["label"], "not timed" if untimed else format_ms(plan["time_median_s"]),
                      speedup, source))
-    _echo(_table(("layer", "pass", "winner", "time ms", "vs next", "source"), rows))
+    echo(format_table(("layer", "pass", "winner", "time ms", "vs next", "source"), rows))
     tuned = sum(1 for s in sources.values() if s == "tuned")
     hits = sum(1 for s in sources.values() if s == "cache")
     if hits == len(problems):
-        _echo(f"all {hits} plans came from the cache; nothing was timed ({elapsed:.2f} s)")
+        echo(f"all {hits} plans came from the cache; nothing was timed ({elapsed:.2f} s)")
     else:
         others = sum(1 for s in sources.values() if s == "elsewhere")
-        _echo(f"{tuned} tuned, {hits} from the cache, " + (f"{others} by another worker, " if others else "") +
+        echo(f"{tuned} tuned, {hits} from the cache, " + (f"{others} by another worker, " if others else "") +
               f"{len(failures)} failed in {elapsed:.1f} s")
     if decisions:
-        _echo(_where_the_time_went(decisions, elapsed, len(device_list or ())))
+        echo(_where_the_time_went(decisions, elapsed, len(device_list or ())))
     for name, problem, exc in failures:
-        hint = _explain_hint(name, network, problem.pass_, batch=problem.batch if batches else None,
+        hint = explain_hint(name, network, problem.pass_, batch=problem.batch if batches else None,
                              input_shape=input_shape, math_mode=math_mode, db=db, dtype=dtype, layout=layout) \
             if network else \
             f"convtune explain {shlex.quote(problem.key())}" + (f" --db {shlex.quote(str(db))}" if db else "")
-        _echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `{hint}`", err=True)
+        echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `{hint}`", err=True)
     if keep_spectra:
         _tune_round_trips(problems, cache, be, planner, retune, trip_limit)
     if failures:
@@ -376,20 +188,20 @@ def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune
                      started):
     """``tune --devices``: one worker per GPU (:mod:`convtune.parallel`), progress as they report; fills
     ``sources``, ``decisions`` and ``failures`` as the serial loop does."""
-    from .parallel import Job, tune_parallel
+    from ..parallel import Job, tune_parallel
     job = Job(cache.url, "cupy", tuple(p.key() for p, _n in problems), planner_options, retune)
     settled = [0]
 
     def on_event(kind, device, key, detail):
         if kind == "start":
             names = names_of[key]
-            _echo(f"tuning on GPU {device}: {names[0]} {key.split(':')[2]} ({settled[0]}/{len(problems)} done, "
+            echo(f"tuning on GPU {device}: {names[0]} {key.split(':')[2]} ({settled[0]}/{len(problems)} done, "
                   f"{time.perf_counter() - started:.0f} s so far)", err=True)
         elif kind == "settled":
             settled[0] += 1
         elif kind == "failed":
-            _echo(f"the worker on GPU {device} failed ({detail}); the others take its problems", err=True)
-    _echo(f"{len(devices)} workers, on GPUs {', '.join(devices)}", err=True)
+            echo(f"the worker on GPU {device} failed ({detail}); the others take its problems", err=True)
+    echo(f"{len(devices)} workers, on GPUs {', '.join(devices)}", err=True)
     result = tune_parallel(job, devices, on_event)
     for problem, names in problems:
         source = result.sources.get(problem.key(), "FAILED")
@@ -401,7 +213,7 @@ def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune
     for device in result.tuned_by.values():
         per_device[device] = per_device.get(device, 0) + 1
     if per_device:
-        _echo("problems tuned per GPU: " + ", ".join(f"GPU {d}: {n}" for d, n in sorted(per_device.items())),
+        echo("problems tuned per GPU: " + ", ".join(f"GPU {d}: {n}" for d, n in sorted(per_device.items())),
               err=True)
     return result.device_key
 
@@ -428,14 +240,14 @@ def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
              sorted(phases.items(), key=lambda kv: -kv[1]) if seconds >= 0.05]
     summed = f", summed over the {workers} workers" if workers > 1 else ""
     return (f"where the {elapsed:.1f} s of tuning went (seconds{summed}; 'not tried': unsupported, over the "
-            "workspace limit or pruned by a rule):\n" + _table(("strategy / phase", "candidates", "not tried", "timed", "build",
+            "workspace limit or pruned by a rule):\n" + format_table(("strategy / phase", "candidates", "not tried", "timed", "build",
                                                   "verify", "timing", "total"), rows))
 
 
 def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
     """``tune --keep-spectra``: each layer's round-trip verdict, measured (or read from the cache)
     against its three per-pass plans, and stored."""
-    from .runtime import Runtime
+    from ..runtime import Runtime
     layers = {}
     for problem, names in problems:
         layers.setdefault(problem.for_pass("fwd").key(), (problem.for_pass("fwd"), names))
@@ -443,18 +255,18 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
                       planner_options={"workspace_limit": planner.workspace_limit,
                                        "time_budget_s": planner.time_budget_s, "strategies": planner.strategy_names})
     rows = []
-    with _progress(list(layers.values()), "round trips", lambda item: item[1][0]) as bar:
+    with progress(list(layers.values()), "round trips", lambda item: item[1][0]) as bar:
         for problem, names in bar:
             stored = cache.get_trip(problem, backend.device_info().key())
             decision = runtime.round_trip_for(problem, backend, refresh=retune)
             source = "cache" if stored is not None and decision == stored else "tuned"
             trip = decision.winner.timing.median_s if decision.winner is not None and decision.winner.timing else None
-            rows.append((names[0], decision.winner.label if decision.winner else "-", _ms(trip),
-                         _ms(decision.per_pass_s), "keep spectra" if decision.pays else "per-pass plans", source))
-    _echo(_table(("layer", "round trip", "time ms", "per-pass ms", "layers run", "source"), rows))
+            rows.append((names[0], decision.winner.label if decision.winner else "-", format_ms(trip),
+                         format_ms(decision.per_pass_s), "keep spectra" if decision.pays else "per-pass plans", source))
+    echo(format_table(("layer", "round trip", "time ms", "per-pass ms", "layers run", "source"), rows))
 
 
-@main.command()
+@click.command()
 @click.option("--net", "network", default="starter", show_default=True,
               help="The network to tune (any NETWORK `tune` takes; the built-in 'starter' has one layer of each kind).")
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
@@ -470,34 +282,34 @@ def demo(ctx, network, batch, db, backend):
     cores).
     """
     import tempfile
-    from .cache import PlanCache
-    from .network import load_network, unique_problems
+    from ..cache import PlanCache
+    from ..network import load_network, unique_problems
     if db is None:
         db = os.path.join(tempfile.mkdtemp(prefix="convtune-demo-"), "plans.db")
     runs = []
     for title in ("1. tune: every candidate is checked against float64, the survivors are timed, the winners "
                   "stored", "2. the same again: every plan comes from the cache, nothing is timed"):
-        _echo(f"\n{title}")
+        echo(f"\n{title}")
         started = time.perf_counter()
         ctx.invoke(tune, network=network, db=db, batches=None if batch is None else str(batch), backend=backend)
         runs.append(time.perf_counter() - started)
     cache = PlanCache(db, create=False, read_only=True)
     layers = load_network(network, batch=batch)
-    device = _backend(backend).device_info().key()
+    device = backend_named(backend).device_info().key()
     best = None
     for problem, names in unique_problems(layers, PASS_NAMES):
         row = cache.plan_row(problem.key(), device)
         if row and row["speedup_next"] and (best is None or row["speedup_next"] > best[0]):
             best = (row["speedup_next"], names[0], problem.pass_)
     if best is not None:
-        _echo(f"\n3. why {best[1]} {best[2]} got its plan: every candidate of its tuning run")
+        echo(f"\n3. why {best[1]} {best[2]} got its plan: every candidate of its tuning run")
         ctx.invoke(explain, layer=best[1], network=network, pass_=best[2], batch=batch, db=db)
-    _echo(f"\nfirst run {runs[0]:.1f} s, second {runs[1]:.1f} s; the plans are in {db}.")
-    _echo("Next: `convtune show --db DB`; from Python, convtune.use_cache(DB) and convtune.conv(x, w, ...); from "
+    echo(f"\nfirst run {runs[0]:.1f} s, second {runs[1]:.1f} s; the plans are in {db}.")
+    echo("Next: `convtune show --db DB`; from Python, convtune.use_cache(DB) and convtune.conv(x, w, ...); from "
           "PyTorch, convtune.torch.patch(model) (README: \"Use it from PyTorch\").")
 
 
-@main.command()
+@click.command()
 @db_option
 @click.option("--device", default=None, help="Only devices whose fingerprint contains this text.")
 @click.option("--strategy", default=None, help="Only plans of this strategy.")
@@ -509,8 +321,8 @@ def demo(ctx, network, batch, db, backend):
 @click.option("--current", is_flag=True, help="Only plans usable by this convtune on this machine.")
 def show(db, device, strategy, pass_, math_mode, dtype, layout, problem, current):
     """List the plan table (plans of other devices and older strategy versions too, marked)."""
-    from .cache import PlanCache
-    from .problem import ConvProblem
+    from ..cache import PlanCache
+    from ..problem import ConvProblem
     cache = PlanCache(db, create=False, read_only=True)
     here = set(_machine_fingerprints())
     rows = []
@@ -530,16 +342,16 @@ def show(db, device, strategy, pass_, math_mode, dtype, layout, problem, current
             continue
         speedup = f"{r['speedup_next']:.2f}x" if r["speedup_next"] else "-"
         err = f"{r['error']:.1e}" if r["error"] is not None else "-"
-        rows.append((r["problem_key"].split(":", 1)[1], r["model"], r["label"], _ms(r["time_median_s"]), err,
+        rows.append((r["problem_key"].split(":", 1)[1], r["model"], r["label"], format_ms(r["time_median_s"]), err,
                      speedup, status))
     if not rows:
-        _echo(f"no plans match in {cache.display_url}")
+        echo(f"no plans match in {cache.display_url}")
         return
-    _echo(_table(("problem", "device", "winner", "time ms", "error", "vs next", "status"), rows))
-    _echo(f"{len(rows)} plan(s) in {cache.display_url}")
+    echo(format_table(("problem", "device", "winner", "time ms", "error", "vs next", "status"), rows))
+    echo(f"{len(rows)} plan(s) in {cache.display_url}")
 
 
-@main.command()
+@click.command()
 @click.argument("layer")
 @click.option("--net", "network", default=None, help="Network holding LAYER (a file or a built-in name).")
 @db_option
@@ -555,13 +367,13 @@ def explain(layer, network, db, pass_, math_mode, dtype, layout, batch, input_sh
 
     LAYER is a layer name of --net, or a problem key as `convtune show` prints it.
     """
-    from .cache import PlanCache
-    from .network import load_network
-    from .problem import ConvProblem
+    from ..cache import PlanCache
+    from ..network import load_network
+    from ..problem import ConvProblem
     cache = PlanCache(db, create=False, read_only=True)
     if network:
         skipped = []
-        matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=_shapes(input_shape),
+        matches = [l for l in load_network(network, batch=batch, math=math_mode, input_shape=parse_shapes(input_shape),
                                            skipped=skipped, dtype=dtype, layout=layout) if l.name == layer]
         if not matches:
             why = next((f": it is a {op} node convtune leaves out ({reason})" for name, op, reason in skipped
@@ -584,31 +396,31 @@ def explain(layer, network, db, pass_, math_mode, dtype, layout, batch, input_sh
         fps = _machine_fingerprints()
     shown_legend = False
     for problem in problems:
-        _echo(f"== {problem.describe()}  [{problem.key()}]")
+        echo(f"== {problem.describe()}  [{problem.key()}]")
         found = [(fp, rows) for fp in fps if (rows := cache.measurement_rows(problem.key(), fp))]
         if not found:
             others = sorted({r["fingerprint"] for r in cache.measurement_rows(problem.key())})
             if device is None and len(others) == 1:  # measured on one other device (a shipped cache): show it
-                _echo(f"   not measured on this machine; measured on {others[0]} (--device chooses a device):")
+                echo(f"   not measured on this machine; measured on {others[0]} (--device chooses a device):")
                 found = [(others[0], cache.measurement_rows(problem.key(), others[0]))]
             else:
                 _explain_nothing(cache, problem, fps, others, layer, network, batch, input_shape, db)
                 continue
         for fp, rows in found:
             if len(found) > 1 or len(fps) > 1:
-                _echo(f"   on {fp}")
+                echo(f"   on {fp}")
             order = {"winner": 0, "ok": 1, "skipped": 2, "rejected": 3, "failed": 4, "over_budget": 5,
                      "unsupported": 6}
             rows.sort(key=lambda r: (order.get(r["status"], 9), r["time_median_s"] or math.inf))
-            table = [(r["label"], r["status"], _ms(r["time_median_s"]), _ms(r["time_spread_s"]),
+            table = [(r["label"], r["status"], format_ms(r["time_median_s"]), format_ms(r["time_spread_s"]),
                       f"{r['error']:.1e}" if r["error"] is not None else "-", human_bytes(r["workspace_bytes"]),
                       _search_cost(r), r["reason"]) for r in rows]
-            _echo(_table(("candidate", "status", "median ms", "spread ms", "error", "workspace", "search s", "reason"),
+            echo(format_table(("candidate", "status", "median ms", "spread ms", "error", "workspace", "search s", "reason"),
                          table))
-            _echo("   " + _why(rows, problem))
+            echo("   " + _why(rows, problem))
         if not shown_legend:
             shown_legend = True
-            _echo("   (median: of the timed runs, each after an L2 flush on a GPU; spread: their interquartile "
+            echo("   (median: of the timed runs, each after an L2 flush on a GPU; spread: their interquartile "
                   "range; error: ||out - ref|| / ||ref|| against float64; workspace: temporary memory; search: "
                   "seconds spent building / verifying / timing the candidate, and its rank in its strategy's list)")
 
@@ -616,22 +428,22 @@ def explain(layer, network, db, pass_, math_mode, dtype, layout, batch, input_sh
 def _explain_nothing(cache, problem, fps, others, layer, network, batch, input_shape, db) -> None:
     """What ``explain`` says where this problem has no measurements here: plans, other devices, other
     batch sizes of the layer, each with a command that shows them."""
-    _echo(f"   no measurements on {' or '.join(fps)}")
+    echo(f"   no measurements on {' or '.join(fps)}")
     if others:
-        _echo(f"   measured on: {', '.join(others)}; give --device with a part of one of them")
+        echo(f"   measured on: {', '.join(others)}; give --device with a part of one of them")
     for fp in fps:
         plan = cache.plan_row(problem.key(), fp)
         if plan:
-            _echo(f"   plan {plan['label']} ({plan['source']}), {_ms(plan['time_median_s'])} ms")
+            echo(f"   plan {plan['label']} ({plan['source']}), {format_ms(plan['time_median_s'])} ms")
     batches = cache.measured_batches(problem)
     if batches:
-        hints = [_explain_hint(layer, network, problem.pass_, batch=b, input_shape=input_shape, math_mode=problem.math,
+        hints = [explain_hint(layer, network, problem.pass_, batch=b, input_shape=input_shape, math_mode=problem.math,
                                db=db, dtype=problem.dtype, layout=problem.layout) if network else
                  f"convtune explain {shlex.quote(problem.replace(batch=b).key())}" + (f" --db {shlex.quote(db)}" if db else "")
                  for b in batches]
-        _echo(f"   measured at batch size {', '.join(map(str, batches))}" + (f" (not {batch})" if batch else "") + ":")
+        echo(f"   measured at batch size {', '.join(map(str, batches))}" + (f" (not {batch})" if batch else "") + ":")
         for hint in hints:
-            _echo(f"     {hint}")
+            echo(f"     {hint}")
 
 
 def _search_cost(row) -> str:
@@ -646,7 +458,7 @@ def _search_cost(row) -> str:
 
 def _machine_fingerprints() -> list[str]:
     """This machine's device fingerprints: the GPU's (when CuPy sees one) and the CPU's."""
-    from .backend import get_backend, gpu_available
+    from ..backend import get_backend, gpu_available
     return [get_backend(n).device_info().key() for n in (["cupy"] if gpu_available() else []) + ["numpy"]]
 
 
@@ -673,160 +485,3 @@ def _why(rows, problem) -> str:
     else:
         why = f"winner {winner['label']}: the only candidate timed"
     return why + (f"; {tail}" if tail else "")
-
-
-@main.command(name="export")
-@db_option
-@click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="File to write (default: standard output).")
-def export_cmd(db, fmt, output):
-    """Write the plan table as JSON or CSV, to share with other machines."""
-    from .cache import PlanCache, write_export
-    cache = PlanCache(db, create=False, read_only=True)
-    records = cache.export_records()
-    calibrations = cache.calibrations()
-    trips = cache.trip_decisions()
-    text = write_export(records, fmt, calibrations, trips)
-    if (calibrations or trips) and fmt == "csv":
-        _echo(f"note: CSV holds plans only; the {len(calibrations)} FFT calibration(s) and {len(trips)} "
-                   "round-trip verdict(s) are not in it (use --format json to carry them)", err=True)
-    if output:
-        with open(output, "w") as fh:
-            fh.write(text)
-        _echo(f"exported {len(records)} plan(s) to {output}", err=True)
-    else:
-        _echo(text, nl=False)
-
-
-@main.command(name="import")
-@click.argument("file", type=click.Path(dir_okay=False))
-@db_option
-@click.option("--format", "fmt", type=click.Choice(["auto", "json", "csv"]), default="auto", show_default=True)
-def import_cmd(file, db, fmt):
-    """Merge an exported plan table into the cache: new plans are added; where both have a plan,
-    the better-measured one is kept (timed beats untimed, then the faster median) and differing
-    choices are reported as conflicts."""
-    from .cache import read_export
-    from .cache.exchange import read_calibrations, read_round_trips
-    try:
-        with open(file) as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise click.ClickException(f"cannot read {file}: {exc.strerror or exc}") from None
-    records = read_export(text, None if fmt == "auto" else fmt)
-    calibrations = read_calibrations(text) if fmt != "csv" else {}
-    try:
-        trips = read_round_trips(text) if fmt != "csv" else []
-    except ConvtuneError as exc:
-        raise click.ClickException(f"{file}: {exc}") from None
-    from .fft.cost import check_calibration
-    for device_key, calibration in calibrations.items():  # checked before anything is written
-        try:
-            check_calibration(device_key, calibration)
-        except ValueError as exc:
-            raise click.ClickException(f"{file}: {exc}") from None
-    cache = _writable_cache(db)
-    report = cache.import_records(records)
-    _echo(f"imported {len(records)} plan(s) into {cache.display_url}: {report['added']} added, "
-               f"{report['replaced']} replaced by better measurements, {report['kept']} kept, "
-               f"{report['identical']} identical")
-    for c in report["conflicts"]:
-        _echo(f"conflict {c['problem_key']} on {c['fingerprint']}: ours {c['ours']}, theirs {c['theirs']}; "
-                   f"kept {c['kept']}")
-    if calibrations:
-        have = cache.calibrations()
-        added = {k: v for k, v in calibrations.items() if k not in have}  # a local measurement is kept
-        for device_key, calibration in added.items():
-            cache.put_calibration(device_key, calibration)
-        _echo(f"FFT calibrations: {len(added)} added, {len(calibrations) - len(added)} kept as they were")
-    if trips:
-        new = [t for t in trips if cache.get_trip(t.problem, t.device_key) is None]  # a local verdict is kept
-        for trip in new:
-            cache.put_trip(trip)
-        _echo(f"round-trip verdicts: {len(new)} added, {len(trips) - len(new)} kept as they were")
-
-
-@main.command()
-@db_option
-@click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
-@click.option("--elements", type=click.IntRange(min=1 << 10), default=1 << 24, show_default=True,
-              help="Elements per timed batch of transforms.")
-def calibrate(db, backend, elements):
-    """Measure this device's FFT cost model (transform lengths: powers of 2, 2·3·5·7-smooth, other)
-    and store it in the plan cache, which then ranks transform sizes with it on this device."""
-    from .fft.calibrate import calibrate as run_calibration
-    from .timing import default_timer
-    cache = _writable_cache(db)
-    be = _backend(backend)
-    _echo(f"timing transforms on {be.device_info().key()} ...", err=True)
-    result = run_calibration(be, default_timer(be), elements)
-    rows = [(m["kind"], "x".join(map(str, m["shape"])), f"{m['gflop']:.3f}", _ms(m["seconds"]),
-             f"{m['seconds'] / m['gflop']:.3g}") for m in result["measurements"]]
-    _echo(_table(("kind", "length", "GFLOP", "ms", "s/GFLOP"), rows))
-    _echo("factors (per counted flop, powers of 2 = 1): " +
-               ", ".join(f"{k} {result[k]:.2f}" for k in ("pow2", "smooth", "other")))
-    cache.put_calibration(be.device_info().key(), result)
-    _echo(f"stored in {cache.display_url}")
-
-
-@main.command()
-@click.argument("output", type=click.Path(dir_okay=False))
-@db_option
-@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def backup(output, db, force):
-    """Write a consistent copy of the plan cache to OUTPUT: one SQLite file (no -wal beside it), fit to
-    ship with a model or to open read-only, made while others keep reading and writing (a PostgreSQL
-    cache is copied into a SQLite file too)."""
-    from .cache import PlanCache
-    from .cache.backup import backup as make_backup
-    cache = PlanCache(db, create=False, read_only=True)
-    counts = make_backup(cache, output, force=force)
-    _echo(f"wrote {output}: " + ", ".join(f"{n} {t}" for t, n in counts.items()) + f" (from {cache.display_url})")
-
-
-@main.command()
-@db_option
-def info(db):
-    """This machine's fingerprint, the backends and strategies available, and the cache."""
-    from .backend import BackendError, get_backend
-    from .cache import PlanCache, resolve_url
-    from .cache.schema import SCHEMA_VERSION
-    from .cache.paths import ENV_VAR
-    from .strategies import all_strategies
-    import os
-    for name in ("numpy", "cupy"):
-        try:
-            dev = get_backend(name).device_info()
-        except BackendError as exc:
-            _echo(f"{name}: unavailable: {' '.join(str(exc).split())}")
-            continue
-        _echo(f"{name}: {dev.key()}")
-        for field, value in dev.as_dict().items():
-            if value not in ("", 0):
-                _echo(f"    {field:20s} {value}")
-    try:
-        import cudnn  # noqa: F401
-        _echo(f"cudnn frontend: {getattr(cudnn, '__version__', 'present')}")
-    except Exception as exc:  # optional; any import failure means unavailable
-        _echo(f"cudnn frontend: unavailable ({type(exc).__name__})")
-    _echo("strategies: " + ", ".join(f"{s.name} v{s.version}" for s in all_strategies(True)))
-    url = resolve_url(db)
-    origin = "given by --db" if db else f"from ${ENV_VAR}" if os.environ.get(ENV_VAR) else \
-        f"the default location; --db or ${ENV_VAR} choose another"
-    _echo(f"plan cache: {url} ({origin})")
-    if db or os.environ.get(ENV_VAR) or url.startswith("sqlite:///") and os.path.exists(url[len("sqlite:///"):]):
-        try:
-            cache = PlanCache(db, create=False, read_only=True)
-            _echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
-                  f", {cache.trip_count()} round-trip verdicts (kept spectra); schema {cache.found_version}" +
-                  ("" if cache.found_version == SCHEMA_VERSION else
-                   f" (a command that stores into it upgrades it to {SCHEMA_VERSION}, after a backup)"))
-            for device_key, cal in cache.calibrations().items():
-                _echo(f"    FFT calibration for {device_key}: " +
-                           ", ".join(f"{k} {cal[k]:.2f}" for k in ("pow2", "smooth", "other")))
-        except ConvtuneError as exc:
-            _echo(f"    {exc}")
-
-
-from .bench import commands as _bench_commands  # noqa: E402,F401  (registers bench, bench-model, report)
