@@ -182,7 +182,7 @@ def main(argv=None) -> int:
               f"vs torch-fft {row.get('vs_torch_fft')}, floor {row['floor_ms']}; kernels {row.get('kernels')}; "
               f"side by side {row.get('side_by_side')}",
               flush=True)
-        del x, w, dy, refs, best
+        x = w = dy = refs = best = None  # (their memory goes before the next layer's)
         be.xp.get_default_memory_pool().free_all_blocks()
     if args.output:
         with open(args.output, "w") as f:

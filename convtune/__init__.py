@@ -8,14 +8,13 @@ dispatch through a plan lookup (see :mod:`convtune.runtime`).
 
 from ._version import __version__
 from .errors import BackendError, CacheError, ConvtuneError, NetworkError, TuningError, UnsupportedProblem
-from .problem import ConvProblem
+from .layers import Conv1d, Conv2d
 from .plan import CandidateOutcome, Decision, Plan
-from .timing import CpuTimer, CudaEventTimer, TimingStats
 from .planner import Planner
+from .problem import ConvProblem
 from .runtime import (MemoryPlanStore, Runtime, conv, conv_backward_data, conv_backward_filter, default_runtime,
                       set_default_runtime, tune, use_cache)
-from .layers import Conv1d, Conv2d
-
+from .timing import CpuTimer, CudaEventTimer, TimingStats
 
 # No NullHandler: where the application configures no logging, Python's last-resort handler shows
 # convtune's warnings (a tuning stall, a fallback, a read-only cache) on stderr, and nothing below WARNING.

@@ -11,6 +11,8 @@ import time
 
 import click
 
+from .backend import get_backend, gpu_available
+from .cache import PlanCache
 from .errors import ConvtuneError
 from .text import printable
 
@@ -108,7 +110,6 @@ def parse_passes(text: str) -> tuple[str, ...]:
 
 def writable_cache(db):
     """The plan cache of ``--db`` for a command that stores: a read-only one is an error before any work."""
-    from .cache import PlanCache
     cache = PlanCache(db)
     if cache.read_only:
         raise click.ClickException(f"the plan cache {cache.display_url} is read-only ({cache.db.read_only_reason}): "
@@ -117,7 +118,6 @@ def writable_cache(db):
 
 
 def backend_named(name: str):
-    from .backend import get_backend, gpu_available
     if name == "auto":
         name = "cupy" if gpu_available() else "numpy"
     return get_backend(name)

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import math as _math
 
-from .backend import get_backend
-from .runtime import Runtime, conv, conv_backward_data, conv_backward_filter, padding_sides
+from . import roundtrip
+from .backend import backend_for, get_backend
+from .runtime import (Runtime, _layer_fields, conv, conv_backward_data, conv_backward_filter, default_runtime,
+                      padding_sides)
 
 #: ``keep_spectra`` values: keep the FFT spectra between a layer's passes never, always, or where it pays.
 KEEP_SPECTRA = (False, True, "auto")
@@ -121,9 +123,6 @@ class _ConvNd:
         shape = tuple(x.shape)
         if self._trip is not None and self._trip[0] == shape:
             return self._trip[1]
-        from . import roundtrip
-        from .backend import backend_for
-        from .runtime import _layer_fields, default_runtime
         backend = backend_for(x, self.weight)
         problem = _layer_fields(shape, self.weight.shape, self.stride, self.padding, self.dilation, self.groups,
                                 self.math, "fwd")

@@ -25,7 +25,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .backend import get_backend
+from .cache import PlanCache
 from .errors import ConvtuneError
+from .fft import cost
+from .planner import Planner
+from .problem import ConvProblem
+from .worklist import Worklist, rotated
 
 log = logging.getLogger("convtune")
 
@@ -69,7 +75,6 @@ class Result:
 def _backend_for(job: Job, device: str):
     if callable(job.backend):
         return job.backend(device)
-    from .backend import get_backend
     return get_backend(job.backend)
 
 
@@ -78,10 +83,6 @@ def _worker(device: str, index: int, count: int, job: Job, events, go, abort) ->
     if job.backend == "cupy":
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before CuPy is imported: this GPU only, as device 0
     try:
-        from .cache import PlanCache
-        from .planner import Planner
-        from .problem import ConvProblem
-        from .worklist import Worklist, rotated
         backend = _backend_for(job, device)
         info = backend.device_info()
         events.put(("ready", device, info.key()))
@@ -91,6 +92,7 @@ def _worker(device: str, index: int, count: int, job: Job, events, go, abort) ->
         if abort.is_set():
             return
         cache = PlanCache(job.cache_url)
+        cost.load_calibrations(cache)
         planner = Planner(backend, **job.planner_options)
         problems = rotated([ConvProblem.from_key(k) for k in job.problem_keys], index, count)
         with Worklist(cache, info, planner.tune, retune=job.retune,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backend import DeviceInfo
+from .executor import Executor
 from .problem import ConvProblem
 from .timing import TimingStats
 
@@ -103,7 +104,7 @@ class Plan:
     config: Any
     backend: str
     source: str = "measured"
-    run: Any = field(default=None, repr=False)
+    run: Executor | None = field(default=None, repr=False)
 
     def __call__(self, a, b, out=None):
         a_shape, b_shape = self.problem.operand_shapes
@@ -112,13 +113,12 @@ class Plan:
                              f"({self.problem.describe()}); got {a.shape} and {b.shape}")
         if out is not None and out.shape != self.problem.result_shape:
             raise ValueError(f"out has shape {out.shape}; this plan writes {self.problem.result_shape}")
-        return self.run(a, b, out)
+        return self.run.run(a, b, out)
 
     @property
     def launch(self):
-        """The executor's by-address form (see :meth:`Strategy.build
-        <convtune.strategies.base.Strategy.build>`), or ``None``."""
-        return getattr(self.run, "launch", None)
+        """The executor's by-address form (:attr:`convtune.executor.Executor.launch`), or ``None``."""
+        return self.run.launch
 
     @property
     def label(self) -> str:

@@ -487,8 +487,7 @@ class Planner:
                 # timed as the runtime calls it: into ``out``, or making its own result where it does; an
                 # executor with a ``timed`` form is timed through it (see Strategy.build)
                 target = None if cand.strategy.allocates_result else out
-                timed_form = getattr(run, "timed", None)
-                fn = timed_form(a, b, target) if timed_form is not None else lambda: run(a, b, target)
+                fn = run.timed(a, b, target) if run.timed is not None else lambda: run(a, b, target)
                 stats = self.timer(fn, self.backend, cand.label, stop_above=stop_above) if stop_above is not None \
                     else self.timer(fn, self.backend, cand.label)
             except Exception as exc:

@@ -33,6 +33,8 @@ planner times that whole, conversions included, as the candidate.
 
 from __future__ import annotations
 
+from .executor import Executor, as_executor
+
 DTYPES = ("float32", "bfloat16", "float16")
 LAYOUTS = ("channels_first", "channels_last")
 #: Unit roundoff (half the spacing of numbers in [1, 2)) of each dtype.
@@ -188,12 +190,11 @@ def from_launch(xp, memory, dtype: str, layout: str):
 
 
 def launched(launch, problem, xp, workspace: int = 0):
-    """The array executor ``run(a, b, out=None)`` of a by-address ``launch(a, b, out, stream[, workspace])``
-    that reads and writes ``problem``'s dtype and layout itself (bfloat16 as 16-bit numbers): the operands
-    made launch memory (:func:`launch_memory`), the result written back in the problem's storage. ``run``
-    carries what :meth:`Strategy.build <convtune.strategies.base.Strategy.build>` describes: ``launch``,
-    ``launch_reads_bfloat16``, ``launch_workspace`` (bytes; passed as a fifth argument where not 0) and
-    ``timed`` (the launch on memory prepared once: what the PyTorch bridge's calls run, without the
+    """The :class:`~convtune.executor.Executor` of a by-address ``launch(a, b, out, stream[, workspace])`` that
+    reads and writes ``problem``'s dtype and layout itself (bfloat16 as 16-bit numbers): its ``run`` makes the
+    operands launch memory (:func:`launch_memory`) and writes the result back in the problem's storage; it
+    carries ``launch`` (``launch_reads_bfloat16``; ``launch_workspace`` bytes, passed as a fifth argument where
+    not 0) and ``timed`` (the launch on memory prepared once: what the PyTorch bridge's calls run, without the
     packing the array calls add)."""
     dtype, layout, shape = problem.dtype, problem.layout, problem.result_shape
 
@@ -218,8 +219,7 @@ def launched(launch, problem, xp, workspace: int = 0):
     def timed(a, b, out):
         held = prepared(a, b)
         return lambda: call(*held)
-    run.launch, run.launch_reads_bfloat16, run.launch_workspace, run.timed = launch, True, workspace, timed
-    return run
+    return Executor(run, launch=launch, launch_reads_bfloat16=True, launch_workspace=workspace, timed=timed)
 
 
 def bounded(run, problem, xp):
@@ -228,21 +228,18 @@ def bounded(run, problem, xp):
     dtype and written in the layout (see the module docstring).
 
     On the GPU the result is rounded and laid out in one kernel (:func:`_rounding_kernel`), and the
-    executor carries ``timed`` (:meth:`Strategy.build <convtune.strategies.base.Strategy.build>`): the
-    operands read from the dtype's own memory in the layout (bfloat16 as 16 bits), widened to float32
-    channels-first, ``run``, the result narrowed back, one kernel per conversion, as the PyTorch bridge
-    runs it (its conversions are PyTorch's, from and to half-precision tensors). ``float32_run`` (and
-    ``float32_launch`` where ``run`` has a by-address form) is ``run`` itself, for a caller that makes the
-    conversions."""
+    :class:`~convtune.executor.Executor` carries ``timed``: the operands read from the dtype's own memory in
+    the layout (bfloat16 as 16 bits), widened to float32 channels-first, ``run``, the result narrowed back,
+    one kernel per conversion, as the PyTorch bridge runs it (its conversions are PyTorch's, from and to
+    half-precision tensors). Its ``float32`` is ``run`` itself, for a caller that makes the conversions."""
     dtype, layout, shape = problem.dtype, problem.layout, problem.result_shape
     f32 = xp.float32
     gpu = hasattr(xp, "ElementwiseKernel")
 
     def call(a, b, out=None):
         return narrowed(xp, run(widened(xp, a), widened(xp, b)), problem, out)
-    call.float32_run = run
-    if getattr(run, "launch", None) is not None:  # the float32 channels-first executor by address: a caller
-        call.float32_launch = run.launch          # with its own conversions (the PyTorch bridge) may call it
+    run = as_executor(run)  # (the float32 executor, run directly by a caller that converts: the PyTorch bridge)
+    timed = None
     if gpu:
         def timed(a, b, out):
             ma, mb = (_logical(launch_memory(xp, v, dtype, layout), layout) for v in (a, b))
@@ -257,8 +254,7 @@ def bounded(run, problem, xp):
                 narrow(r32, result)
                 return result  # (the dtype's own memory, as a logical view)
             return go
-        call.timed = timed
-    return call
+    return Executor(call, timed=timed, float32=run)
 
 
 def widened(xp, a):

@@ -31,8 +31,8 @@ import dataclasses
 import functools
 import math
 import numbers
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from . import precision
 

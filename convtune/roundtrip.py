@@ -42,14 +42,17 @@ from dataclasses import dataclass
 
 from . import precision
 from .backend import Backend, gemm_precision, get_backend
-from .fft import callbacks, cost, freqmajor, packedgemm, rowconv, spectral
+from . import compiling
+from .fft import blockkept, callbacks, cost, freqmajor, packedgemm, planeconv, rowconv, spectral
 from .fft import sizes as fft_sizes
 from .fft.cost import spectrum_elems
 from .plan import CandidateOutcome
+from .planner import _failure_reason, random_operands, relative_error
 from .problem import ConvProblem
-from .strategies.base import changed_since
+from .strategies import get_strategy
 from .strategies.fft import narrow_variants, own_transform_configs
-from .timing import TimingStats
+from .timing import TimingStats, default_timer
+from .versioning import changed_since
 
 log = logging.getLogger("convtune")
 
@@ -130,7 +133,6 @@ class TripConfig:
 
 def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     """The kept-spectra executor of the one-block transforms for ``config`` (``block`` product)."""
-    from .fft import blockkept
     if problem.rank == 1:
         return blockkept.RowKept(xp, problem, config.sizes[0], config.radices, config.threads, fused=config.fused)
     if problem.rank == 2:
@@ -146,7 +148,6 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
     policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.launch_options`);
     each also ``fused``, both backward passes from one transform of dy (no spectra of dy written or read back), for
     images always and for rows where the batch's sums fit beside the row."""
-    from .fft import planeconv
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
         return []
@@ -498,6 +499,29 @@ class TripDecision:
                        f"{'keeps spectra' if self.pays else 'per-pass plans'} ({self.reason})")
 
 
+def trip_key(problem: ConvProblem, device_key: str) -> str:
+    """The key of a layer's round-trip record in a plan store: the device and the layer's forward problem."""
+    return f"{device_key}|{problem.for_pass('fwd').key()}"
+
+
+def load_trip(store, problem: ConvProblem, device_key: str) -> TripDecision | None:
+    """The round-trip decision of ``problem``'s layer stored in ``store`` (a :class:`~convtune.cache.PlanStore`),
+    or ``None`` (an unreadable one too, with a warning)."""
+    doc = store.get_record("trip", trip_key(problem, device_key))
+    if doc is None:
+        return None
+    try:
+        return TripDecision.from_dict(doc)
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("plan store %s: unreadable round-trip decision for %s skipped (%s)", store, problem.key(), exc)
+        return None
+
+
+def save_trip(store, decision: TripDecision) -> None:
+    """Store (replacing) a layer's round-trip decision in ``store``."""
+    store.put_record("trip", trip_key(decision.problem, decision.device_key), decision.as_dict())
+
+
 def trip_candidates(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
     """The cheapest transform sizes by the cost model summed over the three passes, plain and (GPU,
     where cuFFT has JIT callbacks) fused, and on the GPU also with the packed product and, where
@@ -556,7 +580,6 @@ def time_round_trip(timer, backend: Backend, trip: RoundTrip, x, w, dy, label: s
 
 def round_trip_operands(backend: Backend, problem: ConvProblem, seed: int = 0):
     """Fresh random ``x``, ``w`` and ``dy`` for the forward ``problem``'s round trip."""
-    from .planner import random_operands
     p = problem.for_pass("fwd")
     x, w = random_operands(backend, p, seed)
     return x, w, random_operands(backend, p.for_pass("dgrad"), seed + 1)[0]
@@ -564,7 +587,6 @@ def round_trip_operands(backend: Backend, problem: ConvProblem, seed: int = 0):
 
 def round_trip_references(backend: Backend, problem: ConvProblem, x, w, dy) -> list:
     """The float64 ``y``, ``dx`` and ``dw`` of the round trip on these operands."""
-    from .strategies import get_strategy
     xp = backend.xp
     return [get_strategy("reference").build(problem.for_pass(q), None, backend)(a.astype(xp.float64),
                                                                                  b.astype(xp.float64))
@@ -576,8 +598,7 @@ def compile_block_trips(problem: ConvProblem, configs, backend: Backend) -> None
     :func:`convtune.compiling.only_kernels`: about 3 s of NVRTC each, and replknet-dw31 has 16 candidates); one that
     fails fails again where the trip is built, and is recorded there."""
     if configs and backend.name == "cupy":
-        from .compiling import build_concurrently
-        build_concurrently([lambda c=c: _block_kept(backend.xp, problem, c) for c in configs], backend)
+        compiling.build_concurrently([lambda c=c: _block_kept(backend.xp, problem, c) for c in configs], backend)
 
 
 def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: float | None,
@@ -591,8 +612,6 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
     ``over_budget`` (kept bytes over ``keep_limit``), ``rejected``, ``failed`` or timed (``ok``, the
     fastest ``winner``).
     """
-    from .planner import relative_error, _failure_reason
-    from .timing import default_timer
     backend = get_backend(backend) if isinstance(backend, str) else backend
     timer = timer if timer is not None else default_timer(backend)
     p = problem.for_pass("fwd")

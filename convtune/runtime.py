@@ -22,16 +22,17 @@ import importlib
 import logging
 import threading
 import time
-from typing import Protocol
 
 import numpy as np
 
-from . import precision
-from .backend import Backend, backend_for
+from . import precision, roundtrip
+from .backend import Backend, backend_for, get_backend
+from .cache import MemoryPlanStore, PlanCache, PlanStore
 from .errors import CacheError, ConvtuneError, TuningError
+from .fft import cost
 from .plan import Decision, Plan
 from .planner import Planner, build_from_config, build_plan, check_config, heuristic_decision
-from .problem import ConvProblem, integral
+from .problem import ConvProblem, _tuple, integral
 from .roundtrip import DEFAULT_KEEP_LIMIT
 from .worklist import POLL_S, store_leases
 
@@ -51,54 +52,6 @@ class _Held:
 
     def __repr__(self):
         return f"<held by {self.holder}>"
-
-
-class PlanStore(Protocol):
-    """Where decisions live between calls: :class:`MemoryPlanStore` or the persistent cache."""
-
-    def get(self, problem: ConvProblem, device_key: str) -> Decision | None: ...
-
-    def put(self, decision: Decision) -> None: ...
-
-
-class MemoryPlanStore:
-    """Decisions in a dict keyed by ``(device key, problem key)``; lost at exit."""
-
-    def __init__(self):
-        self._decisions: dict[tuple[str, str], Decision] = {}
-        self._trips: dict = {}  # (device key, forward problem key) -> TripDecision
-        self._duels: dict = {}  # (device key, problem key, plan label, torch id) -> the PyTorch layer's duel record
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, problem, device_key):
-        decision = self._decisions.get((device_key, problem.key()))
-        if decision is None:
-            self.misses += 1
-        else:
-            self.hits += 1
-        return decision
-
-    def put(self, decision):
-        self._decisions[(decision.device_key, decision.problem.key())] = decision
-
-    def get_trip(self, problem, device_key):
-        return self._trips.get((device_key, problem.for_pass("fwd").key()))
-
-    def put_trip(self, decision):
-        self._trips[(decision.device_key, decision.problem.key())] = decision
-
-    def get_duel(self, problem, device_key, plan_label, torch_id):
-        return self._duels.get((device_key, problem.key(), plan_label, torch_id))
-
-    def put_duel(self, record):
-        self._duels[(record["device_key"], record["problem"], record["plan"], record["torch"])] = record
-
-    def __len__(self):
-        return len(self._decisions)
-
-    def __repr__(self):
-        return f"<MemoryPlanStore {len(self)} decisions, hits={self.hits} misses={self.misses}>"
 
 
 class Runtime:
@@ -143,6 +96,7 @@ class Runtime:
         self.tuned = 0  # problems this runtime tuned on a miss
         self._lease_keeper = None  # Leases on the store, made on the first tuning (None: it keeps none)
         self._leases_checked = False
+        self._calibrations_loaded = False
 
     # -- the store, and what happens when it fails -------------------------------------------------
     def _stored(self, problem: ConvProblem, device_key: str) -> Decision | None:
@@ -194,9 +148,8 @@ class Runtime:
         """The plan of the nearest tuned problem of the same kind, built for ``problem`` and checked once
         against float64 on a small batch (a configuration is made for a shape: one that does not fit this
         one fails to build or is wrong, and is not used); ``None`` where there is none that works."""
-        nearest = getattr(self.store, "nearest", None)
         try:
-            decision = nearest(problem, device_key) if nearest else None
+            decision = self.store.nearest(problem, device_key)
         except CacheError as exc:
             self._store_failed("looked up", exc)
             return None
@@ -216,13 +169,20 @@ class Runtime:
         return plan
 
     def _note_pending(self, problem: ConvProblem, backend: Backend, served_by: str) -> None:
-        add = getattr(self.store, "add_pending", None)
-        if add is None:
-            return
         try:
-            add(problem, backend.device_info(), served_by)
+            self.store.add_pending(problem, backend.device_info(), served_by)
         except CacheError as exc:
             self._store_failed("noted as pending", exc)
+
+    def _load_calibrations(self) -> None:
+        """Before this runtime's first tuning: the FFT cost model's calibrations stored with its plans."""
+        if self._calibrations_loaded:
+            return
+        self._calibrations_loaded = True
+        try:
+            cost.load_calibrations(self.store)
+        except CacheError as exc:
+            self._store_failed("looked up", exc)
 
     def _leases(self):
         if not self._leases_checked:
@@ -264,6 +224,7 @@ class Runtime:
         held = self._lease(problem, backend, wait)
         if held is not None:
             return held
+        self._load_calibrations()
         started = time.perf_counter()
         try:
             try:
@@ -297,15 +258,14 @@ class Runtime:
         memo, then the store, then (``tune`` policy only) measured against the three per-pass
         winners and stored. ``None`` where there is none and the policy does not tune.
         ``refresh``: measure again (tune policy) even where one is stored."""
-        from . import roundtrip
+
         fwd = problem.for_pass("fwd")
         device_key = backend.device_info().key()
         key = (device_key, fwd.key())
         if key in self._trips and not refresh:
             return self._trips[key]
-        get_trip = getattr(self.store, "get_trip", None)
         try:
-            decision = get_trip(fwd, device_key) if get_trip and not refresh else None
+            decision = None if refresh else roundtrip.load_trip(self.store, fwd, device_key)
         except CacheError as exc:
             self._store_failed("looked up", exc)
             decision = None
@@ -314,17 +274,16 @@ class Runtime:
                      decision.version, roundtrip.VERSION)
             decision = None
         if decision is None and self.miss_policy == "tune":
+            self._load_calibrations()
             per_pass = [self.decision_for(fwd.for_pass(q), backend) for q in ("fwd", "dgrad", "wgrad")]
             times = [d.winner.median_s for d in per_pass]
             per_pass_s = sum(times) if all(t is not None for t in times) else None
             decision = roundtrip.tune_round_trip(fwd, backend, per_pass_s, [d.winner.label for d in per_pass],
                                                  timer=self.planner_options.get("timer"), keep_limit=self.keep_limit)
-            put_trip = getattr(self.store, "put_trip", None)
-            if put_trip is not None:
-                try:
-                    put_trip(decision)
-                except CacheError as exc:
-                    self._store_failed("stored", exc)
+            try:
+                roundtrip.save_trip(self.store, decision)
+            except CacheError as exc:
+                self._store_failed("stored", exc)
         self._trips[key] = decision
         return decision
 
@@ -376,8 +335,7 @@ def default_runtime() -> Runtime:
     (``$CONVTUNE_DB`` or ``~/.cache/convtune/plans.db``, opened on first use), tuning on a miss."""
     global _default_runtime
     if _default_runtime is None:
-        from .cache.store import LazyPlanCache
-        _default_runtime = Runtime(store=LazyPlanCache())
+        _default_runtime = Runtime(store=PlanCache(lazy=True))
     return _default_runtime
 
 
@@ -391,7 +349,6 @@ def use_cache(url: str | None = None, miss_policy: str = "tune", **planner_optio
     >>> rt.miss_policy
     'heuristic'
     """
-    from .cache.store import PlanCache
     runtime = Runtime(store=PlanCache(url), miss_policy=miss_policy, planner_options=planner_options)
     set_default_runtime(runtime)
     return runtime
@@ -416,7 +373,6 @@ def tune(problem: ConvProblem, runtime: Runtime | None = None, backend: Backend 
     >>> convtune.tune(p).winner.status
     'winner'
     """
-    from .backend import get_backend
     runtime = runtime or default_runtime()
     backend = get_backend(backend) if isinstance(backend, str) else backend
     decision = Planner(backend, **{**runtime.planner_options, **planner_options}).tune(problem)
@@ -489,7 +445,6 @@ def padding_sides(padding, kernel, dilation, stride) -> list[tuple[int, int]]:
 
 
 def _per_axis(value, rank, name):
-    from .problem import _tuple
     return _tuple(value, rank, name)
 
 

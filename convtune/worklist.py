@@ -113,7 +113,7 @@ class Leases:
 def store_leases(store, ttl_s: float = LEASE_TTL_S) -> Leases | None:
     """:class:`Leases` on ``store`` where it keeps them (a writable plan cache at schema 3), else ``None``."""
     try:
-        return Leases(store, ttl_s) if getattr(store, "has_leases", False) else None
+        return Leases(store, ttl_s) if store.has_leases else None
     except CacheError:  # a cache that cannot be opened has no leases; its failure is the runtime's to report
         return None
 
@@ -145,7 +145,7 @@ class Worklist:
         self.on_tune = on_tune
         self.device_key = device.key()
         self.poll_s = poll_s
-        self.leases = Leases(cache, ttl_s, holder) if getattr(cache, "has_leases", False) else None
+        self.leases = Leases(cache, ttl_s, holder) if cache.has_leases else None
         self.deferred: list[ConvProblem] = []
 
     def __enter__(self):

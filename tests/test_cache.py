@@ -359,7 +359,7 @@ def test_round_trip_decisions_are_stored_and_reused(cache_url):
     second = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FailingTimer()})
     got = second.round_trip_for(p, be)
     assert got == made and second.tuned == 0
-    assert PlanCache(cache_url).trip_count() == 1
+    assert len(PlanCache(cache_url).records("trip")) == 1
     layer = convtune.Conv2d(3, 4, 5, padding=2, seed=0, runtime=second, keep_spectra="auto")
     y = layer(np.random.default_rng(0).standard_normal(p.x_shape, dtype=np.float32))
     assert layer._trip[1] is not None and layer._trip[1].config == made.config and y.shape == p.y_shape
@@ -374,6 +374,6 @@ def test_a_half_precision_layers_round_trip_decision_is_stored_apart_and_reused(
     first = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FakeTimer(times={"fft-trip": 1e-3})})
     made = {p: first.round_trip_for(p, be) for p in (plain, half)}
     assert all(d.pays and d.winner is not None for d in made.values()) and made[half].problem == half
-    assert PlanCache(cache_url).trip_count() == 2
+    assert len(PlanCache(cache_url).records("trip")) == 2
     second = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FailingTimer()})
     assert second.round_trip_for(half, be) == made[half] and second.tuned == 0

@@ -188,17 +188,18 @@ def test_calibrate_measures_stores_and_info_shows_it(db, calibrations):
 
 def test_json_exports_carry_fft_calibrations_and_csv_says_it_does_not(net, db, tmp_path, calibrations):
     from convtune.cache import PlanCache
+    from convtune.fft import cost
     run("tune", net, "--db", db, "--backend", "numpy")
-    PlanCache(db).put_calibration("gpu:test-device", {"source": "t", "pow2": 1.0, "smooth": 1.5, "other": 3.5})
+    cost.store_calibration(PlanCache(db), "gpu:test-device", {"source": "t", "pow2": 1.0, "smooth": 1.5, "other": 3.5})
     out = tmp_path / "plans.json"
     run("export", "--db", db, "-o", out)
     assert json.loads(out.read_text())["fft_calibrations"]["gpu:test-device"]["smooth"] == 1.5
     other = str(tmp_path / "other.db")
-    PlanCache(other).put_calibration("gpu:test-device-2", {"source": "local", "pow2": 1.0, "smooth": 1.2,
-                                                          "other": 2.0})
+    cost.store_calibration(PlanCache(other), "gpu:test-device-2", {"source": "local", "pow2": 1.0, "smooth": 1.2,
+                                                                   "other": 2.0})
     imported = run("import", out, "--db", other).output
     assert "FFT calibrations: 1 added, 0 kept as they were" in imported
-    assert PlanCache(other).calibrations()["gpu:test-device"]["other"] == 3.5
+    assert cost.stored_calibrations(PlanCache(other))["gpu:test-device"]["other"] == 3.5
     assert "FFT calibrations: 0 added, 1 kept" in run("import", out, "--db", other).output
     assert "CSV holds plans only; the 1 FFT calibration(s) and 0 round-trip verdict(s) are not in it" in \
         run("export", "--db", db, "--format", "csv", "-o", tmp_path / "p.csv").output
@@ -232,7 +233,7 @@ def test_json_exports_carry_round_trip_verdicts(net, db, tmp_path):
     other = str(tmp_path / "other.db")
     imported = run("import", out, "--db", other)
     assert imported.exit_code == 0 and "round-trip verdicts: 2 added, 0 kept" in imported.output
-    assert PlanCache(other).trip_decisions() == PlanCache(db).trip_decisions()
+    assert PlanCache(other).records("trip") == PlanCache(db).records("trip")
     again = run("import", out, "--db", other).output
     assert "round-trip verdicts: 0 added, 2 kept" in again
     # a runtime on the imported cache follows the verdict without timing anything

@@ -68,13 +68,16 @@ def test_candidates_rank_sizes_with_the_devices_calibration(backend, calibration
     assert fft.candidates(p, backend)[0].sizes == (61,)  # fewest flops once primes cost no more
 
 
-def test_calibration_is_stored_in_the_plan_cache_and_used_when_it_is_opened(tmp_path, calibrations):
+def test_calibration_is_stored_in_the_plan_cache_and_used_once_loaded(tmp_path, calibrations):
     from convtune.cache import PlanCache
     db = str(tmp_path / "plans.db")
-    PlanCache(db).put_calibration("gpu:test-device", {"source": "t", "pow2": 1.0, "smooth": 2.0, "other": 3.0})
-    PlanCache(db).put_calibration("gpu:test-device", {"source": "t2", "pow2": 1.0, "smooth": 1.5, "other": 3.0})
+    cost.store_calibration(PlanCache(db), "gpu:test-device", {"source": "t", "pow2": 1.0, "smooth": 2.0, "other": 3.0})
+    cost.store_calibration(PlanCache(db), "gpu:test-device", {"source": "t2", "pow2": 1.0, "smooth": 1.5, "other": 3.0})
     calibrations.clear()
-    stored = PlanCache(db).calibrations()
+    cache = PlanCache(db)
+    assert cost.calibration_for("gpu:test-device") is cost.CALIBRATION  # opening a cache loads nothing
+    cost.load_calibrations(cache)
+    stored = cost.stored_calibrations(cache)
     assert list(stored) == ["gpu:test-device"] and stored["gpu:test-device"]["smooth"] == 1.5
     assert cost.calibration_for("gpu:test-device")["source"] == "t2"
     assert cost.calibration_for("gpu:other") is cost.CALIBRATION

@@ -288,7 +288,7 @@ def test_channels_first_depthwise_kernels_read_half_precision_against_float64(dt
     assert variants <= {"simple", "tiled", "window"} and variants, variants
     for cfg in configs:
         run = strategy.executor(p, cfg, be)
-        assert not hasattr(run, "float32_run") and run.launch is not None, cfg.label()
+        assert run.float32 is None and run.launch is not None, cfg.label()
         out = precision.empty_result(cp, p, fill=cp.nan)
         assert run(a, b, out) is out
         err = relative_error(cp, out, ref)
@@ -322,7 +322,7 @@ def test_fft_calibration_measures_on_the_gpu(tmp_path, calibrations):
     result = calibrate(be, default_timer(be), elements=1 << 20)
     assert result["source"].startswith("measured by convtune calibrate on gpu:")
     assert all(result[k] > 0 for k in ("pow2", "smooth", "other")) and len(result["measurements"]) == 15
-    PlanCache(str(tmp_path / "p.db")).put_calibration(be.device_info().key(), result)
+    cost.store_calibration(PlanCache(str(tmp_path / "p.db")), be.device_info().key(), result)
     assert cost.calibration_for(be.device_info().key())["other"] == result["other"]
 
 

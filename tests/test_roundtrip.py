@@ -7,7 +7,7 @@ from cases import CASES, problem
 from conftest import FakeTimer
 from convtune.fft import sizes as fft_sizes
 from convtune.planner import random_operands, relative_error
-from convtune.roundtrip import (RoundTrip, TripConfig, TripDecision, held_bytes, trip_candidates, tune_round_trip,
+from convtune.roundtrip import (RoundTrip, TripConfig, TripDecision, held_bytes, load_trip, trip_candidates, tune_round_trip,
                                 unsupported_reason)
 from convtune.strategies import get_strategy
 
@@ -169,7 +169,7 @@ def test_layer_keeps_spectra(backend, keep):
     assert not kept._trip[1].holding
     for a, b in ((y0, y1), (dx0, dx1), (plain.grad_weight, kept.grad_weight), (plain.grad_bias, kept.grad_bias)):
         assert float(abs(a - b).max()) <= 1e-4 * float(abs(a).max())
-    stored = runtime.store.get_trip(kept._trip[1].problem, backend.device_info().key())
+    stored = load_trip(runtime.store, kept._trip[1].problem, backend.device_info().key())
     assert stored is not None and stored.pays
 
 
@@ -183,7 +183,7 @@ def test_layer_auto_keeps_per_pass_plans_when_the_trip_does_not_pay():
     from convtune import ConvProblem
     from convtune.backend import get_backend
     p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(12, 12), kernel_size=5, padding=2)
-    stored = runtime.store.get_trip(p, get_backend("numpy").device_info().key())
+    stored = load_trip(runtime.store, p, get_backend("numpy").device_info().key())
     assert stored is not None and not stored.pays and stored.winner is not None
     with pytest.raises(ValueError, match="keep_spectra"):
         Conv2d(3, 4, 5, keep_spectra="always")
@@ -470,7 +470,6 @@ def test_a_trip_that_reads_bfloat16_bits_is_timed_on_16_bit_memory(reads_bits):
     """A bfloat16 round trip is timed on what the PyTorch layer hands it: where the trip reads bfloat16's 16 bits itself,
     16-bit copies of the operands, made once (their bits the float32 storage's upper halves, in the layer's memory
     order), and 16-bit results of the passes' shapes; any other trip on the operands as given, its results its own."""
-    from convtune import precision
     from convtune.roundtrip import time_round_trip
     from convtune.backend import get_backend
     p = problem("2d-odd").replace(dtype="bfloat16", layout="channels_last")

@@ -188,7 +188,7 @@ def test_own_transform_plans_are_built_for_the_problem_itself_others_for_its_flo
                            (FftConfig(sizes=(64, 64), product="fgemm", chunk=2, packed=True), False)):
         run = fft.executor(p, config, be)
         assert built[-1] == (p if itself else p.in_float32()), config.label()
-        assert hasattr(run, "float32_run") != itself and fft.reads(p, config) == itself
+        assert (run.float32 is not None) != itself and fft.reads(p, config) == itself
         if not (config.tiled or config.polyphase):  # (their workspaces are for problems they apply to)
             extra = 0 if itself else p.in_float32().min_bytes()
             assert fft.workspace(p, config) == fft.workspace_bytes(p, config) + extra

@@ -100,7 +100,7 @@ def _spy_streams(route, seen):
     def spy(a, b, out=None):
         seen.append((cp.cuda.get_current_stream().ptr, torch.cuda.current_stream().cuda_stream))
         return inner(a, b, out)
-    route.fwd_exec.plan = dataclasses.replace(plan, run=spy)
+    route.fwd_exec.plan = dataclasses.replace(plan, run=dataclasses.replace(inner, run=spy))
 
 
 @pytest.mark.parametrize("strategy", ["im2col", "fft"])  # (cuDNN's plans run by address: LAUNCH_CASES)

@@ -10,6 +10,7 @@ from torch import nn  # noqa: E402
 import convtune  # noqa: E402
 import convtune.torch as ct  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
+from convtune.executor import Executor  # noqa: E402
 from convtune.torch import _autograd  # noqa: E402
 from conftest import FakeTimer  # noqa: E402
 from torch_models import MODELS  # noqa: E402
@@ -168,7 +169,6 @@ def _address_plan(problem, form):
     """A plan whose executor's by-address form (``form``: ``'native'``, the problem's dtype and layout;
     ``'float32'``, float32 channels-first through :func:`convtune.precision.bounded`) computes the forward
     pass with PyTorch on the memory it is given, recording the streams it ran on."""
-    import types
     from convtune.plan import Plan
     from convtune.strategies.base import Config
     x_shape, w_shape = problem.operand_shapes
@@ -182,9 +182,11 @@ def _address_plan(problem, form):
 
     def run(a, b, out=None):
         raise AssertionError("the array path ran")
-    run = types.FunctionType(run.__code__, run.__globals__)
-    setattr(run, "launch" if form == "native" else "float32_launch", launch)
-    return Plan(problem, "fake", Config(), "cupy", run=run), streams
+    if form == "native":
+        executor = Executor(run, launch=launch)
+    else:
+        executor = Executor(run, float32=Executor(run, launch=launch))
+    return Plan(problem, "fake", Config(), "cupy", run=executor), streams
 
 
 @pytest.mark.parametrize("dtype, layout, form", [("float32", "channels_first", "native"),
@@ -235,7 +237,6 @@ def test_a_by_address_form_that_reads_bfloat16_gets_the_tensors_own_memory_and_a
     size it asks for as a fifth argument; the result is bfloat16 in that layout, nothing goes the array way."""
     import ctypes
     import math
-    import types
     import numpy as np
     from convtune.plan import Plan
     from convtune.strategies.base import Config
@@ -257,8 +258,7 @@ def test_a_by_address_form_that_reads_bfloat16_gets_the_tensors_own_memory_and_a
 
     def run(a, b, out=None):
         raise AssertionError("the array path ran")
-    run = types.FunctionType(run.__code__, run.__globals__)
-    run.launch, run.launch_reads_bfloat16, run.launch_workspace = launch, True, 96
+    run = Executor(run, launch=launch, launch_reads_bfloat16=True, launch_workspace=96)
     br = _AddressBridge()
     executor = ArrayPlan(Plan(problem, "fake", Config(), "cupy", run=run), br, problem)
     assert executor.launch_dtype == torch.bfloat16 and executor.launch_workspace == 96
@@ -276,7 +276,6 @@ def test_a_one_d_channels_last_launch_gets_and_gives_memory_in_nlc_order():
     """A 1-D call on (N, L, C) memory is a channels_last problem; PyTorch has no memory format for it, and the
     launch of such a problem (the channels-last depthwise kernels, cuDNN's) reads and writes (N, L, C) memory:
     the bridge hands it that, for channels-first operands too, and the result is right either way."""
-    import types
     from convtune.plan import Plan
     from convtune.strategies.base import Config
     from convtune.torch._dispatch import ArrayPlan, layer_problem
@@ -290,8 +289,7 @@ def test_a_one_d_channels_last_launch_gets_and_gives_memory_in_nlc_order():
 
     def run(a, b, out=None):
         raise AssertionError("the array path ran")
-    run = types.FunctionType(run.__code__, run.__globals__)
-    run.launch = launch
+    run = Executor(run, launch=launch)
     br = _AddressBridge()
     executor = ArrayPlan(Plan(problem, "fake", Config(), "cupy", run=run), br, problem)
     torch.manual_seed(0)

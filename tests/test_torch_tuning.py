@@ -473,7 +473,7 @@ def test_cli_bench_model_kept_spectra_mode_on_the_cpu(tmp_path, fake_default_tim
     assert kept["mode"] == "convtune-fp32-kept" and kept["patched_layers"] > 0 and not kept["tuning"]["failed"]
     assert kept["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
     from convtune.cache import PlanCache
-    assert PlanCache(str(tmp_path / "plans.db"), create=False, read_only=True).trip_count() > 0  # verdicts tuned
+    assert PlanCache(str(tmp_path / "plans.db"), create=False, read_only=True).records("trip")  # verdicts tuned
 
 
 def test_cli_bench_model_native_mode_is_pytorchs_convolution_through_the_drop_in(tmp_path, fake_default_timer):

@@ -11,8 +11,18 @@ import sys
 
 import click
 
-from ..commandline import (backend_named, db_option, dtype_option, echo, format_ms_value, format_table, input_shape_option,
-                           layout_option, parse_passes, parse_shapes, positive_ints)
+from ..cache import PlanCache
+from ..commandline import (backend_named, db_option, dtype_option, echo, format_ms_value, format_table,
+                           input_shape_option, layout_option, parse_passes, parse_shapes, positive_ints)
+from ..network import load_network
+from ..runtime import Runtime
+from ..timing import CpuTimer, CudaEventTimer
+from .dispatch import measure_dispatch_overhead
+from .peers import available_peers
+from .report import PARITY_BOUND, make_report, parity
+from . import runner
+from .runner import DROP_IN, speedup, sweep_layers
+from .steps import AGAIN, paired, speedups
 
 
 def _command_line(name: str) -> str:
@@ -65,14 +75,6 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     layer with keep_spectra='auto' runs: the kept-spectra round trip where it pays, else the sum
     of the three per-pass plans.
     """
-    from .dispatch import measure_dispatch_overhead
-    from .peers import available_peers
-    from .report import PARITY_BOUND, parity
-    from .runner import DROP_IN, run_bench, speedup, sweep_layers
-    from ..cache import PlanCache
-    from ..network import load_network
-    from ..runtime import Runtime
-    from ..timing import CpuTimer, CudaEventTimer
 
     if not network and not sweep:
         raise click.ClickException("give a NETWORK, --sweep, or both")
@@ -112,7 +114,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
     command = _command_line("bench")
     checkpoint = _json_writer(output)  # after every layer: an interrupted run keeps what it measured
     try:
-        results = run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
+        results = runner.run_bench(layers, pass_list, be, runtime, timer, peers, command=command, math_mode=math_mode,
                             sweep=sweep_list, dispatch_overhead=overhead,
                             progress=lambda text: echo(f"  {text}", err=True), checkpoint=checkpoint,
                             keep_spectra=keep_spectra)
@@ -227,8 +229,6 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     missing). Reports per mode the median step time (CUDA events), the first step's time, peak
     memory and, for convtune, the tuning time and what each layer runs.
     """
-    from ..runtime import Runtime
-    from ..cache import PlanCache
     try:
         from ..torch.bench import bench_model
     except ImportError as exc:
@@ -268,7 +268,6 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
           + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
              if rounds > 1 else "")
           + ("; every step a CUDA graph's replay" if graph else ""))
-    from .steps import AGAIN, paired, speedups
     by_round = paired(doc)
     for name, ratio in speedups(doc).items():
         text = f"{name}: {ratio:.2f}x"
@@ -296,6 +295,5 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="bench-report", show_default=True)
 def report(results, out_dir):
     """Turn `convtune bench` RESULTS (JSON) into PNG figures and an HTML page in a directory."""
-    from .report import make_report
     for path in make_report(results, out_dir):
         echo(str(path))

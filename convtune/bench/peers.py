@@ -24,7 +24,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from ..planner import Planner
 from ..problem import ConvProblem
+from ..strategies.pytorch import native_pass
+from . import torchfft
 
 PEERS = ("torch-fp32", "torch-tf32", "torch-fp32-ref", "torch-fft", "cudnn-best")
 #: Seconds the cudnn-best peer may spend timing one problem's engines (the search, not the bench).
@@ -61,7 +64,6 @@ def _torch_peer(name: str, tf32: bool, backend, reference: bool = False) -> Peer
     def make(problem: ConvProblem, a, b):
         if reference and problem.dtype == "float32":
             raise NotApplicable("a float32 problem: torch-fp32 is its PyTorch peer")
-        from ..strategies.pytorch import native_pass
         # PyTorch's own computation of the pass, as its autograd runs it in training (the backward passes
         # through convolution_backward with the input's memory format: torch.nn.grad.conv2d_input hands it
         # a broadcast input, which for a channels-last depthwise layer makes PyTorch run the pass through
@@ -90,7 +92,6 @@ def _cudnn_peer(backend) -> Peer:
         return Peer("cudnn-best", None, "the cuDNN frontend (nvidia-cudnn-frontend) is not installed")
 
     def make(problem: ConvProblem, a, b):
-        from ..planner import Planner
         planner = Planner(backend, strategies=["cudnn"], time_budget_s=CUDNN_SEARCH_BUDGET_S)
         plan = planner.plan(problem)  # raises TuningError (reported as the peer's failure) if no engine runs
 
@@ -102,7 +103,6 @@ def _cudnn_peer(backend) -> Peer:
 
 
 def _torch_fft_peer(backend) -> Peer:
-    from . import torchfft
     torch, absent = _torch_for(backend)
     if torch is None:
         return Peer(torchfft.NAME, None, absent)

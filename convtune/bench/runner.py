@@ -9,7 +9,6 @@ same device. One JSON document holds everything (:func:`run_bench`).
 from __future__ import annotations
 
 import functools
-
 import logging
 import math
 import platform
@@ -22,9 +21,10 @@ from ..direct.reference import reference
 from ..netlayer import Layer
 from ..planner import random_operands, relative_error
 from ..problem import ConvProblem
+from ..roundtrip import RoundTrip, round_trip_operands, round_trip_references, time_round_trip, timed_steps
 from ..runtime import Runtime, conv, conv_backward_data, conv_backward_filter
-from . import torchfft
 from ..timing import paired_ratio
+from . import torchfft
 from .peers import NotApplicable, as_cupy
 
 log = logging.getLogger("convtune")
@@ -222,6 +222,7 @@ def _drop_in_call(problem: ConvProblem, a, b, runtime: Runtime):
     the route's per-pass call, with its host work, is a path such a layer's training never takes."""
     try:
         import torch
+
         from ..torch._dispatch import _EXEC, route_for
     except ImportError:
         return None
@@ -264,7 +265,6 @@ def bench_kept_spectra(problem: ConvProblem, backend: Backend, runtime: Runtime,
     (tuned on a miss): the decision, and the winning round trip timed with the bench's timer (each
     pass after an L2 flush, on the memory the PyTorch layer hands it: :func:`convtune.roundtrip.timed_steps`) and
     checked against float64, whether or not it pays."""
-    from ..roundtrip import RoundTrip, round_trip_operands, round_trip_references, time_round_trip
     try:
         decision = runtime.round_trip_for(problem, backend)
     except Exception as exc:
@@ -298,7 +298,6 @@ def bench_peer_round_trip(problem: ConvProblem, backend: Backend, timer, seed: i
     """The torch-fft peer's round trip as a training step runs it (forward with autograd, one backward
     for both gradients), timed whole and checked against float64."""
     import torch
-    from ..roundtrip import round_trip_operands, round_trip_references
     p = problem.for_pass("fwd")
     try:
         x, w, dy = round_trip_operands(backend, p, seed)
@@ -325,7 +324,6 @@ def bench_trip_paired(problem: ConvProblem, backend: Backend, runtime: Runtime, 
     over convtune's). The round trip's own figure sums its passes, each after its own flush; on the H100 a trip timed
     whole beside the peer came out 5 to 30% slower than that (BENCHMARKS.md, 25th session), so both are reported."""
     import torch
-    from ..roundtrip import RoundTrip, round_trip_operands, timed_steps
     if not hasattr(timer, "interleaved"):
         return {"absent": "the timer cannot time calls side by side"}
     try:

@@ -23,7 +23,6 @@ relative error, 20x over the fp32 bound, and faster than an fp32 peer.
 
 from __future__ import annotations
 
-
 from ..fft.sizes import next_smooth
 from ..problem import ConvProblem
 

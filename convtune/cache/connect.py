@@ -64,6 +64,14 @@ def _sqlite_tables(path: str) -> list[str]:
         conn.close()
 
 
+def display_url(url: str) -> str:
+    """``url`` as messages show it: its password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
 class Database:
     """One database URL's engine, with reads, writes and close done as the module docstring says.
 

@@ -105,20 +105,17 @@ def read_calibrations(text: str) -> dict:
     return found
 
 
-def read_round_trips(text: str) -> list:
-    """The round-trip verdicts of a JSON export, checked (none in CSV, or in older exports)."""
-    from ..roundtrip import TripDecision
+def read_round_trips(text: str) -> list[dict]:
+    """The round-trip verdicts of a JSON export as records (none in CSV, or in older exports), their text cells
+    checked; :class:`convtune.roundtrip.TripDecision` reads each."""
     found = _json_entry(text, "round_trips", [])
     if not isinstance(found, list):
         raise CacheError("the export's \"round_trips\" entry is not a list")
-    decisions = []
     for i, item in enumerate(found):
+        if not isinstance(item, dict):
+            raise CacheError(f"round-trip verdict {i} of the export is malformed: not a mapping")
         _refuse_control(item, f"round-trip verdict {i} of the export")
-        try:
-            decisions.append(TripDecision.from_dict(item))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CacheError(f"round-trip verdict {i} of the export is malformed: {type(exc).__name__}: {exc}") from None
-    return decisions
+    return found
 
 
 def read_export(text: str, fmt: str | None = None) -> list[dict]:

@@ -17,8 +17,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
-                        UniqueConstraint)
+from sqlalchemy import BigInteger, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 #: Bump on any table change, with its migration in :mod:`convtune.cache.migrate` (an older database is
 #: upgraded after a backup, never discarded; a newer one is refused, never altered).

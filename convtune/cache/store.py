@@ -10,6 +10,7 @@ other's rows; how reads, writes, read-only databases and PostgreSQL's timeouts w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -18,7 +19,6 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
 from sqlalchemy import false, inspect, or_, select, true, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
@@ -28,12 +28,13 @@ from ..backend import DeviceInfo
 from ..errors import CacheError
 from ..plan import CandidateOutcome, Decision
 from ..problem import ConvProblem
-from ..strategies import strategy_versions, versions_agree
 from ..timing import TimingStats
+from ..versioning import strategy_versions, versions_agree
 from . import connect, migrate, schema
 from .paths import ENV_VAR, resolve_url
-from .schema import DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, leases, measurements, meta, pending, \
-    plans, problems
+from .records import record_kind
+from .schema import (DEVICE_FIELDS, PLAN_FIELDS, SCHEMA_VERSION, devices, leases, measurements, meta, pending, plans,
+                     problems)
 
 log = logging.getLogger("convtune")
 
@@ -42,11 +43,6 @@ DIALECTS = connect.DIALECTS
 MISS_TTL_S = 30.0
 
 
-#: Meta-table keys of FFT cost-model calibrations.
-CALIBRATION_PREFIX = "fft_cost:"
-#: Meta-table keys of round-trip (kept spectra) decisions.
-TRIP_PREFIX = "trip:"
-DUEL_PREFIX = "duel:"
 
 
 def _now() -> str:
@@ -105,6 +101,10 @@ class PlanCache:
     timeout_s : float
         Most seconds one PostgreSQL call may take (see :mod:`convtune.cache.connect`).
 
+    lazy : bool
+        Connect on first use rather than here (the default runtime's cache: importing convtune touches no
+        file); an open that fails is tried again after ``cooldown_s`` seconds.
+
     Examples
     --------
     >>> import tempfile, os
@@ -115,23 +115,68 @@ class PlanCache:
 
     def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool | None = None,
                  busy_timeout_s: float = 60.0, miss_ttl_s: float | None = None,
-                 timeout_s: float = connect.DEFAULT_TIMEOUT_S):
+                 timeout_s: float = connect.DEFAULT_TIMEOUT_S, lazy: bool = False,
+                 cooldown_s: float = connect.DEFAULT_COOLDOWN_S):
         default_location = url is None and not os.environ.get(ENV_VAR)
         self.url = resolve_url(url)
-        self.db = connect.Database(self.url, create=create, read_only=read_only, busy_timeout_s=busy_timeout_s,
-                                   timeout_s=timeout_s, default_location=default_location)
-        self.dialect, self.display_url, self.engine = self.db.dialect, self.db.display_url, self.db.engine
+        self._open_args = dict(create=create, read_only=read_only, busy_timeout_s=busy_timeout_s,
+                               timeout_s=timeout_s, default_location=default_location)
+        self._db: connect.Database | None = None
+        self._cooldown_s = cooldown_s
+        self._failed_until = 0.0
+        self._failure = ""
         self.miss_ttl_s = MISS_TTL_S if miss_ttl_s is None else miss_ttl_s
         self._memo: dict[tuple[str, str], Decision] = {}
         self._misses: dict[tuple[str, str], float] = {}  # key -> when to look again
         self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self._said_read_only = False
         self.reads = 0
         self.upgraded = None  # (old version, new version, backup path) where opening upgraded the schema
         self.found_version = SCHEMA_VERSION
         self._missing: dict[str, set[str]] = {}  # columns an older, read-only database lacks
-        self._ensure_schema(create)
-        self._register_calibrations()
+        if not lazy:
+            self._open()
+
+    def _open(self) -> connect.Database:
+        """Connect and check (or create, or upgrade) the schema. An open that fails is not tried again for
+        ``cooldown_s`` seconds: a lazy cache's process then runs without it (see
+        :class:`~convtune.runtime.Runtime`) instead of waiting on it at every lookup."""
+        with self._open_lock:
+            if self._db is not None:
+                return self._db
+            now = time.monotonic()
+            if now < self._failed_until:
+                raise CacheError(f"{self._failure} (not tried again for {self._failed_until - now:.0f} s)")
+            try:
+                self._db = connect.Database(self.url, **self._open_args)
+                self._ensure_schema(self._open_args["create"])
+            except CacheError as exc:
+                self._db = None
+                self._failed_until, self._failure = now + self._cooldown_s, str(exc)
+                raise
+            return self._db
+
+    @property
+    def db(self) -> connect.Database:
+        """The database connection, opened on first use where the cache was made ``lazy``."""
+        return self._db if self._db is not None else self._open()
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    @property
+    def engine(self):
+        return self.db.engine
+
+    @property
+    def display_url(self) -> str:
+        return self._db.display_url if self._db is not None else connect.display_url(self.url)
 
     @property
     def read_only(self) -> bool:
@@ -512,123 +557,58 @@ class PlanCache:
         return self._read_rows(lambda conn: [dict(r) for r in conn.execute(select(devices).order_by(devices.c.id))
                                              .mappings()])
 
-    # -- FFT cost-model calibrations ---------------------------------------------------
-    # Stored as rows of the key/value meta table (``fft_cost:`` + a hash of the device key), so a
-    # calibration needs no schema change; the value carries the full device key.
+    # -- typed records: round-trip decisions, layer duels, FFT calibrations -------------------------
+    # Rows of the key/value meta table, so a new kind of record needs no schema change: the key is the kind's
+    # prefix and a hash of the record's key text (at most 64 characters), the value the record as JSON. Each
+    # record's owner encodes and decodes it (convtune.roundtrip, convtune.torch._dispatch, convtune.fft.cost).
     @staticmethod
-    def _hashed_key(prefix: str, text: str, digits: int) -> str:
-        """A meta-table key (at most 64 characters): ``prefix`` and the first hex digits of a hash."""
-        import hashlib
-        return prefix + hashlib.sha256(text.encode()).hexdigest()[:digits]
+    def _record_key(kind: str, key: str) -> str:
+        prefix, digits = record_kind(kind)
+        return prefix + hashlib.sha256(key.encode()).hexdigest()[:digits]
 
     def _get_meta(self, key: str) -> str | None:
         """A meta row's value (``None`` where there is none)."""
         return self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar())
 
-    def _put_meta(self, key: str, value: str) -> None:
+    def put_record(self, kind: str, key: str, doc: dict) -> None:
+        """Store (replacing) the record of ``kind`` under ``key``; on a read-only cache, nothing (said once)."""
+        if self._not_stored(f"the {kind} record of {key}"):
+            return
+        value = json.dumps(doc)
+
         def write(conn):
-            stmt = self._insert(meta).values(key=key, value=value)
+            stmt = self._insert(meta).values(key=self._record_key(kind, key), value=value)
             conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
         self._transaction(write)
 
-    def _meta_docs(self, prefix: str, what: str) -> list:
-        """The JSON values of the meta rows whose keys start with ``prefix``, in key order; an
-        unreadable one is skipped with a warning that names ``what`` it is."""
+    def get_record(self, kind: str, key: str) -> dict | None:
+        """The record of ``kind`` stored under ``key``, or ``None`` (an unreadable one too, with a warning)."""
+        value = self._get_meta(self._record_key(kind, key))
+        if value is None:
+            return None
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            log.warning("plan cache %s: unreadable %s record for %s skipped", self.display_url, kind, key)
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def records(self, kind: str) -> list[dict]:
+        """Every stored record of ``kind``, in key order; an unreadable one is skipped with a warning."""
+        prefix, _ = record_kind(kind)
         values = self._read_rows(lambda conn: conn.execute(select(meta.c.value).where(meta.c.key.like(prefix + "%"))
                                                            .order_by(meta.c.key)).scalars().all())
         docs = []
         for value in values:
             try:
-                docs.append(json.loads(value))
+                doc = json.loads(value)
             except ValueError:
-                log.warning("plan cache %s: unreadable %s row skipped", self.display_url, what)
+                doc = None
+            if isinstance(doc, dict):
+                docs.append(doc)
+            else:
+                log.warning("plan cache %s: unreadable %s record skipped", self.display_url, kind)
         return docs
-
-    @classmethod
-    def _calibration_key(cls, device_key: str) -> str:
-        return cls._hashed_key(CALIBRATION_PREFIX, device_key, 40)
-
-    def put_calibration(self, device_key: str, calibration: dict) -> None:
-        """Store (replacing) the FFT cost-model calibration of a device and use it from now on."""
-        from ..fft import cost
-        cost.register_calibration(device_key, calibration)
-        self._put_meta(self._calibration_key(device_key), json.dumps({"device": device_key, **calibration}))
-
-    def calibrations(self) -> dict[str, dict]:
-        """Stored calibrations by device key."""
-        out = {}
-        for doc in self._meta_docs(CALIBRATION_PREFIX, "FFT calibration"):
-            try:
-                out[doc.pop("device")] = doc
-            except (KeyError, TypeError, AttributeError):
-                log.warning("plan cache %s: unreadable FFT calibration row skipped", self.display_url)
-        return out
-
-    def _register_calibrations(self) -> None:
-        from ..fft import cost
-        for device_key, calibration in self.calibrations().items():
-            try:
-                cost.register_calibration(device_key, calibration)
-            except ValueError as exc:
-                log.warning("plan cache %s: %s; using the default", self.display_url, exc)
-
-    # -- round-trip decisions (kept spectra) --------------------------------------------
-    # Also rows of the meta table (``trip:`` + a hash of device and problem keys); the value is the
-    # whole decision, readable keys included.
-    @classmethod
-    def _trip_key(cls, device_key: str, problem: ConvProblem) -> str:
-        return cls._hashed_key(TRIP_PREFIX, f"{device_key}|{problem.for_pass('fwd').key()}", 64 - len(TRIP_PREFIX))
-
-    def put_trip(self, decision) -> None:
-        """Store (replacing) a layer's round-trip decision (:class:`~convtune.roundtrip.TripDecision`);
-        on a read-only cache, nothing (and that is said once)."""
-        if self._not_stored(f"the round-trip verdict of {decision.problem.key()}"):
-            return
-        self._put_meta(self._trip_key(decision.device_key, decision.problem), json.dumps(decision.as_dict()))
-
-    def get_trip(self, problem: ConvProblem, device_key: str):
-        """The stored round-trip decision of ``problem``'s layer on the device, or ``None``."""
-        from ..roundtrip import TripDecision
-        value = self._get_meta(self._trip_key(device_key, problem))
-        if value is None:
-            return None
-        try:
-            return TripDecision.from_dict(json.loads(value))
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("plan cache %s: unreadable round-trip decision for %s skipped (%s)", self.display_url,
-                        problem.key(), exc)
-            return None
-
-    # -- the PyTorch layer's duels (convtune.torch._dispatch) ---------------------------------
-    # Meta rows too (``duel:`` + a hash of what the verdict depends on); the value is the record.
-    @classmethod
-    def _duel_key(cls, device_key: str, problem_key: str, plan_label: str, torch_id: str) -> str:
-        return cls._hashed_key(DUEL_PREFIX, f"{device_key}|{problem_key}|{plan_label}|{torch_id}",
-                               64 - len(DUEL_PREFIX))
-
-    def put_duel(self, record: dict) -> None:
-        """Store (replacing) a duel's verdict: ``record`` has ``problem`` (key), ``device_key``, ``plan``
-        (label), ``torch`` (PyTorch and cuDNN versions), ``plan_us``, ``native_us``; read-only: nothing."""
-        if self._not_stored(f"the duel verdict of {record['problem']}"):
-            return
-        key = self._duel_key(record["device_key"], record["problem"], record["plan"], record["torch"])
-        self._put_meta(key, json.dumps(record))
-
-    def get_duel(self, problem: ConvProblem, device_key: str, plan_label: str, torch_id: str) -> dict | None:
-        value = self._get_meta(self._duel_key(device_key, problem.key(), plan_label, torch_id))
-        try:
-            return json.loads(value) if value is not None else None
-        except ValueError:
-            return None
-
-    def trip_decisions(self) -> list[dict]:
-        """Every stored round-trip decision, as its dict (the form exports carry)."""
-        return self._meta_docs(TRIP_PREFIX, "round-trip decision")
-
-    def trip_count(self) -> int:
-        from sqlalchemy import func
-        return self._read_rows(lambda conn: conn.execute(select(func.count()).select_from(meta)
-                                                         .where(meta.c.key.like(TRIP_PREFIX + "%"))).scalar_one())
 
     def counts(self) -> dict:
         from sqlalchemy import func
@@ -692,76 +672,9 @@ class PlanCache:
 
     def close(self) -> None:
         """Fold SQLite's WAL into the main file and let the connections go."""
-        self.db.close()
+        if self._db is not None:
+            self._db.close()
 
     def __repr__(self):
-        return f"<PlanCache {self.display_url} memo={len(self._memo)} reads={self.reads}>"
-
-
-class LazyPlanCache:
-    """Opens the default :class:`PlanCache` on first use, so importing convtune touches no file. An open
-    that fails is not tried again for a cool-down (a training process then runs without the cache,
-    see :class:`~convtune.runtime.Runtime`, instead of waiting on it at every lookup)."""
-
-    def __init__(self, url: str | None = None, cooldown_s: float = connect.DEFAULT_COOLDOWN_S):
-        self._url = url
-        self._cache: PlanCache | None = None
-        self._cooldown_s = cooldown_s
-        self._failed_until = 0.0
-        self._failure = ""
-
-    @property
-    def cache(self) -> PlanCache:
-        if self._cache is None:
-            now = time.monotonic()
-            if now < self._failed_until:
-                raise CacheError(f"{self._failure} (not tried again for {self._failed_until - now:.0f} s)")
-            try:
-                self._cache = PlanCache(self._url)
-            except CacheError as exc:
-                self._failed_until, self._failure = now + self._cooldown_s, str(exc)
-                raise
-        return self._cache
-
-    def get(self, problem, device_key, fresh=False):
-        return self.cache.get(problem, device_key, fresh)
-
-    def put(self, decision):
-        return self.cache.put(decision)
-
-    def get_trip(self, problem, device_key):
-        return self.cache.get_trip(problem, device_key)
-
-    def put_trip(self, decision):
-        return self.cache.put_trip(decision)
-
-    def get_duel(self, problem, device_key, plan_label, torch_id):
-        return self.cache.get_duel(problem, device_key, plan_label, torch_id)
-
-    def put_duel(self, record):
-        return self.cache.put_duel(record)
-
-    def nearest(self, problem, device_key):
-        return self.cache.nearest(problem, device_key)
-
-    def add_pending(self, problem, device, served_by):
-        return self.cache.add_pending(problem, device, served_by)
-
-    @property
-    def has_leases(self):
-        return self.cache.has_leases
-
-    def take_lease(self, problem, device, holder, ttl_s):
-        return self.cache.take_lease(problem, device, holder, ttl_s)
-
-    def renew_leases(self, holder, ttl_s):
-        return self.cache.renew_leases(holder, ttl_s)
-
-    def release_lease(self, problem, device_key, holder):
-        return self.cache.release_lease(problem, device_key, holder)
-
-    def lease_holder(self, problem, device_key):
-        return self.cache.lease_holder(problem, device_key)
-
-    def __repr__(self):
-        return f"<LazyPlanCache {self._cache!r}>" if self._cache else f"<LazyPlanCache {resolve_url(self._url)} (unopened)>"
+        state = f"memo={len(self._memo)} reads={self.reads}" if self.is_open else "(unopened)"
+        return f"<PlanCache {self.display_url} {state}>"

@@ -12,6 +12,7 @@ from ..commandline import Group
 from .cachecmds import backup, calibrate, export_cmd, import_cmd, info
 from .tuning import demo, explain, show, tune
 
+
 @click.group(cls=Group)
 @click.version_option(package_name="convtune")
 def main():

@@ -6,8 +6,31 @@ import os
 
 import click
 
+from ..backend import BackendError, get_backend
+from ..cache import PlanCache, read_export, resolve_url, write_export
+from ..cache.backup import backup as make_backup
+from ..cache.exchange import read_calibrations, read_round_trips
+from ..cache.paths import ENV_VAR
+from ..cache.schema import SCHEMA_VERSION
 from ..commandline import backend_named, db_option, echo, format_ms, format_table, writable_cache
-from ..errors import ConvtuneError
+from ..errors import CacheError, ConvtuneError
+from ..fft.calibrate import calibrate as run_calibration
+from ..fft import cost
+from ..fft.cost import check_calibration
+from ..strategies import all_strategies
+from ..timing import default_timer
+from .. import roundtrip
+
+
+def read_trip_decisions(text: str) -> list:
+    """The round-trip verdicts of a JSON export, each checked as the runtime will read it."""
+    decisions = []
+    for i, item in enumerate(read_round_trips(text)):
+        try:
+            decisions.append(roundtrip.TripDecision.from_dict(item))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CacheError(f"round-trip verdict {i} of the export is malformed: {type(exc).__name__}: {exc}") from None
+    return decisions
 
 
 @click.command(name="export")
@@ -17,11 +40,10 @@ from ..errors import ConvtuneError
               help="File to write (default: standard output).")
 def export_cmd(db, fmt, output):
     """Write the plan table as JSON or CSV, to share with other machines."""
-    from ..cache import PlanCache, write_export
     cache = PlanCache(db, create=False, read_only=True)
     records = cache.export_records()
-    calibrations = cache.calibrations()
-    trips = cache.trip_decisions()
+    calibrations = cost.stored_calibrations(cache)
+    trips = cache.records("trip")
     text = write_export(records, fmt, calibrations, trips)
     if (calibrations or trips) and fmt == "csv":
         echo(f"note: CSV holds plans only; the {len(calibrations)} FFT calibration(s) and {len(trips)} "
@@ -42,8 +64,6 @@ def import_cmd(file, db, fmt):
     """Merge an exported plan table into the cache: new plans are added; where both have a plan,
     the better-measured one is kept (timed beats untimed, then the faster median) and differing
     choices are reported as conflicts."""
-    from ..cache import read_export
-    from ..cache.exchange import read_calibrations, read_round_trips
     try:
         with open(file) as fh:
             text = fh.read()
@@ -52,10 +72,9 @@ def import_cmd(file, db, fmt):
     records = read_export(text, None if fmt == "auto" else fmt)
     calibrations = read_calibrations(text) if fmt != "csv" else {}
     try:
-        trips = read_round_trips(text) if fmt != "csv" else []
+        trips = read_trip_decisions(text) if fmt != "csv" else []
     except ConvtuneError as exc:
         raise click.ClickException(f"{file}: {exc}") from None
-    from ..fft.cost import check_calibration
     for device_key, calibration in calibrations.items():  # checked before anything is written
         try:
             check_calibration(device_key, calibration)
@@ -70,15 +89,15 @@ def import_cmd(file, db, fmt):
         echo(f"conflict {c['problem_key']} on {c['fingerprint']}: ours {c['ours']}, theirs {c['theirs']}; "
                    f"kept {c['kept']}")
     if calibrations:
-        have = cache.calibrations()
+        have = cost.stored_calibrations(cache)
         added = {k: v for k, v in calibrations.items() if k not in have}  # a local measurement is kept
         for device_key, calibration in added.items():
-            cache.put_calibration(device_key, calibration)
+            cost.store_calibration(cache, device_key, calibration)
         echo(f"FFT calibrations: {len(added)} added, {len(calibrations) - len(added)} kept as they were")
     if trips:
-        new = [t for t in trips if cache.get_trip(t.problem, t.device_key) is None]  # a local verdict is kept
+        new = [t for t in trips if roundtrip.load_trip(cache, t.problem, t.device_key) is None]  # a local one is kept
         for trip in new:
-            cache.put_trip(trip)
+            roundtrip.save_trip(cache, trip)
         echo(f"round-trip verdicts: {len(new)} added, {len(trips) - len(new)} kept as they were")
 
 
@@ -90,8 +109,6 @@ def import_cmd(file, db, fmt):
 def calibrate(db, backend, elements):
     """Measure this device's FFT cost model (transform lengths: powers of 2, 2·3·5·7-smooth, other)
     and store it in the plan cache, which then ranks transform sizes with it on this device."""
-    from ..fft.calibrate import calibrate as run_calibration
-    from ..timing import default_timer
     cache = writable_cache(db)
     be = backend_named(backend)
     echo(f"timing transforms on {be.device_info().key()} ...", err=True)
@@ -101,7 +118,7 @@ def calibrate(db, backend, elements):
     echo(format_table(("kind", "length", "GFLOP", "ms", "s/GFLOP"), rows))
     echo("factors (per counted flop, powers of 2 = 1): " +
                ", ".join(f"{k} {result[k]:.2f}" for k in ("pow2", "smooth", "other")))
-    cache.put_calibration(be.device_info().key(), result)
+    cost.store_calibration(cache, be.device_info().key(), result)
     echo(f"stored in {cache.display_url}")
 
 
@@ -113,8 +130,6 @@ def backup(output, db, force):
     """Write a consistent copy of the plan cache to OUTPUT: one SQLite file (no -wal beside it), fit to
     ship with a model or to open read-only, made while others keep reading and writing (a PostgreSQL
     cache is copied into a SQLite file too)."""
-    from ..cache import PlanCache
-    from ..cache.backup import backup as make_backup
     cache = PlanCache(db, create=False, read_only=True)
     counts = make_backup(cache, output, force=force)
     echo(f"wrote {output}: " + ", ".join(f"{n} {t}" for t, n in counts.items()) + f" (from {cache.display_url})")
@@ -124,11 +139,6 @@ def backup(output, db, force):
 @db_option
 def info(db):
     """This machine's fingerprint, the backends and strategies available, and the cache."""
-    from ..backend import BackendError, get_backend
-    from ..cache import PlanCache, resolve_url
-    from ..cache.schema import SCHEMA_VERSION
-    from ..cache.paths import ENV_VAR
-    from ..strategies import all_strategies
     for name in ("numpy", "cupy"):
         try:
             dev = get_backend(name).device_info()
@@ -153,10 +163,10 @@ def info(db):
         try:
             cache = PlanCache(db, create=False, read_only=True)
             echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
-                  f", {cache.trip_count()} round-trip verdicts (kept spectra); schema {cache.found_version}" +
+                  f", {len(cache.records('trip'))} round-trip verdicts (kept spectra); schema {cache.found_version}" +
                   ("" if cache.found_version == SCHEMA_VERSION else
                    f" (a command that stores into it upgrades it to {SCHEMA_VERSION}, after a backup)"))
-            for device_key, cal in cache.calibrations().items():
+            for device_key, cal in cost.stored_calibrations(cache).items():
                 echo(f"    FFT calibration for {device_key}: " +
                            ", ".join(f"{k} {cal[k]:.2f}" for k in ("pow2", "smooth", "other")))
         except ConvtuneError as exc:

@@ -11,10 +11,21 @@ import time
 
 import click
 
+from .. import roundtrip
+from ..backend import get_backend, gpu_available
+from ..cache import PlanCache
+from ..commandline import (PASS_NAMES, backend_named, db_option, dtype_option, echo, explain_hint, format_ms,
+                           format_table, input_shape_option, layout_option, parse_batches, parse_passes, parse_shapes,
+                           parse_size, progress, writable_cache)
+from ..fft import cost
+from ..network import load_network, unique_problems
+from .. import parallel
+from ..parallel import Job, parse_devices
+from ..planner import Planner
+from ..problem import ConvProblem
+from ..runtime import Runtime
 from ..text import human_bytes
-from ..commandline import (PASS_NAMES, backend_named, db_option, dtype_option, echo, explain_hint, format_ms, format_table,
-                           input_shape_option, layout_option, parse_batches, parse_passes, parse_shapes, parse_size, progress,
-                           writable_cache)
+from ..worklist import Worklist
 
 
 @click.command()
@@ -65,10 +76,6 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
     tune a problem twice at once: each takes a lease on the problem it tunes, and waits for the plans
     of problems others hold (or takes them over once a dead worker's lease runs out).
     """
-    from ..network import load_network, unique_problems
-    from ..parallel import parse_devices
-    from ..planner import Planner
-    from ..worklist import Worklist
 
     # every option is checked before any work
     if (network is None) == (not pending):
@@ -90,6 +97,7 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
     planner = Planner(be, workspace_limit=limit, time_budget_s=time_budget, strategies=strategy_list,
                       exhaustive=exhaustive)
     cache = writable_cache(db)
+    cost.load_calibrations(cache)
     device = be.device_info()
     if pending:
         layers = []
@@ -188,7 +196,6 @@ def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune
                      started):
     """``tune --devices``: one worker per GPU (:mod:`convtune.parallel`), progress as they report; fills
     ``sources``, ``decisions`` and ``failures`` as the serial loop does."""
-    from ..parallel import Job, tune_parallel
     job = Job(cache.url, "cupy", tuple(p.key() for p, _n in problems), planner_options, retune)
     settled = [0]
 
@@ -202,7 +209,7 @@ def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune
         elif kind == "failed":
             echo(f"the worker on GPU {device} failed ({detail}); the others take its problems", err=True)
     echo(f"{len(devices)} workers, on GPUs {', '.join(devices)}", err=True)
-    result = tune_parallel(job, devices, on_event)
+    result = parallel.tune_parallel(job, devices, on_event)
     for problem, names in problems:
         source = result.sources.get(problem.key(), "FAILED")
         sources[problem.key()] = source
@@ -247,7 +254,6 @@ def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
 def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
     """``tune --keep-spectra``: each layer's round-trip verdict, measured (or read from the cache)
     against its three per-pass plans, and stored."""
-    from ..runtime import Runtime
     layers = {}
     for problem, names in problems:
         layers.setdefault(problem.for_pass("fwd").key(), (problem.for_pass("fwd"), names))
@@ -257,7 +263,7 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
     rows = []
     with progress(list(layers.values()), "round trips", lambda item: item[1][0]) as bar:
         for problem, names in bar:
-            stored = cache.get_trip(problem, backend.device_info().key())
+            stored = roundtrip.load_trip(cache, problem, backend.device_info().key())
             decision = runtime.round_trip_for(problem, backend, refresh=retune)
             source = "cache" if stored is not None and decision == stored else "tuned"
             trip = decision.winner.timing.median_s if decision.winner is not None and decision.winner.timing else None
@@ -282,8 +288,6 @@ def demo(ctx, network, batch, db, backend):
     cores).
     """
     import tempfile
-    from ..cache import PlanCache
-    from ..network import load_network, unique_problems
     if db is None:
         db = os.path.join(tempfile.mkdtemp(prefix="convtune-demo-"), "plans.db")
     runs = []
@@ -321,8 +325,6 @@ def demo(ctx, network, batch, db, backend):
 @click.option("--current", is_flag=True, help="Only plans usable by this convtune on this machine.")
 def show(db, device, strategy, pass_, math_mode, dtype, layout, problem, current):
     """List the plan table (plans of other devices and older strategy versions too, marked)."""
-    from ..cache import PlanCache
-    from ..problem import ConvProblem
     cache = PlanCache(db, create=False, read_only=True)
     here = set(_machine_fingerprints())
     rows = []
@@ -367,9 +369,6 @@ def explain(layer, network, db, pass_, math_mode, dtype, layout, batch, input_sh
 
     LAYER is a layer name of --net, or a problem key as `convtune show` prints it.
     """
-    from ..cache import PlanCache
-    from ..network import load_network
-    from ..problem import ConvProblem
     cache = PlanCache(db, create=False, read_only=True)
     if network:
         skipped = []
@@ -458,7 +457,6 @@ def _search_cost(row) -> str:
 
 def _machine_fingerprints() -> list[str]:
     """This machine's device fingerprints: the GPU's (when CuPy sees one) and the CPU's."""
-    from ..backend import get_backend, gpu_available
     return [get_backend(n).device_info().key() for n in (["cupy"] if gpu_available() else []) + ["numpy"]]
 
 

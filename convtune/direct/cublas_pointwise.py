@@ -25,6 +25,7 @@ import logging
 import math
 
 from ..backend import _CUBLAS_DEFAULT_MATH, _CUBLAS_TF32_TENSOR_OP_MATH
+from ..executor import Executor
 from ..problem import ConvProblem
 from . import cublaslt, replay
 
@@ -110,8 +111,7 @@ def build(p: ConvProblem, xp, tf32: bool):
             finally:
                 previous.use()
 
-        run.launch = launch
-        return run
+        return Executor(run, launch=launch)
 
     if p.pass_ in ("fwd", "dgrad") and cublaslt.enabled():  # the cuBLASLt form (convtune.direct.cublaslt)
         try:
@@ -166,6 +166,4 @@ def _lt_build(p: ConvProblem, xp, tf32: bool, ready, current_stream, lib=None, d
 
     def direct(a: int, b: int, out: int, stream) -> None:
         gemm(a, b, out, stream.ptr)
-    run.launch = replay.AddressReplay(direct, f"the 1x1 {p.pass_} GEMM of {p.describe()}", side_stream)
-    run.gemm = gemm
-    return run
+    return Executor(run, launch=replay.AddressReplay(direct, f"the 1x1 {p.pass_} GEMM of {p.describe()}", side_stream))

@@ -11,7 +11,8 @@ import math
 
 import numpy
 
-from . import fft64, narrow as narrow_product
+from . import fft64
+from . import narrow as narrow_product
 from .callbacks import (EMBED_THREADS, callbacks_available, callbacks_unavailable_reason, embed_kernel, load_callback,
                         set_jit_callback, store_callback)
 from .packedgemm import PG_FREQS, PG_THREADS, PG_TILE, PGT_SMEM, packed_gemm_kernel, packed_tf32_kernel
@@ -287,6 +288,7 @@ class CupyOps(_Ops):
         random with CUFFT_INVALID_SIZE). The buffers live as long as the plan: they are returned
         with it."""
         import ctypes
+
         import cupy
         cufft = self._cufft
         kind, cb_kind = (cufft.CUFFT_R2C, cufft.CUFFT_CB_LD_REAL) if forward else \

@@ -146,6 +146,7 @@ def set_jit_callback():
     which are the copy that makes CuPy's handles (``cufftCreate``, ``PlanNd``). No handle is probed:
     cuFFT handles are small integers, and another copy may hold a live plan with the same number."""
     import ctypes
+
     from cupy.cuda import cufft
     cufft.getVersion()  # makes CuPy load the library
     try:

@@ -5,17 +5,21 @@ the transforms and of the frequency-domain product. A calibration is data with
 provenance: the per-flop slowdown of 2·3·5·7-smooth and other transform lengths
 against powers of 2. ``CALIBRATION`` is the default; ``convtune calibrate``
 measures one per device (:mod:`convtune.fft.calibrate`, fitted by :func:`fit`),
-the plan cache stores it, and :func:`calibration_for` hands the device's own to
+the plan cache stores it (:func:`store_calibration`), a runtime or a command that tunes loads what is stored
+(:func:`load_calibrations`), and :func:`calibration_for` hands the device's own to
 the ranking. The planner uses the model only to narrow the size candidates; the
 benchmark decides.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 from ..problem import ConvProblem
 from .sizes import is_smooth
+
+log = logging.getLogger("convtune")
 
 #: Relative cost per counted flop, by kind of transform length.
 #: Provenance: initial estimates from cuFFT's and pocketfft's documented behaviour
@@ -40,6 +44,34 @@ def check_calibration(device_key: str, calibration) -> None:
 def register_calibration(device_key: str, calibration: dict) -> None:
     check_calibration(device_key, calibration)
     _BY_DEVICE[device_key] = dict(calibration)
+
+
+def store_calibration(store, device_key: str, calibration: dict) -> None:
+    """Store (replacing) a device's calibration in ``store`` (a :class:`~convtune.cache.PlanStore`) and use it
+    from now on."""
+    register_calibration(device_key, calibration)
+    store.put_record("fft_cost", device_key, {"device": device_key, **calibration})
+
+
+def stored_calibrations(store) -> dict[str, dict]:
+    """The calibrations ``store`` holds, by device key (unreadable ones skipped)."""
+    out = {}
+    for doc in store.records("fft_cost"):
+        doc = dict(doc)
+        device_key = doc.pop("device", None)
+        if isinstance(device_key, str):
+            out[device_key] = doc
+    return out
+
+
+def load_calibrations(store) -> None:
+    """Use every calibration ``store`` holds (where a runtime or a command that tunes starts); a malformed one
+    is left out, with a warning, and its device keeps the default."""
+    for device_key, calibration in stored_calibrations(store).items():
+        try:
+            register_calibration(device_key, calibration)
+        except ValueError as exc:
+            log.warning("plan store %s: %s; using the default", store, exc)
 
 
 def calibration_for(device_key: str) -> dict:

@@ -39,13 +39,11 @@ from __future__ import annotations
 import logging
 import math
 
-
 from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
-from .cost import spectrum_elems
 from .arrayops import CupyOps, NumpyOps, is_cupy
-from .placement import (filter_gather, forward_gather, gather_blocks, gather_positions,
-                        input_gather)
+from .cost import spectrum_elems
+from .placement import filter_gather, forward_gather, gather_blocks, gather_positions, input_gather
 
 log = logging.getLogger("convtune")
 

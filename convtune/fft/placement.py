@@ -7,7 +7,6 @@ import itertools
 
 from ..problem import ConvProblem
 
-
 #: cuFFT rejects (CUFFT_INVALID_VALUE) real buffers not aligned like its complex type; a batch chunk
 #: of an odd-sized operand can start anywhere.
 FFT_ALIGNMENT = 8

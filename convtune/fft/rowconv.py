@@ -44,6 +44,7 @@ import numpy
 from ..compiling import compiled_once, pass_launchables
 from ..precision import launch_strides
 from ..problem import ConvProblem
+from .fft64 import DEVICE_HELPERS
 from .sizes import is_smooth, min_length, next_pow2, next_smooth
 
 #: Shortest transform length the kernels take, and the most shared memory a block may use (the H100 gives up to 227
@@ -762,7 +763,6 @@ extern "C" __global__ void __launch_bounds__(T, {wgrad_min_blocks}) rowfft_wgrad
 
 def device_helpers() -> str:
     """:data:`convtune.fft.fft64.DEVICE_HELPERS` and :data:`PAIR_HELPERS`: what every real-row kernel source starts with."""
-    from .fft64 import DEVICE_HELPERS
     return DEVICE_HELPERS + PAIR_HELPERS
 
 

@@ -22,8 +22,8 @@ from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
 from .arrayops import CupyOps
 from .cost import spectrum_elems
-from .placement import (fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions,
-                        input_gather)
+from .placement import fft_aligned, filter_gather, forward_gather, gather, gather_blocks, gather_positions, input_gather
+from .spectral_kernels import Kernels
 
 PRODUCTS = ("gemm", "pointwise")
 #: ``pointwise`` materialises per-channel-pair products: only for few channels per group.
@@ -115,7 +115,6 @@ class SpectralConv:
         self._gpu = _cufft_ops(xp, self.sizes)
         self._kernels = None
         if self._gpu is not None:
-            from .spectral_kernels import Kernels
             self._kernels = Kernels(xp, self.sizes)
         # a depthwise layer's products are elementwise: one kernel each on the GPU (spectral_kernels)
         self._elementwise = self._kernels is not None and product == "pointwise" and \

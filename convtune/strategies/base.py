@@ -9,15 +9,15 @@ register themselves at import; names are unique.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Callable, ClassVar
 
 from .. import precision
 from ..errors import UnsupportedProblem
+from ..executor import Executor, as_executor
 from ..problem import ConvProblem
+from ..versioning import REGISTRY as _REGISTRY
+from ..versioning import changed_since
 
-#: An executor: ``run(a, b, out) -> out`` for the problem's pass (see convtune.problem).
-Executor = Callable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,22 +129,15 @@ class Strategy:
         """A sensible configuration without timing (the first candidate by default)."""
         return self.candidates(problem, backend)[0]
 
-    def build(self, problem: ConvProblem, config: Config, backend) -> Executor:
-        """The executor of ``config`` for ``problem`` (of a dtype and layout the strategy reads).
+    def build(self, problem: ConvProblem, config: Config, backend) -> Executor | Callable:
+        """The :class:`~convtune.executor.Executor` of ``config`` for ``problem`` (of a dtype and layout the
+        strategy reads), or a bare ``run(a, b, out=None)`` where it has nothing more to say.
 
-        A GPU executor whose work is launches on the operands as they lie may carry ``launch(a, b, out,
-        stream)``: the same work on C-contiguous operands and result of the problem's dtype given by
-        device address, on ``stream`` (a CuPy stream of the current device), allocating nothing. The
-        PyTorch bridge calls it on tensors' addresses instead of making array views
-        (:class:`~convtune.torch._dispatch.ArrayPlan`). Where ``launch`` reads bfloat16 memory itself (not
-        the float32 storage of :mod:`convtune.precision`), the executor says so with
-        ``launch_reads_bfloat16 = True``; where it needs device memory of its own, ``launch_workspace`` (bytes)
-        says how much, and the bridge passes a block of that size as a fifth argument.
-
-        An executor whose calls on the planner's arrays do work that the runtime's calls do not (packing
-        bfloat16 values to 16 bits, converting between dtypes) may carry ``timed(a, b, out)``: a call of no
-        arguments that runs the work the runtime runs, on copies of ``a`` and ``b`` prepared once. The
-        planner times that call instead of the executor's."""
+        A GPU executor whose work is launches on the operands as they lie gives its by-address form
+        (``launch``), which the PyTorch bridge calls on tensors' memory instead of making array views
+        (:class:`~convtune.torch._dispatch.ArrayPlan`); an executor whose calls on the planner's arrays do
+        work that the runtime's calls do not gives ``timed``, which the planner times instead (see
+        :class:`~convtune.executor.Executor` for every field)."""
         raise NotImplementedError
 
     def recordable(self, problem: ConvProblem, config: Config) -> bool:
@@ -162,7 +155,7 @@ class Strategy:
         """The executor the planner times and plans run: :meth:`build`'s where ``config`` reads the
         problem's dtype and layout, else its float32 channels-first executor between conversions."""
         if self.reads(problem, config):
-            return self.build(problem, config, backend)
+            return as_executor(self.build(problem, config, backend))
         return precision.bounded(self.build(problem.in_float32(), config, backend), problem, backend.xp)
 
     def workspace(self, problem: ConvProblem, config: Config) -> int:
@@ -206,23 +199,6 @@ class Strategy:
         return f"<strategy {self.name} v{self.version}>"
 
 
-def _every_shape(problem: ConvProblem) -> bool:
-    return True
-
-
-def changed_since(changes: dict, version: int, current: int, problem: ConvProblem) -> bool:
-    """Could anything between ``version`` and ``current`` change what is stored for ``problem``? ``changes``:
-    version -> the shapes it changed (a predicate); a version not listed changed every shape, and a version
-    newer than ``current`` is not this code's (a strategy's :attr:`Strategy.changes`, the round trip's
-    :data:`convtune.roundtrip.CHANGES`)."""
-    if version >= current:
-        return version != current
-    return any(changes.get(v, _every_shape)(problem) for v in range(version + 1, current + 1))
-
-
-_REGISTRY: dict[str, Strategy] = {}
-
-
 def register(strategy_cls: type[Strategy]) -> type[Strategy]:
     """Class decorator: instantiate and register a strategy; duplicate names raise."""
     instance = strategy_cls()
@@ -251,62 +227,6 @@ def get_strategy(name: str) -> Strategy:
 
 def all_strategies(selectable_only: bool = False) -> list[Strategy]:
     return [s for s in _REGISTRY.values() if s.selectable or not selectable_only]
-
-
-def strategy_versions() -> str:
-    """Canonical string of every selectable strategy's version, for cache keys."""
-    return ",".join(s.version_tag() for s in sorted(all_strategies(True), key=lambda s: s.name))
-
-
-_TAG = re.compile(r"^(.*?)(\d+(?:@.*)?)$")  # name, then version (and an outside library's version)
-
-
-def _tags_by_name(versions: str) -> dict[str, str]:
-    """A versions string's tags by strategy name (``im2col2`` -> ``im2col``, ``torch1@2.11.0`` -> ``torch``)."""
-    out = {}
-    for tag in filter(None, versions.split(",")):
-        match = _TAG.match(tag)
-        out[match.group(1) if match else tag] = tag
-    return out
-
-
-def versions_agree(stored: str, problem: ConvProblem, winner: str, current: str | None = None) -> bool:
-    """Does a plan stored under the versions string ``stored``, won by strategy ``winner``, hold under the
-    ``current`` one (default: this convtune's)? Where they differ only in strategies that cannot serve
-    ``problem``'s shape (:meth:`Strategy.serves_shape`; a strategy no longer registered serves nothing)
-    and the winner's own version is unchanged, the search would offer the same candidates: yes. So a new
-    version of the depthwise kernels does not send every dense layer's plan back to tuning. Likewise where a
-    strategy's newer version changed other shapes only (:meth:`Strategy.changed_since`)."""
-    current = strategy_versions() if current is None else current
-    if stored == current:
-        return True
-    if winner not in _REGISTRY:  # a plan of a strategy this convtune no longer has cannot be built
-        return False
-    old, new = _tags_by_name(stored), _tags_by_name(current)
-    for name in set(old) | set(new):
-        if old.get(name) == new.get(name):
-            continue
-        if not (name == winner or (name in _REGISTRY and _REGISTRY[name].serves_shape(problem))):
-            continue
-        if not _changed(name, old.get(name), new.get(name), problem):
-            continue
-        return False
-    return True
-
-
-def _changed(name: str, old_tag: str | None, new_tag: str | None, problem: ConvProblem) -> bool:
-    """Do a strategy's stored and current tags differ in a way that can change ``problem``'s plan? Only a
-    registered strategy's versions (with the same outside library's version beside them, if any), the
-    current one new, whose changes since the stored one leave this shape alone
-    (:meth:`Strategy.changed_since`) do not."""
-    strategy = _REGISTRY.get(name)
-    if strategy is None or old_tag is None or new_tag != strategy.version_tag():
-        return True
-    old_version, _, old_library = old_tag[len(name):].partition("@")
-    new_library = new_tag[len(name):].partition("@")[2]
-    if old_library != new_library:
-        return True
-    return not old_version.isdigit() or strategy.changed_since(int(old_version), problem)
 
 
 def check_tf32(problem: ConvProblem, config: Config) -> None:

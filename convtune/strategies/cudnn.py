@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from .. import precision
 from ..direct import replay
+from ..executor import Executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -488,8 +489,7 @@ class CudnnStrategy(Strategy):
                 out[...] = target
                 return out
             return target
-        run.launch = launch  # by address, for the PyTorch bridge (see Strategy.build)
-        return run
+        return Executor(run, launch=launch)  # (by address: the PyTorch bridge)
 
 
 def _ordered_uids(execute, tensors) -> tuple | None:

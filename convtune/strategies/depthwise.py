@@ -16,11 +16,12 @@ import functools
 import math
 from dataclasses import dataclass
 
-from ..direct.depthwise import (MAX_TAPS, TILE_W, TILED_ROWS, WINDOW_S, DepthwiseConv, tiled_reason, tiled_warps,
-                                window_layout, window_reason)
 from .. import precision
 from ..compiling import build_concurrently
 from ..direct import depthwise3d, depthwise_nhwc
+from ..direct.depthwise import (MAX_TAPS, TILE_W, TILED_ROWS, WINDOW_S, DepthwiseConv, tiled_reason, tiled_warps,
+                                window_layout, window_reason)
+from ..executor import Executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -165,8 +166,7 @@ class DepthwiseStrategy(Strategy):
 
         def run(a, b, out=None):
             return executor(a, b, cp.empty(shape, dtype=cp.float32) if out is None else out)
-        run.launch = executor.launch  # by address, for the PyTorch bridge (see Strategy.build)
-        return run
+        return Executor(run, launch=executor.launch)  # (by address: the PyTorch bridge)
 
     def _build_nhwc(self, problem, config, backend):
         cp = backend.xp

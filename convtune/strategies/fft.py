@@ -18,9 +18,10 @@ from dataclasses import dataclass, replace
 
 from .. import precision
 from ..backend import gemm_precision
-from ..fft import cost, sizes as fft_sizes
-from ..fft import callbacks, fft64, freqmajor, narrow, overlap, packedgemm, polyphase, spectral
+from ..fft import callbacks, cost, fft64, freqmajor, narrow, overlap, packedgemm, polyphase, spectral
+from ..fft import sizes as fft_sizes
 from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv
+from ..executor import Executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
 
@@ -310,8 +311,7 @@ class FftStrategy(Strategy):
         if problem.dtype == "bfloat16" and backend.name == "cupy":  # (own transforms: see reads_as_it_lies)
             # bfloat16 also as its 16 bits (int16 or uint16 arrays: what the PyTorch layer hands over), and the
             # planner times it so
-            run.reads_bfloat16_bits = True
-            run.timed = _bits_timed(run, problem, xp)
+            return Executor(run, timed=_bits_timed(run, problem, xp), reads_bfloat16_bits=True)
         return run
 
     @staticmethod

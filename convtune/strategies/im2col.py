@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..backend import gemm_precision
 from ..direct import cublas_pointwise, im2col
+from ..executor import Executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
 
@@ -64,7 +65,5 @@ class Im2colStrategy(Strategy):
                 return out
             with gemm_precision(xp, config.tf32):
                 return fn(xp, problem, chunk, a, b, out)
-        if fast is not None:
-            run.launch = fast.launch  # by address, for the PyTorch bridge (see Strategy.build)
-        return run
+        return Executor(run, launch=fast.launch if fast is not None else None)  # (by address: the PyTorch bridge)
 

@@ -21,6 +21,7 @@ import functools
 import importlib
 from dataclasses import dataclass
 
+from ..executor import Executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -84,8 +85,7 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
     the forward pass's only; see :mod:`convtune.problem` for the operands). ``pass_="both"``: both
     gradients of a training call in one call, ``fn(dy, x, w, need_bias=False) -> (dx, dw, db)`` (as
     PyTorch's own autograd computes them; ``db`` is ``None`` unless asked). On CUDA tensors
-    ``benchmark`` and ``tf32`` (``None``: leave the process's setting) hold during the call; ``fn.flags`` is
-    ``(benchmark, tf32)``."""
+    ``benchmark`` and ``tf32`` (``None``: leave the process's setting) hold during the call."""
     torch, reason = _load()
     if torch is None:
         raise RuntimeError(reason)
@@ -129,7 +129,6 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
                 return backward(dy, x, w, None, stride, padding, dilation, False, no_output_padding, groups,
                                 [False, True, False])[1]
     if benchmark is None and tf32 is None:
-        compute.flags = (None, None)
         return compute
     get_bench, set_bench, get_tf32, set_tf32 = _cudnn_flags(torch)
 
@@ -150,7 +149,6 @@ def native_pass(pass_: str, x_shape, w_shape, stride, padding, dilation, groups:
                 set_bench(old_bench)
             if tf32_changed:
                 set_tf32(old_tf32)
-    run.flags = (benchmark, tf32)
     return run
 
 
@@ -195,14 +193,16 @@ class TorchStrategy(Strategy):
         return 0  # PyTorch allocates its own workspace, from its own caching allocator
 
     def native(self, problem: ConvProblem, config: TorchConfig):
-        """The tensor-level executor of a plan of this strategy (what the PyTorch layer runs)."""
-        return native_for(problem, benchmark=config.benchmark, tf32=problem.math == "tf32")
+        """The tensor-level executor of a plan of this strategy (what the PyTorch layer runs), and the cuDNN
+        flags ``(benchmark, tf32)`` it holds during its calls."""
+        flags = (config.benchmark, problem.math == "tf32")
+        return native_for(problem, benchmark=flags[0], tf32=flags[1]), flags
 
     def build(self, problem, config, backend):
         torch, reason = _load()
         if torch is None:
             raise RuntimeError(reason)
-        fn = self.native(problem, config)
+        fn, _flags = self.native(problem, config)
         # bfloat16 is stored in float32 arrays (convtune.precision): converted on the way in and out
         as_dtype = getattr(torch, problem.dtype) if problem.dtype == "bfloat16" else None
         if backend.name == "numpy":
@@ -224,7 +224,7 @@ class TorchStrategy(Strategy):
                 def timed(a, b, out=None):
                     ta, tb = tensor(a), tensor(b)
                     return lambda: fn(ta, tb)
-                run.timed = timed
+                return Executor(run, timed=timed)
             return run
         cp = backend.xp
         streams = {}
@@ -259,5 +259,5 @@ class TorchStrategy(Strategy):
                 device = a.device.id
                 ta, tb = on_cupy_stream(device, lambda: (view(a), view(b)))
                 return lambda: on_cupy_stream(device, fn, ta, tb)
-            run.timed = timed
+            return Executor(run, timed=timed)
         return run

@@ -40,6 +40,7 @@ import time
 
 import torch
 
+from .. import roundtrip
 from ..errors import ConvtuneError, TuningError
 from ..problem import ConvProblem
 from ..runtime import Runtime, default_runtime
@@ -179,6 +180,11 @@ def _torch_id() -> str:
     return f"torch{torch.__version__}+cudnn{cudnn}"
 
 
+def duel_key(device_key: str, problem: ConvProblem, plan_label: str, torch_id: str) -> str:
+    """The key of a duel's record in a plan store: what its verdict depends on."""
+    return f"{device_key}|{problem.key()}|{plan_label}|{torch_id}"
+
+
 def per_call_seconds(contenders, a, b, device) -> list[float]:
     """Each contender's wall time per call, issued back to back and synchronised per round (the host's
     work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS` (of
@@ -208,12 +214,12 @@ def per_call_seconds(contenders, a, b, device) -> list[float]:
 class Native:
     """PyTorch's convolution, the plan's winner (or, as :class:`Fallback`, the way out). ``flags``: the
     ``(benchmark, tf32)`` cuDNN settings ``fn`` holds during its calls (``None``: the process's), as
-    :func:`~convtune.strategies.pytorch.native_pass` made it."""
+    the maker of ``fn`` says (:meth:`convtune.strategies.pytorch.TorchStrategy.native`)."""
 
     __slots__ = ("fn", "label", "retry_at", "flags")
 
-    def __init__(self, fn, label: str):
-        self.fn, self.label, self.flags = fn, label, getattr(fn, "flags", (None, None))
+    def __init__(self, fn, label: str, flags: tuple = (None, None)):
+        self.fn, self.label, self.flags = fn, label, flags
         self.retry_at = None  # when to look the plan up again (for want of a tuned plan), or never
 
     def __call__(self, a, b, bias=None):
@@ -261,14 +267,14 @@ class ArrayPlan:
             self.recordable = get_strategy(plan.strategy).recordable(problem, plan.config)
         except Exception:
             self.recordable = False
+        executor = plan.run
         if bridge_.device_type == "cuda":
-            native, converted = plan.launch, getattr(plan.run, "float32_launch", None)
+            native, converted = plan.launch, executor.float32.launch if executor.float32 is not None else None
             # (a launch reads bfloat16 tensors where it says so; else bfloat16, stored as float32, is converted)
-            if native is not None and (problem.dtype != "bfloat16" or
-                                       getattr(plan.run, "launch_reads_bfloat16", False)):
+            if native is not None and (problem.dtype != "bfloat16" or executor.launch_reads_bfloat16):
                 self.launch, self.launch_dtype, self.launch_format = native, getattr(torch, problem.dtype), \
                     self.channels_last or (_NLC if problem.layout == "channels_last" else _CONTIGUOUS)
-                self.launch_workspace = getattr(plan.run, "launch_workspace", 0)
+                self.launch_workspace = executor.launch_workspace
             elif converted is not None:
                 self.launch, self.launch_dtype, self.launch_format = converted, torch.float32, _CONTIGUOUS
         # a plan between conversions without a by-address form: PyTorch converts (one pass per operand, from the
@@ -276,12 +282,12 @@ class ArrayPlan:
         # views of float32 tensors (on the H100 the array form's conversions took fbfft-L2's bfloat16 channels_last
         # forward from 1.01 ms, its float32 plan's time, to 3.53: transposing float32 copies, and the rounding
         # as four integer passes over the result)
-        self.float32_run = getattr(plan.run, "float32_run", None) if self.launch is None else None
+        self.float32_run = executor.float32.run if self.launch is None and executor.float32 is not None else None
         self.result_format = layout_format(problem)
         # an executor that reads and writes bfloat16 as its 16 bits (convtune's own FFT transforms) gets the tensors'
         # memory as it is, not float32 copies
         self.bits = (bridge_.device_type == "cuda" and problem.dtype == "bfloat16" and self.launch is None
-                     and self.float32_run is None and getattr(plan.run, "reads_bfloat16_bits", False))
+                     and self.float32_run is None and executor.reads_bfloat16_bits)
 
     def _operand(self, t):
         t = t.contiguous(memory_format=self.channels_last) if self.channels_last else t.contiguous()
@@ -378,7 +384,6 @@ class Route:
         per-pass plans (the reason logged once)."""
         if mode in self.trips:
             return self.trips[mode]
-        from .. import roundtrip
         problem, trip, reason = self.problem, None, None
         try:
             reason = roundtrip.unsupported_reason(problem)
@@ -615,7 +620,8 @@ class Route:
             with runtime._lock:  # a miss is tuned here, and the runtime says so
                 plan = br.call(self.device.index, runtime.plan_for, problem, br.backend)
             if plan.strategy == "torch":
-                executor = Native(get_strategy("torch").native(problem, plan.config), plan.label)
+                fn, flags = get_strategy("torch").native(problem, plan.config)
+                executor = Native(fn, plan.label, flags)
             else:
                 executor = ArrayPlan(plan, br, problem)
             if plan.source in runtime._PROVISIONAL:  # served for want of its own plan: looked up again later
@@ -666,12 +672,13 @@ class Route:
     def _duel(self, problem: ConvProblem, plan: "ArrayPlan"):
         """The plan, or PyTorch's convolution where that is faster per call in the layer (see the module
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
-        native = Native(native_for(problem, benchmark=True, tf32=problem.math == "tf32"), "torch")
+        flags = (True, problem.math == "tf32")
+        native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
         store, device_key, torch_id = self.runtime.store, None, _torch_id()
         stored = None
         try:
             device_key = bridge(self.device.type).backend.device_info().key()
-            stored = store.get_duel(problem, device_key, plan.label, torch_id) if hasattr(store, "get_duel") else None
+            stored = store.get_record("duel", duel_key(device_key, problem, plan.label, torch_id))
         except Exception as exc:  # a cache that fails: duel anyway
             log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
         if stored is not None:
@@ -684,10 +691,11 @@ class Route:
                 log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
                          self.device, type(exc).__name__, exc, plan.label)
                 return plan
-            if device_key is not None and hasattr(store, "put_duel"):
+            if device_key is not None:
                 try:
-                    store.put_duel({"problem": problem.key(), "device_key": device_key, "plan": plan.label,
-                                    "torch": torch_id, "plan_us": t_plan * 1e6, "native_us": t_native * 1e6})
+                    store.put_record("duel", duel_key(device_key, problem, plan.label, torch_id),
+                                     {"problem": problem.key(), "device_key": device_key, "plan": plan.label,
+                                      "torch": torch_id, "plan_us": t_plan * 1e6, "native_us": t_native * 1e6})
                 except Exception as exc:
                     log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
         if t_native > t_plan * (1 + DUEL_MARGIN):

@@ -70,7 +70,9 @@ import torch
 from torch import nn
 
 import convtune
-from ..bench.steps import AGAIN, kind as _kind
+
+from ..bench.steps import AGAIN
+from ..bench.steps import kind as _kind
 from . import models as model_specs
 from .modules import patch
 from .tuning import tune

@@ -36,6 +36,7 @@ from torch import nn
 
 from ..errors import NetworkError
 from ..netlayer import Layer
+from .tuning import collect
 
 __all__ = ["build_model", "default_input_shape", "model_layers", "BUILTIN", "replknet", "slak", "longconv"]
 
@@ -310,7 +311,6 @@ def model_layers(spec: str, batch: int | None = None, input_shape=None, math: st
     """The convolution layers of a model spec as :class:`~convtune.netlayer.Layer` rows (one per call in
     one forward pass, named after its module; ``passes`` as training needs them), found on the
     meta device."""
-    from .tuning import collect
     model = build_model(spec, "meta")
     shape = input_shape_for(spec, model, batch, input_shape)
     try:

@@ -47,6 +47,7 @@ from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
 from ._dispatch import Native, layer_problem, route_for, tensor_layout
+from .modules import _CONVS, _Convtune, restore
 
 log = logging.getLogger("convtune")
 
@@ -91,7 +92,6 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
         x, weight, _ = functional.autocast(x, module.weight, None)  # what autocast hands the convolution
         records.append((module, x, weight, geom, module.groups, functional.resolve_math(math, x)))
 
-    from .modules import _CONVS, _Convtune
     for module in model.modules():
         if isinstance(module, _CONVS) and not isinstance(module, _Convtune):
             hooks.append(module.register_forward_pre_hook(plain_hook))
@@ -318,7 +318,6 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
 def _hand_back(model: nn.Module, layer_calls: dict, wanted: tuple[str, ...], report: TuneReport) -> None:
     """Unpatch the patched layers whose every call runs PyTorch's convolution throughout (its passes all
     tuned here); their names go to ``report.handed_back``."""
-    from .modules import _Convtune, restore
     modules = dict(model.named_modules())
     for name, calls in layer_calls.items():
         module = modules.get(name)

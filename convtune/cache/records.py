@@ -1,0 +1,26 @@
+"""The kinds of typed record a plan store keeps beside its plans, each owned (encoded and decoded) elsewhere.
+
+========  ===============================================  ===================================
+kind      what                                             owner
+========  ===============================================  ===================================
+trip      a layer's round-trip (kept spectra) decision     :mod:`convtune.roundtrip`
+duel      the PyTorch layer's duel of a plan with PyTorch  :mod:`convtune.torch._dispatch`
+fft_cost  a device's FFT cost-model calibration            :mod:`convtune.fft.cost`
+========  ===============================================  ===================================
+
+A SQL store keeps a record as a row of its key/value table, keyed by the kind's prefix and a hash of the
+record's key text (``digits`` hexadecimal digits of SHA-256), so that a key stays within 64 characters.
+"""
+
+from __future__ import annotations
+
+#: kind -> (key prefix, hash digits)
+RECORD_KINDS = {"trip": ("trip:", 59), "duel": ("duel:", 59), "fft_cost": ("fft_cost:", 40)}
+
+
+def record_kind(kind: str) -> tuple[str, int]:
+    """The key prefix and hash length of ``kind`` (``ValueError`` naming the kinds for any other)."""
+    try:
+        return RECORD_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown record kind {kind!r}; acceptable: {', '.join(RECORD_KINDS)}") from None
