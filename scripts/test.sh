@@ -2,7 +2,8 @@
 # The test command: sets everything up on a fresh machine and runs the test suite.
 #   bash scripts/test.sh [pytest args]
 # Installs Debian's postgresql when its server binaries are missing (the PostgreSQL cache
-# tests start a throwaway server on loopback), then convtune with its test extra, then pytest.
+# tests start a throwaway server on loopback), then convtune with its test extra; checks the code with ruff and
+# the import layers with import-linter (pyproject.toml holds both configurations), then runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
@@ -14,6 +15,9 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   fi
 fi
 bash scripts/setup.sh test
+echo "checking the code (ruff) and the import layers (import-linter)" >&2
+.venv/bin/ruff check --quiet .
+.venv/bin/lint-imports --no-cache >/dev/null || { .venv/bin/lint-imports --no-cache; exit 1; }
 set +e
 .venv/bin/python -m pytest -q "$@"
 rc=$?

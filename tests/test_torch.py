@@ -12,7 +12,8 @@ from torch import nn  # noqa: E402
 
 import convtune.torch as ct  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
-from convtune.torch import _dispatch  # noqa: E402
+from convtune.executor import Executor  # noqa: E402
+from convtune.torch import _dispatch, _duel  # noqa: E402
 from conftest import FailingTimer, FakeTimer  # noqa: E402
 from torch_models import MODELS  # noqa: E402
 
@@ -389,7 +390,7 @@ def test_a_plan_that_fails_when_it_runs_falls_back(caplog, monkeypatch):
 
     def broken(*args):
         raise MemoryError("out of memory in the test")
-    monkeypatch.setattr(route.fwd_exec, "plan", dataclasses.replace(route.fwd_exec.plan, run=broken))
+    monkeypatch.setattr(route.fwd_exec, "plan", dataclasses.replace(route.fwd_exec.plan, run=Executor(broken)))
     with caplog.at_level(logging.WARNING, logger="convtune"):
         torch.testing.assert_close(layer(x), plain(x), rtol=1e-5, atol=1e-6)
     assert "out of memory in the test" in caplog.text and route.fwd_exec.label == "pytorch (fallback)"
@@ -653,7 +654,7 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
     assert_same_training(plain, patched_copy(plain, later), x)
     labels = [label for route in later.layer_memo("torch").values() for label in route.labels().values()]
     assert len(labels) == 3 and all(label.startswith("torch (in the layer 150 us per call, im2col") for label in labels)
-    monkeypatch.setattr(_dispatch, "_torch_id", lambda: "torch-another-version")  # another PyTorch: duels again
+    monkeypatch.setattr(_dispatch, "pytorch_versions", lambda: "torch-another-version")  # another PyTorch: duels again
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
     again = Runtime(store=PlanCache(url), planner_options=options)
     plain = nn.Conv2d(3, 5, 3, padding=1)
@@ -847,7 +848,7 @@ def test_a_round_trip_that_fails_gives_way_to_the_per_pass_plans(monkeypatch, ca
     assert_same_training(plain, patched, torch.randn(2, 3, 10, 10))  # fails in the forward: the per-pass plans
 
 
-@pytest.mark.parametrize("plan_us, rounds", [(350.0, 2), (110.0, _dispatch.DUEL_ROUNDS)])
+@pytest.mark.parametrize("plan_us, rounds", [(350.0, 2), (110.0, _duel.DUEL_ROUNDS)])
 def test_a_clear_duel_ends_after_two_rounds(monkeypatch, plan_us, rounds):
     """On a clock the contenders advance (PyTorch 100 us per call, the plan ``plan_us``): a gap of
     DUEL_CLEAR or more is settled by two rounds; a close one takes every round."""
@@ -864,9 +865,9 @@ def test_a_clear_duel_ends_after_two_rounds(monkeypatch, plan_us, rounds):
                                                  torch.device("cpu"))
     assert (t_plan, t_torch) == pytest.approx((plan_us * 1e-6, 100e-6))
     # each: two warm-up calls, one to size the rounds (to last DUEL_ROUND_S), then the rounds
-    per_round = max(_dispatch.DUEL_CALLS, math.ceil(_dispatch.DUEL_ROUND_S * 2 / ((plan_us + 100.0) * 1e-6)))
+    per_round = max(_duel.DUEL_CALLS, math.ceil(_duel.DUEL_ROUND_S * 2 / ((plan_us + 100.0) * 1e-6)))
     assert calls == {"plan": 3 + rounds * per_round, "torch": 3 + rounds * per_round}
-    assert _dispatch.DUEL_CLEAR == 1.5
+    assert _duel.DUEL_CLEAR == 1.5
 
 
 def test_a_routes_native_verdict_is_remembered_until_an_executor_changes():

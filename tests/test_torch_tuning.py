@@ -432,7 +432,7 @@ def test_pytorchs_candidate_is_timed_even_when_its_verification_run_is_slow(monk
 
     def synchronized_run(self, run, a, b, out):
         run(a, b, out)
-        return 1000.0 if run.__qualname__.startswith("TorchStrategy") else 0.001  # PyTorch looks very slow
+        return 1000.0 if run.run.__qualname__.startswith("TorchStrategy") else 0.001  # PyTorch looks very slow
     monkeypatch.setattr(Planner, "_synchronized_run", synchronized_run)
 
     def tuned():
@@ -512,7 +512,7 @@ def test_cli_bench_model_profiles_steps_on_request(tmp_path, fake_default_timer)
 def _interleaved_run(tmp_path, monkeypatch, modes, steps, before_timing):
     """``bench-model --rounds 2`` of a small model with ``before_timing(step, n)`` called ahead of every
     timed batch of steps; the CLI's result and the JSON it wrote."""
-    from convtune.torch import bench as bench_mod
+    from convtune.bench import model as bench_mod
     timed = bench_mod.timed_steps
 
     def spy(step, device, n):
@@ -552,7 +552,7 @@ def test_cli_bench_model_null_times_each_pytorch_mode_twice(tmp_path, fake_defau
     its ratio to the first is printed as PyTorch against itself, and round by round."""
     order = []
     out = tmp_path / "bench.json"
-    from convtune.torch import bench as bench_mod
+    from convtune.bench import model as bench_mod
     timed = bench_mod.timed_steps
 
     def spy(step, device, n):

@@ -230,7 +230,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     memory and, for convtune, the tuning time and what each layer runs.
     """
     try:
-        from ..torch.bench import bench_model
+        from .model import bench_model
     except ImportError as exc:
         raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())

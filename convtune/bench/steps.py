@@ -1,4 +1,4 @@
-"""The ratios of a ``convtune bench-model`` document (:mod:`convtune.torch.bench`), without PyTorch: the CLI
+"""The ratios of a ``convtune bench-model`` document (:mod:`convtune.bench.model`), without PyTorch: the CLI
 prints them and ``benchmarks/bench_tables.py`` tabulates them from the JSON.
 
 A convtune mode is set against each PyTorch mode; with ``--null`` each PyTorch mode also ran twice, its copy

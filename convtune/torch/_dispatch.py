@@ -34,7 +34,6 @@ that reads bfloat16 itself gets the tensors' own memory.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 
@@ -48,15 +47,12 @@ from ..strategies import get_strategy
 from ..strategies.pytorch import native_for, native_pass
 from ._autograd import eager_forward
 from ._bridge import bridge
+from ._duel import DUEL_DEVICE_TYPES, DUEL_MARGIN, TORCH_DTYPES, duel_key, duel_operands, per_call_seconds, pytorch_versions
+from ._executors import ArrayPlan, Fallback, Native
+from ._formats import CONTIGUOUS, DTYPES, dense, dense_as, in_result_format, layout_format
 
 log = logging.getLogger("convtune")
 
-_CHANNELS_LAST = torch.channels_last
-_CHANNELS_LAST_3D = torch.channels_last_3d
-_CONTIGUOUS = torch.contiguous_format
-#: The memory order of a channels-last 1-D call (N, L, C), for which PyTorch has no memory format: a by-address
-#: launch of such a problem reads and writes it (see ArrayPlan)
-_NLC = "NLC"
 _said: set[str] = set()
 _said_lock = threading.Lock()
 
@@ -88,264 +84,6 @@ CAPTURE_REASON = ("a CUDA graph records a convolution whose plans no eager call 
 UNCAPTURED = ("its plan %s cannot be recorded in a CUDA graph (%s: %s): PyTorch's convolution is recorded "
               "for that pass; calls outside captures keep the plan")
 
-
-def channels_last_format(dim: int):
-    """PyTorch's channels-last memory format for tensors of ``dim`` dimensions (``None``: there is none)."""
-    return {4: _CHANNELS_LAST, 5: _CHANNELS_LAST_3D}.get(dim)
-
-
-def layout_format(problem: ConvProblem):
-    """PyTorch's memory format for a problem's tensors: channels-last for a channels_last problem of rank 2 or 3,
-    else contiguous (a 1-D channels_last problem's (N, L, C) memory has no format of its own)."""
-    fmt = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
-    return fmt or _CONTIGUOUS
-
-
-def is_channels_last(t) -> bool:
-    """A 4-D or 5-D tensor laid out channels-last (and not also plain contiguous, as C == 1 tensors are)."""
-    fmt = channels_last_format(t.dim())
-    return fmt is not None and not t.is_contiguous() and t.is_contiguous(memory_format=fmt)
-
-
-def result_format(a, b):
-    """The memory format of a pass's result: channels-last where either operand is (as PyTorch's cuDNN and
-    oneDNN convolutions decide it; in a channels_last model both are)."""
-    return channels_last_format(a.dim()) if is_channels_last(a) or is_channels_last(b) else _CONTIGUOUS
-
-
-#: PyTorch's dtypes convtune runs, by the problem's name for them.
-DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-def tensor_layout(x, w=None) -> str:
-    """A call's layout: ``channels_last`` where the input (or, 2-D and 3-D, the weight) is laid out
-    channels-last (NHWC, NDHWC; NLC for a 1-D convolution's input), else ``channels_first``."""
-    if x.is_contiguous() and (w is None or w.is_contiguous()):  # (the common case, answered first)
-        return "channels_first"
-    if x.dim() in (4, 5):
-        return "channels_last" if is_channels_last(x) or (w is not None and is_channels_last(w)) else "channels_first"
-    if x.dim() == 3 and x.size(1) > 1 and x.size(2) > 1 and x.stride(1) == 1 and x.stride(2) == x.size(1):
-        return "channels_last"
-    return "channels_first"
-
-
-def in_result_format(out, a, b):
-    """``out`` in the memory format of a pass's result on operands ``a`` and ``b`` (:func:`result_format`):
-    itself where it has it, else a copy."""
-    if a.is_contiguous() and b.is_contiguous():  # channels-first operands (the common case: a third of the host time)
-        return out if out.is_contiguous() else out.contiguous()
-    fmt = result_format(a, b)
-    return out if out.is_contiguous(memory_format=fmt) else out.contiguous(memory_format=fmt)
-
-
-def dense(t):
-    """``t`` as it is where it is dense (contiguous or channels_last), else a contiguous copy."""
-    if t.is_contiguous() or is_channels_last(t):
-        return t
-    return t.contiguous()
-
-
-#: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
-#: (on the CPU the planner's wall-clock timing already counts the host's work).
-DUEL_DEVICE_TYPES = {"cuda"}
-#: Calls per timed round at least, the wall time a round should last at least (more calls where the
-#: layer is quick, so the synchronisation at its end weighs little), and rounds per contender, taken in
-#: turn (the best round counts), in a duel.
-DUEL_CALLS, DUEL_ROUND_S, DUEL_ROUNDS = 5, 2e-3, 5
-#: How much faster per call a plan must be than PyTorch's convolution to win a duel: a tie goes to
-#: PyTorch, whose host work in a training step is less than the plan's (on the H100, ResNet-50 with every
-#: duel decided by any margin trained at 0.94x PyTorch: ten plans won by a few percent, within the duel's noise).
-DUEL_MARGIN = 0.05
-#: A duel whose first two rounds find one contender this many times faster than the other ends there
-#: (the best of two: one hiccup does not decide it): no noise reverses a gap that wide, and the rounds
-#: of a slow layer cost most.
-DUEL_CLEAR = 1.5
-_TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
-
-
-def duel_operands(problem: ConvProblem, device):
-    """Random operands of a pass in its dtype and layout (never zeros: some kernels skip them)."""
-    fmt = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
-    gen = torch.Generator(device=device).manual_seed(0)
-    operands = []
-    for shape in problem.operand_shapes:
-        t = torch.randn(shape, generator=gen, device=device, dtype=_TORCH_DTYPES[problem.dtype])
-        operands.append(t.contiguous(memory_format=fmt) if fmt is not None and t.dim() == problem.rank + 2 else t)
-    return operands
-
-
-def _torch_id() -> str:
-    """What a duel's verdict depends on besides the device and the plan: PyTorch's and cuDNN's versions."""
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return f"torch{torch.__version__}+cudnn{cudnn}"
-
-
-def duel_key(device_key: str, problem: ConvProblem, plan_label: str, torch_id: str) -> str:
-    """The key of a duel's record in a plan store: what its verdict depends on."""
-    return f"{device_key}|{problem.key()}|{plan_label}|{torch_id}"
-
-
-def per_call_seconds(contenders, a, b, device) -> list[float]:
-    """Each contender's wall time per call, issued back to back and synchronised per round (the host's
-    work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS` (of
-    two, where those are clear by :data:`DUEL_CLEAR`)."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for fn in contenders:  # warm: cuDNN's benchmark, first-call allocations, lazy builds
-        fn(a, b), fn(a, b)
-    sync()
-    start = time.perf_counter()
-    for fn in contenders:
-        fn(a, b)
-    sync()
-    calls = max(DUEL_CALLS, min(200, math.ceil(DUEL_ROUND_S * len(contenders) / (time.perf_counter() - start))))
-    best = [float("inf")] * len(contenders)
-    for round_ in range(DUEL_ROUNDS):
-        for i, fn in enumerate(contenders):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn(a, b)
-            sync()
-            best[i] = min(best[i], (time.perf_counter() - start) / calls)
-        if round_ == 1 and max(best) >= DUEL_CLEAR * min(best):
-            break
-    return best
-
-
-class Native:
-    """PyTorch's convolution, the plan's winner (or, as :class:`Fallback`, the way out). ``flags``: the
-    ``(benchmark, tf32)`` cuDNN settings ``fn`` holds during its calls (``None``: the process's), as
-    the maker of ``fn`` says (:meth:`convtune.strategies.pytorch.TorchStrategy.native`)."""
-
-    __slots__ = ("fn", "label", "retry_at", "flags")
-
-    def __init__(self, fn, label: str, flags: tuple = (None, None)):
-        self.fn, self.label, self.flags = fn, label, flags
-        self.retry_at = None  # when to look the plan up again (for want of a tuned plan), or never
-
-    def __call__(self, a, b, bias=None):
-        return self.fn(dense(a), dense(b), bias)
-
-
-class Fallback(Native):
-    """PyTorch's convolution with the process's own cuDNN settings, where convtune cannot run."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, problem: ConvProblem, reason: str):
-        super().__init__(native_for(problem), "pytorch (fallback)")
-        self.reason = reason
-
-
-class ArrayPlan:
-    """A convtune plan of another strategy, on zero-copy array views of the tensors (bfloat16 ones
-    converted to float32 and back: :mod:`convtune.precision`, except where a by-address form reads
-    bfloat16 itself: the channels-last depthwise kernels).
-
-    On CUDA, a plan whose executor has a by-address form (``launch``: the depthwise kernels, the 1x1
-    cuBLAS calls; see :meth:`Strategy.build <convtune.strategies.base.Strategy.build>`) is called on the
-    tensors' addresses and PyTorch's current stream instead, without array views or the bridge's
-    switching. Where the plan runs its strategy's float32 channels-first executor between conversions
-    (:func:`convtune.precision.bounded`: a channels_last or half-precision problem), PyTorch makes those
-    conversions (one copy per operand, one for the result) and the executor's by-address form runs between."""
-
-    __slots__ = ("plan", "bridge", "shape", "bias_shape", "label", "retry_at", "storage", "channels_last",
-                 "launch", "launch_dtype", "launch_format", "launch_workspace", "duel", "recordable", "float32_run",
-                 "result_format", "bits")
-
-    def __init__(self, plan, bridge_, problem: ConvProblem):
-        self.plan, self.bridge, self.shape = plan, bridge_, problem.result_shape
-        self.bias_shape = (1, -1) + (1,) * problem.rank
-        self.label = plan.label
-        self.retry_at = None
-        self.storage = torch.float16 if problem.dtype == "float16" else torch.float32
-        self.channels_last = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
-        self.launch = self.launch_dtype = self.launch_format = None
-        self.launch_workspace = 0
-        self.duel = None  # a won duel: (its seconds per call, PyTorch's, PyTorch's executor) (see Route.settle)
-        # can a CUDA graph record its work (Route.run)? (a plan whose strategy is not registered here: no)
-        try:
-            self.recordable = get_strategy(plan.strategy).recordable(problem, plan.config)
-        except Exception:
-            self.recordable = False
-        executor = plan.run
-        if bridge_.device_type == "cuda":
-            native, converted = plan.launch, executor.float32.launch if executor.float32 is not None else None
-            # (a launch reads bfloat16 tensors where it says so; else bfloat16, stored as float32, is converted)
-            if native is not None and (problem.dtype != "bfloat16" or executor.launch_reads_bfloat16):
-                self.launch, self.launch_dtype, self.launch_format = native, getattr(torch, problem.dtype), \
-                    self.channels_last or (_NLC if problem.layout == "channels_last" else _CONTIGUOUS)
-                self.launch_workspace = executor.launch_workspace
-            elif converted is not None:
-                self.launch, self.launch_dtype, self.launch_format = converted, torch.float32, _CONTIGUOUS
-        # a plan between conversions without a by-address form: PyTorch converts (one pass per operand, from the
-        # tensors' own dtype and layout, and one for the result), the float32 channels-first executor runs on
-        # views of float32 tensors (on the H100 the array form's conversions took fbfft-L2's bfloat16 channels_last
-        # forward from 1.01 ms, its float32 plan's time, to 3.53: transposing float32 copies, and the rounding
-        # as four integer passes over the result)
-        self.float32_run = executor.float32.run if self.launch is None and executor.float32 is not None else None
-        self.result_format = layout_format(problem)
-        # an executor that reads and writes bfloat16 as its 16 bits (convtune's own FFT transforms) gets the tensors'
-        # memory as it is, not float32 copies
-        self.bits = (bridge_.device_type == "cuda" and problem.dtype == "bfloat16" and self.launch is None
-                     and self.float32_run is None and executor.reads_bfloat16_bits)
-
-    def _operand(self, t):
-        t = t.contiguous(memory_format=self.channels_last) if self.channels_last else t.contiguous()
-        return t if t.dtype == self.storage else t.to(self.storage)
-
-    def __call__(self, a, b, bias=None):
-        dtype = a.dtype
-        stream = None if self.launch is None else self.bridge.launch_stream(a.device.index)
-        if stream is not None:
-            out = self._by_address(a, b, stream)
-        elif self.float32_run is not None:
-            a, b = _dense_as(a, torch.float32, _CONTIGUOUS), _dense_as(b, torch.float32, _CONTIGUOUS)
-            out = torch.empty(self.shape, dtype=torch.float32, device=a.device)
-            br = self.bridge
-            br.call(a.device.index, self.float32_run, br.array(a), br.array(b), br.array(out))
-        else:
-            if self.bits:
-                fmt = self.channels_last or _CONTIGUOUS
-                a, b = _dense_as(a, torch.bfloat16, fmt), _dense_as(b, torch.bfloat16, fmt)
-            else:
-                a, b = self._operand(a), self._operand(b)
-            out = torch.empty(self.shape, dtype=torch.bfloat16 if self.bits else self.storage, device=a.device,
-                              memory_format=self.channels_last or _CONTIGUOUS)
-            br = self.bridge
-            br.call(a.device.index, self.plan, br.array(a), br.array(b), br.array(out))
-        if dtype != out.dtype:  # (rounded and laid out in one pass)
-            out = out.to(dtype=dtype, memory_format=self.result_format)
-        if bias is not None:
-            out += bias.view(self.bias_shape)
-        return out
-
-    def _by_address(self, a, b, stream):
-        """The result (in the launch's dtype and layout: :meth:`Route.run` puts it in the operands') of the
-        plan's ``launch`` on dense copies of the operands where they are not dense in its dtype and layout."""
-        dtype, fmt = self.launch_dtype, self.launch_format
-        a, b = _dense_as(a, dtype, fmt), _dense_as(b, dtype, fmt)
-        if fmt is _NLC:
-            n, c, length = self.shape
-            out = torch.empty((n, length, c), dtype=dtype, device=a.device).transpose(1, 2)
-        else:
-            out = torch.empty(self.shape, dtype=dtype, device=a.device, memory_format=fmt)
-        if self.launch_workspace:  # from PyTorch's caching allocator, on its stream, like every allocation here
-            workspace = torch.empty((self.launch_workspace,), dtype=torch.uint8, device=a.device)
-            self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, workspace.data_ptr())
-        else:
-            self.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream)
-        return out
-
-
-def _dense_as(t, dtype, fmt):
-    """``t`` in ``dtype``, dense in memory format ``fmt`` (itself where it is; ``Tensor.to`` alone would keep
-    a non-dense tensor of the same dtype as it is); ``fmt`` :data:`_NLC`: a 3-D tensor dense in (N, L, C) order."""
-    if fmt is _NLC:
-        t = t.to(dtype)
-        return t if t.transpose(1, 2).is_contiguous() else t.transpose(1, 2).contiguous().transpose(1, 2)
-    if t.dtype != dtype:
-        t = t.to(dtype=dtype, memory_format=fmt)
-    return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
 
 
 #: A pass's executor attribute of a :class:`Route`.
@@ -421,7 +159,7 @@ class Route:
         """``(y, spectra)``: the forward pass through ``trip``, keeping the spectra for :meth:`kept_backward`."""
         br = bridge(self.device.type)
         dtype, fmt = self._trip_format(trip)
-        a, b = _dense_as(x, dtype, fmt), _dense_as(w, dtype, fmt)
+        a, b = dense_as(x, dtype, fmt), dense_as(w, dtype, fmt)
         y = torch.empty(self.problem.y_shape, dtype=dtype, device=x.device, memory_format=fmt)
         spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(a), br.array(b), br.array(y))[1])
         if not trip.recordable and x.is_cuda:  # a capture records PyTorch's convolution instead (see warm_capture)
@@ -436,8 +174,8 @@ class Route:
         convtune's (:class:`~convtune.roundtrip.RoundTrip` built for the layer's problem), else float32
         channels-first."""
         if trip.problem.dtype == "float32" and trip.problem.layout == "channels_first":
-            return torch.float32, _CONTIGUOUS
-        return _TORCH_DTYPES[trip.problem.dtype], layout_format(trip.problem)
+            return torch.float32, CONTIGUOUS
+        return TORCH_DTYPES[trip.problem.dtype], layout_format(trip.problem)
 
     def _as_layer(self, result, dtype):
         """A round trip's float32 channels-first result in the layer's dtype and layout (one pass; itself for a
@@ -453,7 +191,7 @@ class Route:
         p = self.problem
         dtype = dy.dtype
         held, fmt = self._trip_format(trip)
-        g = _dense_as(dy, held, fmt)
+        g = dense_as(dy, held, fmt)
         dx = torch.empty(p.x_shape, dtype=held, device=dy.device, memory_format=fmt) if need_dx else None
         dw = torch.empty(p.w_shape, dtype=held, device=dy.device, memory_format=fmt) if need_dw else None
         br.call(self.device.index, lambda: trip.kept_backward(
@@ -674,7 +412,7 @@ class Route:
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
         flags = (True, problem.math == "tf32")
         native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
-        store, device_key, torch_id = self.runtime.store, None, _torch_id()
+        store, device_key, torch_id = self.runtime.store, None, pytorch_versions()
         stored = None
         try:
             device_key = bridge(self.device.type).backend.device_info().key()

@@ -5,7 +5,7 @@
 weight_size, ...)`` are plain ``torch.library`` definitions (cheaper per call than the
 ``custom_op`` decorator). Each has a fake implementation that returns exactly the real result's
 shape and strides (channels_last where an operand is, see
-:func:`~convtune.torch._dispatch.result_format`), so ``torch.compile(fullgraph=True)`` traces
+:func:`~convtune.torch._formats.result_format`), so ``torch.compile(fullgraph=True)`` traces
 them, and autograd whose backward calls the other two operators. The backward-data and
 backward-filter passes are convolutions themselves, so the backward of each op is again made of
 the three ops: double backward comes for free (:func:`gradients` is the one formula).
@@ -19,7 +19,8 @@ import torch
 
 from ..strategies.pytorch import native_pass
 from ._autograd import bias_grad, gradients
-from ._dispatch import DTYPES, result_format, route_for, tensor_layout
+from ._dispatch import route_for
+from ._formats import DTYPES, result_format, tensor_layout
 
 __all__ = ["conv_fwd", "conv_dgrad", "conv_wgrad"]
 

@@ -42,7 +42,9 @@ import torch.nn.functional as F
 from ..runtime import Runtime
 from . import _autograd, _ops  # noqa: F401  (_ops: registers torch.ops.convtune.*)
 from ._bridge import bridge
-from ._dispatch import CAPTURE_REASON, DTYPES, Fallback, Native, capturing, route_for, say_once, tensor_layout
+from ._dispatch import CAPTURE_REASON, capturing, route_for, say_once
+from ._executors import Fallback, Native
+from ._formats import DTYPES, tensor_layout
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
 

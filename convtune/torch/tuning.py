@@ -46,7 +46,9 @@ from ..runtime import Runtime, _Held, default_runtime
 from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
-from ._dispatch import Native, layer_problem, route_for, tensor_layout
+from ._dispatch import layer_problem, route_for
+from ._executors import Native
+from ._formats import tensor_layout
 from .modules import _CONVS, _Convtune, restore
 
 log = logging.getLogger("convtune")

@@ -69,13 +69,14 @@ from datetime import datetime, timezone
 import torch
 from torch import nn
 
-import convtune
-
-from ..bench.steps import AGAIN
-from ..bench.steps import kind as _kind
-from . import models as model_specs
-from .modules import patch
-from .tuning import tune
+from .._version import __version__
+from ..cache import MemoryPlanStore
+from ..runtime import Runtime, default_runtime
+from ..torch import models as model_specs
+from ..torch.modules import patch
+from ..torch.tuning import tune
+from .steps import AGAIN
+from .steps import kind as _kind
 
 log = logging.getLogger("convtune")
 
@@ -179,7 +180,7 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
         inp = x.contiguous(memory_format=torch.channels_last)
     record = {"mode": mode}
     if kind.endswith("-native"):  # PyTorch's convolution through the drop-in (see the module docstring)
-        runtime = convtune.Runtime(store=convtune.MemoryPlanStore(), planner_options={"strategies": ["torch"]})
+        runtime = Runtime(store=MemoryPlanStore(), planner_options={"strategies": ["torch"]})
     if kind.startswith("convtune"):
         record["patched_layers"] = len(patch(model, math="auto", runtime=runtime,
                                              keep_spectra="auto" if kind.endswith("-kept") else False))
@@ -377,7 +378,7 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
 
 
 def _routes(runtime) -> list[dict]:
-    rt = runtime or convtune.default_runtime()
+    rt = runtime or default_runtime()
     routes = []
     for route in rt.layer_memo("torch").values():
         entry = {"layer": route.problem.key(), **route.labels()}
@@ -430,7 +431,7 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
            "input_shape": list(shape), "parameters": model_specs.parameter_count(base), "device": str(device),
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-           "convtune": convtune.__version__, "steps": steps, "warmup": warmup, "rounds": rounds, "graph": graph,
+           "convtune": __version__, "steps": steps, "warmup": warmup, "rounds": rounds, "graph": graph,
            "null": null,
            "modes": [],
            "complete": False}

@@ -1,0 +1,77 @@
+"""A plan's duel with PyTorch's own convolution in the layer: random operands of the pass, both timed per call with
+the host's work included, and the key of the verdict in the plan store (see :class:`~convtune.torch._dispatch.Route`)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from ..problem import ConvProblem
+from ._formats import DTYPES, channels_last_format
+
+#: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
+#: (on the CPU the planner's wall-clock timing already counts the host's work).
+DUEL_DEVICE_TYPES = {"cuda"}
+#: Calls per timed round at least, the wall time a round should last at least (more calls where the
+#: layer is quick, so the synchronisation at its end weighs little), and rounds per contender, taken in
+#: turn (the best round counts), in a duel.
+DUEL_CALLS, DUEL_ROUND_S, DUEL_ROUNDS = 5, 2e-3, 5
+#: How much faster per call a plan must be than PyTorch's convolution to win a duel: a tie goes to
+#: PyTorch, whose host work in a training step is less than the plan's (on the H100, ResNet-50 with every
+#: duel decided by any margin trained at 0.94x PyTorch: ten plans won by a few percent, within the duel's noise).
+DUEL_MARGIN = 0.05
+#: A duel whose first two rounds find one contender this many times faster than the other ends there
+#: (the best of two: one hiccup does not decide it): no noise reverses a gap that wide, and the rounds
+#: of a slow layer cost most.
+DUEL_CLEAR = 1.5
+TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
+
+
+def duel_operands(problem: ConvProblem, device):
+    """Random operands of a pass in its dtype and layout (never zeros: some kernels skip them)."""
+    fmt = channels_last_format(problem.rank + 2) if problem.layout == "channels_last" else None
+    gen = torch.Generator(device=device).manual_seed(0)
+    operands = []
+    for shape in problem.operand_shapes:
+        t = torch.randn(shape, generator=gen, device=device, dtype=TORCH_DTYPES[problem.dtype])
+        operands.append(t.contiguous(memory_format=fmt) if fmt is not None and t.dim() == problem.rank + 2 else t)
+    return operands
+
+
+def pytorch_versions() -> str:
+    """What a duel's verdict depends on besides the device and the plan: PyTorch's and cuDNN's versions."""
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return f"torch{torch.__version__}+cudnn{cudnn}"
+
+
+def duel_key(device_key: str, problem: ConvProblem, plan_label: str, torch_id: str) -> str:
+    """The key of a duel's record in a plan store: what its verdict depends on."""
+    return f"{device_key}|{problem.key()}|{plan_label}|{torch_id}"
+
+
+def per_call_seconds(contenders, a, b, device) -> list[float]:
+    """Each contender's wall time per call, issued back to back and synchronised per round (the host's
+    work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS` (of
+    two, where those are clear by :data:`DUEL_CLEAR`)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for fn in contenders:  # warm: cuDNN's benchmark, first-call allocations, lazy builds
+        fn(a, b), fn(a, b)
+    sync()
+    start = time.perf_counter()
+    for fn in contenders:
+        fn(a, b)
+    sync()
+    calls = max(DUEL_CALLS, min(200, math.ceil(DUEL_ROUND_S * len(contenders) / (time.perf_counter() - start))))
+    best = [float("inf")] * len(contenders)
+    for round_ in range(DUEL_ROUNDS):
+        for i, fn in enumerate(contenders):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(a, b)
+            sync()
+            best[i] = min(best[i], (time.perf_counter() - start) / calls)
+        if round_ == 1 and max(best) >= DUEL_CLEAR * min(best):
+            break
+    return best
