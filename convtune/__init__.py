@@ -12,8 +12,8 @@ from .layers import Conv1d, Conv2d
 from .plan import CandidateOutcome, Decision, Plan
 from .planner import Planner
 from .problem import ConvProblem
-from .runtime import (MemoryPlanStore, Runtime, conv, conv_backward_data, conv_backward_filter, default_runtime,
-                      set_default_runtime, tune, use_cache)
+from .arrayapi import conv, conv_backward_data, conv_backward_filter
+from .runtime import MemoryPlanStore, Runtime, default_runtime, set_default_runtime, tune, use_cache
 from .timing import CpuTimer, CudaEventTimer, TimingStats
 
 # No NullHandler: where the application configures no logging, Python's last-resort handler shows

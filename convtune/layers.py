@@ -29,8 +29,8 @@ import math as _math
 
 from . import roundtrip
 from .backend import backend_for, get_backend
-from .runtime import (Runtime, _layer_fields, conv, conv_backward_data, conv_backward_filter, default_runtime,
-                      padding_sides)
+from .arrayapi import _layer_fields, conv, conv_backward_data, conv_backward_filter, padding_sides
+from .runtime import Runtime, default_runtime
 
 #: ``keep_spectra`` values: keep the FFT spectra between a layer's passes never, always, or where it pays.
 KEEP_SPECTRA = (False, True, "auto")

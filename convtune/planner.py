@@ -52,6 +52,7 @@ from typing import Callable
 
 from . import precision
 from .backend import Backend, get_backend
+from .building import build_plan, failure_reason, random_operands, relative_error
 from .errors import TuningError
 from .plan import CandidateOutcome, Decision, Plan
 from .problem import ConvProblem
@@ -105,31 +106,6 @@ class _Search:
 
     def phase(self, what: str, seconds: float) -> None:
         self.phases[what] = self.phases.get(what, 0.0) + seconds
-
-
-def relative_error(xp, out, ref) -> float:
-    """``||out - ref|| / ||ref||`` in float64; NaN anywhere gives infinity."""
-    out64 = out.astype(xp.float64)
-    err = float(xp.linalg.norm((out64 - ref).ravel()))
-    norm = float(xp.linalg.norm(ref.ravel()))
-    if not math.isfinite(err):
-        return math.inf
-    return err / norm if norm > 0 else err
-
-
-def random_operands(backend: Backend, problem: ConvProblem, seed: int):
-    """Fresh standard-normal operands for the problem's pass (never zeros), as the problem stores them:
-    rounded to its dtype, in its layout (:func:`convtune.precision.stored`)."""
-    xp = backend.xp
-    rng = xp.random.default_rng(seed)
-    return tuple(precision.stored(xp, rng.standard_normal(shape, dtype=xp.float32), problem)
-                 for shape in problem.operand_shapes)
-
-
-def _failure_reason(backend: Backend, exc: BaseException) -> str:
-    if backend.is_out_of_memory(exc):
-        return f"out of memory: {exc}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _takes_stop_above(timer) -> bool:
@@ -248,7 +224,7 @@ class Planner:
                 reason = strategy.supports(problem, self.backend)
                 configs = strategy.candidates(problem, self.backend) if reason is None else []
             except Exception as exc:  # one strategy's bug costs its candidates, not the problem's tuning
-                why = _failure_reason(self.backend, exc)
+                why = failure_reason(self.backend, exc)
                 log.warning("%s: listing %s's candidates raised %s; tuning goes on without them",
                             problem.describe(), strategy.name, why)
                 s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
@@ -272,7 +248,7 @@ class Planner:
                         self._within_limit(s, cand, kept)
                 except Exception as exc:  # (its rule or its workspace): this candidate fails, not the search
                     s.outcomes.append(self._outcome(s, cand, "failed", reason=(
-                        f"its rule or workspace raised {_failure_reason(self.backend, exc)}")))
+                        f"its rule or workspace raised {failure_reason(self.backend, exc)}")))
         if pruned and not kept:
             # a rule says another candidate will win; with none left (a search restricted to the pruned
             # strategy, say) the rules do not hold, and the pruned candidates are tried after all
@@ -405,7 +381,7 @@ class Planner:
                 best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on
                 s.spend(cand, "verify_s", time.perf_counter() - started)
-                s.outcomes.append(self._outcome(s, cand, "failed", reason=_failure_reason(self.backend, exc)))
+                s.outcomes.append(self._outcome(s, cand, "failed", reason=failure_reason(self.backend, exc)))
                 log.debug("candidate %s failed verification", cand.label, exc_info=True)
                 continue
             survivors.append((cand, err, warm_s))
@@ -492,7 +468,7 @@ class Planner:
                     else self.timer(fn, self.backend, cand.label)
             except Exception as exc:
                 s.outcomes.append(self._outcome(s, cand, "failed", error=err,
-                                                reason=_failure_reason(self.backend, exc)))
+                                                reason=failure_reason(self.backend, exc)))
                 log.debug("candidate %s failed timing", cand.label, exc_info=True)
                 continue
             finally:
@@ -523,7 +499,7 @@ class Planner:
             ref = get_strategy("reference").build(problem, None, self.backend)(a.astype(xp.float64),
                                                                                 b.astype(xp.float64))
         except Exception as exc:  # e.g. the float64 reference does not fit: keep the verification's word
-            log.warning("full-batch check of %s skipped: %s", problem.key(), _failure_reason(self.backend, exc))
+            log.warning("full-batch check of %s skipped: %s", problem.key(), failure_reason(self.backend, exc))
             return ranked
         try:
             for i, outcome in enumerate(ranked):
@@ -535,7 +511,7 @@ class Planner:
                     strategy.executor(problem, config, self.backend)(a, b, out)
                     err = relative_error(xp, out, ref)
                 except Exception as exc:
-                    err, failure = math.inf, _failure_reason(self.backend, exc)
+                    err, failure = math.inf, failure_reason(self.backend, exc)
                 else:
                     failure = None
                 index = next(k for k, o in enumerate(outcomes) if o is outcome)
@@ -576,52 +552,3 @@ _NO_WINNER = CandidateOutcome("", {}, "", "failed", reason="no candidate survive
 
 def _summary(outcomes) -> str:
     return "\n".join(f"  {o.label}: {o.status} ({o.reason})" for o in outcomes)
-
-
-def build_plan(decision: Decision, backend: Backend | str, source: str | None = None) -> Plan:
-    """Build the executor of a decision's winner."""
-    backend = get_backend(backend) if isinstance(backend, str) else backend
-    return build_from_config(decision.problem, decision.winner.strategy, decision.winner.config, backend,
-                             source or decision.source)
-
-
-def build_from_config(problem: ConvProblem, strategy_name: str, config: dict | Config, backend: Backend,
-                      source: str) -> Plan:
-    strategy = get_strategy(strategy_name)
-    strategy.check(problem, backend)
-    cfg = config if isinstance(config, Config) else strategy.config_type.from_dict(config)
-    return Plan(problem, strategy.name, cfg, backend.name, source, strategy.executor(problem, cfg, backend))
-
-
-def check_config(problem: ConvProblem, strategy_name: str, config: dict | Config, backend: Backend,
-                 verify_batch: int = 2, seed: int = 0) -> float:
-    """Run one configuration on ``problem`` at a small batch against float64 and return its error;
-    ``TuningError`` where it misses the math mode's tolerance (a configuration carried over from
-    another shape, say)."""
-    strategy = get_strategy(strategy_name)
-    strategy.check(problem, backend)
-    cfg = config if isinstance(config, Config) else strategy.config_type.from_dict(config)
-    small = problem.replace(batch=min(problem.batch, verify_batch))
-    xp = backend.xp
-    a, b = random_operands(backend, small, seed)
-    ref = get_strategy("reference").build(small, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
-    out = precision.empty_result(xp, small, fill=xp.nan)
-    strategy.executor(small, cfg, backend)(a, b, out)
-    err = relative_error(xp, out, ref)
-    if not err <= problem.tolerance:
-        raise TuningError(f"{strategy.describe(cfg)} has error {err:.3g} on {problem.describe()}, over the "
-                          f"{problem.math} tolerance {problem.tolerance:g}")
-    return err
-
-
-def heuristic_decision(problem: ConvProblem, backend: Backend) -> tuple[str, Config]:
-    """A fast default without timing: PyTorch's own convolution where PyTorch is installed (what a
-    PyTorch user had anyway), else FFT for large kernels at stride 1, else im2col."""
-    kernel_volume = math.prod(problem.kernel_size)
-    names = ["fft", "im2col"] if kernel_volume >= 25 and all(s == 1 for s in problem.stride) else ["im2col", "fft"]
-    names.insert(0, "torch")
-    for name in names:
-        strategy = get_strategy(name)
-        if strategy.supports(problem, backend) is None:
-            return name, strategy.heuristic_config(problem, backend)
-    raise TuningError(f"no strategy supports {problem.describe()}")

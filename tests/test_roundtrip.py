@@ -434,7 +434,7 @@ def test_block_trips_compile_together_before_they_are_timed(monkeypatch):
     from convtune import compiling, roundtrip
     from convtune.problem import ConvProblem
     built, handed = [], []
-    monkeypatch.setattr(roundtrip, "_block_kept", lambda xp, p, c: built.append(c.label()))
+    monkeypatch.setattr(roundtrip.trip, "_block_kept", lambda xp, p, c: built.append(c.label()))
     monkeypatch.setattr(compiling, "build_concurrently", lambda builds, backend: handed.append(list(builds)))
     p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, groups=4, input_size=(56, 56), kernel_size=31,
                          padding=15)

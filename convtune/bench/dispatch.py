@@ -12,7 +12,8 @@ import statistics
 import time
 
 from ..problem import ConvProblem
-from ..runtime import MemoryPlanStore, Runtime, conv, tune
+from ..arrayapi import conv
+from ..runtime import MemoryPlanStore, Runtime, tune
 
 
 def measure_dispatch_overhead(backend, calls: int = 2000, rounds: int = 7, timer=None) -> dict:

@@ -22,7 +22,8 @@ from ..netlayer import Layer
 from ..planner import random_operands, relative_error
 from ..problem import ConvProblem
 from ..roundtrip import RoundTrip, round_trip_operands, round_trip_references, time_round_trip, timed_steps
-from ..runtime import Runtime, conv, conv_backward_data, conv_backward_filter
+from ..arrayapi import conv, conv_backward_data, conv_backward_filter
+from ..runtime import Runtime
 from ..timing import paired_ratio
 from . import torchfft
 from .peers import NotApplicable, as_cupy
