@@ -12,7 +12,7 @@ trips with and without callbacks, packed, own transforms) is timed instead, dens
 and each candidate also whole (one call after one L2 flush) with its host time per call (the GPU not waited for): a
 trip the planner ranks first by its summed passes may lose timed whole, where its host time shows.
 
-    source scripts/gpu-env.sh; python3 benchmarks/block_trips.py [--layers hyena-long-dw,long-16k-dw] [--all] [-o trips.json]
+    python3 benchmarks/block_trips.py [--layers hyena-long-dw,long-16k-dw] [--all] [-o trips.json]
 """
 
 from __future__ import annotations

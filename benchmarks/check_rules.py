@@ -1,7 +1,7 @@
 """Replay the strategies' pruning rules (Strategy.pruned) against stored searches.
 
 For every problem of a plan cache (``--db``, its latest tuning run per problem) or of ``convtune
-explain`` output saved to a file (``--explain``, e.g. the device logs under docs/device-logs), each
+explain`` output saved to a file (``--explain``, e.g. those under tests/data/searches, unpacked), each
 measured candidate is put to its strategy's rules as the planner would (with the default workspace
 limit as the room). A rule is safe on that evidence when every candidate it prunes was slower than
 the problem's best by more than ``--margin``; a pruned candidate within the margin is printed as a
@@ -18,7 +18,7 @@ faster by more than the margin, the rule cost nothing: the violation is printed 
 counted.
 
     python benchmarks/check_rules.py --db plans.db
-    python benchmarks/check_rules.py --explain docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt
+    python benchmarks/check_rules.py --explain explain-output.txt
     python benchmarks/check_rules.py --db EXHAUSTIVE.db --retimed COMPARE.txt
 """
 

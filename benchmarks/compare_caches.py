@@ -4,8 +4,7 @@ strategy's candidates cost to search in the new one.
 
     python3 benchmarks/compare_caches.py NEW.db OLD.db
 
-Used to check that a search rule loses no winner: both caches tuned from empty on the same device
-(docs/device-logs/2026-11-24-s20-amp-tune-*).
+Used to check that a search rule loses no winner: both caches tuned from empty on the same device.
 """
 
 from __future__ import annotations

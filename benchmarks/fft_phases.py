@@ -25,7 +25,7 @@ from convtune.strategies.fft import FftConfig
 be = get_backend("cupy")
 xp = be.xp
 timer = CudaEventTimer(repeats=15)
-layers = {l.name: l for l in load_network(".carry/layers.yaml")}
+layers = {l.name: l for l in load_network("public-suite")}  # the public layer suite, built in
 names = sys.argv[1].split(",")
 forced = None
 if "--sizes" in sys.argv:

@@ -8,7 +8,7 @@ dtype). PyTorch runs with ``cudnn.benchmark = True`` and TF32 off, as a tuned Py
 
     python3 benchmarks/half_bounds.py ../shared/bench/layers.yaml [--layers a,b] [-o out.json]
 
-(on the GPU after ``source scripts/gpu-env.sh``; on the CPU it runs oneDNN's kernels instead).
+(on the CPU it runs oneDNN's kernels instead).
 """
 
 from __future__ import annotations

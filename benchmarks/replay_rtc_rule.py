@@ -3,7 +3,7 @@ searches, problem by problem in tuning order: which plans it would have skipped,
 3% of their problem's winner (what it would have lost).
 
 Stored searches do not say which plans the frontend compiles at run time: the engines are given (``--engines``,
-default the ones the H100 probe found, ``docs/device-logs/2026-11-24-s20-cudnn-build-cost.txt``). A plan's build
+default the ones a probe of cuDNN's build times found on the H100). A plan's build
 time is its stored ``build_s``: its build at the verification batch (a compilation as long as the one the cuDNN
 strategy times when it lists the plan; the full batch's plan was built then, and its build in ``build_s`` is a
 lookup), or taken as slow where a search did not store it.

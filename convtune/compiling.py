@@ -1,8 +1,8 @@
 """Compiling CUDA kernels once, and many at once.
 
-NVRTC compiles a kernel in 0.3 to 1 s of host time, and CuPy releases the GIL while it does: on the H100
-machine's 16 cores, 16 of the depthwise kernels compiled in 9.3 s one after another and in 2.4 s on 8
-threads (``docs/device-logs/2026-11-24-s20-parallel-compile.txt``). Tuning ConvNeXt-T under AMP from an
+NVRTC compiles a kernel in 0.3 to 1 s of host time, and CuPy releases the GIL while it does: on a 16-core
+host with an H100, 16 of the depthwise kernels compiled in 9.3 s one after another and in 2.4 s on 8
+threads. Tuning ConvNeXt-T under AMP from an
 empty cache had spent about 24 s compiling depthwise kernels one at a time. So a strategy whose candidates
 need kernels compiled builds them all at once before the planner verifies them
 (:meth:`~convtune.strategies.base.Strategy.prepare`, :func:`build_concurrently`), and its kernel caches

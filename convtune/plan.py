@@ -36,8 +36,8 @@ class CandidateOutcome:
     timing: TimingStats | None = None
     reason: str = ""
     #: what it cost to search: seconds spent building it (on the verification batch and the full one),
-    #: verifying it (its runs on the verification batch and the error check; before the 20th session's
-    #: caches this also held the verification batch's build) and timing it, and its place in its
+    #: verifying it (its runs on the verification batch and the error check; in caches tuned before 2026-11-24
+    #: this also held the verification batch's build) and timing it, and its place in its
     #: strategy's list (the heuristics' order for cuDNN)
     build_s: float | None = None
     verify_s: float | None = None

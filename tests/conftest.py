@@ -16,7 +16,7 @@ def has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (run scripts/gpu-tests.sh on the device machine)")
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (scripts/gpu-tests.sh runs it on a GPU machine)")
     for item in items:
         if "gpu" in item.keywords and not has_gpu():
             item.add_marker(skip)

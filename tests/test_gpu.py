@@ -1,4 +1,4 @@
-"""GPU-only checks (run with scripts/gpu-tests.sh on the device machine).
+"""GPU-only checks (scripts/gpu-tests.sh runs them on a GPU machine).
 
 A tuned forward/backward round trip through convtune's runtime, with the real
 CUDA-event timer, must match PyTorch's conv and its autograd gradients in float64

@@ -301,7 +301,7 @@ def test_tune_ahead_under_autocast_tunes_the_autocast_dtype(fake_default_timer):
     assert rt.tuned == tuned  # training finds every plan tuned ahead
 
 
-# -- the GPU (run by scripts/gpu-tests.sh on the device machine) -----------------------------------------------------
+# -- the GPU (scripts/gpu-tests.sh runs these on a GPU machine) -----------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, layout", KINDS)
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])

@@ -33,7 +33,7 @@ log = logging.getLogger("convtune")
 FORMAT = "convtune-bench"
 FORMAT_VERSION = 1
 
-#: The synthetic sweep of fbfft's evaluation, kept small enough for one device session.
+#: The synthetic sweep of fbfft's evaluation, kept small enough to run in minutes.
 SWEEP_KERNELS = (3, 5, 7, 9, 11, 13)
 SWEEP_INPUTS = (16, 32, 64, 128)
 SWEEP_SETTINGS = ({"batch": 32, "channels": 64},)
@@ -323,7 +323,7 @@ def bench_trip_paired(problem: ConvProblem, backend: Backend, runtime: Runtime, 
     """The layer's kept-spectra round trip (the runtime's decision) and the torch-fft peer's, each timed whole after
     an L2 flush and side by side (:func:`bench_paired`: in turns, the peer twice a turn; the ratio is the peer's time
     over convtune's). The round trip's own figure sums its passes, each after its own flush; on the H100 a trip timed
-    whole beside the peer came out 5 to 30% slower than that (BENCHMARKS.md, 25th session), so both are reported."""
+    whole beside the peer came out 5 to 30% slower than that while its host time was longer, so both are reported."""
     import torch
     if not hasattr(timer, "interleaved"):
         return {"absent": "the timer cannot time calls side by side"}

@@ -1,6 +1,6 @@
 """The ``torch-fft`` peer: the FFT convolution a PyTorch user writes by hand for large kernels.
 
-The recipe (issue 22's peer): ``torch.fft.rfftn`` of the input and of the flipped kernel at the
+The recipe: ``torch.fft.rfftn`` of the input and of the flipped kernel at the
 next 2·3·5·7-smooth size of ``n + k - 1`` per axis (what ``scipy.fft.next_fast_len`` picks for
 cuFFT; the input is zero-padded only where the layer's padding exceeds ``k - 1``, since padding up
 to that is a shift of the crop), the channel product (elementwise for a depthwise layer, ``torch.einsum`` over the

@@ -8,7 +8,7 @@ operands' addresses is worked out when the plan is built; a call sets the handle
 makes one to ``batch`` cuBLAS calls (its ``launch`` form, for tensors' addresses, on the stream it
 is given), where CuPy's ``matmul`` path (broadcasting, a contiguous
 copy of the transposed weight, compute-type checks, a context manager for the math mode) spent
-150-250 us of host time per pass on the H100 (docs/device-logs/2026-11-24-s12-bench-gap-uxnet3d.txt).
+150-250 us of host time per pass on the H100 (uxnet3d-encoder's 1x1x1 layers).
 
 The forward and backward-data GEMMs go through cuBLASLt where it loads (:mod:`convtune.direct.cublaslt`: the
 algorithm chosen once, when the plan is built; ``CONVTUNE_CUBLASLT=0`` keeps them on cuBLAS). Their ``launch``

@@ -2,11 +2,11 @@
 that is only ``cublasLtMatmul``.
 
 On the H100, cuBLAS's ``sgemmStridedBatched`` took 11 to 13 µs of host time per call (through CuPy's binding, which
-adds under 2 µs; ``docs/device-logs/2026-11-24-s20-pointwise-host-parts.txt``). That is the whole of the 1x1 plans'
-excess over PyTorch's convolution call, and what keeps issue 15's forward passes above PyTorch + 10 µs. cuBLASLt
+adds under 2 µs). That was the whole of the 1x1 plans' excess over PyTorch's convolution call, and what kept
+ResNet-50's forward passes more than 10 µs above PyTorch's. cuBLASLt
 takes the algorithm as an argument, so the choice happens once, and a call passes pointers through ctypes.
 
-cuBLASLt's own call costs about what cuBLAS's does (12.7 to 19.8 µs through ctypes on the H100, 24th session), so
+cuBLASLt's own call costs about what cuBLAS's does (12.7 to 19.8 µs through ctypes on the H100), so
 what it buys is a call that a CUDA graph can capture, where CuPy refuses cuBLAS's: the 1x1 plans replay their
 GEMMs from graphs (:mod:`convtune.direct.replay`). It is the 1x1 plans' form wherever the library loads;
 ``CONVTUNE_CUBLASLT=0`` keeps them on cuBLAS. The CPU tests run this module against a stand-in library that does the

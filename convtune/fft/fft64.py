@@ -2,7 +2,7 @@
 
 cuFFT runs a 64x64 R2C or C2R as more than one pass over memory: on an H100 a plain R2C of
 fbfft-L2's 8192 input images took 0.21 ms, 1.3 TB/s counting only what it must read and write,
-and the callbacks of the fused plans did not make it faster (BENCHMARKS.md run 20). Here one
+and the callbacks of the fused plans did not make it faster. Here one
 thread block transforms one image entirely in shared memory, reading the image once and writing
 its spectrum once (or the reverse). The zero-extension of the forward operand and the gather of
 the inverse result (crop, strides, filter taps) are done in the same kernels, as the fused cuFFT

@@ -60,7 +60,7 @@ MAX_TAPS = 1024
 #: ``RTC_FAR`` times), its runtime-compiled plans for such problems are listed but not built, and the planner
 #: records them ``skipped`` with that reason (an exhaustive search builds them). ``benchmarks/replay_rtc_rule.py``
 #: replays the rule on stored searches in their tuning order: on the committed ones (fp32 suites, ConvNeXt-T,
-#: ResNet-50 AMP) and this project's AMP, bfloat16-suite and 3-D caches it skips 44 to 53 plans of ResNet-50's and
+#: ResNet-50 AMP) and further AMP, bfloat16-suite and 3-D searches on the H100 it skips 44 to 53 plans of ResNet-50's and
 #: RepLKNet's AMP searches (the second, far condition 4 or 5 of them) and none within 3% of its problem's winner;
 #: without the build-time condition it would have skipped engine 70's and 71's fp32 and 3-D winners.
 RTC_TRIALS = 5

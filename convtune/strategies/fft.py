@@ -119,34 +119,34 @@ class FftStrategy(Strategy):
 
         * kernels no wider than their stride on every axis (windows that do not overlap: 2x2 stride-2
           downsamples, patch embeddings; 1x1 kernels are the case of stride 1): no FFT. 2-core CPU,
-          uxnet3d-encoder's 2x2x2 stride-2 192->384 layer (docs/cpu-logs/2026-11-23-uxnet3d-down4.txt):
+          uxnet3d-encoder's 2x2x2 stride-2 192->384 layer:
           its 30 FFT candidates took 1.8 to 12.2 s each on the verification batch (170 s in all, workspaces
           of 2.1 to 2.9 GiB) against 1.2 to 2.3 ms for the winners, and were all skipped.
-        * 1x1 kernels: no FFT. H100 (run 21, docs/device-logs/2026-11-22-explain-fp32-run21-suite.txt,
+        * 1x1 kernels: no FFT. H100 (the public suite in fp32, tests/data/searches/explain-h100-fp32-suite.txt.gz,
           3 problems): the best FFT candidate took 2.15x the winner's time at best; 2-core CPU
-          (resnet18 at batch 8, docs/cpu-logs/2026-11-23-resnet18-b8-before-rules.txt): every FFT
+          (resnet18 at batch 8, tests/data/searches/explain-cpu-resnet18-b8.txt.gz): every FFT
           candidate of its 1x1 problems was over 900x slower than the best on the verification batch.
-        * GPU, kernels of at most 3 per axis: only convtune's own transforms. Run 21's 15 such problems:
+        * GPU, kernels of at most 3 per axis: only convtune's own transforms. The fp32 suite's 15 such problems:
           FFT won 2, both with its own transforms; the best of the rest took 1.21x the winner's time.
         * GPU, a batch chunk smaller than the batch (not tiled): only where the whole-batch form's workspace
-          is over the room the planner has. Run 21: 97 chunked candidates, none faster than its whole-batch
+          is over the room the planner has. The fp32 suite: 97 chunked candidates, none faster than its whole-batch
           form, the best 1.94x the winner. (On the CPU the chunks stay: they were up to 24% faster there.)
         * CPU, 2-D kernels of at most 3 per axis, and dense (one group) 2-D kernels of at most 7 per axis:
-          no FFT. 2-core CPU sweep (benchmarks/fft_crossover.yaml, docs/cpu-logs/2026-11-23-fft-crossover.txt)
+          no FFT. 2-core CPU sweep (benchmarks/fft_crossover.yaml, tests/data/searches/explain-cpu-fft-crossover.txt.gz)
           and resnet18 at batch 8: the best FFT candidate took at least 5.4x the winner's time on 3x3
           kernels (21 problems), at least 3.8x on dense 5x5 (6), at least 1.9x on dense 7x7 (9, stride 2
           included); FFT first won at depthwise 5x5 (wgrad), dense 9x9 and depthwise 1-D kernels of 9.
         * GPU, strided dense (one group) kernels of at most 7 per axis: no FFT. H100, resnet50 at batch 32
           (2026-11-23): on its 7x7 stride-2 stem the fused-callback variants (a JIT-compiled cuFFT callback
           each, 0.3-0.8 s to build and verify) took 19.9 s of the search's 45.8 s and won nothing, their
-          best 1.19x the winner's time (docs/device-logs/2026-11-23-resnet50-b32-rules.db); without them,
+          best 1.19x the winner's time (tests/data/searches/h100-resnet50-b32-rules-1.db.gz); without them,
           the other 17 per pass took 3.6 s of the search's 35 s, their best 1.63x
-          (2026-11-23-s11-resnet50-b32-rules.db). Run 16's strided layers: best 1.07x; run 21's suite:
-          1.12x. (At stride 1 FFT has won: run 21's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
+          (h100-resnet50-b32-rules-2.db.gz). Strided layers of an earlier search: best 1.07x; the fp32 suite:
+          1.12x. (At stride 1 FFT has won: the suite's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
         * GPU, strided dense kernels of at most twice the stride on every axis (each input read by at most
           two windows): no FFT. H100, the public suite's wav2vec2-conv0 (kernel 10, stride 5, 16000 samples,
-          2026-11-23, docs/device-logs/2026-11-23-s11-cost-public-suite-rules.db): 99 FFT candidates took
-          22 s of the search, the best 1.93x the winner (wgrad), 5.4x and 7.6x on the other passes; run 21's
+          2026-11-23): 99 FFT candidates took 22 s of the search, the best 1.93x the winner (wgrad), 5.4x and
+          7.6x on the other passes; the fp32 suite's
           3x3 stride-2 layers and the same day's exhaustive suite search: best 1.40x and 1.30x.
         """
         kernel = problem.kernel_size
