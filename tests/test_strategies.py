@@ -496,3 +496,23 @@ def test_cublas_scalars_are_made_once_and_stay_at_their_address():
     assert CupyOps._scalar(ops, 1.0) == one and one != zero and len(ops._scalars) == 2
     assert tuple((ctypes.c_float * 2).from_address(one)) == (1.0, 0.0)
     assert tuple((ctypes.c_float * 2).from_address(zero)) == (0.0, 0.0)
+
+
+def test_an_fft_configuration_is_four_choices_and_an_invalid_combination_cannot_be_made():
+    from convtune.strategies.fft import FftConfig, Placement, Product, SpectrumLayout, Transform
+    own = FftConfig(sizes=(64, 64), product="fgemm", packed=True, own=True, narrow=True, polyphase=True)
+    assert (own.product_kind, own.transform, own.layout, own.placement) == \
+        (Product.NARROW, Transform.OWN, SpectrumLayout.LIBRARY, Placement.POLYPHASE)
+    strided = FftConfig(sizes=(35, 35), product="fgemm", strided=True, tiled=True)
+    assert (strided.product_kind, strided.transform, strided.layout, strided.placement) == \
+        (Product.CUBLAS_GEMM, Transform.LIBRARY, SpectrumLayout.STRIDED, Placement.TILED)
+    assert FftConfig(sizes=(9,), product="pointwise").product_kind is Product.POINTWISE
+    assert FftConfig.from_label(own.label()) == own  # the stored form is unchanged
+    for bad, message in ((dict(product="fft"), "acceptable: gemm, fgemm, pointwise"),
+                         (dict(product="pointwise", tf32=True), "TF32 applies"),
+                         (dict(product="gemm", packed=True), "fgemm product only"),
+                         (dict(product="fgemm", narrow=True), "packed layout"),
+                         (dict(product="fgemm", strided=True, packed=True), "strided layout"),
+                         (dict(product="fgemm", own=True, fused=True), "own transforms")):
+        with pytest.raises(ValueError, match=message):
+            FftConfig(sizes=(64, 64), **bad)

@@ -14,6 +14,8 @@ samples as extra batch entries, :mod:`convtune.fft.overlap`).
 
 from __future__ import annotations
 
+import enum
+
 from dataclasses import dataclass, replace
 
 from .. import precision
@@ -43,6 +45,37 @@ GEMMS = ("gemm", "fgemm")
 PRODUCTS = GEMMS + ("pointwise",)
 
 
+class Product(enum.Enum):
+    """The channel product of an FFT plan."""
+    POINTWISE = "pointwise"  # elementwise per channel pair (few channels per group: depthwise, long 1-D kernels)
+    BATCHED_GEMM = "gemm"  # batched GEMM on the FFT library's layout, with transposed copies
+    CUBLAS_GEMM = "fgemm"  # one strided-batched complex GEMM over frequency-major spectra (cuBLAS)
+    PACKED_GEMM = "packed"  # convtune's batched complex GEMM kernel on cuFFT's own layout
+    NARROW = "narrow"  # convtune's register-blocked kernel on the packed layout, for few channels
+
+
+class Transform(enum.Enum):
+    """Which transforms an FFT plan runs."""
+    LIBRARY = "library"  # cuFFT (NumPy's pocketfft on the CPU)
+    CALLBACKS = "callbacks"  # cuFFT with load and store callbacks placing the operand and gathering the result
+    OWN = "own"  # convtune's own one-pass 64x64 transforms
+
+
+class SpectrumLayout(enum.Enum):
+    """How an FFT plan lays its spectra out for the product."""
+    LIBRARY = "library"  # as the FFT library returns them (the packed product reads this directly)
+    TRANSPOSED = "transposed"  # frequency-major, by a transpose of each spectrum
+    STRIDED = "strided"  # frequency-major, written so by cuFFT's advanced layout
+
+
+class Placement(enum.Enum):
+    """How a problem meets the transforms: ``(polyphase, tiled)``."""
+    WHOLE = (False, False)
+    TILED = (False, True)  # overlap-save tiles of the transform size
+    POLYPHASE = (True, False)  # a strided problem as the stride-1 problem of its phases
+    POLYPHASE_TILED = (True, True)
+
+
 @dataclass(frozen=True)
 class FftConfig(Config):
     sizes: tuple[int, ...]
@@ -56,6 +89,51 @@ class FftConfig(Config):
     own: bool = False  # fgemm on the GPU: convtune's own one-pass transforms instead of cuFFT's (64x64 only)
     narrow: bool = False  # packed, few channels: convtune's register-blocked product kernel (convtune.fft.narrow)
     tiled: bool = False  # stride-1 problems: overlap-save tiles of ``sizes`` samples (the transform size too)
+
+    # The fields above are the stored form (plan caches and labels keep them as they are); what they combine into is
+    # four choices, each an enumeration below, and a combination that is none of them cannot be built.
+    def __post_init__(self):
+        if self.product not in PRODUCTS:
+            raise ValueError(f"unknown product {self.product!r}; acceptable: {', '.join(PRODUCTS)}")
+        if self.tf32 and self.product not in GEMMS:
+            raise ValueError(f"{self.label()}: TF32 applies to the {' and '.join(GEMMS)} products only")
+        if (self.strided or self.fused or self.packed or self.own) and self.product != "fgemm":
+            raise ValueError(f"{self.label()}: the strided, fused, packed and own variants apply to the fgemm "
+                             "product only")
+        if self.narrow and not self.packed:
+            raise ValueError(f"{self.label()}: the narrow product runs on the packed layout (packed=True)")
+        if self.strided and (self.packed or self.fused or self.own):
+            raise ValueError(f"{self.label()}: the strided layout is cuFFT's frequency-major one; the packed product, "
+                             "the fused callbacks and convtune's own transforms use cuFFT's packed layout")
+        if self.own and self.fused:
+            raise ValueError(f"{self.label()}: convtune's own transforms place and gather the operands themselves "
+                             "(no cuFFT callbacks)")
+
+    @property
+    def product_kind(self) -> Product:
+        """How the channels are reduced at each frequency."""
+        if self.product == "pointwise":
+            return Product.POINTWISE
+        if self.product == "gemm":
+            return Product.BATCHED_GEMM
+        return Product.NARROW if self.narrow else Product.PACKED_GEMM if self.packed else Product.CUBLAS_GEMM
+
+    @property
+    def transform(self) -> Transform:
+        """Which transforms run: cuFFT's (or NumPy's), with load/store callbacks, or convtune's own."""
+        return Transform.OWN if self.own else Transform.CALLBACKS if self.fused else Transform.LIBRARY
+
+    @property
+    def layout(self) -> SpectrumLayout:
+        """How spectra are laid out for the product."""
+        if self.product != "fgemm" or self.packed:
+            return SpectrumLayout.LIBRARY
+        return SpectrumLayout.STRIDED if self.strided else SpectrumLayout.TRANSPOSED
+
+    @property
+    def placement(self) -> Placement:
+        """How the problem meets the transforms: whole, in overlap-save tiles, as its stride's phases, or both."""
+        return Placement((self.polyphase, self.tiled))
 
 
 def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftConfig]:
@@ -269,16 +347,7 @@ class FftStrategy(Strategy):
         return config.product == "pointwise"
 
     def build(self, problem, config, backend):
-        check_tf32(problem, config)
-        if config.product not in PRODUCTS:
-            raise ValueError(f"unknown product {config.product!r}; acceptable: {', '.join(PRODUCTS)}")
-        if config.tf32 and config.product not in GEMMS:
-            raise ValueError(f"{config.label()}: TF32 applies to the {' and '.join(GEMMS)} products only")
-        if (config.strided or config.fused or config.packed or config.own) and config.product != "fgemm":
-            raise ValueError(f"{config.label()}: the strided, fused, packed and own variants apply to the fgemm "
-                             "product only")
-        if config.narrow and not config.packed:
-            raise ValueError(f"{config.label()}: the narrow product runs on the packed layout (packed=True)")
+        check_tf32(problem, config)  # (the combination itself was checked when the configuration was made)
         if config.packed and backend.name != "cupy":
             raise ValueError(f"{config.label()}: the packed product is a CUDA kernel (GPU only)")
         if config.own and backend.name != "cupy":
