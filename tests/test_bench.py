@@ -93,9 +93,12 @@ def test_bench_writes_results_with_errors_and_absent_peers(results):
     # the per-pass parity count of both contenders against PyTorch (the layers' passes, not the sweep's)
     for name in ("convtune", "drop-in"):
         assert re.search(rf"^{name}: \d+ of 6 passes within 1.03x of torch-fp32's time", res.output, re.M), res.output
+    # how many passes were timed side by side depends on the machine's load (a pass whose separate medians are over
+    # 2x apart is not); the line says how many there were, whatever their number
     paired = sum("ratio" in rec["paired"] for entry in doc["layers"] for rec in entry["passes"].values())
-    assert paired and re.search(rf"^drop-in: \d+ of 6 passes within 1.03x of torch-fp32's time \({paired} of them "
-                                "timed side by side", res.output, re.M), res.output
+    said = rf" \({paired} of them timed side by side" if paired else r"(;|$)"
+    assert re.search(rf"^drop-in: \d+ of 6 passes within 1.03x of torch-fp32's time{said}", res.output, re.M), \
+        res.output
 
 
 def test_parity_counts_the_passes_within_the_bound_and_names_the_rest():

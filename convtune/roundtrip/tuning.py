@@ -31,7 +31,14 @@ log = logging.getLogger("convtune")
 
 @dataclass(frozen=True)
 class TripDecision:
-    """What tuning a layer's round trip found: every candidate, the per-pass plans' total, the verdict."""
+    """What tuning a layer's round trip found: every candidate, the per-pass plans' total, the verdict.
+
+    Why a type of its own beside :class:`~convtune.plan.Decision`: a Decision answers "which plan runs this one
+    pass", keyed by the pass's problem, and its winner is a plan the runtime builds; a TripDecision answers "does
+    keeping spectra across the layer's three passes beat those three Decisions", keyed by the layer (its forward
+    problem), and its verdict (``pays``) is a yes or no that presupposes the three per-pass Decisions. It carries
+    the round trip's own version (:data:`VERSION`, re-measured where :func:`stale` says so) and the per-pass total
+    it was weighed against, and is kept as a typed record of the plan store, not as a plan row."""
 
     problem: ConvProblem  # the forward problem
     device_key: str
