@@ -219,7 +219,7 @@ class Route:
             return in_result_format(executor(a, b, bias), a, b)
         if executor is None or executor.retry_at is not None or not isinstance(executor, Native):
             if capturing(a):  # a CUDA graph records this call: no lookup, tuning or duel here
-                return self._run_captured(pass_, executor, a, b, bias)
+                return self.run_captured(pass_, executor, a, b, bias)
             if executor is None or (executor.retry_at is not None and executor.retry_at <= time.monotonic()):
                 executor = self.resolve(pass_)  # (served for want of a tuned plan: is there one now?)
         try:
@@ -253,7 +253,7 @@ class Route:
         # (the formats the per-pass calls give: run)
         return in_result_format(dx, dy, w), in_result_format(dw, x, dy), db
 
-    def _run_captured(self, pass_: str, executor, a, b, bias):
+    def run_captured(self, pass_: str, executor, a, b, bias):
         """A pass's call that a CUDA graph records: its plan, resolved by an eager call before, where its
         strategy says that it records (``recordable``: kernels, cuFFT work and PyTorch's own operations do;
         CuPy refuses cuBLAS calls on a capturing stream, which rules out the im2col and GEMM-product plans);
@@ -336,7 +336,7 @@ class Route:
                      "PyTorch's convolution runs it", self.problem.describe(), plan.label, type(exc).__name__, exc)
             return self.run("fwd", a, b, bias)
         if not plan.recordable and a.is_cuda:
-            self.warm_capture("fwd", a, b)  # (what a capture of this call records instead: see _run_captured)
+            self.warm_capture("fwd", a, b)  # (what a capture of this call records instead: see run_captured)
         return in_result_format(out, a, b)
 
     def native(self, passes) -> bool:
@@ -378,7 +378,7 @@ class Route:
 
     def warm_capture(self, pass_: str, a, b) -> None:
         """Run PyTorch's convolution for ``pass_`` on ``a`` and ``b`` once per thread, as a CUDA graph capture
-        would record it instead of a plan that does not record (:meth:`_run_captured`): cuDNN makes its
+        would record it instead of a plan that does not record (:meth:`run_captured`): cuDNN makes its
         per-thread handle, loads its engines and runs its benchmark here, which it cannot do on a capturing
         stream (on the H100 a capture whose backward thread had never run cuDNN failed with
         CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED). Called on an eager call's operands, in the

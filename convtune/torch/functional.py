@@ -274,8 +274,15 @@ def cudnn_flags_as_measured(math: str) -> bool:
 
 
 def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cast=None):
-    """The call through its route. ``cast``: autocast's dtype for it (the operands are as they came: PyTorch's
-    own convolution gets them so, under the same autocast; convtune's plans get them cast)."""
+    """The call through its route: the one place that decides what a call runs, eager or recorded by a CUDA graph
+    (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``). ``cast``: autocast's dtype for it (the operands
+    are as they came: PyTorch's own convolution gets them so, under the same autocast; convtune's plans get them
+    cast).
+
+    A recorded call runs what an eager call of the same kind left in the route (resolved, duelled and weighed outside
+    the capture: warm-up steps before a capture, as PyTorch's recipe has them), each pass's plan where it records
+    safely (:meth:`~convtune.torch._dispatch.Route.run`); where no eager call has resolved the route yet, PyTorch's
+    own convolution and autograd (no lookup, tuning, duel or measurement runs on a capturing stream), said once."""
     records = _collect.records
     if records is not None:
         x, weight, bias = _cast(x, weight, bias, cast)
@@ -298,72 +305,64 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
                 (kind is Fallback or _flags_as_measured(x, math)):
             return _pytorch(x, weight, bias, geom, groups)  # PyTorch's own call, as measured: no detour
         x, weight, bias = _cast(x, weight, bias, cast)
-        if capturing(x):  # a CUDA graph records this call
-            return _captured(route, x, weight, bias, geom, groups, math, owner, training)
-        return route.infer(x, weight, bias)
+        if not capturing(x):
+            return route.infer(x, weight, bias)
+        if route.fwd_infer is not None:  # what an eager inference call runs (Route.infer), where it records
+            return route.run_captured("fwd", route.fwd_infer, x, weight, bias)
+        if route.fwd_exec is None or route.fwd_exec.retry_at is not None:
+            return _not_captured(x, weight, bias, geom, groups)
+        return route.run("fwd", x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
-    if (need_dx, need_dw) in route.native_grads and not (keep and need_dx and need_dw) and \
-            _flags_as_measured(x, math):
+    both = bool(keep) and need_dx and need_dw  # a training step that needs both gradients: one round trip, if any
+    if (need_dx, need_dw) in route.native_grads and not both and _flags_as_measured(x, math):
         return _pytorch(x, weight, bias, geom, groups)  # PyTorch's convolution won every pass, as below
     x, weight, bias = _cast(x, weight, bias, cast)
-    if capturing(x):  # a CUDA graph records this call
-        return _captured(route, x, weight, bias, geom, groups, math, owner, training)
-    if keep and need_dx and need_dw:  # a training step that needs both gradients: one round trip, if it runs here
-        trip = route.trip(keep)
-        if trip is not None:
-            try:
-                return _autograd.kept_forward(x, weight, bias, route, trip)
-            except Exception as exc:  # never an error where PyTorch would have run: the per-pass plans
-                route.drop_trip(exc)
-    if route.native_for_grads(need_dx, need_dw) and _flags_as_measured(x, math):
+    captured = capturing(x)
+    if both:
+        # recorded: the round trip its eager calls run, never a new one
+        trip = route.trips.get(keep) if captured else route.trip(keep)
+        y = _kept(route, trip, x, weight, bias, geom, groups, captured) if trip is not None else None
+        if y is not None:
+            return y
+    if captured:
+        key = (need_dx, need_dw)
+        if key in route.native_grads:
+            if _flags_as_measured(x, math):
+                return _pytorch(x, weight, bias, geom, groups)
+        elif key not in route.settled:
+            return _not_captured(x, weight, bias, geom, groups)
+    elif route.native_for_grads(need_dx, need_dw) and _flags_as_measured(x, math):
         # PyTorch's convolution won every pass and runs as it was measured: its own autograd, no detour
         return _pytorch(x, weight, bias, geom, groups)
     return _autograd.eager_forward(x, weight, bias, route)
 
 
-def _captured(route, x, weight, bias, geom: Geometry, groups, math, owner, training: bool):
-    """A call that a CUDA graph records (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``):
-    the route as an eager call of the same kind left it (resolved, duelled and weighed outside the capture:
-    warm-up steps before a capture, as PyTorch's recipe has them), each pass's plan where it records safely
-    (:meth:`~convtune.torch._dispatch.Route.run`); PyTorch's own convolution and autograd where no eager
-    call has resolved the route yet (no lookup, tuning, duel or measurement runs on a capturing stream),
-    said once."""
-    if not training:  # (PyTorch's own call, as measured, was answered before: _dispatch)
-        if route.fwd_infer is not None:  # what an eager inference call runs (Route.infer), where it records
-            return route._run_captured("fwd", route.fwd_infer, x, weight, bias)
-        executor = route.fwd_exec
-        if executor is None or executor.retry_at is not None:
-            return _not_captured(x, weight, bias, geom, groups)
-        return route.run("fwd", x, weight, bias)
-    need_dx, need_dw = x.requires_grad, weight.requires_grad
-    keep = getattr(owner, "convtune_keep_spectra", False)
-    trip = route.trips.get(keep) if keep and need_dx and need_dw else None  # (the round trip its eager calls run)
-    if trip is not None:
-        why = None
-        if route.trip_uncaptured:
-            pass
-        elif not trip.recordable:
-            why = "its products call cuBLAS, which CuPy refuses on a capturing stream"
-        else:
-            try:
-                return _autograd.kept_forward(x, weight, bias, route, trip)
-            except Exception as exc:  # it failed to record (this capture keeps going)
-                why = f"{type(exc).__name__}: {exc}"
-        if why is not None:
-            route.trip_uncaptured = True
-            say_once(f"trip-capture:{route.problem.key()}", "convtune: the round trip of %s is not recorded in "
-                     "CUDA graphs (%s): PyTorch's convolution is recorded for the layer", route.problem.describe(),
-                     why)
-        # (PyTorch's convolution for its passes ran outside captures: Route.kept_forward, kept_backward)
-        return _pytorch(x, weight, bias, geom, groups)
-    key = (need_dx, need_dw)
-    if key in route.native_grads:
-        if _flags_as_measured(x, math):
-            return _pytorch(x, weight, bias, geom, groups)
-    elif key not in route.settled:
-        return _not_captured(x, weight, bias, geom, groups)
-    return _autograd.eager_forward(x, weight, bias, route)
+def _kept(route, trip, x, weight, bias, geom: Geometry, groups, captured: bool):
+    """A training call through the layer's round trip with kept spectra. Where it fails eagerly: ``None`` (the
+    per-pass plans then run the call); recorded, where it does not record: PyTorch's convolution."""
+    if not captured:
+        try:
+            return _autograd.kept_forward(x, weight, bias, route, trip)
+        except Exception as exc:  # never an error where PyTorch would have run: the per-pass plans
+            route.drop_trip(exc)
+            return None
+    why = None
+    if route.trip_uncaptured:
+        pass
+    elif not trip.recordable:
+        why = "its products call cuBLAS, which CuPy refuses on a capturing stream"
+    else:
+        try:
+            return _autograd.kept_forward(x, weight, bias, route, trip)
+        except Exception as exc:  # it failed to record (this capture keeps going)
+            why = f"{type(exc).__name__}: {exc}"
+    if why is not None:
+        route.trip_uncaptured = True
+        say_once(f"trip-capture:{route.problem.key()}", "convtune: the round trip of %s is not recorded in "
+                 "CUDA graphs (%s): PyTorch's convolution is recorded for the layer", route.problem.describe(), why)
+    # (PyTorch's convolution for its passes ran outside captures: Route.kept_forward, kept_backward)
+    return _pytorch(x, weight, bias, geom, groups)
 
 
 def _not_captured(x, weight, bias, geom: Geometry, groups):
