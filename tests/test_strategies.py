@@ -512,7 +512,8 @@ def test_an_fft_configuration_is_four_choices_and_an_invalid_combination_cannot_
                          (dict(product="pointwise", tf32=True), "TF32 applies"),
                          (dict(product="gemm", packed=True), "fgemm product only"),
                          (dict(product="fgemm", narrow=True), "packed layout"),
-                         (dict(product="fgemm", strided=True, packed=True), "strided layout"),
-                         (dict(product="fgemm", own=True, fused=True), "own transforms")):
+                         (dict(product="fgemm", strided=True, packed=True), "not the strided one"),
+                         (dict(product="fgemm", strided=True, fused=True), "not the strided one"),
+                         (dict(product="fgemm", own=True, fused=True), "replace cuFFT's")):
         with pytest.raises(ValueError, match=message):
             FftConfig(sizes=(64, 64), **bad)

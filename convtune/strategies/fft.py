@@ -102,12 +102,14 @@ class FftConfig(Config):
                              "product only")
         if self.narrow and not self.packed:
             raise ValueError(f"{self.label()}: the narrow product runs on the packed layout (packed=True)")
-        if self.strided and (self.packed or self.fused or self.own):
-            raise ValueError(f"{self.label()}: the strided layout is cuFFT's frequency-major one; the packed product, "
-                             "the fused callbacks and convtune's own transforms use cuFFT's packed layout")
-        if self.own and self.fused:
-            raise ValueError(f"{self.label()}: convtune's own transforms place and gather the operands themselves "
-                             "(no cuFFT callbacks)")
+        if self.own and (self.fused or self.strided):
+            raise ValueError(f"{self.label()}: convtune's own transforms replace cuFFT's; the fused and strided "
+                             "variants are cuFFT's")
+        if self.strided and self.packed:
+            raise ValueError(f"{self.label()}: the packed product reads cuFFT's packed layout, not the strided one")
+        if self.strided and self.fused:
+            raise ValueError(f"{self.label()}: the fused (callback) transforms use cuFFT's packed layout, not the "
+                             "strided one")
 
     @property
     def product_kind(self) -> Product:
