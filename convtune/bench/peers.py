@@ -37,8 +37,8 @@ CUDNN_SEARCH_BUDGET_S = 2.0
 @dataclass(frozen=True)
 class Peer:
     name: str
-    #: ``make(problem, a, b) -> fn`` where ``fn()`` computes the pass into a fresh tensor/array; ``fn``
-    #: may carry a ``label`` (what the peer chose, e.g. a cuDNN engine)
+    #: ``make(problem, a, b) -> fn`` where ``fn()`` computes the pass into a fresh tensor/array (a
+    #: :class:`Chosen` where the peer chose among plans of its own, e.g. a cuDNN engine)
     make: Callable | None
     absent_reason: str = ""
 
@@ -95,10 +95,7 @@ def _cudnn_peer(backend) -> Peer:
         planner = Planner(backend, strategies=["cudnn"], time_budget_s=CUDNN_SEARCH_BUDGET_S)
         plan = planner.plan(problem)  # raises TuningError (reported as the peer's failure) if no engine runs
 
-        def run():
-            return plan(a, b)
-        run.label = plan.label
-        return run
+        return Chosen(lambda: plan(a, b), plan.label)
     return Peer("cudnn-best", make)
 
 
@@ -113,6 +110,17 @@ def _torch_fft_peer(backend) -> Peer:
             raise NotApplicable(reason)
         return torchfft.make_pass(torch, problem, a, b)
     return Peer(torchfft.NAME, make)
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A peer's call that runs a plan the peer chose (``label`` says which)."""
+
+    fn: Callable
+    label: str
+
+    def __call__(self):
+        return self.fn()
 
 
 class NotApplicable(Exception):

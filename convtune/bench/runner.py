@@ -26,7 +26,7 @@ from ..arrayapi import conv, conv_backward_data, conv_backward_filter
 from ..runtime import Runtime
 from ..timing import paired_ratio
 from . import torchfft
-from .peers import NotApplicable, as_cupy
+from .peers import Chosen, NotApplicable, as_cupy
 
 log = logging.getLogger("convtune")
 
@@ -79,7 +79,7 @@ def bench_pass(problem: ConvProblem, backend: Backend, runtime: Runtime, timer, 
             stats = timer(fn, backend, peer.name)
             record["peers"][peer.name] = {"median_ms": stats.median_s * 1e3, "spread_ms": stats.spread_s * 1e3,
                                           "repeats": stats.repeats, "error": err}
-            if getattr(fn, "label", None):
+            if isinstance(fn, Chosen):
                 record["peers"][peer.name]["plan"] = fn.label
             if peer.name == paired_peer:
                 peer_fn = fn  # timed again beside the drop-in below
