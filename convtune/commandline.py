@@ -4,6 +4,7 @@ command group, used by :mod:`convtune.cli` and the benchmark commands (:mod:`con
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import sys
@@ -17,6 +18,14 @@ from .errors import ConvtuneError
 from .text import printable
 
 PASS_NAMES = ("fwd", "dgrad", "wgrad")
+#: How the user runs this command line, for the commands its hints print: ``convtune``, or what a wrapper says it is
+#: (``scripts/convtune.sh`` sets ``CONVTUNE_PROG``, since its ``convtune`` lives in ``.venv/bin``).
+PROG = os.environ.get("CONVTUNE_PROG") or "convtune"
+
+
+def command(*args) -> str:
+    """A command line of this program, as the user must type it (arguments quoted for the shell)."""
+    return " ".join([PROG, *(shlex.quote(str(a)) for a in args)])
 _SIZE = re.compile(r"^\s*([0-9.eE+]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
           "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40, "KI": 2 ** 10, "MI": 2 ** 20,
@@ -162,7 +171,7 @@ def progress(items, label: str, describe):
 def explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mode="fp32", db=None, dtype="float32",
                   layout="channels_first") -> str:
     """The ``convtune explain`` command that shows one layer's candidates, as it must be typed."""
-    args = ["convtune", "explain", name, "--net", network, "--pass", pass_]
+    args = ["explain", name, "--net", network, "--pass", pass_]
     if dtype != "float32":
         args += ["--dtype", dtype]
     if layout != "channels_first":
@@ -175,7 +184,7 @@ def explain_hint(name, network, pass_, *, batch=None, input_shape=None, math_mod
         args += ["--math", math_mode]
     if db is not None:
         args += ["--db", db]
-    return " ".join(shlex.quote(str(a)) for a in args)
+    return command(*args)
 
 
 dtype_option = click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",

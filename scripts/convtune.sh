@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "${CONVTUNE_EXTRAS:-}"
+export CONVTUNE_PROG="bash scripts/convtune.sh"  # the commands convtune suggests then run as printed
 exec .venv/bin/convtune "$@"

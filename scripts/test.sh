@@ -14,12 +14,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
     echo "warning: no PostgreSQL server binaries and no root apt-get: PostgreSQL tests will skip" >&2
   fi
 fi
-bash scripts/setup.sh test
+VENV=.venv-test bash scripts/setup.sh test
 echo "checking the code (ruff) and the import layers (import-linter)" >&2
-.venv/bin/ruff check --quiet .
-.venv/bin/lint-imports --no-cache >/dev/null || { .venv/bin/lint-imports --no-cache; exit 1; }
+.venv-test/bin/ruff check --quiet .
+.venv-test/bin/lint-imports --no-cache >/dev/null || { .venv-test/bin/lint-imports --no-cache; exit 1; }
 set +e
-.venv/bin/python -m pytest -q "$@"
+.venv-test/bin/python -m pytest -q "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

@@ -177,3 +177,55 @@ def test_report_charts_have_linear_axes_from_zero_and_the_page_every_pass(tmp_pa
     assert run("report", sweep, "-o", tmp_path / "rep2").exit_code == 0
     page = (tmp_path / "rep2" / "index.html").read_text()
     assert "Synthetic sweep" in page and "<h2>Layers" not in page
+
+
+def test_the_demo_hints_commands_that_run_as_printed_and_keeps_one_file(tmp_path, monkeypatch):
+    """The demo's "Next:" names its plan cache (not a literal DB), runs as printed, and the demo leaves one file
+    beside the plan cache (made anew each time), no temporary directory; its cached second pass prints no progress
+    line, and it explains a winner that won clearly (or none)."""
+    monkeypatch.setenv("CONVTUNE_DB", str(tmp_path / "plans.db"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    result = run("demo", "--backend", "numpy")
+    assert result.exit_code == 0, result.output
+    second = result.output.split("2. the same again")[1].split("3. why")[0]
+    assert "tuning 1/" not in second and "all 15 plans came from the cache" in second
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Next: `")]
+    hint = line.split("`")[1]
+    assert str(tmp_path / "demo-plans.db") in hint and "DB" not in hint
+    shown = run_hint(hint)
+    assert shown.exit_code == 0 and "im2col" in shown.output
+    assert not list((tmp_path / "tmp").iterdir())
+    assert run("demo", "--backend", "numpy").exit_code == 0  # made anew: its first run tunes again
+    assert (tmp_path / "demo-plans.db").exists()
+
+
+def test_hints_name_the_command_as_the_user_runs_it(monkeypatch):
+    from convtune import commandline
+    assert commandline.command("show", "--db", "my plans.db") == "convtune show --db 'my plans.db'"
+    monkeypatch.setattr(commandline, "PROG", "bash scripts/convtune.sh")
+    assert commandline.explain_hint("conv1", "resnet18", "fwd") == \
+        "bash scripts/convtune.sh explain conv1 --net resnet18 --pass fwd"
+
+
+def test_a_win_inside_the_noise_is_not_a_clear_win():
+    from convtune.cli.tuning import clear_win
+    row = dict(time_median_s=1.0, time_spread_s=0.05, repeats=5, speedup_next=1.5)
+    assert clear_win(row)
+    assert not clear_win({**row, "repeats": 1})  # decided on one timed run
+    assert not clear_win({**row, "time_spread_s": 0.6})  # a spread over a tenth of the median
+    assert not clear_win({**row, "speedup_next": 1.04})  # the runner-up within the spread
+
+
+def test_tune_pending_with_nothing_pending_says_so(tmp_path):
+    result = run("tune", "--pending", "--db", tmp_path / "p.db", "--backend", "numpy")
+    assert result.exit_code == 0 and "nothing is pending" in result.output and "all 0 plans" not in result.output
+
+
+def test_export_does_not_overwrite_a_file_unless_asked(tmp_path):
+    db, out = tmp_path / "p.db", tmp_path / "plans.json"
+    run("tune", "starter", "--passes", "fwd", "--db", db, "--backend", "numpy")
+    out.write_text("mine")
+    refused = run("export", "--db", db, "-o", out)
+    assert refused.exit_code == 1 and "exists; --force replaces it" in refused.output and out.read_text() == "mine"
+    assert run("export", "--db", db, "-o", out, "--force").exit_code == 0 and out.read_text().startswith("{")

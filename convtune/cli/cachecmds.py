@@ -38,8 +38,11 @@ def read_trip_decisions(text: str) -> list:
 @click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="File to write (default: standard output).")
-def export_cmd(db, fmt, output):
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+def export_cmd(db, fmt, output, force):
     """Write the plan table as JSON or CSV, to share with other machines."""
+    if output and os.path.exists(output) and not force:
+        raise click.ClickException(f"{output} exists; --force replaces it")
     cache = PlanCache(db, create=False, read_only=True)
     records = cache.export_records()
     calibrations = cost.stored_calibrations(cache)

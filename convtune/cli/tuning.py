@@ -13,8 +13,8 @@ import click
 
 from .. import roundtrip
 from ..backend import get_backend, gpu_available
-from ..cache import PlanCache
-from ..commandline import (PASS_NAMES, backend_named, db_option, dtype_option, echo, explain_hint, format_ms,
+from ..cache import ENV_VAR, PlanCache, default_path
+from ..commandline import (PASS_NAMES, backend_named, command, db_option, dtype_option, echo, explain_hint, format_ms,
                            format_table, input_shape_option, layout_option, parse_batches, parse_passes, parse_shapes,
                            parse_size, progress, writable_cache)
 from ..fft import cost
@@ -104,6 +104,10 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
         problems = [(p, [f"pending (served by {'the heuristic' if served == 'heuristic' else 'a nearby plan'})"])
                     for p, served in cache.pending_problems(device.key())]
         retune = True
+        if not problems:
+            echo(f"nothing is pending on {device.key()} in {cache.display_url}: every problem a runtime served "
+                 "there has a plan of its own")
+            return
     else:
         skipped, layers = [], []
         for batch in batch_list:
@@ -140,7 +144,12 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
                 retune, sources, decisions, failures, started)
         else:
             with Worklist(cache, device, planner.tune, retune=retune) as work:
-                with progress(problems, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
+                if not retune:  # what the cache has needs no progress line: it is looked up, not tuned
+                    for problem, names in problems:
+                        if cache.get(problem, device_key) is not None:
+                            settle(work.attempt(problem))
+                to_tune = [(p, names) for p, names in problems if p.key() not in sources]
+                with progress(to_tune, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
                     for problem, names in bar:
                         current[0] = names[0]
                         outcome = work.attempt(problem)
@@ -184,7 +193,7 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
         hint = explain_hint(name, network, problem.pass_, batch=problem.batch if batches else None,
                              input_shape=input_shape, math_mode=math_mode, db=db, dtype=dtype, layout=layout) \
             if network else \
-            f"convtune explain {shlex.quote(problem.key())}" + (f" --db {shlex.quote(str(db))}" if db else "")
+            command("explain", problem.key(), *(["--db", db] if db else []))
         echo(f"FAILED {name} {problem.pass_}: no candidate survived; see `{hint}`", err=True)
     if keep_spectra:
         _tune_round_trips(problems, cache, be, planner, retune, trip_limit)
@@ -277,7 +286,8 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
               help="The network to tune (any NETWORK `tune` takes; the built-in 'starter' has one layer of each kind).")
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Override every layer's batch size.")
 @click.option("--db", "db", metavar="URL", default=None,
-              help="Plan cache (default: a new file in a temporary directory, so that the first run tunes).")
+              help="Plan cache (default: demo-plans.db beside the plan cache, made anew, so that the first run "
+                   "tunes).")
 @click.option("--backend", type=click.Choice(["auto", "numpy", "cupy"]), default="auto", show_default=True)
 @click.pass_context
 def demo(ctx, network, batch, db, backend):
@@ -287,9 +297,14 @@ def demo(ctx, network, batch, db, backend):
     `convtune demo --net resnet18 --batch 8` does the same for ResNet-18 (about 20 s on two CPU
     cores).
     """
-    import tempfile
-    if db is None:
-        db = os.path.join(tempfile.mkdtemp(prefix="convtune-demo-"), "plans.db")
+    if db is None:  # one file beside the plan cache, made anew each time (so that the first run tunes)
+        given = os.environ.get(ENV_VAR, "")
+        folder = os.path.dirname(os.path.abspath(given)) if given and "://" not in given else str(default_path().parent)
+        os.makedirs(folder, exist_ok=True)
+        db = os.path.join(folder, "demo-plans.db")
+        for stale in (db, db + "-wal", db + "-shm"):
+            if os.path.exists(stale):
+                os.remove(stale)
     runs = []
     for title in ("1. tune: every candidate is checked against float64, the survivors are timed, the winners "
                   "stored", "2. the same again: every plan comes from the cache, nothing is timed"):
@@ -303,14 +318,23 @@ def demo(ctx, network, batch, db, backend):
     best = None
     for problem, names in unique_problems(layers, PASS_NAMES):
         row = cache.plan_row(problem.key(), device)
-        if row and row["speedup_next"] and (best is None or row["speedup_next"] > best[0]):
+        if row and row["speedup_next"] and clear_win(row) and (best is None or row["speedup_next"] > best[0]):
             best = (row["speedup_next"], names[0], problem.pass_)
     if best is not None:
         echo(f"\n3. why {best[1]} {best[2]} got its plan: every candidate of its tuning run")
         ctx.invoke(explain, layer=best[1], network=network, pass_=best[2], batch=batch, db=db)
     echo(f"\nfirst run {runs[0]:.1f} s, second {runs[1]:.1f} s; the plans are in {db}.")
-    echo("Next: `convtune show --db DB`; from Python, convtune.use_cache(DB) and convtune.conv(x, w, ...); from "
-          "PyTorch, convtune.torch.patch(model) (README: \"Use it from PyTorch\").")
+    echo(f"Next: `{command('show', '--db', db)}`; from Python, convtune.use_cache({db!r}) and convtune.conv(x, w, "
+         "...); from PyTorch, convtune.torch.patch(model) (README: \"Use it from PyTorch\").")
+
+
+def clear_win(row) -> bool:
+    """Did a stored plan win clearly: timed on several runs whose spread (interquartile range) is within a tenth of
+    the median, and faster than the runner-up by more than that spread? (A win inside the noise explains nothing.)"""
+    median, spread = row.get("time_median_s"), row.get("time_spread_s") or 0.0
+    if not median or (row.get("repeats") or 0) < 3 or spread > 0.1 * median:
+        return False
+    return (row.get("speedup_next") or 0.0) * median > median + spread
 
 
 @click.command()
