@@ -607,3 +607,23 @@ def test_an_interleaved_mode_that_fails_after_a_round_is_shown_failed(tmp_path, 
     assert "out of memory in the test" in ours["failed"] and ours["rounds"] == 1  # what it measured is kept
     line = next(l for l in result.output.splitlines() if l.startswith("convtune-fp32"))
     assert "out of memory in the test" in line and "vs torch-fp32" not in result.output
+
+
+def test_tune_ahead_leaves_the_model_as_it_found_it():
+    """ct.tune runs the model once on the example: BatchNorm's running statistics, its count of batches, every
+    parameter and the random number generator are exactly as they were, in train mode (dropout drawing)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.Dropout(0.5),
+                                torch.nn.Conv2d(8, 4, 3)).train()
+    ct.patch(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2, 3, 12, 12)
+    rng = torch.random.get_rng_state()
+    ct.tune(model, x, runtime=make_runtime(), progress=False, hand_back=False)
+    after = model.state_dict()
+    assert before.keys() == after.keys() and model.training
+    for key, value in before.items():
+        assert torch.equal(value, after[key]), key
+    assert int(after["1.num_batches_tracked"]) == 0
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    model(x)  # (the next step does change them, as training should)
+    assert int(model.state_dict()["1.num_batches_tracked"]) == 1

@@ -32,6 +32,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -72,6 +73,36 @@ def _qualified_names(model: nn.Module) -> dict[int, str]:
     return {id(m): name for name, m in model.named_modules()}
 
 
+@contextlib.contextmanager
+def _rng_kept():
+    """PyTorch's random number generators (CPU, and CUDA where it is in use) as they were, afterwards: tuning draws
+    operands and runs the model, and a user's seeded training must not notice."""
+    cpu_rng = torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+@contextlib.contextmanager
+def _left_as_it_was(model: nn.Module):
+    """The example forward pass that finds a model's convolutions changes nothing the user can see: the buffers
+    (BatchNorm's running statistics and its count of batches, spectral norm's vectors, say) and the random number
+    generators (dropout, stochastic depth) are as they were before it, even where it fails. (A forward pass writes
+    no parameter: copying them all would double a large model's memory.)"""
+    saved = [(t, t.detach().clone()) for t in model.buffers() if t.device.type != "meta"]
+    try:
+        with _rng_kept():
+            yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in saved:
+                tensor.copy_(value)
+
+
 def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: bool = True) -> list[Problem]:
     """Every convolution call of one forward pass of ``model`` on ``example_inputs`` (a tensor or a
     tuple of positional arguments), as convtune would dispatch it, in call order; calls PyTorch
@@ -99,7 +130,7 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
             hooks.append(module.register_forward_pre_hook(plain_hook))
     functional._collect.records = records
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), _left_as_it_was(model):
             model(*inputs)
     finally:
         functional._collect.records = None
@@ -222,7 +253,16 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
 
     Patched layers with ``keep_spectra`` get their round-trip verdicts too (after the per-pass plans they
     are measured against), where all three passes are tuned: :attr:`TuneReport.trips`.
+
+    The model is left as it was found: tuning runs it once on the example, but its buffers (BatchNorm's running
+    statistics, say) and PyTorch's random number generators are restored afterwards.
     """
+    with _rng_kept():
+        return _tune(model, example_inputs, passes, math=math, runtime=runtime, progress=progress,
+                     hand_back=hand_back)
+
+
+def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) -> TuneReport:
     started = time.perf_counter()
     rt = runtime or default_runtime()
     wanted = tuple(p for p in PASSES if p in set(passes))
