@@ -170,7 +170,9 @@ def onnx_layers(path: str, batch: int | None = None, input_shapes: dict | None =
         raise NetworkError(f"{origin} is not an ONNX model with a graph (no nodes)")
     _fix_inputs(onnx, model, batch, dict(input_shapes or {}), origin)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        # data_prop: shapes computed from shape-valued tensors too (a Reshape after a Flatten, say), so that a
+        # convolution behind one has its input shape
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
         raise NetworkError(f"{origin}: ONNX shape inference failed ({' '.join(str(exc).split())[:300]})") from None
     graph = inferred.graph

@@ -197,3 +197,25 @@ def test_skipped_nodes_are_named_by_tune_bench_and_explain(tmp_path, fake_defaul
         assert "skipped uneven (Conv): asymmetric pads" in result.output
     result = CliRunner().invoke(main, ["explain", "uneven", "--net", path, "--db", str(db)])
     assert result.exit_code == 1 and "it is a Conv node convtune leaves out (asymmetric pads" in result.output
+
+
+def test_a_conv1d_after_a_flatten_and_reshape_gets_its_shapes(tmp_path):
+    """A Conv1d behind a Flatten and a Reshape whose target shape is computed (Shape, Gather, Concat): its input's
+    shape needs shape inference with data propagation, which the loader asks for."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 6, 5])
+    nodes = [helper.make_node("Flatten", ["x"], ["flat"], axis=1),  # (2, 120)
+             helper.make_node("Shape", ["flat"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+             helper.make_node("Concat", ["n", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["flat", "target"], ["seq"]),  # (2, 8, 15)
+             helper.make_node("Conv", ["seq", "w"], ["y"], name="conv1d", pads=[1, 1])]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("rest", TensorProto.INT64, [2], [8, 15]),
+             helper.make_tensor("w", TensorProto.FLOAT, [3, 8, 3], [0.0] * 72)]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    path = tmp_path / "flatten.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    skipped = []
+    layers = load_network(str(path), skipped=skipped)
+    assert skipped == [] and [l.problem for l in layers] == [
+        ConvProblem.make(batch=2, in_channels=8, out_channels=3, input_size=(15,), kernel_size=3, padding=1)]

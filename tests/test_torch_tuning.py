@@ -627,3 +627,18 @@ def test_tune_ahead_leaves_the_model_as_it_found_it():
     assert torch.equal(torch.random.get_rng_state(), rng)
     model(x)  # (the next step does change them, as training should)
     assert int(model.state_dict()["1.num_batches_tracked"]) == 1
+
+
+def test_a_missing_model_library_names_the_extra_that_installs_it(monkeypatch):
+    from convtune.errors import NetworkError
+    from convtune.torch import models
+    real = models.importlib.import_module
+
+    def without(name, *args):
+        if name.split(".")[0] in ("torchvision", "timm"):
+            raise ImportError(f"No module named '{name}'")
+        return real(name, *args)
+    monkeypatch.setattr(models.importlib, "import_module", without)
+    for spec in ("torchvision:resnet18", "timm:resnet18"):
+        with pytest.raises(NetworkError, match=r"pip install 'convtune\[models\]'"):
+            load_network(spec, batch=2)

@@ -219,14 +219,15 @@ def _factory(spec: str):
     """``(factory, default input shape or None)`` of a model spec."""
     head, _, name = spec.rpartition(":")
     if head == "torchvision":
-        models = _import("torchvision.models", "pip install torchvision")
+        models = _import("torchvision.models",
+                         "pip install 'convtune[models]', or torchvision alone: the build that matches your PyTorch")
         if name not in models.list_models():
             raise NetworkError(f"torchvision has no model {name!r}; see torchvision.models.list_models()")
         video = getattr(models, "video", None)  # r3d_18, r2plus1d_18, ...: 16-frame 112x112 clips
         shape = (3, 16, 112, 112) if video is not None and name in models.list_models(module=video) else (3, 224, 224)
         return (lambda: models.get_model(name, weights=None)), shape
     if head == "timm":
-        timm = _import("timm", "pip install timm")
+        timm = _import("timm", "pip install 'convtune[models]', or timm alone")
         if not timm.is_model(name):
             raise NetworkError(f"timm has no model {name!r}; see timm.list_models()")
 
