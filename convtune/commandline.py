@@ -132,6 +132,24 @@ def backend_named(name: str):
     return get_backend(name)
 
 
+def busy_note(where: str = "") -> str | None:
+    """A warning where the machine is busy (its load average above its cores): timings taken now carry that noise.
+    ``None`` where it is not (or the load cannot be read)."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return None
+    if load <= cores:
+        return None
+    return (f"note: this machine is busy{where} (load {load:.1f} on {cores} cores): the timings carry its noise; "
+            "tune again on an idle machine for plans to keep")
+
+
+def within_noise(a_ms, a_spread, b_ms, b_spread) -> bool:
+    """Are two medians closer than their spreads (interquartile ranges) reach? Then neither is faster."""
+    return abs(a_ms - b_ms) <= (a_spread or 0.0) + (b_spread or 0.0)
+
+
 def format_ms(seconds) -> str:
     return format_ms_value(None if seconds is None else seconds * 1e3)
 

@@ -229,3 +229,47 @@ def test_export_does_not_overwrite_a_file_unless_asked(tmp_path):
     refused = run("export", "--db", db, "-o", out)
     assert refused.exit_code == 1 and "exists; --force replaces it" in refused.output and out.read_text() == "mine"
     assert run("export", "--db", db, "-o", out, "--force").exit_code == 0 and out.read_text().startswith("{")
+
+
+def _bench_table(tmp_path, monkeypatch, records):
+    """``convtune bench``'s table for results of one layer whose passes are ``records`` (a stand-in bench)."""
+    import convtune.bench.runner as runner
+
+    def fake(layers, *args, checkpoint=None, **kwargs):
+        doc = {"format": "convtune-bench", "complete": True, "sweep": [], "copy_bandwidth_GBps": None,
+               "dispatch_overhead": {"overhead_us": 1.0},
+               "layers": [{"name": "conv3x3", "passes": records}]}
+        checkpoint(doc)
+        return doc
+    monkeypatch.setattr(runner, "run_bench", fake)
+    return run("bench", "starter", "--passes", "fwd", "--no-keep-spectra", "--backend", "numpy",
+               "--db", tmp_path / "p.db", "-o", tmp_path / "r.json")
+
+
+def test_bench_calls_a_plan_that_is_pytorchs_call_pytorchs_own_and_a_close_ratio_noise(tmp_path, monkeypatch):
+    peer = {"median_ms": 1.0, "spread_ms": 0.02, "repeats": 5, "error": 0.0}
+    fwd = {"convtune": {"plan": "torch[benchmark]", "median_ms": 0.2, "spread_ms": 0.5, "error": 0.0},
+           "peers": {"torch-fp32": peer, "torch-fp32-ref": {"not_applicable": "a float32 problem"},
+                     "torch-fft": {"not_applicable": "a 3x3 kernel"}}, "drop_in": {}, "paired": {}}
+    result = _bench_table(tmp_path, monkeypatch, {"fwd": fwd})
+    assert result.exit_code == 0, result.output
+    assert "(PyTorch's own)" in result.output and "5.00x" not in result.output
+    fwd["convtune"] = {"plan": "im2col[chunk=2]", "median_ms": 0.98, "spread_ms": 0.05, "error": 0.0}
+    result = _bench_table(tmp_path, monkeypatch, {"fwd": fwd})
+    assert "(1.02x, within noise)" in result.output
+    fwd["convtune"] = {"plan": "im2col[chunk=2]", "median_ms": 0.5, "spread_ms": 0.01, "error": 0.0}
+    assert "(2.00x)" in _bench_table(tmp_path, monkeypatch, {"fwd": fwd}).output
+
+
+def test_a_busy_machine_is_said_to_be_busy(monkeypatch):
+    from convtune import commandline
+    monkeypatch.setattr(commandline.os, "getloadavg", lambda: (9.5, 9.0, 9.0))
+    monkeypatch.setattr(commandline.os, "cpu_count", lambda: 2)
+    assert "busy while it tuned (load 9.5 on 2 cores)" in commandline.busy_note(" while it tuned")
+    monkeypatch.setattr(commandline.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert commandline.busy_note() is None
+
+
+def test_tunes_table_marks_a_win_on_one_run_and_a_win_inside_the_noise(tmp_path):
+    result = run("tune", "starter", "--passes", "fwd", "--db", tmp_path / "p.db", "--backend", "numpy")
+    assert result.exit_code == 0 and "(one run)" in result.output  # the fake timer times each candidate once

@@ -12,8 +12,8 @@ import sys
 import click
 
 from ..cache import PlanCache
-from ..commandline import (backend_named, db_option, dtype_option, echo, format_ms_value, format_table,
-                           input_shape_option, layout_option, parse_passes, parse_shapes, positive_ints)
+from ..commandline import (backend_named, busy_note, db_option, dtype_option, echo, format_ms_value, format_table,
+                           input_shape_option, layout_option, parse_passes, parse_shapes, positive_ints, within_noise)
 from ..network import load_network
 from ..runtime import Runtime
 from ..timing import CpuTimer, CudaEventTimer
@@ -23,6 +23,10 @@ from .report import PARITY_BOUND, make_report, parity
 from . import runner
 from .runner import DROP_IN, speedup, sweep_layers
 from .steps import AGAIN, paired, speedups
+
+#: The peers that run PyTorch's own call as a plan of the ``torch`` strategy runs it, by math mode: against them a
+#: plan that is PyTorch's call is PyTorch's own, not faster or slower
+SAME_CALL = {"fp32": ("torch-fp32",), "tf32": ("torch-tf32",)}
 
 
 def _command_line(name: str) -> str:
@@ -146,7 +150,14 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
             for name in available:
                 peer = rec["peers"][name]
                 ratio = (peer["median_ms"] / c["median_ms"]) if peer.get("median_ms") and c.get("median_ms") else None
-                row.append(f"{format_ms_value(peer.get('median_ms'))} ({ratio:.2f}x)" if ratio else
+                if ratio and name in SAME_CALL.get(math_mode, ()) and str(c.get("plan", "")).startswith("torch["):
+                    how = "PyTorch's own"  # the plan is this peer's call: neither is faster
+                elif ratio and within_noise(peer["median_ms"], peer.get("spread_ms"), c["median_ms"],
+                                            c.get("spread_ms")):
+                    how = f"{ratio:.2f}x, within noise"
+                else:
+                    how = f"{ratio:.2f}x" if ratio else None
+                row.append(f"{format_ms_value(peer.get('median_ms'))} ({how})" if how else
                            ("failed" if "failed" in peer else "-"))
             rows.append(row)
         kept = entry.get("kept_spectra") or {}
@@ -164,6 +175,9 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                 sp = speedup(rt, name)
                 row.append(f"{format_ms_value(rt.get(name))} ({sp:.2f}x)" if sp else "-")
             rows.append(row)
+    note = busy_note(" after this bench")
+    if note:
+        echo(note, err=True)
     echo(format_table(["layer", "pass", "convtune plan", "convtune ms", "drop-in ms", "side by side", "floor ms", "error"] +
                       [f"{n} ms (ratio)" for n in available], rows))
     bandwidth = results.get("copy_bandwidth_GBps")

@@ -14,9 +14,9 @@ import click
 from .. import roundtrip
 from ..backend import get_backend, gpu_available
 from ..cache import ENV_VAR, PlanCache, default_path
-from ..commandline import (PASS_NAMES, backend_named, command, db_option, dtype_option, echo, explain_hint, format_ms,
-                           format_table, input_shape_option, layout_option, parse_batches, parse_passes, parse_shapes,
-                           parse_size, progress, writable_cache)
+from ..commandline import (PASS_NAMES, backend_named, busy_note, command, db_option, dtype_option, echo, explain_hint,
+                           format_ms, format_table, input_shape_option, layout_option, parse_batches, parse_passes,
+                           parse_shapes, parse_size, progress, writable_cache)
 from ..fft import cost
 from ..network import load_network, unique_problems
 from .. import parallel
@@ -175,6 +175,10 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
             continue
         untimed = plan["time_median_s"] is None  # the only candidate left after verification
         speedup = f"{plan['speedup_next']:.2f}x" if plan["speedup_next"] else ("only one" if untimed else "-")
+        if plan["speedup_next"] and (plan["repeats"] or 0) < 3:
+            speedup += " (one run)" if (plan["repeats"] or 0) <= 1 else f" ({plan['repeats']} runs)"
+        elif plan["speedup_next"] and not clear_win(plan):
+            speedup += " (noise)"
         source = {"elsewhere": "another worker"}.get(sources[problem.key()], sources[problem.key()])
         rows.append((layer, problem.pass_, plan["label"], "not timed" if untimed else format_ms(plan["time_median_s"]),
                      speedup, source))
@@ -189,6 +193,9 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
               f"{len(failures)} failed in {elapsed:.1f} s")
     if decisions:
         echo(_where_the_time_went(decisions, elapsed, len(device_list or ())))
+        note = busy_note(" while it tuned")
+        if note:
+            echo(note, err=True)
     for name, problem, exc in failures:
         hint = explain_hint(name, network, problem.pass_, batch=problem.batch if batches else None,
                              input_shape=input_shape, math_mode=math_mode, db=db, dtype=dtype, layout=layout) \
