@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import shlex
+import textwrap
 import sys
 import time
 
@@ -158,12 +159,26 @@ def format_ms_value(ms) -> str:
     return "-" if ms is None else f"{ms:.3f}"
 
 
-def format_table(headers, rows) -> str:
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(headers)]
-    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+#: The width a table's lines keep to, where its last column (a reason, say) can be wrapped.
+TABLE_WIDTH = 120
+
+
+def format_table(headers, rows, wrap_last: bool = False) -> str:
+    """An aligned text table; ``wrap_last``: the last column's text wrapped onto further lines so that the table keeps
+    within :data:`TABLE_WIDTH` columns (or 40 characters of it where the other columns take more)."""
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
+    start = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    if wrap_last:
+        widths[-1] = min(widths[-1], max(40, TABLE_WIDTH - start, len(str(headers[-1]))))
+
+    def lines(cells):
+        last = textwrap.wrap(cells[-1], widths[-1]) if wrap_last and len(cells[-1]) > widths[-1] else [cells[-1]]
+        first = "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths)) + ("  " if len(cells) > 1 else "")
+        return [(first + last[0]).rstrip()] + [(" " * start + more).rstrip() for more in last[1:]]
+    out = lines([str(h) for h in headers]) + ["  ".join("-" * w for w in widths)]
+    for r in rows:
+        out += lines(r)
     return "\n".join(out)
 
 

@@ -273,3 +273,12 @@ def test_a_busy_machine_is_said_to_be_busy(monkeypatch):
 def test_tunes_table_marks_a_win_on_one_run_and_a_win_inside_the_noise(tmp_path):
     result = run("tune", "starter", "--passes", "fwd", "--db", tmp_path / "p.db", "--backend", "numpy")
     assert result.exit_code == 0 and "(one run)" in result.output  # the fake timer times each candidate once
+
+
+def test_explain_keeps_its_lines_readable(tmp_path):
+    """Reasons wrap in their column: no line runs to the hundreds of characters a long reason made."""
+    db = tmp_path / "p.db"
+    run("tune", "starter", "--passes", "wgrad", "--db", db, "--backend", "numpy")
+    shown = run("explain", "conv3x3", "--net", "starter", "--pass", "wgrad", "--db", db)
+    assert shown.exit_code == 0 and "pruned: 3x3 kernel on the CPU" in shown.output
+    assert max(len(line) for line in shown.output.splitlines()) <= 170

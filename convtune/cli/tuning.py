@@ -7,6 +7,7 @@ import math
 import os
 import shlex
 import sys
+import textwrap
 import time
 
 import click
@@ -14,7 +15,7 @@ import click
 from .. import roundtrip
 from ..backend import get_backend, gpu_available
 from ..cache import ENV_VAR, PlanCache, default_path
-from ..commandline import (PASS_NAMES, backend_named, busy_note, command, db_option, dtype_option, echo, explain_hint,
+from ..commandline import (PASS_NAMES, TABLE_WIDTH, backend_named, busy_note, command, db_option, dtype_option, echo, explain_hint,
                            format_ms, format_table, input_shape_option, layout_option, parse_batches, parse_passes,
                            parse_shapes, parse_size, progress, writable_cache)
 from ..fft import cost
@@ -446,13 +447,15 @@ def explain(layer, network, db, pass_, math_mode, dtype, layout, batch, input_sh
                       f"{r['error']:.1e}" if r["error"] is not None else "-", human_bytes(r["workspace_bytes"]),
                       _search_cost(r), r["reason"]) for r in rows]
             echo(format_table(("candidate", "status", "median ms", "spread ms", "error", "workspace", "search s", "reason"),
-                         table))
-            echo("   " + _why(rows, problem))
+                              table, wrap_last=True))
+            echo(textwrap.fill(_why(rows, problem), TABLE_WIDTH, initial_indent="   ", subsequent_indent="    ",
+                               break_on_hyphens=False))
         if not shown_legend:
             shown_legend = True
-            echo("   (median: of the timed runs, each after an L2 flush on a GPU; spread: their interquartile "
-                  "range; error: ||out - ref|| / ||ref|| against float64; workspace: temporary memory; search: "
-                  "seconds spent building / verifying / timing the candidate, and its rank in its strategy's list)")
+            echo(textwrap.fill("(median: of the timed runs, each after an L2 flush on a GPU; spread: their interquartile "
+                               "range; error: ||out - ref|| / ||ref|| against float64; workspace: temporary memory; "
+                               "search: seconds spent building / verifying / timing the candidate, and its rank in its "
+                               "strategy's list)", TABLE_WIDTH, initial_indent="   ", subsequent_indent="    "))
 
 
 def _explain_nothing(cache, problem, fps, others, layer, network, batch, input_shape, db) -> None:
