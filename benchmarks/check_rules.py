@@ -17,9 +17,11 @@ by side with the normal search's (``--retimed`` that output), and there the norm
 faster by more than the margin, the rule cost nothing: the violation is printed as overturned and not
 counted.
 
-    python benchmarks/check_rules.py --db plans.db
-    python benchmarks/check_rules.py --explain explain-output.txt
-    python benchmarks/check_rules.py --db EXHAUSTIVE.db --retimed COMPARE.txt
+    .venv/bin/python benchmarks/check_rules.py --db plans.db
+    .venv/bin/python benchmarks/check_rules.py --explain explain-output.txt
+    .venv/bin/python benchmarks/check_rules.py --db EXHAUSTIVE.db --retimed COMPARE.txt
+
+(any Python that imports convtune: ``.venv/bin/python`` is the one ``bash scripts/convtune.sh`` sets up)
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
-from convtune.planner import DEFAULT_WORKSPACE_LIMIT
+try:
+    from convtune.planner import DEFAULT_WORKSPACE_LIMIT
+except ImportError as exc:  # a Python without convtune or its dependencies: say which one to use
+    sys.exit(f"check_rules.py needs convtune and its dependencies ({exc}): run it with .venv/bin/python, which "
+             "`bash scripts/convtune.sh info` sets up")
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 from convtune.strategies.base import Strategy

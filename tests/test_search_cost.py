@@ -352,3 +352,12 @@ def test_the_runtime_compiled_engine_rule_replayed_on_a_stored_amp_search_loses_
     monkeypatch.setattr(cudnn, "RTC_NEAR", 0.9)
     skipped, lost = replay.replay(db, {62, 72})
     assert lost
+
+
+def test_check_rules_says_which_python_to_run_it_with_where_convtune_is_missing():
+    import subprocess
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "check_rules.py"
+    code = ("import sys, runpy; sys.modules['convtune'] = None; sys.argv = ['check_rules.py', '--db', 'x.db']; "
+            f"runpy.run_path({str(script)!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1 and "run it with .venv/bin/python" in result.stderr
