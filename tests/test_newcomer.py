@@ -166,6 +166,18 @@ def test_report_charts_have_linear_axes_from_zero_and_the_page_every_pass(tmp_pa
     fig = layer_figure(doc, plt)
     ax = fig.axes[0]
     assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    # the y-axis label fits the figure
+    fig.canvas.draw()
+    label, frame = ax.yaxis.label.get_window_extent(), fig.bbox
+    assert frame.y0 <= label.y0 and label.y1 <= frame.y1 and frame.x0 <= label.x0
+    assert "vs torch-fft" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+    # a peer with no figure on any layer has no entry in the legend
+    for entry in doc["layers"]:
+        entry["round_trip"].pop("torch-fft", None)
+    fig = layer_figure(doc, plt)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "vs torch-fp32" in legend and "vs torch-fft" not in legend
     plt.close(fig)
     assert run("report", out, "-o", tmp_path / "rep").exit_code == 0
     page = (tmp_path / "rep" / "index.html").read_text()

@@ -15,6 +15,7 @@ import html
 import json
 import math
 import re
+import textwrap
 from pathlib import Path
 
 from ..errors import ConvtuneError
@@ -196,14 +197,16 @@ def layer_figure(results: dict, plt):
             if value:
                 xs.append(j + (i - (len(names) - 1) / 2) * width)
                 ys.append(value)
-        ax.bar(xs, ys, width, label=f"vs {name}" if peers else name, color=COLOURS.get(name))
+        if xs:  # (a peer with no figure on any layer gets no bars, and so no entry in the legend)
+            ax.bar(xs, ys, width, label=f"vs {name}" if peers else name, color=COLOURS.get(name))
     ax.set_yscale("linear")
     ax.set_ylim(bottom=0)
     if peers:
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="same speed")
-        ax.set_ylabel(f"convtune's speedup over the peer, {what} (x; above 1: convtune faster)")
+        label = f"convtune's speedup over the peer, {what} (x; above 1: convtune faster)"
     else:
-        ax.set_ylabel(f"convtune {what} time, ms (lower is better)")
+        label = f"convtune {what} time, ms (lower is better)"
+    ax.set_ylabel("\n".join(textwrap.wrap(label, 45)))  # (wrapped: one line would run past the figure's height)
     ax.set_xticks(range(len(layers)), [e["name"] for e in layers], rotation=60, ha="right", fontsize=8)
     absent = [p for p in PEER_ORDER if not results["peers"].get(p, {}).get("available")]
     note = f"\nabsent peers: {', '.join(absent)} (see index.html)" if absent else ""
