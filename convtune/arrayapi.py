@@ -123,7 +123,17 @@ def _conv_general(x, w, stride, padding, dilation, groups, math, plan, out, runt
     return _into(out, y[0] if unbatched else y)
 
 
+def _ranks_agree(a_name, a_shape, b_name, b_shape, w_shape) -> None:
+    """Two operands of a pass and the weight: both batched ``(N, C, *spatial)`` or both unbatched ``(C, *spatial)``, of
+    the weight's rank (``ValueError`` naming the shapes, as PyTorch refuses them)."""
+    rank = len(w_shape)
+    if len(a_shape) != len(b_shape) or len(a_shape) not in (rank, rank - 1):
+        raise ValueError(f"expected {a_name} and {b_name} both (N, C, *spatial) or both unbatched (C, *spatial), of "
+                         f"the rank of the weight {tuple(w_shape)}; got shapes {tuple(a_shape)} and {tuple(b_shape)}")
+
+
 def _dgrad_general(dy, w, x_shape, stride, padding, dilation, groups, math, plan, out, runtime):
+    _ranks_agree("x_shape", x_shape, "dy", dy.shape, w.shape)
     xp = _xp(dy)
     unbatched, pads, extra = _normalized(x_shape, w, stride, padding, dilation)
     full = (1, *x_shape) if unbatched else tuple(x_shape)
@@ -138,6 +148,7 @@ def _dgrad_general(dy, w, x_shape, stride, padding, dilation, groups, math, plan
 
 
 def _wgrad_general(x, dy, w_shape, stride, padding, dilation, groups, math, plan, out, runtime):
+    _ranks_agree("x", x.shape, "dy", dy.shape, w_shape)
     xp = _xp(x)
     w_like = np.empty(w_shape, dtype=np.uint8)  # only its shape is read
     unbatched, pads, extra = _normalized(x.shape, w_like, stride, padding, dilation)

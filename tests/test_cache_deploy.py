@@ -531,3 +531,19 @@ def test_commands_that_store_refuse_a_read_only_cache_before_any_work(tmp_path, 
     monkeypatch.setattr(PlanCache, "__init__", read_only_init)
     result = run_cli("tune", "alexnet", "--db", tmp_path / "plans.db", "--backend", "numpy")
     assert result.exit_code == 1 and "is read-only (opened read-only)" in result.output
+
+
+def test_a_directory_given_as_the_cache_is_a_one_line_error(tmp_path):
+    """show, info and tune, and a runtime's lookup, on a directory: a convtune error that says what to give (was a
+    sqlite3 'disk I/O error' traceback)."""
+    from click.testing import CliRunner
+    from convtune.cli import main
+    folder = tmp_path / "plans.db"
+    folder.mkdir()
+    for args in (["show"], ["info"], ["tune", "starter", "--passes", "fwd", "--backend", "numpy"]):
+        result = CliRunner().invoke(main, [*args, "--db", str(folder)])
+        assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception,
+                                                                                            SystemExit)
+        assert "is a directory, not a plan cache file" in result.output, result.output
+    with pytest.raises(CacheError, match="is a directory"):
+        PlanCache(str(folder))

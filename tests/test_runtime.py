@@ -199,3 +199,14 @@ def test_public_tune_stores_the_decision():
 def test_memory_store_repr_counts():
     store = MemoryPlanStore()
     assert "0 decisions" in repr(store)
+
+
+def test_backward_passes_with_operands_of_mismatched_ranks_are_refused_with_the_shapes():
+    """A dy of the unbatched rank with a batched x_shape (or the reverse) was a RecursionError."""
+    w = np.ones((8, 3, 3, 3), np.float32)
+    with pytest.raises(ValueError, match=r"both \(N, C, \*spatial\) or both unbatched.*\(3, 3\) and \(3, 8, 1\)"):
+        convtune.conv_backward_data(np.ones((3, 8, 1), np.float32), w, (3, 3))
+    with pytest.raises(ValueError, match="both unbatched"):
+        convtune.conv_backward_data(np.ones((3, 8, 1), np.float32), w, (2, 3, 3, 3))
+    with pytest.raises(ValueError, match="both unbatched"):
+        convtune.conv_backward_filter(np.ones((3, 9, 9), np.float32), np.ones((2, 8, 7, 7), np.float32), w.shape)

@@ -124,6 +124,9 @@ class Database:
         immutable = False
         if path not in (None, "", ":memory:"):
             file = Path(path)
+            if file.is_dir():
+                raise CacheError(f"{path} is a directory, not a plan cache file: give a file, e.g. --db "
+                                 f"{file / 'plans.db'}")
             if file.exists():
                 self.tables = _sqlite_tables(path)  # read before any connection of the engine changes the file
                 writable_dir = os.access(file.parent, os.W_OK)
