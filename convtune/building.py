@@ -5,6 +5,7 @@ small batch (:func:`check_config`, for a plan carried over from another shape), 
 
 from __future__ import annotations
 
+import json
 import math
 
 from . import precision
@@ -88,3 +89,29 @@ def heuristic_decision(problem: ConvProblem, backend: Backend) -> tuple[str, Con
         if strategy.supports(problem, backend) is None:
             return name, strategy.heuristic_config(problem, backend)
     raise TuningError(f"no strategy supports {problem.describe()}")
+
+
+#: Configuration fields that count something (samples, threads, rows): whole numbers of at least 1.
+_COUNTS = ("chunk", "threads", "rows")
+
+
+def check_stored_plan(problem_key: str, strategy_name: str, config_text: str) -> None:
+    """A plan as a cache or an import stores it, checked as strictly as the runtime will use it: a problem key that
+    parses, a registered strategy, a configuration that is a JSON object its strategy reads, with positive counts
+    and sizes (``ValueError`` saying what is wrong)."""
+    ConvProblem.from_key(problem_key)
+    strategy = get_strategy(strategy_name)
+    try:
+        data = json.loads(config_text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"its configuration is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"its configuration is not a JSON object: {config_text[:80]!r}")
+    config = strategy.config_type.from_dict(data)
+    for name in _COUNTS:
+        value = getattr(config, name, 1)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{strategy.describe(config)}: {name} must be a whole number of at least 1, not {value!r}")
+    sizes = getattr(config, "sizes", ())
+    if sizes is not None and any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"{strategy.describe(config)}: sizes must be whole numbers of at least 1, not {sizes!r}")

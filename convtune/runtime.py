@@ -96,6 +96,7 @@ class Runtime:
         self._lease_keeper = None  # Leases on the store, made on the first tuning (None: it keeps none)
         self._leases_checked = False
         self._calibrations_loaded = False
+        self._unbuildable: set[tuple[str, str]] = set()  # stored plans that did not build (said once each)
 
     # -- the store, and what happens when it fails -------------------------------------------------
     def _stored(self, problem: ConvProblem, device_key: str) -> Decision | None:
@@ -129,7 +130,18 @@ class Runtime:
         device_key = backend.device_info().key()
         decision = self._stored(problem, device_key)
         if decision is not None:
-            return build_plan(decision, backend, source="cache")
+            try:
+                return build_plan(decision, backend, source="cache")
+            except Exception as exc:  # a stored plan that does not build here (damaged, edited): never an error
+                # where a plan could serve the call; the heuristic's (PyTorch's own call where it is installed) does
+                key = (device_key, problem.key())
+                if key not in self._unbuildable:
+                    self._unbuildable.add(key)
+                    log.warning("convtune: the stored plan %s of %s does not build (%s: %s); the heuristic's plan "
+                                "serves it instead (`convtune tune --retune` measures it again)",
+                                decision.winner.label, problem.describe(), type(exc).__name__, exc)
+                name, config = heuristic_decision(problem, backend)
+                return build_from_config(problem, name, config, backend, "heuristic")
         if self.miss_policy == "error":
             raise ConvtuneError(f"no tuned plan for {problem.key()} on {device_key}; run `convtune tune` for this "
                                 "network first, or use miss_policy='tune', 'nearest' or 'heuristic'")

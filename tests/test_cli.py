@@ -247,3 +247,36 @@ def test_json_exports_carry_round_trip_verdicts(net, db, tmp_path):
         run("export", "--db", db, "--format", "csv", "-o", tmp_path / "p.csv").output
     doc["round_trips"][1] = {"problem": "nonsense"}
     _import_is_refused(tmp_path, doc, "round-trip verdict 1 of the export is malformed")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(strategy="winograd"), "unknown strategy 'winograd'"),
+    (dict(strategy=5), "unknown strategy '5'"),
+    (dict(config="{not json"), "its configuration is not JSON"),
+    (dict(config="[1, 2]"), "not a JSON object"),
+    (dict(config='{"chunk": 0}'), "chunk must be a whole number of at least 1"),
+    (dict(time_median_s=float("nan")), "not a finite, non-negative number"),
+    (dict(time_median_s="inf"), "not a finite, non-negative number"),
+    (dict(time_spread_s=-1.0), "not a finite, non-negative number"),
+    (dict(repeats=10 ** 30), "out of range"),
+    (dict(workspace_bytes=1.5), "not a whole number"),
+])
+def test_an_import_that_would_break_lookups_is_refused_whole(net, db, tmp_path, change, message):
+    """Each plan of an import is checked as the runtime will use it; the first bad one refuses the import, named,
+    and nothing is written (these were accepted, then broke lookups)."""
+    run("tune", net, "--db", db, "--backend", "numpy", "--strategies", "im2col")
+    out = tmp_path / "plans.json"
+    run("export", "--db", db, "-o", out)
+    doc = json.loads(out.read_text())
+    doc["plans"][1].update(change)
+    _import_is_refused(tmp_path, doc, message)
+    assert "plan 2" in run("import", tmp_path / "bad.json", "--db", tmp_path / "fourth.db").output
+
+
+def test_a_nan_calibration_is_refused(net, db, tmp_path):
+    out = tmp_path / "plans.json"
+    run("tune", net, "--db", db, "--backend", "numpy")
+    run("export", "--db", db, "-o", out)
+    doc = json.loads(out.read_text())
+    doc["fft_calibrations"] = {"gpu:nan": {"pow2": 1.0, "smooth": float("nan"), "other": 2.0}}
+    _import_is_refused(tmp_path, doc, "lacks positive factors for smooth")

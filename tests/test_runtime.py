@@ -210,3 +210,24 @@ def test_backward_passes_with_operands_of_mismatched_ranks_are_refused_with_the_
         convtune.conv_backward_data(np.ones((3, 8, 1), np.float32), w, (2, 3, 3, 3))
     with pytest.raises(ValueError, match="both unbatched"):
         convtune.conv_backward_filter(np.ones((3, 9, 9), np.float32), np.ones((2, 8, 7, 7), np.float32), w.shape)
+
+
+def test_a_stored_plan_that_does_not_build_falls_back_and_says_so_once(caplog):
+    """A tampered stored plan (its configuration edited) serves the call through the heuristic's plan, with one
+    warning, instead of raising an exception that is not convtune's."""
+    import logging
+    from convtune.plan import CandidateOutcome, Decision
+    store = MemoryPlanStore()
+    rt = Runtime(store=store, miss_policy="heuristic")
+    x, w = np.ones((2, 3, 9, 9), np.float32), np.ones((4, 3, 3, 3), np.float32)
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
+    device = convtune.backend.get_backend("numpy").device_info()
+    broken = CandidateOutcome("im2col", {"chunk": 2, "no_such_field": 1}, "im2col[tampered]", "winner")
+    store.put(Decision(p, device, broken, (), "measured"))
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        y = convtune.conv(x, w, runtime=rt)
+        rt.clear_memo()
+        convtune.conv(x, w, runtime=rt)
+    assert rel(y, reference(np, p, x, w)) < 1e-5
+    said = [r for r in caplog.records if "does not build" in r.getMessage()]
+    assert len(said) == 1 and "im2col[tampered]" in said[0].getMessage()

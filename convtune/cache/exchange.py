@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from datetime import datetime, timezone
 
 from .._version import __version__
@@ -47,6 +48,30 @@ def write_export(records: list[dict], fmt: str, calibrations: dict | None = None
     raise ValueError(f"unknown export format {fmt!r}; acceptable formats: {', '.join(FORMATS)}")
 
 
+#: The largest count a column holds (SQL's BIGINT): a larger number is no count of anything here.
+_MOST = 2 ** 63 - 1
+
+
+def _count(value) -> int:
+    """A count (repeats, bytes, SMs): a non-negative whole number, as an int or its text."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{value!r} is not a whole number")
+    number = int(value)
+    if not 0 <= number <= _MOST:
+        raise ValueError(f"{value!r} is out of range (0 to {_MOST})")
+    return number
+
+
+def _measure(value) -> float:
+    """A measured quantity (seconds, an error, a ratio): finite and not negative."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{value!r} is not a finite, non-negative number")
+    return number
+
+
 def _typed(row: dict, number: int, csv_row: bool) -> dict:
     """One record with its columns' types; ``number`` (1-based) names it in errors."""
     if not isinstance(row, dict):
@@ -59,9 +84,9 @@ def _typed(row: dict, number: int, csv_row: bool) -> dict:
         v = row[c]
         try:
             if c in _INT:
-                out[c] = None if v in ("", None) else int(v)
+                out[c] = None if v in ("", None) else _count(v)
             elif c in _FLOAT:
-                out[c] = None if v in ("", None) else float(v)
+                out[c] = None if v in ("", None) else _measure(v)
             else:
                 text = "" if v is None else str(v)
                 if control_characters(text):

@@ -13,11 +13,13 @@ from ..cache.exchange import read_calibrations, read_round_trips
 from ..cache.paths import ENV_VAR
 from ..cache.schema import SCHEMA_VERSION
 from ..commandline import backend_named, db_option, echo, format_ms, format_table, writable_cache
+from ..building import check_stored_plan
 from ..errors import CacheError, ConvtuneError
 from ..fft.calibrate import calibrate as run_calibration
 from ..fft import cost
 from ..fft.cost import check_calibration
 from ..strategies import all_strategies
+from ..text import printable
 from ..timing import default_timer
 from .. import roundtrip
 
@@ -83,6 +85,12 @@ def import_cmd(file, db, fmt):
             check_calibration(device_key, calibration)
         except ValueError as exc:
             raise click.ClickException(f"{file}: {exc}") from None
+    for number, rec in enumerate(records, 1):  # every plan as strictly as the runtime will use it
+        try:
+            check_stored_plan(rec["problem_key"], rec["strategy"], rec["config"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise click.ClickException(f"{file}: plan {number} ({printable(str(rec.get('label')))[:60]}) cannot be "
+                                       f"used: {exc}; nothing was imported") from None
     cache = writable_cache(db)
     report = cache.import_records(records)
     echo(f"imported {len(records)} plan(s) into {cache.display_url}: {report['added']} added, "

@@ -36,9 +36,11 @@ def check_calibration(device_key: str, calibration) -> None:
     """Raise ValueError unless ``calibration`` has a positive factor for every kind of length."""
     if not isinstance(calibration, dict):
         raise ValueError(f"calibration for {device_key} is not a mapping")
-    missing = [k for k in KINDS if not isinstance(calibration.get(k), (int, float)) or calibration[k] <= 0]
+    missing = [k for k in KINDS if isinstance(calibration.get(k), bool) or not isinstance(calibration.get(k), (int, float))
+               or not (math.isfinite(calibration[k]) and calibration[k] > 0)]
     if missing:
-        raise ValueError(f"calibration for {device_key} lacks positive factors for {', '.join(missing)}")
+        raise ValueError(f"calibration for {device_key} lacks positive factors for {', '.join(missing)} (each a finite "
+                         "number above 0)")
 
 
 def register_calibration(device_key: str, calibration: dict) -> None:
