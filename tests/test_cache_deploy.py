@@ -547,3 +547,30 @@ def test_a_directory_given_as_the_cache_is_a_one_line_error(tmp_path):
         assert "is a directory, not a plan cache file" in result.output, result.output
     with pytest.raises(CacheError, match="is a directory"):
         PlanCache(str(folder))
+
+
+def test_a_wal_cache_file_copied_alone_where_sqlite_cannot_add_its_files_serves_show_and_lookups(tmp_path):
+    """plans.db copied alone onto read-only media: SQLite cannot make its -wal and -shm files beside it (here their
+    names are taken by directories, which stops root as a read-only mount stops anyone). It opens immutable:
+    show and a runtime's lookups work (both failed with 'unable to open database file')."""
+    from click.testing import CliRunner
+    from convtune.cli import main
+    from convtune.backend import get_backend
+    from convtune.problem import ConvProblem
+    source = tmp_path / "src.db"
+    assert CliRunner().invoke(main, ["tune", "starter", "--passes", "fwd", "--db", str(source), "--backend",
+                                     "numpy", "--strategies", "im2col"]).exit_code == 0
+    assert sqlite3.connect(source).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    shipped = tmp_path / "media"
+    shipped.mkdir()
+    db = shipped / "plans.db"
+    db.write_bytes(source.read_bytes())
+    (shipped / "plans.db-wal").mkdir()
+    (shipped / "plans.db-shm").mkdir()
+    shown = CliRunner().invoke(main, ["show", "--db", str(db)])
+    assert shown.exit_code == 0 and "5 plan(s)" in shown.output, shown.output
+    cache = PlanCache(str(db))
+    assert cache.read_only and "cannot make its -wal and -shm files" in cache.db.read_only_reason
+    problem = ConvProblem.from_key(cache.plan_rows()[0]["problem_key"])
+    runtime = Runtime(store=cache, miss_policy="error")
+    assert runtime.plan_for(problem, get_backend("numpy")).strategy == "im2col"

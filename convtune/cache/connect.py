@@ -49,19 +49,23 @@ DEFAULT_RETRY_S = 15.0
 DEFAULT_COOLDOWN_S = 30.0
 
 
-def _sqlite_tables(path: str) -> list[str]:
+def _sqlite_tables(path: str) -> tuple[list[str], bool]:
     """Table names of an existing SQLite file, read without changing anything (``CacheError`` if it is
-    not a database)."""
-    try:
-        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
-    except sqlite3.Error:
-        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro&immutable=1", uri=True)
-    try:
-        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    except sqlite3.Error as exc:
-        raise CacheError(f"cannot open the plan cache at {path}: {exc}") from None
-    finally:
-        conn.close()
+    not a database), and whether it could be read only as immutable: a WAL-mode file beside which SQLite cannot
+    make its ``-wal`` and ``-shm`` files (a copy of the file alone on read-only media). SQLite opens lazily, so an
+    open that cannot work shows at the first statement, which is where this finds it."""
+    query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    for immutable in (False, True):
+        conn = None
+        try:
+            conn = sqlite3.connect(f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else ""), uri=True)
+            return [r[0] for r in conn.execute(query)], immutable
+        except sqlite3.Error as exc:
+            failure = exc
+        finally:
+            if conn is not None:
+                conn.close()
+    raise CacheError(f"cannot open the plan cache at {path}: {failure}") from None
 
 
 def display_url(url: str) -> str:
@@ -128,13 +132,17 @@ class Database:
                 raise CacheError(f"{path} is a directory, not a plan cache file: give a file, e.g. --db "
                                  f"{file / 'plans.db'}")
             if file.exists():
-                self.tables = _sqlite_tables(path)  # read before any connection of the engine changes the file
+                # read before any connection of the engine changes the file
+                self.tables, only_immutable = _sqlite_tables(path)
                 writable_dir = os.access(file.parent, os.W_OK)
-                if read_only is None and not (os.access(file, os.W_OK) and writable_dir):
+                if only_immutable:  # (whatever was asked: nothing else can read it)
+                    self.read_only = True
+                    self.read_only_reason = "SQLite cannot make its -wal and -shm files beside it"
+                elif read_only is None and not (os.access(file, os.W_OK) and writable_dir):
                     self.read_only = True
                     self.read_only_reason = (f"{'its directory' if os.access(file, os.W_OK) else 'the file'} "
                                              "cannot be written")
-                immutable = self.read_only and not writable_dir
+                immutable = only_immutable or (self.read_only and not writable_dir)
             elif not create:
                 raise CacheError(f"no plan cache at {path}; run `convtune tune` first or give --db")
             elif read_only:
