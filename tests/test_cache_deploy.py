@@ -574,3 +574,23 @@ def test_a_wal_cache_file_copied_alone_where_sqlite_cannot_add_its_files_serves_
     problem = ConvProblem.from_key(cache.plan_rows()[0]["problem_key"])
     runtime = Runtime(store=cache, miss_policy="error")
     assert runtime.plan_for(problem, get_backend("numpy")).strategy == "im2col"
+
+
+@pytest.mark.parametrize("row", ["0", "2"])
+def test_a_schema_version_row_below_the_tables_upgrades_without_harm(tmp_path, row):
+    """A version row lower than the tables it stands for (edited, or a restore gone wrong): the upgrade adds only
+    what is missing (it failed with 'duplicate column name'), and a retry's backup gets a name of its own (the
+    failed upgrade's backup made the next command refuse)."""
+    from click.testing import CliRunner
+    from convtune.cli import main
+    from convtune.cache import migrate
+    db = tmp_path / "p.db"
+    tune = ["tune", "starter", "--passes", "fwd", "--db", str(db), "--backend", "numpy", "--strategies", "im2col"]
+    assert CliRunner().invoke(main, tune).exit_code == 0
+    for attempt in range(2):
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE convtune_meta SET value = ? WHERE key = 'schema_version'", (row,))
+        result = CliRunner().invoke(main, tune)
+        assert result.exit_code == 0 and "all 5 plans came from the cache" in result.output, result.output
+    assert PlanCache(str(db)).schema_version() == migrate.SCHEMA_VERSION
+    assert len(list(tmp_path.glob(f"p.db.schema{row}-*.bak"))) == 2

@@ -14,7 +14,7 @@ import logging
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import Float, Integer, String, update
+from sqlalchemy import Float, Integer, String, inspect, update
 from sqlalchemy.engine import make_url
 
 from ..errors import CacheError
@@ -32,15 +32,20 @@ _TABLES = {"measurements": measurements, "problems": problems}
 
 
 def backup_path(cache, found: int) -> Path:
-    """Where the copy made before upgrading from schema ``found`` goes."""
+    """Where the copy made before upgrading from schema ``found`` goes: a name no earlier copy has (two upgrades in
+    one second, or a retry after a failed one, each keep their own)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     if cache.dialect == "sqlite":
         db = Path(make_url(cache.url).database)
-        return db.with_name(f"{db.name}.schema{found}-{stamp}.bak")
-    folder = default_path().parent / "backups"
-    folder.mkdir(parents=True, exist_ok=True)
-    name = make_url(cache.url).database or "postgres"
-    return folder / f"{name}.schema{found}-{stamp}.db"
+        folder, name, suffix = db.parent, db.name, "bak"
+    else:
+        folder, name, suffix = default_path().parent / "backups", make_url(cache.url).database or "postgres", "db"
+        folder.mkdir(parents=True, exist_ok=True)
+    path, n = folder / f"{name}.schema{found}-{stamp}.{suffix}", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{name}.schema{found}-{stamp}-{n}.{suffix}"
+    return path
 
 
 def upgrade(cache, found: int) -> Path:
@@ -56,7 +61,10 @@ def upgrade(cache, found: int) -> Path:
             for table in TABLES_ADDED.get(version, ()):
                 metadata.tables[table].create(conn, checkfirst=True)
             for table, columns in COLUMNS_ADDED.get(version, {}).items():
+                there = {c["name"] for c in inspect(conn).get_columns(_TABLES[table].name)}
                 for column in columns:
+                    if column in there:  # (a version row lower than the tables: the column is there already)
+                        continue
                     kind = _TYPES[column].compile(dialect=conn.dialect)
                     name = conn.dialect.identifier_preparer.quote(column)
                     default = f" DEFAULT {_DEFAULTS[column]}" if column in _DEFAULTS else ""
