@@ -21,6 +21,11 @@ from dataclasses import dataclass
 
 from .errors import BackendError
 
+try:  # (POSIX only)
+    import resource
+except ImportError:
+    resource = None
+
 log = logging.getLogger("convtune")
 
 BACKENDS = ("numpy", "cupy")
@@ -96,7 +101,8 @@ class NumpyBackend(Backend):
 
     def free_memory_bytes(self) -> int | None:
         """Host memory this process can still take: the kernel's MemAvailable, bounded by the cgroup's
-        memory limit (v2 or v1) less what the cgroup uses; ``None`` where neither can be read."""
+        memory limit (v2 or v1) less what the cgroup uses and by the process's own address-space limit
+        (``ulimit -v``); ``None`` where none can be read."""
         return host_memory_available()
 
     @functools.cache
@@ -186,7 +192,26 @@ def host_memory_available() -> int | None:
         if limit.isdigit() and int(limit) < (1 << 60):  # "max", or v1's huge number: no limit
             found.append(max(int(limit) - usage, 0))
         break
+    left = address_space_left()
+    if left is not None:
+        found.append(left)
     return min(found) if found else None
+
+
+def address_space_left() -> int | None:
+    """What the process's own limit on its address space (``ulimit -v``, RLIMIT_AS) still allows it to map: the
+    limit less its virtual size now; ``None`` without such a limit (or where it cannot be read)."""
+    if resource is None:
+        return None
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            return None
+        with open("/proc/self/statm") as fh:
+            mapped = int(fh.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(soft - mapped, 0)
 
 
 def _cudnn_version() -> str:

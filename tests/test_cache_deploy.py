@@ -594,3 +594,16 @@ def test_a_schema_version_row_below_the_tables_upgrades_without_harm(tmp_path, r
         assert result.exit_code == 0 and "all 5 plans came from the cache" in result.output, result.output
     assert PlanCache(str(db)).schema_version() == migrate.SCHEMA_VERSION
     assert len(list(tmp_path.glob(f"p.db.schema{row}-*.bak"))) == 2
+
+
+def test_the_memory_check_heeds_the_process_own_address_space_limit(monkeypatch):
+    """`ulimit -v` (RLIMIT_AS) bounds what the planner thinks it may allocate, as the host's and the cgroup's do."""
+    import resource
+    from convtune import backend
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert backend.address_space_left() is None
+    with open("/proc/self/statm") as fh:
+        mapped = int(fh.read().split()[0]) * resource.getpagesize()
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (mapped + (64 << 20), resource.RLIM_INFINITY))
+    left = backend.address_space_left()
+    assert 0 < left <= 64 << 20 and backend.host_memory_available() <= left
