@@ -99,7 +99,9 @@ class Runtime:
         self._unbuildable: set[tuple[str, str]] = set()  # stored plans that did not build (said once each)
 
     # -- the store, and what happens when it fails -------------------------------------------------
-    def _stored(self, problem: ConvProblem, device_key: str) -> Decision | None:
+    def _stored(self, problem: ConvProblem, device_key: str, failures: list | None = None) -> Decision | None:
+        """The stored decision, or ``None``; where the store fails, ``None`` too, the failure logged (once) and, where
+        ``failures`` is given, appended to it."""
         kept = self._unsaved.get((device_key, problem.key())) if self._unsaved else None
         if kept is not None:
             return kept
@@ -107,6 +109,8 @@ class Runtime:
             return self.store.get(problem, device_key)
         except CacheError as exc:
             self._store_failed("looked up", exc)
+            if failures is not None:
+                failures.append(exc)
             return None
 
     def _save(self, decision: Decision) -> None:
@@ -128,7 +132,8 @@ class Runtime:
     def plan_for(self, problem: ConvProblem, backend: Backend) -> Plan:
         """Steps 3 and 4 of the lookup order for one problem."""
         device_key = backend.device_info().key()
-        decision = self._stored(problem, device_key)
+        failures: list = []
+        decision = self._stored(problem, device_key, failures)
         if decision is not None:
             try:
                 return build_plan(decision, backend, source="cache")
@@ -142,6 +147,9 @@ class Runtime:
                                 decision.winner.label, problem.describe(), type(exc).__name__, exc)
                 name, config = heuristic_decision(problem, backend)
                 return build_from_config(problem, name, config, backend, "heuristic")
+        if self.miss_policy == "error" and failures:  # not a miss: the plan may well be there
+            raise ConvtuneError(f"the plan cache did not answer for {problem.key()} ({failures[0]}); its plan may be "
+                                "there: try again once the cache answers, or use another miss policy")
         if self.miss_policy == "error":
             raise ConvtuneError(f"no tuned plan for {problem.key()} on {device_key}; run `convtune tune` for this "
                                 "network first, or use miss_policy='tune', 'nearest' or 'heuristic'")

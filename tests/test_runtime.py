@@ -231,3 +231,19 @@ def test_a_stored_plan_that_does_not_build_falls_back_and_says_so_once(caplog):
     assert rel(y, reference(np, p, x, w)) < 1e-5
     said = [r for r in caplog.records if "does not build" in r.getMessage()]
     assert len(said) == 1 and "im2col[tampered]" in said[0].getMessage()
+
+
+def test_the_error_policy_says_when_the_cache_did_not_answer():
+    """A store that fails (a frozen PostgreSQL server, say) is not a miss: under the `error` miss policy the message
+    says that the cache did not answer, not that there is no plan."""
+    from convtune.errors import CacheError
+
+    class Frozen(MemoryPlanStore):
+        def get(self, problem, device_key, fresh=False):
+            raise CacheError("postgresql://cache/plans: no answer within 10 s")
+    rt = Runtime(store=Frozen(), miss_policy="error")
+    x, w = np.ones((2, 3, 9, 9), np.float32), np.ones((4, 3, 3, 3), np.float32)
+    with pytest.raises(ConvtuneError, match="the plan cache did not answer .*no answer within 10 s"):
+        convtune.conv(x, w, runtime=rt)
+    with pytest.raises(ConvtuneError, match="no tuned plan"):
+        convtune.conv(x, w, runtime=Runtime(store=MemoryPlanStore(), miss_policy="error"))
