@@ -247,3 +247,9 @@ def test_the_error_policy_says_when_the_cache_did_not_answer():
         convtune.conv(x, w, runtime=rt)
     with pytest.raises(ConvtuneError, match="no tuned plan"):
         convtune.conv(x, w, runtime=Runtime(store=MemoryPlanStore(), miss_policy="error"))
+
+
+def test_same_padding_with_a_weight_of_another_rank_names_the_ranks():
+    """A 4-D input with a 3-D weight and padding='same': the rank message, not NumPy's broadcasting error."""
+    with pytest.raises(ValueError, match=r"of the same rank; got shapes \(1, 3, 8, 8\) and \(4, 3, 3\)"):
+        convtune.conv(np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3), np.float32), padding="same")
