@@ -196,7 +196,7 @@ def progress(items, label: str, describe):
     def lines():
         for number, item in enumerate(items, 1):
             echo(f"{label} {number}/{len(items)}: {describe(item)} ({time.perf_counter() - started:.0f} s so far)",
-                  err=True)
+                 err=True)
             yield item
     yield lines()
 

@@ -182,16 +182,16 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                       [f"{n} ms (ratio)" for n in available], rows))
     bandwidth = results.get("copy_bandwidth_GBps")
     echo("drop-in = the pass through a patched PyTorch layer on tensors (float32; PyTorch's: its convolution "
-          "won the duel in the layer); side by side = PyTorch's time over the layer's (convtune's for half "
-          "precision), timed in turns after tuning with PyTorch run twice per turn (median of per-repeat ratios; "
-          "'-': not timed so, their "
-          "medians more than 2x apart; a kept-spectra round trip's: the torch-fft peer's whole trip over convtune's, "
-          "timed the same way); "
-          "ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
-          "pass must move once, at this device's measured copy bandwidth"
-          + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "
-          f"training step's forward and backward, timed whole. Warm dispatch overhead: "
-          f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
+         "won the duel in the layer); side by side = PyTorch's time over the layer's (convtune's for half "
+         "precision), timed in turns after tuning with PyTorch run twice per turn (median of per-repeat ratios; "
+         "'-': not timed so, their "
+         "medians more than 2x apart; a kept-spectra round trip's: the torch-fft peer's whole trip over convtune's, "
+         "timed the same way); "
+         "ratio = peer time / convtune time (above 1: convtune faster); floor = the bytes an FFT-class layer's "
+         "pass must move once, at this device's measured copy bandwidth"
+         + (f" ({bandwidth:.0f} GB/s)" if bandwidth else " (not measured)") + "; the torch-fft round trip is a "
+         f"training step's forward and backward, timed whole. Warm dispatch overhead: "
+         f"{overhead['overhead_us']:.2f} us/call. Results: {output}")
     held_to = "torch-tf32" if math_mode == "tf32" else "torch-fp32"  # (runner.parity_peer: PyTorch in the math mode)
     for name, p in parity(results, peer=held_to).items():
         if p["passes"]:
@@ -203,7 +203,7 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
             noise = (f"; {len(p['noise'])} of those below are no further from 1 than {held_to} timed against itself "
                      "in the same turns") if p["noise"] else ""
             echo(f"{name}: {p['within']} of {p['passes']} passes within {PARITY_BOUND}x of {held_to}'s time{how}"
-                  + (f"; below: {below}{more}" if below else "") + noise)
+                 + (f"; below: {below}{more}" if below else "") + noise)
 
 
 @click.command(name="bench-model")
@@ -279,9 +279,9 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
     echo(format_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
     echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"
-          + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
+         + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
              if rounds > 1 else "")
-          + ("; every step a CUDA graph's replay" if graph else ""))
+         + ("; every step a CUDA graph's replay" if graph else ""))
     by_round = paired(doc)
     for name, ratio in speedups(doc).items():
         text = f"{name}: {ratio:.2f}x"
@@ -295,10 +295,10 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
             busy = prof["device_busy_ms_per_step"]
             head = (prof["device_top"] or prof["host_top"])[:3]
             echo(f"{m['mode']} profiled: {prof['wall_ms_per_step']:.2f} ms per step"
-                  + (f", the device busy {busy:.2f} ms of it" if busy is not None else "")
-                  + "; most " + ("device" if prof["device_top"] else "host") + " time: "
-                  + ", ".join(f"{e['name'][:60]} {e['ms_per_step']:.2f} ms" for e in head)
-                  + (f"; the drop-in's autograd functions: {ours['calls_per_step']:.0f} calls per step, "
+                 + (f", the device busy {busy:.2f} ms of it" if busy is not None else "")
+                 + "; most " + ("device" if prof["device_top"] else "host") + " time: "
+                 + ", ".join(f"{e['name'][:60]} {e['ms_per_step']:.2f} ms" for e in head)
+                 + (f"; the drop-in's autograd functions: {ours['calls_per_step']:.0f} calls per step, "
                      f"{ours['host_ms_per_step']:.2f} ms of their own host time"
                      if (ours := prof.get("drop_in_functions")) and ours["calls_per_step"] else ""))
     echo(f"results: {output}")

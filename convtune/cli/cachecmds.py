@@ -174,8 +174,8 @@ def info(db):
         try:
             cache = PlanCache(db, create=False, read_only=True)
             echo("    " + ", ".join(f"{n} {t}" for t, n in cache.counts().items()) +
-                  f", {len(cache.records('trip'))} round-trip verdicts (kept spectra); schema {cache.found_version}" +
-                  ("" if cache.found_version == SCHEMA_VERSION else
+                 f", {len(cache.records('trip'))} round-trip verdicts (kept spectra); schema {cache.found_version}" +
+                 ("" if cache.found_version == SCHEMA_VERSION else
                    f" (a command that stores into it upgrades it to {SCHEMA_VERSION}, after a backup)"))
             for device_key, cal in cost.stored_calibrations(cache).items():
                 echo(f"    FFT calibration for {device_key}: " +

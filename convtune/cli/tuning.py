@@ -124,7 +124,7 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
             echo(f"skipped {name} ({op_type}): {reason}", err=True)
         problems = unique_problems(layers, pass_list)
     echo(f"{len(layers)} layers, {len(problems)} distinct problems x passes; device {device.key()}; "
-          f"cache {cache.display_url}", err=True)
+         f"cache {cache.display_url}", err=True)
     sources, failures, decisions = {}, [], []
     started = time.perf_counter()
     current = [""]
@@ -158,7 +158,7 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
                             settle(outcome)
                 if work.deferred:
                     echo(f"{len(work.deferred)} problem(s) are being tuned by other workers on this cache; "
-                          "waiting for their plans (or for their leases to run out, to tune them here)", err=True)
+                         "waiting for their plans (or for their leases to run out, to tune them here)", err=True)
                 for outcome in work.finish():
                     settle(outcome)
     except KeyboardInterrupt:
@@ -191,7 +191,7 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
     else:
         others = sum(1 for s in sources.values() if s == "elsewhere")
         echo(f"{tuned} tuned, {hits} from the cache, " + (f"{others} by another worker, " if others else "") +
-              f"{len(failures)} failed in {elapsed:.1f} s")
+             f"{len(failures)} failed in {elapsed:.1f} s")
     if decisions:
         echo(_where_the_time_went(decisions, elapsed, len(device_list or ())))
         note = busy_note(" while it tuned")
@@ -220,7 +220,7 @@ def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune
         if kind == "start":
             names = names_of[key]
             echo(f"tuning on GPU {device}: {names[0]} {key.split(':')[2]} ({settled[0]}/{len(problems)} done, "
-                  f"{time.perf_counter() - started:.0f} s so far)", err=True)
+                 f"{time.perf_counter() - started:.0f} s so far)", err=True)
         elif kind == "settled":
             settled[0] += 1
         elif kind == "failed":
@@ -238,7 +238,7 @@ def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune
         per_device[device] = per_device.get(device, 0) + 1
     if per_device:
         echo("problems tuned per GPU: " + ", ".join(f"GPU {d}: {n}" for d, n in sorted(per_device.items())),
-              err=True)
+             err=True)
     return result.device_key
 
 def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
