@@ -26,6 +26,7 @@ import time
 from . import roundtrip
 from .backend import Backend, backend_for, get_backend
 from .cache import MemoryPlanStore, PlanCache, PlanStore
+from .cache.records import broken_key
 from .errors import CacheError, ConvtuneError, TuningError
 from .fft import cost
 from .plan import Decision, Plan
@@ -145,6 +146,12 @@ class Runtime:
                     log.warning("convtune: the stored plan %s of %s does not build (%s: %s); the heuristic's plan "
                                 "serves it instead (`convtune tune --retune` measures it again)",
                                 decision.winner.label, problem.describe(), type(exc).__name__, exc)
+                    try:  # noted beside the plan, so that `convtune show` marks it
+                        self.store.put_record("broken", broken_key(device_key, problem.key(), decision.winner.label),
+                                              {"problem": problem.key(), "device_key": device_key,
+                                               "plan": decision.winner.label, "reason": f"{type(exc).__name__}: {exc}"})
+                    except CacheError as store_exc:
+                        self._store_failed("noted as broken", store_exc)
                 name, config = heuristic_decision(problem, backend)
                 return build_from_config(problem, name, config, backend, "heuristic")
         if self.miss_policy == "error" and failures:  # not a miss: the plan may well be there

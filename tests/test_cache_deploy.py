@@ -607,3 +607,27 @@ def test_the_memory_check_heeds_the_process_own_address_space_limit(monkeypatch)
     monkeypatch.setattr(resource, "getrlimit", lambda which: (mapped + (64 << 20), resource.RLIM_INFINITY))
     left = backend.address_space_left()
     assert 0 < left <= 64 << 20 and backend.host_memory_available() <= left
+
+
+def test_a_tampered_stored_plan_falls_back_and_show_marks_it(tmp_path, caplog):
+    """A plan edited in the database so that it no longer builds: the lookup serves the heuristic's plan with one
+    warning (no exception that is not convtune's), notes it beside the plan, and `show` marks the plan and says why."""
+    import logging
+    from click.testing import CliRunner
+    from convtune.backend import get_backend
+    from convtune.cli import main
+    from convtune.problem import ConvProblem
+    db = tmp_path / "p.db"
+    assert CliRunner().invoke(main, ["tune", "starter", "--passes", "fwd", "--db", str(db), "--backend", "numpy",
+                                     "--strategies", "im2col"]).exit_code == 0
+    with sqlite3.connect(db) as conn:
+        plan_id, key = conn.execute("SELECT plans.id, problems.key FROM plans JOIN problems ON plans.problem_id = "
+                                    "problems.id ORDER BY plans.id LIMIT 1").fetchone()
+        conn.execute("UPDATE plans SET config = ? WHERE id = ?", ('{"chunk": 2, "edited": 1}', plan_id))
+    runtime = Runtime(store=PlanCache(str(db)), miss_policy="tune")
+    with caplog.at_level(logging.WARNING, logger="convtune"):
+        plan = runtime.plan_for(ConvProblem.from_key(key), get_backend("numpy"))
+    assert plan.source == "heuristic" and "does not build" in caplog.text
+    shown = CliRunner().invoke(main, ["show", "--db", str(db)])
+    assert shown.exit_code == 0 and "current; did not build" in shown.output, shown.output
+    assert "did not build where it was looked up (ValueError: unknown" in shown.output and "'edited'" in shown.output

@@ -6,6 +6,8 @@ kind      what                                             owner
 trip      a layer's round-trip (kept spectra) decision     :mod:`convtune.roundtrip`
 duel      the PyTorch layer's duel of a plan with PyTorch  :mod:`convtune.torch._dispatch`
 fft_cost  a device's FFT cost-model calibration            :mod:`convtune.fft.cost`
+broken    a stored plan that did not build where it was    :mod:`convtune.runtime` (``show``
+          looked up (damaged or edited)                    marks the plan)
 ========  ===============================================  ===================================
 
 A SQL store keeps a record as a row of its key/value table, keyed by the kind's prefix and a hash of the
@@ -15,7 +17,12 @@ record's key text (``digits`` hexadecimal digits of SHA-256), so that a key stay
 from __future__ import annotations
 
 #: kind -> (key prefix, hash digits)
-RECORD_KINDS = {"trip": ("trip:", 59), "duel": ("duel:", 59), "fft_cost": ("fft_cost:", 40)}
+RECORD_KINDS = {"trip": ("trip:", 59), "duel": ("duel:", 59), "fft_cost": ("fft_cost:", 40), "broken": ("broken:", 57)}
+
+
+def broken_key(device_key: str, problem_key: str, plan_label: str) -> str:
+    """The key of a ``broken`` record: the device, the problem and the plan that did not build."""
+    return f"{device_key}|{problem_key}|{plan_label}"
 
 
 def record_kind(kind: str) -> tuple[str, int]:

@@ -15,6 +15,7 @@ import click
 from .. import roundtrip
 from ..backend import get_backend, gpu_available
 from ..cache import ENV_VAR, PlanCache, default_path
+from ..cache.records import broken_key
 from ..commandline import (PASS_NAMES, TABLE_WIDTH, backend_named, busy_note, command, db_option, dtype_option, echo, explain_hint,
                            format_ms, format_table, input_shape_option, layout_option, parse_batches, parse_passes,
                            parse_shapes, parse_size, progress, writable_cache)
@@ -359,7 +360,9 @@ def show(db, device, strategy, pass_, math_mode, dtype, layout, problem, current
     """List the plan table (plans of other devices and older strategy versions too, marked)."""
     cache = PlanCache(db, create=False, read_only=True)
     here = set(_machine_fingerprints())
-    rows = []
+    broken = {broken_key(d["device_key"], d["problem"], d["plan"]): d for d in cache.records("broken")
+              if {"device_key", "problem", "plan", "reason"} <= set(d)}
+    rows, marked = [], []
     for r in cache.plan_rows():
         p = ConvProblem.from_key(r["problem_key"])
         if device and device not in r["fingerprint"]:
@@ -372,6 +375,10 @@ def show(db, device, strategy, pass_, math_mode, dtype, layout, problem, current
             continue
         status = "current" if r["fingerprint"] in here and r["current_versions"] else \
             ("old strategy versions" if r["fingerprint"] in here else "other device")
+        note = broken.get(broken_key(r["fingerprint"], r["problem_key"], r["label"]))
+        if note is not None:
+            status += "; did not build"
+            marked.append(note)
         if current and status != "current":
             continue
         speedup = f"{r['speedup_next']:.2f}x" if r["speedup_next"] else "-"
@@ -383,6 +390,9 @@ def show(db, device, strategy, pass_, math_mode, dtype, layout, problem, current
         return
     echo(format_table(("problem", "device", "winner", "time ms", "error", "vs next", "status"), rows))
     echo(f"{len(rows)} plan(s) in {cache.display_url}")
+    for doc in marked:
+        echo(f"  {doc['plan']} of {doc['problem']} did not build where it was looked up ({doc['reason']}); "
+             "`tune NETWORK --retune` on that device measures it again")
 
 
 @click.command()
