@@ -140,20 +140,8 @@ class Runtime:
                 return build_plan(decision, backend, source="cache")
             except Exception as exc:  # a stored plan that does not build here (damaged, edited): never an error
                 # where a plan could serve the call; the heuristic's (PyTorch's own call where it is installed) does
-                key = (device_key, problem.key())
-                if key not in self._unbuildable:
-                    self._unbuildable.add(key)
-                    log.warning("convtune: the stored plan %s of %s does not build (%s: %s); the heuristic's plan "
-                                "serves it instead (`convtune tune --retune` measures it again)",
-                                decision.winner.label, problem.describe(), type(exc).__name__, exc)
-                    try:  # noted beside the plan, so that `convtune show` marks it
-                        self.store.put_record("broken", broken_key(device_key, problem.key(), decision.winner.label),
-                                              {"problem": problem.key(), "device_key": device_key,
-                                               "plan": decision.winner.label, "reason": f"{type(exc).__name__}: {exc}"})
-                    except CacheError as store_exc:
-                        self._store_failed("noted as broken", store_exc)
-                name, config = heuristic_decision(problem, backend)
-                return build_from_config(problem, name, config, backend, "heuristic")
+                self._unbuildable_noted(decision, device_key, exc)
+                return self._heuristic_plan(problem, backend)
         if self.miss_policy == "error" and failures:  # not a miss: the plan may well be there
             raise ConvtuneError(f"the plan cache did not answer for {problem.key()} ({failures[0]}); its plan may be "
                                 "there: try again once the cache answers, or use another miss policy")
@@ -165,10 +153,30 @@ class Runtime:
             if plan is not None:
                 return plan
         if self.miss_policy in ("heuristic", "nearest"):
-            name, config = heuristic_decision(problem, backend)
             self._note_pending(problem, backend, "heuristic")
-            return build_from_config(problem, name, config, backend, "heuristic")
+            return self._heuristic_plan(problem, backend)
         return build_plan(self._tune_and_store(problem, backend), backend, source="measured")
+
+    @staticmethod
+    def _heuristic_plan(problem: ConvProblem, backend: Backend) -> Plan:
+        name, config = heuristic_decision(problem, backend)
+        return build_from_config(problem, name, config, backend, "heuristic")
+
+    def _unbuildable_noted(self, decision: Decision, device_key: str, exc: Exception) -> None:
+        """Say once that a stored plan does not build, and note it beside the plan, where ``convtune show`` marks it."""
+        problem, label = decision.problem, decision.winner.label
+        if (device_key, problem.key()) in self._unbuildable:
+            return
+        self._unbuildable.add((device_key, problem.key()))
+        log.warning("convtune: the stored plan %s of %s does not build (%s: %s); the heuristic's plan serves it "
+                    "instead (`convtune tune --retune` measures it again)", label, problem.describe(),
+                    type(exc).__name__, exc)
+        try:
+            self.store.put_record("broken", broken_key(device_key, problem.key(), label),
+                                  {"problem": problem.key(), "device_key": device_key, "plan": label,
+                                   "reason": f"{type(exc).__name__}: {exc}"})
+        except CacheError as store_exc:
+            self._store_failed("noted as broken", store_exc)
 
     def _nearest_plan(self, problem: ConvProblem, backend: Backend, device_key: str) -> Plan | None:
         """The plan of the nearest tuned problem of the same kind, built for ``problem`` and checked once
