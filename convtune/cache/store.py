@@ -46,10 +46,6 @@ MISS_TTL_S = 30.0
 
 
 
-def _version() -> str:
-    return __version__
-
-
 def _better(new: dict, old: dict) -> bool:
     """Is ``new`` the better-measured plan? Timed beats untimed, then the faster median wins."""
     if new.get("time_median_s") is None:
@@ -286,7 +282,7 @@ class PlanCache(SharedWork):
             return None
         run_id = str(uuid.uuid4())
         versions = strategy_versions()
-        now, version = utc_now(), _version()
+        now, version = utc_now(), __version__
 
         def write(conn):
             dev = self._device_id(conn, decision.device)

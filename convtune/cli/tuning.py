@@ -14,7 +14,7 @@ import click
 
 from .. import roundtrip
 from ..backend import get_backend, gpu_available
-from ..cache import ENV_VAR, PlanCache, default_path
+from ..cache import PlanCache, default_path, resolve_url
 from ..cache.records import broken_key
 from ..commandline import (PASS_NAMES, TABLE_WIDTH, backend_named, busy_note, command, db_option, dtype_option, echo, explain_hint,
                            format_ms, format_table, input_shape_option, layout_option, parse_batches, parse_passes,
@@ -307,8 +307,8 @@ def demo(ctx, network, batch, db, backend):
     cores).
     """
     if db is None:  # one file beside the plan cache, made anew each time (so that the first run tunes)
-        given = os.environ.get(ENV_VAR, "")
-        folder = os.path.dirname(os.path.abspath(given)) if given and "://" not in given else str(default_path().parent)
+        url = resolve_url()  # (the plan cache's own: --db's default, $CONVTUNE_DB, else the default location)
+        folder = os.path.dirname(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else str(default_path().parent)
         os.makedirs(folder, exist_ok=True)
         db = os.path.join(folder, "demo-plans.db")
         for stale in (db, db + "-wal", db + "-shm"):
