@@ -13,7 +13,7 @@ from torch import nn  # noqa: E402
 import convtune.torch as ct  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
 from convtune.executor import Executor  # noqa: E402
-from convtune.torch import _dispatch, _duel  # noqa: E402
+from convtune.torch import _dispatch, _duel, _notes  # noqa: E402
 from conftest import FailingTimer, FakeTimer  # noqa: E402
 from torch_models import MODELS  # noqa: E402
 
@@ -36,7 +36,7 @@ def runtime(request):
 @pytest.fixture(autouse=True)
 def _fresh_log_once(monkeypatch):
     """Every test sees each once-only message anew."""
-    monkeypatch.setattr(_dispatch, "_said", set())
+    monkeypatch.setattr(_notes, "_said", set())
 
 
 def patched_copy(module, runtime, **kw):
@@ -415,7 +415,7 @@ def test_calls_inside_a_cuda_graph_capture_record_plans_resolved_before(caplog, 
     which call cuBLAS), PyTorch's convolution for the others; a plan that fails inside a capture anyway
     gives that pass to PyTorch's convolution in captures only, said once, and keeps its plan."""
     from convtune.torch import functional
-    monkeypatch.setattr(_dispatch, "_said", set())  # what this process has said once already
+    monkeypatch.setattr(_notes, "_said", set())  # what this process has said once already
     rt = make_runtime(["im2col"])
     layer, plain = ct.Conv2d(3, 4, 3, padding=1, runtime=rt), nn.Conv2d(3, 4, 3, padding=1)
     plain.load_state_dict(layer.state_dict())
@@ -443,14 +443,14 @@ def test_calls_inside_a_cuda_graph_capture_record_plans_resolved_before(caplog, 
     assert not route.fwd_exec.recordable and not route.dgrad_exec.recordable
     x.grad = None
     layer(x).sum().backward()
-    assert not calls and set(route.captured) == {"fwd", "dgrad", "wgrad"} and not route.uncaptured
+    assert not calls and set(route.capture.native) == {"fwd", "dgrad", "wgrad"} and not route.capture.failed
     torch.testing.assert_close(x.grad, torch.autograd.grad(plain(x).sum(), x)[0], rtol=1e-5, atol=1e-6)
-    route.captured.clear()
+    route.capture.native.clear()
     for executor in (route.fwd_exec, route.dgrad_exec, route.wgrad_exec):  # as a plan that records would be
         monkeypatch.setattr(executor, "recordable", True)
     x.grad = None
     layer(x).sum().backward()  # recorded: the plans
-    assert calls and not route.captured and not route.uncaptured
+    assert calls and not route.capture.native and not route.capture.failed
     with torch.no_grad():  # (an inference call: its forward's plan, resolved by the training calls)
         expected = plain(x)
         torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
@@ -462,8 +462,8 @@ def test_calls_inside_a_cuda_graph_capture_record_plans_resolved_before(caplog, 
     with caplog.at_level(logging.WARNING, logger="convtune"), torch.no_grad():
         torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
-    assert caplog.text.count("cannot be recorded in a CUDA graph") == 1 and route.uncaptured == {"fwd"}
-    assert route.captured["fwd"].label == "pytorch (fallback)" and route.fwd_exec.label.startswith("im2col")
+    assert caplog.text.count("cannot be recorded in a CUDA graph") == 1 and route.capture.failed == {"fwd"}
+    assert route.capture.native["fwd"].label == "pytorch (fallback)" and route.fwd_exec.label.startswith("im2col")
     monkeypatch.setattr(route.fwd_exec, "plan", original)
     monkeypatch.setattr(_dispatch, "capturing", lambda t: False)
     monkeypatch.setattr(functional, "capturing", lambda t: False)
@@ -496,11 +496,11 @@ def test_an_inference_call_inside_a_capture_records_the_forward_plan_that_eager_
     monkeypatch.setattr(plan, "recordable", True)
     with torch.no_grad():
         torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
-    assert calls == [1] and not route.captured  # recorded: the inference plan
+    assert calls == [1] and not route.capture.native  # recorded: the inference plan
     monkeypatch.setattr(plan, "recordable", False)  # (im2col's cuBLAS calls: CuPy refuses them while capturing)
     with torch.no_grad():
         torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
-    assert calls == [1] and set(route.captured) == {"fwd"}  # PyTorch's convolution recorded instead
+    assert calls == [1] and set(route.capture.native) == {"fwd"}  # PyTorch's convolution recorded instead
 
 
 def test_pytorchs_convolution_for_captures_is_warmed_once_per_thread():
@@ -511,11 +511,11 @@ def test_pytorchs_convolution_for_captures_is_warmed_once_per_thread():
     route = _dispatch.route_for(torch.Size((2, 3, 8, 8)), torch.Size((4, 3, 3, 3)), (1, 1), (1, 1), (1, 1), 1,
                                 "fp32", torch.device("cpu"), rt)
     seen = []
-    route.captured["fwd"] = _dispatch.Native(lambda a, b, bias: seen.append(threading.get_ident()), "counting")
+    route.capture.native["fwd"] = _dispatch.Native(lambda a, b, bias: seen.append(threading.get_ident()), "counting")
     a, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
-    route.warm_capture("fwd", a, b)
-    route.warm_capture("fwd", a, b)
-    other = threading.Thread(target=lambda: [route.warm_capture("fwd", a, b) for _ in range(2)])
+    route.capture.warm("fwd", a, b)
+    route.capture.warm("fwd", a, b)
+    other = threading.Thread(target=lambda: [route.capture.warm("fwd", a, b) for _ in range(2)])
     other.start()
     other.join()
     assert len(seen) == 2 and seen[0] == threading.get_ident() and seen[1] != seen[0]
@@ -700,7 +700,7 @@ def test_a_capture_records_a_round_trip_only_with_the_pointwise_product(groups, 
     refuses while capturing) PyTorch's convolution and autograd are recorded for the layer, said once."""
     from convtune.roundtrip import RoundTrip
     from convtune.torch import functional
-    monkeypatch.setattr(_dispatch, "_said", set())
+    monkeypatch.setattr(_notes, "_said", set())
     class PreferPointwise(FakeTimer):  # the depthwise layer's round trip takes the pointwise product, the
         def __call__(self, fn, backend=None, label=""):  # dense one GEMMs (the first candidate)
             stats = super().__call__(fn, backend, label)
@@ -727,7 +727,7 @@ def test_a_capture_records_a_round_trip_only_with_the_pointwise_product(groups, 
             patched(x).sum().backward()
             expected = torch.autograd.grad(plain(x).sum(), x)[0]
             torch.testing.assert_close(x.grad, expected, rtol=1e-4, atol=1e-5)
-    assert bool(calls) == trip.recordable and route.trip_uncaptured == (not trip.recordable)
+    assert bool(calls) == trip.recordable and route.capture.trip_failed == (not trip.recordable)
     assert caplog.text.count("is not recorded in CUDA graphs") == (0 if trip.recordable else 1)
 
 
@@ -871,20 +871,20 @@ def test_a_clear_duel_ends_after_two_rounds(monkeypatch, plan_us, rounds):
 
 
 def test_a_routes_native_verdict_is_remembered_until_an_executor_changes():
-    """A training call asks whether its passes all run PyTorch's convolution; the yes is remembered per
-    combination of gradients, and forgotten when a pass gets another executor."""
+    """A training call asks whether its passes all run PyTorch's convolution; the answer is remembered per
+    combination of gradients (a no once the plans were weighed), and forgotten when a pass gets another executor."""
     rt = make_runtime(["torch"])
     layer = ct.Conv2d(3, 4, 3, padding=1, runtime=rt)
     x = torch.randn(2, 3, 8, 8)
     layer(x).sum().backward()  # the weight needs a gradient, the input not: fwd and wgrad
     (route,) = rt.layer_memo("torch").values()
-    assert route.native_grads == {(False, True): True}
+    assert route.verdicts == {(False, True): True}
     assert route.native_for_grads(True, True)  # resolving dgrad on the way (an executor change) forgot the first
-    assert route.native_for_grads(False, True) and set(route.native_grads) == {(False, True), (True, True)}
+    assert route.native_for_grads(False, True) and route.verdicts == {(False, True): True, (True, True): True}
     route.resolve("dgrad")  # (the same plan, looked up again: any executor change forgets the verdicts)
-    assert route.native_grads == {}
+    assert route.verdicts == {}
     other = make_runtime(["im2col"])
     layer = ct.Conv2d(3, 4, 3, padding=1, runtime=other)
     layer(x.requires_grad_()).sum().backward()
     (route,) = other.layer_memo("torch").values()
-    assert not route.native_for_grads(True, True) and route.native_grads == {}
+    assert not route.native_for_grads(True, True) and route.verdicts == {(True, True): False}

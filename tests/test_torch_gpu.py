@@ -527,9 +527,9 @@ def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, capl
     round trip with GEMM products call cuBLAS, which CuPy refuses on a capturing stream: PyTorch's
     convolution is recorded for those (warmed outside the capture)."""
     import logging
-    from convtune.torch import _dispatch
+    from convtune.torch import _notes
     strategies, k, groups, keep, amp, prefer = CAPTURE_CASES[case]
-    monkeypatch.setattr(_dispatch, "_said", set())  # what this process has said once already
+    monkeypatch.setattr(_notes, "_said", set())  # what this process has said once already
     torch.manual_seed(0)
     c, size = 8, 24 if k > 7 else 12
     groups = groups or c
@@ -567,14 +567,14 @@ def test_a_patched_model_captured_in_a_cuda_graph_trains_like_pytorch(case, capl
     if keep:  # the layer's round trip: recorded with the pointwise product, not with GEMM products (cuBLAS)
         (route,) = dw
         assert route.trips.get(keep) is not None
-        assert route.trip_uncaptured == (not route.trips[keep].recordable), (route.trips[keep].config, caplog.text)
+        assert route.capture.trip_failed == (not route.trips[keep].recordable), (route.trips[keep].config, caplog.text)
         assert route.trips[keep].recordable == (groups == c)  # (depthwise: the pointwise product; dense: GEMMs)
         said = f"the round trip of {route.problem.describe()} is not recorded" in caplog.text
-        assert route.trip_uncaptured == said
+        assert route.capture.trip_failed == said
     else:
         recorded = [(r, p) for r in dw for p, label in r.labels().items() if label.startswith(("fft", "depthwise"))]
         assert recorded, [r.labels() for r in dw]  # the large layer's kernel and FFT plans (or some im2col's)
-        assert all(p not in r.captured and p not in r.uncaptured for r, p in recorded), \
+        assert all(p not in r.capture.native and p not in r.capture.failed for r, p in recorded), \
             ([r.labels() for r in dw], caplog.text)  # they were recorded, none failed there
     for _ in range(2):
         fresh = torch.randn_like(static_x)

@@ -403,7 +403,8 @@ def test_both_gradients_of_pytorchs_passes_come_from_one_call(combine, monkeypat
     for p, name in (("fwd", "fwd_exec"), ("dgrad", "dgrad_exec"), ("wgrad", "wgrad_exec")):
         fn = native_for(problem.for_pass(p))
         setattr(route, name, Native(lambda a, b, bias=None, fn=fn, p=p: called.append(p) or fn(a, b, bias), "torch"))
-    route.combine = combine
+    if not combine:
+        route.both = None
     from convtune.torch import _dispatch
     real_pass, calls = _dispatch.native_pass, []
 

@@ -382,8 +382,8 @@ def _routes(runtime) -> list[dict]:
     routes = []
     for route in rt.layer_memo("torch").values():
         entry = {"layer": route.problem.key(), **route.labels()}
-        if route.captured:  # passes recorded in CUDA graphs as PyTorch's convolution
-            entry["in_graphs_pytorch"] = sorted(route.captured)
+        if route.capture.native:  # passes recorded in CUDA graphs as PyTorch's convolution
+            entry["in_graphs_pytorch"] = sorted(route.capture.native)
         routes.append(entry)
     return routes
 

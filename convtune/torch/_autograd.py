@@ -4,7 +4,8 @@ In eager mode the layer does not go through the dispatcher at all: :class:`_Forw
 :class:`_KeptForward`, bound to a layer's :class:`~convtune.torch._dispatch.Route`, run its executors with the
 formula the registered operators use too (:func:`gradients`), for about a fifth of the dispatcher's host cost per
 call (on a 2-core x86 host: 7 µs against 35 µs for a registered op with registered autograd). A route is any
-object with ``run``, ``native_backward``, ``kept_forward``, ``kept_backward`` and ``drop_trip``.
+object with ``run``, ``native_backward`` and ``trips`` (:class:`~convtune.torch._kept.Trips`: ``forward``, ``backward``
+and ``drop``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class _Backward(torch.autograd.Function):
 
 
 class _KeptForward(torch.autograd.Function):
-    """The forward pass of a layer with kept spectra (:meth:`~convtune.torch._dispatch.Route.trip`): its
+    """The forward pass of a layer with kept spectra (:meth:`~convtune.torch._kept.Trips.resolve`): its
     backward transforms the incoming gradient once and computes both gradients from the spectra the
     forward kept (held by this autograd context, freed with it). A second backward of the same graph
     (``retain_graph``) and a double backward (``create_graph``) run the per-pass plans instead."""
@@ -88,7 +89,7 @@ class _KeptForward(torch.autograd.Function):
     def forward(ctx, x, w, bias, route, trip):
         ctx.save_for_backward(x, w)
         ctx.route, ctx.trip = route, trip
-        y, ctx.spectra = route.kept_forward(trip, x, w, bias)
+        y, ctx.spectra = route.trips.forward(trip, x, w, bias)
         return y
 
     @staticmethod
@@ -98,10 +99,10 @@ class _KeptForward(torch.autograd.Function):
         needs = ctx.needs_input_grad
         if spectra is not None and not torch.is_grad_enabled():
             try:
-                dx, dw = ctx.route.kept_backward(ctx.trip, spectra, grad, needs[0], needs[1], x, w)
+                dx, dw = ctx.route.trips.backward(ctx.trip, spectra, grad, needs[0], needs[1], x, w)
                 return dx, dw, bias_grad(grad) if needs[2] else None, None, None
             except Exception as exc:  # the per-pass plans (or PyTorch's fallbacks) give the gradients instead
-                ctx.route.drop_trip(exc)
+                ctx.route.trips.drop(exc)
         dx, dw = gradients("fwd", needs, x, w, grad, *_eager_calls(ctx.route))
         return dx, dw, bias_grad(grad) if needs[2] else None, None, None
 

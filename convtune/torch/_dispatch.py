@@ -34,12 +34,10 @@ that reads bfloat16 itself gets the tensors' own memory.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import torch
 
-from .. import roundtrip
 from ..errors import ConvtuneError, TuningError
 from ..problem import ConvProblem
 from ..runtime import Runtime, default_runtime
@@ -47,43 +45,14 @@ from ..strategies import get_strategy
 from ..strategies.pytorch import native_for, native_pass
 from ._autograd import eager_forward
 from ._bridge import bridge
-from ._duel import DUEL_DEVICE_TYPES, DUEL_MARGIN, TORCH_DTYPES, duel_key, duel_operands, per_call_seconds, pytorch_versions
+from ._capture import Captures, capturing
+from ._duel import DUEL_DEVICE_TYPES, DUEL_MARGIN, duel_key, duel_operands, per_call_seconds, pytorch_versions
 from ._executors import ArrayPlan, Fallback, Native
-from ._formats import CONTIGUOUS, DTYPES, dense, dense_as, in_result_format, layout_format
+from ._formats import DTYPES, dense, in_result_format
+from ._kept import Trips
+from ._notes import say_once
 
 log = logging.getLogger("convtune")
-
-_said: set[str] = set()
-_said_lock = threading.Lock()
-
-
-def say_once(key: str, message: str, *args, level: int = logging.WARNING) -> None:
-    """Log ``message`` the first time ``key`` is seen in this process."""
-    with _said_lock:
-        if key in _said:
-            return
-        _said.add(key)
-    log.log(level, message, *args)
-
-
-_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
-
-
-def capturing(t) -> bool:
-    """Is ``t`` a CUDA tensor whose work would be recorded into a CUDA graph (its device's current stream
-    capturing: ``torch.cuda.graph``, ``make_graphed_callables``, ``torch.compile(mode="reduce-overhead")``)?"""
-    return t.is_cuda and _stream_capturing()
-
-
-#: Why a captured call runs PyTorch's convolution (said once per process).
-CAPTURE_REASON = ("a CUDA graph records a convolution whose plans no eager call has looked up yet (plans are "
-                  "not looked up, tuned or duelled on a capturing stream): PyTorch's convolution is recorded "
-                  "for it; run a step or two before capturing (PyTorch's recipe warms up on a side stream) "
-                  "and convtune's plans are recorded")
-#: Why a plan that failed inside a capture runs PyTorch's convolution in captures from then on.
-UNCAPTURED = ("its plan %s cannot be recorded in a CUDA graph (%s: %s): PyTorch's convolution is recorded "
-              "for that pass; calls outside captures keep the plan")
-
 
 
 #: A pass's executor attribute of a :class:`Route`.
@@ -94,8 +63,7 @@ class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
     __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "fwd_infer", "trips",
-                 "native_grads",
-                 "captured", "settled", "uncaptured", "trip_uncaptured", "warmed", "combine", "both")
+                 "verdicts", "capture", "both")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
@@ -103,108 +71,15 @@ class Route:
         # the forward's plan where settle gave a training call's forward to PyTorch: calls without gradients,
         # which take no autograd detour, keep what won the duel (see infer)
         self.fwd_infer = None
-        self.trips = {}  # keep_spectra mode -> RoundTrip, or None: the per-pass plans
-        # (input needs a gradient, weight needs one) -> True where those passes all run PyTorch's own
-        # convolution for good (see native_for_grads); emptied whenever an executor changes
-        self.native_grads = {}
-        self.captured = {}  # pass -> PyTorch's convolution for calls inside a CUDA graph capture
-        self.uncaptured = set()  # passes whose plans failed inside a capture (PyTorch's recorded instead)
-        self.trip_uncaptured = False  # the round trip is not recorded (PyTorch's convolution is, for the layer)
-        self.warmed = set()  # (pass, thread) where PyTorch's convolution ran for captures (see warm_capture)
-        self.settled = set()  # (input needs a gradient, weight needs one) whose plans were weighed (see settle)
-        self.combine = True  # may both gradients come from one call of PyTorch's (see native_backward)?
-        self.both = {}  # cuDNN flags -> PyTorch's computation of both gradients in one call
-
-    # -- kept spectra (a training step's three passes as one FFT round trip) ---------------------
-    def trip(self, mode):
-        """The :class:`~convtune.roundtrip.RoundTrip` this layer runs under ``keep_spectra=mode`` (``True``:
-        the measured winner whether or not it pays; ``'auto'``: where it pays), or ``None`` for the
-        per-pass plans (the reason logged once)."""
-        if mode in self.trips:
-            return self.trips[mode]
-        problem, trip, reason = self.problem, None, None
-        try:
-            reason = roundtrip.unsupported_reason(problem)
-            if reason is None:
-                br = bridge(self.device.type)
-                with self.runtime._lock:
-                    decision = br.call(self.device.index, self.runtime.round_trip_for, problem, br.backend)
-                if decision is None or decision.winner is None:
-                    reason = decision.reason if decision is not None else "no round-trip decision (miss policy)"
-                elif mode == "auto" and not decision.pays:
-                    reason = f"it does not pay here ({decision.reason})"
-                else:  # convtune's own transforms read and write the layer as it is (bfloat16 as its 16 bits), the
-                    # block trips a float32 layer in either layout; other trips are float32 channels-first, a
-                    # half-precision or channels_last layer's conversions PyTorch's (kept_forward and kept_backward)
-                    native = decision.config.own or decision.config.product == "block"
-                    trip = br.call(self.device.index, roundtrip.RoundTrip, problem if native else problem.in_float32(),
-                                   decision.config, br.backend)
-        except Exception as exc:  # a failure is a reason for the per-pass plans, never an error
-            trip, reason = None, f"{type(exc).__name__}: {exc}"
-        if trip is None:
-            say_once(f"trip:{problem.key()}:{self.device}:{mode}", "convtune: %s on %s runs its per-pass plans, "
-                     "not a round trip with kept spectra: %s", problem.describe(), self.device, reason,
-                     level=logging.INFO)
-        self.trips[mode] = trip
-        return trip
-
-    def drop_trip(self, exc: Exception) -> None:
-        """A round trip that failed when it ran: this layer runs its per-pass plans from now on (said once)."""
-        say_once(f"trip-failed:{self.problem.key()}:{self.device}", "convtune: the round trip of %s on %s failed "
-                 "(%s: %s); it runs its per-pass plans", self.problem.describe(), self.device, type(exc).__name__, exc)
-        for mode in list(self.trips):
-            self.trips[mode] = None
-
-    def kept_forward(self, trip, x, w, bias):
-        """``(y, spectra)``: the forward pass through ``trip``, keeping the spectra for :meth:`kept_backward`."""
-        br = bridge(self.device.type)
-        dtype, fmt = self._trip_format(trip)
-        a, b = dense_as(x, dtype, fmt), dense_as(w, dtype, fmt)
-        y = torch.empty(self.problem.y_shape, dtype=dtype, device=x.device, memory_format=fmt)
-        spectra = br.call(self.device.index, lambda: trip.kept_forward(br.array(a), br.array(b), br.array(y))[1])
-        if not trip.recordable and x.is_cuda:  # a capture records PyTorch's convolution instead (see warm_capture)
-            self.warm_capture("fwd", x, w)
-        y = self._as_layer(y, x.dtype)
-        if bias is not None:
-            y += bias.view((1, -1) + (1,) * self.problem.rank)
-        return y, spectra
-
-    def _trip_format(self, trip):
-        """The dtype and memory format ``trip`` reads and writes: the layer's own where its transforms are
-        convtune's (:class:`~convtune.roundtrip.RoundTrip` built for the layer's problem), else float32
-        channels-first."""
-        if trip.problem.dtype == "float32" and trip.problem.layout == "channels_first":
-            return torch.float32, CONTIGUOUS
-        return TORCH_DTYPES[trip.problem.dtype], layout_format(trip.problem)
-
-    def _as_layer(self, result, dtype):
-        """A round trip's float32 channels-first result in the layer's dtype and layout (one pass; itself for a
-        float32 channels-first layer)."""
-        if dtype == result.dtype and self.problem.layout == "channels_first":
-            return result
-        return result.to(dtype=dtype, memory_format=layout_format(self.problem))
-
-    def kept_backward(self, trip, spectra, dy, need_dx: bool, need_dw: bool, x=None, w=None):
-        """``(dx, dw)`` (``None`` where not needed) from ``dy`` and the forward's spectra (``x`` and ``w``, the
-        forward's operands, for :meth:`warm_capture` only)."""
-        br = bridge(self.device.type)
-        p = self.problem
-        dtype = dy.dtype
-        held, fmt = self._trip_format(trip)
-        g = dense_as(dy, held, fmt)
-        dx = torch.empty(p.x_shape, dtype=held, device=dy.device, memory_format=fmt) if need_dx else None
-        dw = torch.empty(p.w_shape, dtype=held, device=dy.device, memory_format=fmt) if need_dw else None
-        br.call(self.device.index, lambda: trip.kept_backward(
-            spectra, br.array(g), br.array(dx) if need_dx else None, br.array(dw) if need_dw else None,
-            need_dx, need_dw))
-        dx = None if dx is None else self._as_layer(dx, dtype)
-        dw = None if dw is None else self._as_layer(dw, dtype)
-        if not trip.recordable and dy.is_cuda:  # (the per-pass route's backward passes, in this thread)
-            if need_dx and w is not None:
-                self.warm_capture("dgrad", dy, w)
-            if need_dw and x is not None:
-                self.warm_capture("wgrad", x, dy)
-        return dx, dw
+        # (input needs a gradient, weight needs one) -> True where those passes all run PyTorch's own convolution
+        # for good, False where they do not and their plans were weighed (see native_for_grads and settle);
+        # emptied whenever an executor changes
+        self.verdicts = {}
+        self.capture = Captures(problem)  # what CUDA graph captures record
+        self.trips = Trips(problem, runtime, device, self.capture)  # keep_spectra mode -> round trip, or None
+        # cuDNN flags -> PyTorch's computation of both gradients in one call (see native_backward); None: the
+        # gradients always come from a call each
+        self.both = {}
 
     # -- running -----------------------------------------------------------------------
     def run(self, pass_: str, a, b, bias=None):
@@ -219,7 +94,7 @@ class Route:
             return in_result_format(executor(a, b, bias), a, b)
         if executor is None or executor.retry_at is not None or not isinstance(executor, Native):
             if capturing(a):  # a CUDA graph records this call: no lookup, tuning or duel here
-                return self.run_captured(pass_, executor, a, b, bias)
+                return self.capture.run(pass_, executor, a, b, bias)
             if executor is None or (executor.retry_at is not None and executor.retry_at <= time.monotonic()):
                 executor = self.resolve(pass_)  # (served for want of a tuned plan: is there one now?)
         try:
@@ -231,7 +106,7 @@ class Route:
             out = executor(a, b, bias)
         else:
             if executor.__class__ is ArrayPlan and not executor.recordable and a.is_cuda:
-                self.warm_capture(pass_, a, b)  # (once per thread: what a capture records instead)
+                self.capture.warm(pass_, a, b)  # (once per thread: what a capture records instead)
         return in_result_format(out, a, b)
 
     def native_backward(self, dy, x, w, need_bias: bool):
@@ -241,7 +116,7 @@ class Route:
         ``None`` otherwise. Captures take the same path as the eager calls before them, whose cuDNN calls
         they record (cuDNN cannot run its benchmark on a capturing stream)."""
         d, g = self.dgrad_exec, self.wgrad_exec
-        if not (self.combine and isinstance(d, Native) and isinstance(g, Native) and d.retry_at is None and
+        if not (self.both is not None and isinstance(d, Native) and isinstance(g, Native) and d.retry_at is None and
                 g.retry_at is None and d.flags == g.flags):
             return None
         fn = self.both.get(d.flags)
@@ -253,44 +128,18 @@ class Route:
         # (the formats the per-pass calls give: run)
         return in_result_format(dx, dy, w), in_result_format(dw, x, dy), db
 
-    def run_captured(self, pass_: str, executor, a, b, bias):
-        """A pass's call that a CUDA graph records: its plan, resolved by an eager call before, where its
-        strategy says that it records (``recordable``: kernels, cuFFT work and PyTorch's own operations do;
-        CuPy refuses cuBLAS calls on a capturing stream, which rules out the im2col and GEMM-product plans);
-        PyTorch's convolution where none is resolved yet, where the plan does not record, or where it failed
-        inside a capture once (said once: no verdict on the plan, calls outside captures keep it). PyTorch's
-        convolution for a plan that does not record ran once outside captures, in the eager calls' threads
-        (:meth:`warm_capture`: cuDNN cannot make its handle, load an engine or run its benchmark inside a
-        capture). A plan's operands and workspaces come from PyTorch's allocator, whose capture pool holds
-        them for the graph's replays."""
-        out = None
-        if executor is not None and executor.retry_at is None and executor.recordable and \
-                pass_ not in self.uncaptured:
-            try:
-                out = executor(a, b, bias)
-            except Exception as exc:
-                self.uncaptured.add(pass_)
-                say_once(f"uncaptured:{self.problem.key()}:{pass_}", "convtune: %s, %s: " + UNCAPTURED,
-                         self.problem.describe(), pass_, executor.label, type(exc).__name__, exc)
-        elif executor is None or executor.retry_at is not None:
-            say_once("capture", "convtune: %s", CAPTURE_REASON)
-        if out is None:
-            out = self._in_capture(pass_)(a, b, bias)
-        return in_result_format(out, a, b)
-
     def native_for_grads(self, need_dx: bool, need_dw: bool) -> bool:
         """:meth:`native` of a training call's passes (the forward, and the backward passes of the operands
         that need gradients), remembered once true: a training step asks it of every layer on every call."""
         key = (need_dx, need_dw)
-        if key in self.native_grads:
+        if self.verdicts.get(key):
             return True
         passes = ("fwd",) + (("dgrad",) if need_dx else ()) + (("wgrad",) if need_dw else ())
-        native = self.native(passes)
-        if not native and key not in self.settled:
-            native = self.settle(passes)
-            self.settled.add(key)
-        if native:
-            self.native_grads[key] = True
+        native = self.native(passes)  # (may resolve a pass, which empties the verdicts)
+        if not native and key not in self.verdicts:
+            native = self.verdicts[key] = self.settle(passes)
+        elif native:
+            self.verdicts[key] = True
         return native
 
     def settle(self, passes) -> bool:
@@ -336,7 +185,7 @@ class Route:
                      "PyTorch's convolution runs it", self.problem.describe(), plan.label, type(exc).__name__, exc)
             return self.run("fwd", a, b, bias)
         if not plan.recordable and a.is_cuda:
-            self.warm_capture("fwd", a, b)  # (what a capture of this call records instead: see run_captured)
+            self.capture.warm("fwd", a, b)  # (what a capture of this call records instead: see Captures.run)
         return in_result_format(out, a, b)
 
     def native(self, passes) -> bool:
@@ -376,29 +225,10 @@ class Route:
             return self._fall_back(pass_, f"{type(exc).__name__}: {exc}")
         return self._keep(pass_, executor)
 
-    def warm_capture(self, pass_: str, a, b) -> None:
-        """Run PyTorch's convolution for ``pass_`` on ``a`` and ``b`` once per thread, as a CUDA graph capture
-        would record it instead of a plan that does not record (:meth:`run_captured`): cuDNN makes its
-        per-thread handle, loads its engines and runs its benchmark here, which it cannot do on a capturing
-        stream (on the H100 a capture whose backward thread had never run cuDNN failed with
-        CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED). Called on an eager call's operands, in the
-        thread that runs that pass (autograd runs the backward passes in a thread of its own); a failure is
-        only logged (the capture would meet it again)."""
-        key = (pass_, threading.get_ident())
-        if key in self.warmed:
-            return
-        self.warmed.add(key)
-        try:
-            self._in_capture(pass_)(a, b)
-        except Exception as exc:
-            log.debug("convtune: PyTorch's convolution for %s %s not warmed for captures: %s",
-                      self.problem.describe(), pass_, exc)
-
     def _keep(self, pass_: str, executor):
         """``executor`` as the pass's from now on; the remembered native verdicts are forgotten."""
         setattr(self, _EXEC[pass_], executor)
-        self.native_grads = {}
-        self.settled = set()
+        self.verdicts = {}
         if pass_ == "fwd":
             self.fwd_infer = None  # (settle sets it again after its own _keep)
         return executor
@@ -445,13 +275,6 @@ class Route:
                  self.device, t_native * 1e6, t_plan * 1e6, plan.label, level=logging.INFO)
         return native
 
-    def _in_capture(self, pass_: str) -> Native:
-        """PyTorch's convolution for ``pass_`` inside a CUDA graph capture (the route's own executor stays)."""
-        executor = self.captured.get(pass_)
-        if executor is None:
-            executor = self.captured[pass_] = Fallback(self.problem.for_pass(pass_), CAPTURE_REASON)
-        return executor
-
     def _fall_back(self, pass_: str, reason: str, retry: bool = False):
         problem = self.problem.for_pass(pass_)
         say_once(f"fallback:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %s",
@@ -495,7 +318,8 @@ def _measure_detour(device, split: bool = True, calls: int = 100, rounds: int = 
     route = Route(problem, None, device)
     for p, name in _EXEC.items():
         setattr(route, name, Native(native_for(problem.for_pass(p)), "torch"))
-    route.combine = not split
+    if split:
+        route.both = None
     x = torch.randn(problem.x_shape, device=device, requires_grad=True)
     w = torch.randn(problem.w_shape, device=device, requires_grad=True)
     g = torch.ones(problem.y_shape, device=device)

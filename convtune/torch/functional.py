@@ -42,9 +42,11 @@ import torch.nn.functional as F
 from ..runtime import Runtime
 from . import _autograd, _ops  # noqa: F401  (_ops: registers torch.ops.convtune.*)
 from ._bridge import bridge
-from ._dispatch import CAPTURE_REASON, capturing, route_for, say_once
+from ._capture import CAPTURE_REASON, capturing
+from ._dispatch import route_for
 from ._executors import Fallback, Native
 from ._formats import DTYPES, tensor_layout
+from ._notes import say_once
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv", "Geometry", "geometry", "resolve_math", "MATH_MODES"]
 
@@ -308,29 +310,29 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
         if not capturing(x):
             return route.infer(x, weight, bias)
         if route.fwd_infer is not None:  # what an eager inference call runs (Route.infer), where it records
-            return route.run_captured("fwd", route.fwd_infer, x, weight, bias)
+            return route.capture.run("fwd", route.fwd_infer, x, weight, bias)
         if route.fwd_exec is None or route.fwd_exec.retry_at is not None:
             return _not_captured(x, weight, bias, geom, groups)
         return route.run("fwd", x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
     both = bool(keep) and need_dx and need_dw  # a training step that needs both gradients: one round trip, if any
-    if (need_dx, need_dw) in route.native_grads and not both and _flags_as_measured(x, math):
+    if route.verdicts.get((need_dx, need_dw)) and not both and _flags_as_measured(x, math):
         return _pytorch(x, weight, bias, geom, groups)  # PyTorch's convolution won every pass, as below
     x, weight, bias = _cast(x, weight, bias, cast)
     captured = capturing(x)
     if both:
         # recorded: the round trip its eager calls run, never a new one
-        trip = route.trips.get(keep) if captured else route.trip(keep)
+        trip = route.trips.get(keep) if captured else route.trips.resolve(keep)
         y = _kept(route, trip, x, weight, bias, geom, groups, captured) if trip is not None else None
         if y is not None:
             return y
     if captured:
-        key = (need_dx, need_dw)
-        if key in route.native_grads:
+        verdict = route.verdicts.get((need_dx, need_dw))
+        if verdict:
             if _flags_as_measured(x, math):
                 return _pytorch(x, weight, bias, geom, groups)
-        elif key not in route.settled:
+        elif verdict is None:  # (no eager training call of this kind weighed its plans)
             return _not_captured(x, weight, bias, geom, groups)
     elif route.native_for_grads(need_dx, need_dw) and _flags_as_measured(x, math):
         # PyTorch's convolution won every pass and runs as it was measured: its own autograd, no detour
@@ -345,10 +347,10 @@ def _kept(route, trip, x, weight, bias, geom: Geometry, groups, captured: bool):
         try:
             return _autograd.kept_forward(x, weight, bias, route, trip)
         except Exception as exc:  # never an error where PyTorch would have run: the per-pass plans
-            route.drop_trip(exc)
+            route.trips.drop(exc)
             return None
     why = None
-    if route.trip_uncaptured:
+    if route.capture.trip_failed:
         pass
     elif not trip.recordable:
         why = "its products call cuBLAS, which CuPy refuses on a capturing stream"
@@ -358,10 +360,10 @@ def _kept(route, trip, x, weight, bias, geom: Geometry, groups, captured: bool):
         except Exception as exc:  # it failed to record (this capture keeps going)
             why = f"{type(exc).__name__}: {exc}"
     if why is not None:
-        route.trip_uncaptured = True
+        route.capture.trip_failed = True
         say_once(f"trip-capture:{route.problem.key()}", "convtune: the round trip of %s is not recorded in "
                  "CUDA graphs (%s): PyTorch's convolution is recorded for the layer", route.problem.describe(), why)
-    # (PyTorch's convolution for its passes ran outside captures: Route.kept_forward, kept_backward)
+    # (PyTorch's convolution for its passes ran outside captures: Trips.forward, Trips.backward)
     return _pytorch(x, weight, bias, geom, groups)
 
 

@@ -345,7 +345,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) 
             if getattr(route, f"{pass_}_exec") is None:
                 route.resolve(pass_)  # (never raises: what cannot run falls back, said once)
         if keep and len(route_passes) == len(PASSES):
-            route.trip(keep)  # its round trip built (or None: the per-pass plans, the reason said once)
+            route.trips.resolve(keep)  # its round trip built (or None: the per-pass plans, the reason said once)
         report.routes += 1
     if hand_back:
         _hand_back(model, layer_calls, wanted, report)
