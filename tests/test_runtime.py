@@ -253,3 +253,42 @@ def test_same_padding_with_a_weight_of_another_rank_names_the_ranks():
     """A 4-D input with a 3-D weight and padding='same': the rank message, not NumPy's broadcasting error."""
     with pytest.raises(ValueError, match=r"of the same rank; got shapes \(1, 3, 8, 8\) and \(4, 3, 3\)"):
         convtune.conv(np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3), np.float32), padding="same")
+
+
+def test_looking_up_a_pytorch_plan_leaves_the_import_of_pytorch_to_its_first_call(tmp_path):
+    """A process that looks up a stored plan of PyTorch's own convolution (``torch[]``) on NumPy arrays does not
+    import PyTorch in the lookup (a second or more, several under load); the plan's first call does, and computes
+    the right numbers."""
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    from convtune.cache import PlanCache
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    tuner = Runtime(store=PlanCache(url), planner_options={"timer": FakeTimer(), "strategies": ["torch"]})
+    x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
+    convtune.conv(x, w, padding=1, runtime=tuner)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w)
+    script = f"""
+import sys
+import numpy as np
+import convtune
+from convtune import Runtime
+from convtune.cache import PlanCache
+from convtune.backend import get_backend
+from convtune.direct.reference import reference
+from convtune.problem import ConvProblem
+rt = Runtime(store=PlanCache({url!r}), miss_policy="error")
+x, w = np.load({str(tmp_path / 'x.npy')!r}), np.load({str(tmp_path / 'w.npy')!r})
+problem = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=(3, 3), padding=1)
+plan = rt.plan_for(problem, get_backend("numpy"))
+assert plan.strategy == "torch" and plan.source == "cache", plan
+assert "torch" not in sys.modules, "the lookup imported PyTorch"
+y = convtune.conv(x, w, padding=1, runtime=rt)
+assert "torch" in sys.modules
+ref = reference(np, problem, x.astype(np.float64), w.astype(np.float64))
+print(float(np.abs(y - ref).max() / np.abs(ref).max()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.split()[-1]) < 1e-5

@@ -408,6 +408,29 @@ def test_tune_ahead_on_cuda_then_cache_hits():
     assert rt.tuned == report.tuned
 
 
+def test_tune_ahead_on_cuda_leaves_the_model_and_both_generators_as_they_were():
+    """ct.tune on a CUDA model in train mode (BatchNorm, dropout drawing from the CUDA generator) leaves every
+    buffer, the CPU generator and the CUDA generator exactly as they were: a seeded training run does not notice."""
+    rt = make_runtime(["torch", "im2col"])
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Dropout(0.5),
+                          nn.Conv2d(8, 4, 3)).cuda().train()
+    ct.patch(model, runtime=rt)
+    x = torch.randn(2, 3, 12, 12, device="cuda")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cpu_rng, cuda_rng = torch.random.get_rng_state(), torch.cuda.get_rng_state_all()
+    report = ct.tune(model, x, runtime=rt, progress=False, hand_back=False)
+    assert report.problems and not report.failed
+    after = model.state_dict()
+    assert all(torch.equal(value, after[key]) for key, value in before.items())
+    assert torch.equal(torch.random.get_rng_state(), cpu_rng)
+    assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda_rng))
+    torch.cuda.manual_seed(5)
+    first = torch.rand(4, device="cuda")
+    torch.cuda.manual_seed(5)
+    ct.tune(model, x, runtime=rt, progress=False, hand_back=False)  # (cached now: the forward pass still draws)
+    assert torch.equal(torch.rand(4, device="cuda"), first)
+
+
 def test_a_small_layer_duel_goes_to_pytorch_on_cuda():
     """A plan the planner preferred (a fake timer) loses the duel in the layer on a tiny problem, where the
     bridge's host work dwarfs the GPU's: PyTorch's convolution runs it, and training matches."""

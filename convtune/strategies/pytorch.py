@@ -12,16 +12,19 @@ versions (``torch2@2.11.0+cu130``; ``torch2@absent`` without PyTorch): plans tun
 PyTorch, or without the candidate, are not reused. A bfloat16 problem's operands arrive in float32
 storage (:mod:`convtune.precision`); the planner times the candidate on bfloat16 tensors made once
 (its ``timed`` form), as the PyTorch layer calls it. PyTorch is imported only when the strategy is
-asked about a problem.
+asked about a problem on the GPU, or when one of its plans first runs: looking a plan of it up costs no import
+(a second or more, several under load).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
+import threading
 from dataclasses import dataclass
 
-from ..executor import Executor
+from ..executor import Executor, as_executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
 
@@ -71,6 +74,32 @@ def _load():
         return importlib.import_module("torch"), None
     except Exception as exc:  # ImportError, or a library that fails to load
         return None, f"PyTorch is not importable ({type(exc).__name__}: {exc}); pip install 'convtune[torch]'"
+
+
+def _deferred(backend) -> bool:
+    """Is PyTorch's import left to a plan's first call? On the NumPy backend, while no one has imported it: a
+    process that looks a plan up may never run it, and one that does pays the import once either way."""
+    return getattr(backend, "name", "") == "numpy" and "torch" not in sys.modules
+
+
+def _built_on_first_call(build, timed: bool) -> Executor:
+    """An executor that imports PyTorch and builds the real one (``build()``) when it is first called. ``timed``:
+    the real one has a ``timed`` form (a bfloat16 problem's), which this one forwards."""
+    lock, built = threading.Lock(), []
+
+    def real():
+        if not built:
+            with lock:
+                if not built:
+                    built.append(as_executor(build()))
+        return built[0]
+
+    def run(a, b, out=None):
+        return real().run(a, b, out)
+
+    def timed_form(a, b, out=None):
+        return real().timed(a, b, out)
+    return Executor(run, timed=timed_form if timed else None)
 
 
 def _cudnn_flags(torch):
@@ -177,11 +206,13 @@ class TorchStrategy(Strategy):
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if torch_version() is None:
             return "PyTorch is not installed (pip install 'convtune[torch]')"
+        if problem.math not in ("fp32", "tf32"):
+            return f"math mode {problem.math!r} is not implemented"
+        if _deferred(backend):
+            return None  # (a PyTorch that fails to import says so when the plan first runs)
         torch, reason = _load()
         if torch is None:
             return reason
-        if problem.math not in ("fp32", "tf32"):
-            return f"math mode {problem.math!r} is not implemented"
         if getattr(backend, "name", "") == "cupy" and not torch.cuda.is_available():
             return f"this PyTorch ({torch.__version__}) has no CUDA: it cannot run the GPU backend's arrays"
         return None
@@ -199,6 +230,11 @@ class TorchStrategy(Strategy):
         return native_for(problem, benchmark=flags[0], tf32=flags[1]), flags
 
     def build(self, problem, config, backend):
+        if _deferred(backend):
+            return _built_on_first_call(lambda: self._build(problem, config, backend), problem.dtype == "bfloat16")
+        return self._build(problem, config, backend)
+
+    def _build(self, problem, config, backend):
         torch, reason = _load()
         if torch is None:
             raise RuntimeError(reason)
