@@ -654,12 +654,24 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
     assert_same_training(plain, patched_copy(plain, later), x)
     labels = [label for route in later.layer_memo("torch").values() for label in route.labels().values()]
     assert len(labels) == 3 and all(label.startswith("torch (in the layer 150 us per call, im2col") for label in labels)
-    monkeypatch.setattr(_dispatch, "pytorch_versions", lambda: "torch-another-version")  # another PyTorch: duels again
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
-    again = Runtime(store=PlanCache(url), planner_options=options)
+    # what the host cost depended on changes: each change duels again (and stores the new verdict)
+    from convtune.strategies import get_strategy
+    im2col = type(get_strategy("im2col"))
+    changes = [lambda: monkeypatch.setattr(_duel, "pytorch_versions", lambda: "torch-another-version"),
+               lambda: monkeypatch.setenv("CONVTUNE_REPLAY", "0"),
+               lambda: monkeypatch.setattr(im2col, "version_tag", lambda self: "im2col-another-version"),
+               lambda: monkeypatch.setattr(_duel, "DUEL_METHOD", _duel.DUEL_METHOD + 1)]
+    for i, change in enumerate(changes):
+        change()
+        again = Runtime(store=PlanCache(url), planner_options=options)
+        plain = nn.Conv2d(3, 5, 3, padding=1)
+        assert_same_training(plain, patched_copy(plain, again), x)
+        assert len(duels) == 3 * (i + 2), i
+    again = Runtime(store=PlanCache(url), planner_options=options)  # (and nothing changed since: no duel)
     plain = nn.Conv2d(3, 5, 3, padding=1)
     assert_same_training(plain, patched_copy(plain, again), x)
-    assert len(duels) == 6
+    assert len(duels) == 3 * (len(changes) + 1)
 
 
 # -- kept spectra: a training step's three passes as one FFT round trip ----------------------------------

@@ -18,8 +18,9 @@ would run them, back to back, and the plan wins only where it is faster per call
 times a candidate's GPU work; here the host's share counts too (the bridge, the conversions, the
 launches), which decides small layers: a plan a few microseconds faster on the GPU can cost a
 hundred more on the host. There is no duel where the runtime's strategies leave PyTorch's out. The
-verdict is stored next to the plans (keyed by device, problem, plan and the PyTorch and cuDNN
-versions), so a process that finds it runs no duel.
+verdict is stored next to the plans (keyed by device, problem, plan and what the host cost depends on:
+:func:`~convtune.torch._duel.duel_conditions`), so a process that finds it runs no duel; one where those
+conditions changed duels again.
 
 Every executor takes operands dense in the format they arrive in and the result has the memory
 format :func:`result_format` says (channels_last where an operand is), which the fake tensors of the
@@ -46,7 +47,7 @@ from ..strategies.pytorch import native_for, native_pass
 from ._autograd import eager_forward
 from ._bridge import bridge
 from ._capture import Captures, capturing
-from ._duel import DUEL_DEVICE_TYPES, DUEL_MARGIN, duel_key, duel_operands, per_call_seconds, pytorch_versions
+from ._duel import DUEL_DEVICE_TYPES, DUEL_MARGIN, duel_conditions, duel_key, duel_operands, per_call_seconds
 from ._executors import ArrayPlan, Fallback, Native
 from ._formats import DTYPES, dense, in_result_format
 from ._kept import Trips
@@ -242,11 +243,11 @@ class Route:
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
         flags = (True, problem.math == "tf32")
         native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
-        store, device_key, torch_id = self.runtime.store, None, pytorch_versions()
+        store, device_key, conditions = self.runtime.store, None, duel_conditions(plan.plan.strategy)
         stored = None
         try:
             device_key = bridge(self.device.type).backend.device_info().key()
-            stored = store.get_record("duel", duel_key(device_key, problem, plan.label, torch_id))
+            stored = store.get_record("duel", duel_key(device_key, problem, plan.label, conditions))
         except Exception as exc:  # a cache that fails: duel anyway
             log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
         if stored is not None:
@@ -261,9 +262,10 @@ class Route:
                 return plan
             if device_key is not None:
                 try:
-                    store.put_record("duel", duel_key(device_key, problem, plan.label, torch_id),
+                    store.put_record("duel", duel_key(device_key, problem, plan.label, conditions),
                                      {"problem": problem.key(), "device_key": device_key, "plan": plan.label,
-                                      "torch": torch_id, "plan_us": t_plan * 1e6, "native_us": t_native * 1e6})
+                                      "conditions": conditions, "plan_us": t_plan * 1e6,
+                                      "native_us": t_native * 1e6})
                 except Exception as exc:
                     log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
         if t_native > t_plan * (1 + DUEL_MARGIN):

@@ -4,11 +4,14 @@ the host's work included, and the key of the verdict in the plan store (see :cla
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import torch
 
+from ..direct import replay
 from ..problem import ConvProblem
+from ..strategies import get_strategy
 from ._formats import DTYPES, channels_last_format
 
 #: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
@@ -27,6 +30,10 @@ DUEL_MARGIN = 0.05
 #: of a slow layer cost most.
 DUEL_CLEAR = 1.5
 TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
+#: The duel's own method, part of every stored verdict's key: a verdict measured by another method is measured
+#: again (2: cuDNN plans and the 1x1 GEMMs launched from CUDA graphs per operand addresses, which took most of their
+#: host cost away; verdicts stored before kept that cost).
+DUEL_METHOD = 2
 
 
 def duel_operands(problem: ConvProblem, device):
@@ -41,14 +48,24 @@ def duel_operands(problem: ConvProblem, device):
 
 
 def pytorch_versions() -> str:
-    """What a duel's verdict depends on besides the device and the plan: PyTorch's and cuDNN's versions."""
+    """PyTorch's and cuDNN's versions (the other contender's host and device costs follow them)."""
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return f"torch{torch.__version__}+cudnn{cudnn}"
 
 
-def duel_key(device_key: str, problem: ConvProblem, plan_label: str, torch_id: str) -> str:
-    """The key of a duel's record in a plan store: what its verdict depends on."""
-    return f"{device_key}|{problem.key()}|{plan_label}|{torch_id}"
+def duel_conditions(strategy: str) -> str:
+    """What a duel's verdict depends on besides the device, the problem and the plan: PyTorch's and cuDNN's versions,
+    the version of the plan's strategy (``strategy``), whether by-address launches replay from CUDA graphs
+    (``CONVTUNE_REPLAY``) and the duel's own method (:data:`DUEL_METHOD`). A verdict stored under other conditions
+    is measured again."""
+    replays = "off" if os.environ.get(replay.ENV) == "0" else "on"
+    return f"{pytorch_versions()}|{get_strategy(strategy).version_tag()}|replay-{replays}|duel{DUEL_METHOD}"
+
+
+def duel_key(device_key: str, problem: ConvProblem, plan_label: str, conditions: str) -> str:
+    """The key of a duel's record in a plan store: what its verdict depends on (``conditions``:
+    :func:`duel_conditions`)."""
+    return f"{device_key}|{problem.key()}|{plan_label}|{conditions}"
 
 
 def per_call_seconds(contenders, a, b, device) -> list[float]:
