@@ -6,14 +6,7 @@
 # the import layers with import-linter (pyproject.toml holds both configurations), then runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "installing Debian's postgresql for the PostgreSQL cache tests" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-  else
-    echo "warning: no PostgreSQL server binaries and no root apt-get: PostgreSQL tests will skip" >&2
-  fi
-fi
+bash scripts/postgres.sh
 VENV=.venv-test bash scripts/setup.sh test
 echo "checking the code (ruff) and the import layers (import-linter)" >&2
 .venv-test/bin/ruff check --quiet .
