@@ -142,9 +142,11 @@ class Runtime:
                 # where a plan could serve the call; the heuristic's (PyTorch's own call where it is installed) does
                 self._unbuildable_noted(decision, device_key, exc)
                 return self._heuristic_plan(problem, backend)
-        if self.miss_policy == "error" and failures:  # not a miss: the plan may well be there
-            raise ConvtuneError(f"the plan cache did not answer for {problem.key()} ({failures[0]}); its plan may be "
-                                "there: try again once the cache answers, or use another miss policy")
+        if failures:  # not a miss: the plan may well be there
+            if self.miss_policy == "error":
+                raise ConvtuneError(f"the plan cache did not answer for {problem.key()} ({failures[0]}); its plan may "
+                                    "be there: try again once the cache answers, or use another miss policy")
+            return self._unanswered_plan(problem, backend, failures[0])
         if self.miss_policy == "error":
             raise ConvtuneError(f"no tuned plan for {problem.key()} on {device_key}; run `convtune tune` for this "
                                 "network first, or use miss_policy='tune', 'nearest' or 'heuristic'")
@@ -155,7 +157,19 @@ class Runtime:
         if self.miss_policy in ("heuristic", "nearest"):
             self._note_pending(problem, backend, "heuristic")
             return self._heuristic_plan(problem, backend)
-        return build_plan(self._tune_and_store(problem, backend), backend, source="measured")
+        try:
+            decision = self._tune_and_store(problem, backend)
+        except CacheError as exc:  # its lease could not be taken: the cache stopped answering
+            return self._unanswered_plan(problem, backend, exc)
+        return build_plan(decision, backend, source="measured")
+
+    def _unanswered_plan(self, problem: ConvProblem, backend: Backend, exc: Exception) -> Plan:
+        """The heuristic's plan for a call whose plan the cache did not say (it failed or did not answer), looked up
+        again after ``miss_ttl_s``. Not tuned here: the plan may well be stored (a shared cache restarting, say), and
+        tuning it again would stall the call for a plan that exists and store it twice once the cache is back."""
+        log.info("convtune: the plan cache did not answer for %s (%s): the heuristic's plan serves it until it "
+                 "does (looked up again in %.0f s)", problem.describe(), exc, self.miss_ttl_s)
+        return self._heuristic_plan(problem, backend)
 
     @staticmethod
     def _heuristic_plan(problem: ConvProblem, backend: Backend) -> Plan:
@@ -237,9 +251,9 @@ class Runtime:
             try:
                 other = leases.take(problem, device)
                 found = self.store.get(problem, device.key(), fresh=True)
-            except CacheError as exc:
+            except CacheError as exc:  # not tuned without its lease: another process may be tuning it
                 self._store_failed("leased", exc)
-                return None
+                raise
             if found is not None:  # stored by the other process (before this lease, or while waiting)
                 if other is None:
                     leases.release(problem, device.key())
@@ -281,8 +295,12 @@ class Runtime:
         """The stored decision of ``problem``, tuned and stored first under the ``tune`` policy (``ahead``:
         tuning ahead of the calls, which is then not news worth a warning). Where another process on the
         same cache is tuning it, its plan is waited for; with ``wait=False`` a ``_Held`` marker is
-        returned instead (tuning ahead then comes back to it later)."""
-        decision = self._stored(problem, backend.device_info().key())
+        returned instead (tuning ahead then comes back to it later). :class:`CacheError` where the cache
+        does not answer (the plan may be stored: it is not tuned again)."""
+        failures: list = []
+        decision = self._stored(problem, backend.device_info().key(), failures)
+        if decision is None and failures:
+            raise CacheError(f"the plan cache did not answer for {problem.key()}: {failures[0]}") from failures[0]
         if decision is None and self.miss_policy == "tune":
             decision = self._tune_and_store(problem, backend, ahead, wait)
         return decision

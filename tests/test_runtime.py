@@ -292,3 +292,50 @@ print(float(np.abs(y - ref).max() / np.abs(ref).max()))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.split()[-1]) < 1e-5
+
+
+def test_a_cache_that_does_not_answer_is_not_a_miss_under_the_tune_policy():
+    """A shared cache that stops answering (restarting, frozen) under the `tune` policy: the call is served by the
+    heuristic's plan, nothing is tuned (the plan may well be stored: tuning it again would stall the call and store it
+    twice once the cache is back), and the plan is looked up again after miss_ttl_s; tuning ahead says the cache did
+    not answer."""
+    from convtune.errors import CacheError
+
+    class Flaky(MemoryPlanStore):
+        down = False
+
+        def get(self, problem, device_key, fresh=False):
+            if self.down:
+                raise CacheError("postgresql://cache/plans: no answer within 10 s")
+            return super().get(problem, device_key, fresh)
+    store = Flaky()
+    x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=(3, 3))
+    tuner = Runtime(store=store, planner_options={"timer": FakeTimer(), "strategies": ["im2col", "fft"]})
+    convtune.conv(x, w, runtime=tuner)  # (tuned and stored while the cache answers)
+    store.down = True
+    rt = Runtime(store=store, planner_options={"timer": FailingTimer()}, miss_ttl_s=0.0)
+    y = convtune.conv(x, w, runtime=rt)
+    assert rel(y, reference(np, p, x, w)) < 1e-5 and rt.tuned == 0
+    from convtune.backend import get_backend
+    with pytest.raises(CacheError, match="did not answer"):
+        rt.decision_for(p, get_backend("numpy"), ahead=True)
+    store.down = False
+    convtune.conv(x, w, runtime=rt)  # looked up again: the stored plan now
+    assert rt.plan_for(p, get_backend("numpy")).source == "cache" and rt.tuned == 0
+
+
+def test_a_lease_that_cannot_be_taken_tunes_nothing(tmp_path, monkeypatch):
+    """A miss whose lease cannot be taken (the shared cache stopped answering between the lookup and the lease):
+    not tuned without its lease (another process may be tuning it); the heuristic's plan serves the call."""
+    from convtune import worklist
+    from convtune.cache import PlanCache
+    from convtune.errors import CacheError
+
+    def refused(self, problem, device):
+        raise CacheError("postgresql://cache/plans: connection refused")
+    monkeypatch.setattr(worklist.Leases, "take", refused)
+    rt = Runtime(store=PlanCache(f"sqlite:///{tmp_path / 'plans.db'}"), planner_options={"timer": FailingTimer()})
+    x, w = randn(2, 3, 9, 9), randn(4, 3, 3, 3)
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=(3, 3))
+    assert rel(convtune.conv(x, w, runtime=rt), reference(np, p, x, w)) < 1e-5 and rt.tuned == 0

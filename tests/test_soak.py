@@ -11,7 +11,7 @@ import soak
 
 def _short(store: str, **extra):
     args = soak.parse(["--store", store, "--tuners", "3", "--readers", "5", "--minutes", "0.33", "--layers", "120",
-                       "--delay", "0.1", "--interval", "0.05", "--kill-every", "5", "--freeze", "2"])
+                       "--delay", "0.1", "--interval", "0.05", "--check-share", "0.5", "--kill-every", "5", "--freeze", "2"])
     for key, value in extra.items():
         setattr(args, key, value)
     return soak.run(args)

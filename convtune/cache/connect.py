@@ -17,9 +17,11 @@ for the default cache location.
 **PostgreSQL** connections have connect and statement timeouts, and every call also runs under a
 client-side deadline (a frozen server never answers, and a socket waiting on it ignores the
 server's own timeouts). Lost or refused connections are retried with backoff (writes for up to
-``retry_s``, reads once); after a call that failed or timed out, the database is left alone for
-``cooldown_s`` seconds, in which calls fail at once with :class:`~convtune.errors.CacheError`, so
-that a training process falls back instead of waiting.
+``retry_s``, reads once); after a call that failed or timed out, the database is left alone for a while, in
+which calls fail at once with :class:`~convtune.errors.CacheError`, so that a training process falls back
+instead of waiting: :data:`FIRST_COOLDOWN_S` after the first failure, doubling with each failure in a row up to
+``cooldown_s``, so that a server back after a restart or a freeze is asked again within a second or two, and
+one that stays down costs a call's wait only now and then.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ DIALECTS = ("sqlite", "postgresql")
 DEFAULT_TIMEOUT_S = 10.0
 #: Seconds a write keeps retrying a lost PostgreSQL connection (backoff 0.25 s doubling, at most 2 s).
 DEFAULT_RETRY_S = 15.0
-#: Seconds a PostgreSQL database that failed is left alone.
+#: Seconds a PostgreSQL database that failed is left alone at most (after failures in a row).
 DEFAULT_COOLDOWN_S = 30.0
+#: Seconds it is left alone after a first failure (doubling with each failure in a row).
+FIRST_COOLDOWN_S = 1.0
 
 
 def _sqlite_tables(path: str) -> tuple[list[str], bool]:
@@ -107,6 +111,7 @@ class Database:
         self._busy_timeout_s = busy_timeout_s
         self._down_until = 0.0
         self._down_reason = ""
+        self._failures_in_a_row = 0
         self.read_only, self.read_only_reason = bool(read_only), "opened read-only" if read_only else ""
         self.tables: list[str] = []  # an existing SQLite file's tables, as found before anything was done
         try:
@@ -239,13 +244,15 @@ class Database:
         now = time.monotonic()
         if now < self._down_until:
             raise CacheError(f"plan cache {self.display_url} is not answering ({self._down_reason}); not asked "
-                             f"again for {self._down_until - now:.0f} s")
+                             f"again for {self._down_until - now:.1f} s")
         deadline = now + (self.retry_s if write else self.timeout_s)
         backoff, tries_left = 0.25, (1 << 30) if write else 2
         while True:
             tries_left -= 1
             try:
-                return self._with_deadline(run, min(self.timeout_s, max(deadline - time.monotonic(), 0.5)))
+                result = self._with_deadline(run, min(self.timeout_s, max(deadline - time.monotonic(), 0.5)))
+                self._failures_in_a_row = 0
+                return result
             except TimeoutError as exc:
                 failure = str(exc)
             except DBAPIError as exc:
@@ -257,7 +264,9 @@ class Database:
                     time.sleep(backoff)
                     backoff = min(2 * backoff, 2.0)
                     continue
-            self._down_until, self._down_reason = time.monotonic() + self.cooldown_s, failure
+            self._failures_in_a_row += 1
+            pause = min(self.cooldown_s, FIRST_COOLDOWN_S * 2 ** min(self._failures_in_a_row - 1, 16))
+            self._down_until, self._down_reason = time.monotonic() + pause, failure
             raise CacheError(f"plan cache {self.display_url} failed: {failure}")
 
     def _with_deadline(self, run, seconds: float):
