@@ -14,9 +14,14 @@ Host time is the wall time to issue ``--calls`` calls without synchronising, div
 the clock sees the host side only); a synchronisation separates rounds. PyTorch's call and convtune's
 run in turn, round by round (what drifts during a measurement weighs on both), and the added time of a
 problem is the median over ``--rounds`` of its rounds' differences; each side's time is its median
-round. Prints a table and writes JSON.
+round. Each pass's row is filed under the strategy that ran it (``torch``: PyTorch's own call, the plan or the
+duel's verdict). Prints a table and writes JSON.
 
     python benchmarks/torch_overhead.py torchvision:resnet50 --batch 32 --db plans.db -o overhead.json
+
+``--strategies cudnn`` (a comma-separated list) tunes with those strategies only: PyTorch's call is then no
+candidate and no duel hands a layer back to it, so every pass the strategies support runs their plan, and the table
+says what each strategy's launches cost the host.
 """
 
 from __future__ import annotations
@@ -58,6 +63,13 @@ def host_us(theirs, ours, calls: int, rounds: int) -> tuple[float, float, float]
             statistics.median(b - a for a, b in pairs))
 
 
+def _strategy(label: str) -> str:
+    """The strategy of an executor's label: ``cudnn[eng0]`` -> ``cudnn``; PyTorch's call (a plan of its own, a
+    duel's or a settling's verdict, a fallback) -> ``torch``."""
+    name = label.split("[")[0].split(" ")[0]
+    return "torch" if name in ("torch", "pytorch") else name
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -65,11 +77,13 @@ def main(argv=None) -> int:
     ap.add_argument("--db", default=None)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--strategies", default=None, help="tune with these strategies only (comma-separated)")
     ap.add_argument("-o", "--output", default="torch-overhead.json")
     args = ap.parse_args(argv)
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    runtime = convtune.Runtime(store=PlanCache(args.db), miss_policy="tune")
+    options = {"strategies": args.strategies.split(",")} if args.strategies else {}
+    runtime = convtune.Runtime(store=PlanCache(args.db), miss_policy="tune", planner_options=options)
     model = models.build_model(args.model, "cuda")
     shape = models.input_shape_for(args.model, model, args.batch, None)
     x = torch.randn(shape, device="cuda")
@@ -86,11 +100,21 @@ def main(argv=None) -> int:
         ct.patch(ours, runtime=runtime)
         p = item.problem
         inp = torch.randn(p.x_shape, device="cuda")
+        if p.layout == "channels_last":  # (as the model hands it over: ConvNeXt's blocks permute their activations)
+            inp = inp.contiguous(memory_format=torch.channels_last if inp.dim() == 4 else torch.channels_last_3d)
         inp_grad = inp.clone().requires_grad_("dgrad" in item.passes)
         report = ct.tune(ours, inp, runtime=runtime, progress=False)
         ours(inp_grad).sum().backward()  # resolves every route executor the layer needs
-        route = next(r for r in runtime.layer_memo("torch").values() if r.problem == p)
-        row = {"layer": item.name, "problem": key, "routes": route.labels(), "tuned_now": report.tuned}
+        route = next((r for r in runtime.layer_memo("torch").values() if r.problem == p), None)
+        if route is None:  # (a call PyTorch runs without a route: a strategy set that cannot run it, say)
+            print(f"{item.name:24s} no route: PyTorch runs it", flush=True)
+            continue
+        labels = route.labels()
+        infer = route.fwd_infer or route.fwd_exec
+        ran = {"fwd-infer": infer.label, "fwd-train": labels.get("fwd"), "dgrad": labels.get("dgrad"),
+               "wgrad": labels.get("wgrad")}
+        row = {"layer": item.name, "problem": key, "routes": labels, "tuned_now": report.tuned,
+               "strategy": {kind: _strategy(label) for kind, label in ran.items() if label}}
         with torch.no_grad():
             row["fwd-infer"] = host_us(lambda: plain(inp), lambda: ours(inp), args.calls, args.rounds)
         row["fwd-train"] = host_us(lambda: plain(inp_grad), lambda: ours(inp_grad), args.calls, args.rounds)
@@ -107,20 +131,22 @@ def main(argv=None) -> int:
         print(f"{item.name:24s} {cells}  {route.labels()}", flush=True)
     summary = {}
     for kind in ("fwd-infer", "fwd-train", "dgrad", "wgrad"):
-        pairs = [row[kind] for row in rows if kind in row]
-        if pairs:
-            summary[kind] = {"pytorch_us": statistics.median(a for a, _, _ in pairs),
-                             "convtune_us": statistics.median(b for _, b, _ in pairs),
-                             "added_us_median": statistics.median(d for _, _, d in pairs),
-                             "added_us_max": max(d for _, _, d in pairs), "problems": len(pairs)}
+        for strategy in sorted({row["strategy"].get(kind) for row in rows if kind in row} - {None}):
+            pairs = [row[kind] for row in rows if kind in row and row["strategy"].get(kind) == strategy]
+            summary[f"{kind} {strategy}"] = {
+                "pytorch_us": statistics.median(a for a, _, _ in pairs),
+                "convtune_us": statistics.median(b for _, b, _ in pairs),
+                "added_us_median": statistics.median(d for _, _, d in pairs),
+                "added_us_max": max(d for _, _, d in pairs), "problems": len(pairs)}
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "model": args.model,
            "batch": args.batch, "calls": args.calls, "rounds": args.rounds, "rows": rows, "summary": summary}
     with open(args.output, "w") as fh:
         json.dump(doc, fh, indent=1)
-    print("host us per call, median over the model's problems (PyTorch / convtune / added):")
+    print("host us per call, median over the model's problems, by the strategy that ran the pass "
+          "(PyTorch / convtune / added):")
     for kind, s in summary.items():
-        print(f"  {kind:10s} {s['pytorch_us']:7.1f} / {s['convtune_us']:7.1f} / {s['added_us_median']:+6.1f} "
+        print(f"  {kind:24s} {s['pytorch_us']:7.1f} / {s['convtune_us']:7.1f} / {s['added_us_median']:+6.1f} "
               f"(max {s['added_us_max']:+.1f}, {s['problems']} problems)")
     return 0
 

@@ -92,7 +92,7 @@ def tuner(url: str, problems: list, out: str, name: str, end: float, delay: floa
     log = _Log(out)
     backend = get_backend("numpy")
     device_key = backend.device_info().key()
-    runtime = Runtime(store=PlanCache(url), miss_policy="tune",
+    runtime = Runtime(store=PlanCache(url, lazy=True), miss_policy="tune",
                       planner_options={"timer": DeterministicTimer(delay), "strategies": ["im2col", "fft"]})
     todo = list(problems)
     random.Random(seed).shuffle(todo)
@@ -125,7 +125,7 @@ def reader(url: str, problems: list, out: str, name: str, end: float, interval: 
     log = _Log(out)
     backend = get_backend("numpy")
     device_key = backend.device_info().key()
-    store = PlanCache(url)
+    store = PlanCache(url, lazy=True)  # (as a training process opens it: a server that refuses is asked again)
     rng = random.Random(seed)
     log(started=name)
     while time.time() < end:
@@ -221,7 +221,8 @@ def run(args) -> dict:
     with open(network, "w") as fh:
         fh.write(network_yaml(args.layers))
     problems = _problems(network)  # (parsed once: the workers are forked with it)
-    pg = Postgres(max_connections=args.tuners + args.readers + 50) if args.store == "postgresql" else None
+    # (a tuner holds a second connection for its leases' heartbeat, and a SIGKILLed one's linger a while)
+    pg = Postgres(max_connections=3 * (args.tuners + args.readers) + 50) if args.store == "postgresql" else None
     procs: dict[str, multiprocessing.Process] = {}
     try:
         url = pg.start() if pg is not None else f"sqlite:///{os.path.join(work, 'plans.db')}"
@@ -250,12 +251,17 @@ def run(args) -> dict:
         print(f"soak: {args.store}, {args.tuners} tuners, {args.readers} readers, {len(problems)} problems, "
               f"{args.minutes:g} min; logs in {work}", file=sys.stderr, flush=True)
         faults, kills = inject(args, pg, procs, spawn, start, end)
-        stragglers = []
+        stragglers, crashed = [], []
+        killed = {k["tuner"] for k in kills}
         for name, p in procs.items():
             p.join(max(0.1, end + 60 - time.time()))
             if p.is_alive():
                 stragglers.append(name)
+            elif p.exitcode != 0 and name not in killed:
+                crashed.append(name)
         report = analyse(work, url, args, problems, faults, kills, stragglers, start, end)
+        report["crashed"] = crashed
+        report["ok"] = report["ok"] and not crashed
     finally:
         for p in procs.values():
             if p.is_alive():
@@ -395,7 +401,7 @@ def summary(r: dict) -> str:
              f"{r['wrong_results']} of {r['results_checked']} checked",
              f"lookups {r['lookups']} ({r['lookups_found']} found): failed {r['failed_outside']} outside fault windows, "
              f"{r['failed_in_fault_windows']} inside; hung {r['hung_lookups']}; readers that stopped: "
-             f"{len(r['hung_readers'])}",
+             f"{len(r['hung_readers'])}; processes that crashed: {len(r.get('crashed', []))}",
              f"lookup time outside fault windows: p50 {r['lookup_ms_p50']:.2f} ms, p99 {r['lookup_ms_p99']:.2f} ms, "
              f"max {r['lookup_ms_max']:.1f} ms" if r["lookup_ms_p50"] is not None else "no lookups"]
     for kind, v in r["recovery_s"].items():

@@ -92,7 +92,8 @@ class PlanCache(SharedWork):
 
     lazy : bool
         Connect on first use rather than here (the default runtime's cache: importing convtune touches no
-        file); an open that fails is tried again after ``cooldown_s`` seconds.
+        file); an open that fails is tried again after a second, doubling with each failure in a row up to
+        ``cooldown_s`` seconds (:data:`~convtune.cache.connect.FIRST_COOLDOWN_S`).
 
     Examples
     --------
@@ -114,6 +115,7 @@ class PlanCache(SharedWork):
         self._cooldown_s = cooldown_s
         self._failed_until = 0.0
         self._failure = ""
+        self._open_failures = 0  # opens that failed in a row
         self.miss_ttl_s = MISS_TTL_S if miss_ttl_s is None else miss_ttl_s
         self._memo: dict[tuple[str, str], Decision] = {}
         self._misses: dict[tuple[str, str], float] = {}  # key -> when to look again
@@ -128,22 +130,25 @@ class PlanCache(SharedWork):
             self._open()
 
     def _open(self) -> connect.Database:
-        """Connect and check (or create, or upgrade) the schema. An open that fails is not tried again for
-        ``cooldown_s`` seconds: a lazy cache's process then runs without it (see
-        :class:`~convtune.runtime.Runtime`) instead of waiting on it at every lookup."""
+        """Connect and check (or create, or upgrade) the schema. An open that fails is not tried again for a
+        while (a second, doubling with each failure in a row up to ``cooldown_s``): a lazy cache's process then runs
+        without it (see :class:`~convtune.runtime.Runtime`) instead of waiting on it at every lookup."""
         with self._open_lock:
             if self._db is not None:
                 return self._db
             now = time.monotonic()
             if now < self._failed_until:
-                raise CacheError(f"{self._failure} (not tried again for {self._failed_until - now:.0f} s)")
+                raise CacheError(f"{self._failure} (not tried again for {self._failed_until - now:.1f} s)")
             try:
                 self._db = connect.Database(self.url, **self._open_args)
                 self._ensure_schema(self._open_args["create"])
             except CacheError as exc:
                 self._db = None
-                self._failed_until, self._failure = now + self._cooldown_s, str(exc)
+                self._open_failures += 1
+                pause = min(self._cooldown_s, connect.FIRST_COOLDOWN_S * 2 ** min(self._open_failures - 1, 16))
+                self._failed_until, self._failure = now + pause, str(exc)
                 raise
+            self._open_failures = 0
             return self._db
 
     @property
