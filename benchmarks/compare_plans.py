@@ -5,7 +5,9 @@ medians come from two runs (two moments, two noise levels), so where the winners
 built and timed again here, alternately, ``--rounds`` times each (median of medians), on the same
 operands, each called as the planner timed it (into a result array made once, unless its strategy
 makes its own): the sums of the winners' times, and their ratio, are then measured in one process.
-Where the winners are the same plan, its re-timed median counts on both sides.
+Where the winners are the same plan, its re-timed median counts on both sides. A's winner is also timed a second
+time in every round (A'), so that the ratio A/A' states the comparison's noise beside A/B.
+`convtune bench-model MODEL --db A --against B --rounds R --null` compares the same caches by whole training steps.
 
     PYTHONPATH=. python benchmarks/compare_plans.py RULES.db EXHAUSTIVE.db [--backend numpy]
 """
@@ -40,7 +42,7 @@ def main(argv=None):
     if not keys:
         sys.exit(f"no problem has a current plan in both caches on {device}")
     timer = default_timer(backend, adaptive=False)
-    sums = {"a": 0.0, "b": 0.0, "a_stored": 0.0, "b_stored": 0.0}
+    sums = {"a": 0.0, "b": 0.0, "a2": 0.0, "a_stored": 0.0, "b_stored": 0.0}
     differ = 0
     print(f"{'problem':70s} {'A plan':34s} {'B plan':34s} {'A ms':>8s} {'B ms':>8s}")
     for key in keys:
@@ -56,21 +58,22 @@ def main(argv=None):
         targets = {side: None if get_strategy(plans[side].strategy).allocates_result else out for side in plans}
         same = da.winner.label == db.winner.label
         differ += not same
-        times = {"a": [], "b": []}
-        for _ in range(args.rounds if not same else max(1, args.rounds // 2)):
-            for side in ("a",) if same else ("a", "b"):
-                plan = plans[side]
-                target = targets[side]
+        times = {"a": [], "b": [], "a2": []}
+        for _ in range(args.rounds):
+            for side in ("a", "a2") if same else ("a", "b", "a2"):
+                plan = plans["a" if side == "a2" else side]
+                target = targets["a" if side == "a2" else side]
                 times[side].append(timer(lambda: plan(x, w, target), backend, label=plan.label).median_s)
         ta = statistics.median(times["a"])
         tb = ta if same else statistics.median(times["b"])
         sums["a"] += ta
         sums["b"] += tb
+        sums["a2"] += statistics.median(times["a2"])
         print(f"{problem.describe()[:70]:70s} {da.winner.label[:34]:34s} {db.winner.label[:34]:34s} "
               f"{ta * 1e3:8.3f} {tb * 1e3:8.3f}" + ("" if same else "  (differ)"))
     print(f"{len(keys)} problems, {differ} with different winners")
     print(f"sum of the winners' times, re-timed here: A {sums['a'] * 1e3:.3f} ms, B {sums['b'] * 1e3:.3f} ms, "
-          f"A/B {sums['a'] / sums['b']:.4f}")
+          f"A/B {sums['a'] / sums['b']:.4f}; A timed again: A/A' {sums['a'] / sums['a2']:.4f} (the noise)")
     print(f"(as stored by each run: A {sums['a_stored'] * 1e3:.3f} ms, B {sums['b_stored'] * 1e3:.3f} ms)")
 
 

@@ -414,6 +414,36 @@ def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
     assert rounds.exit_code == 1 and "--rounds 1" in rounds.output
 
 
+def test_cli_bench_model_against_another_caches_plans(tmp_path, fake_default_timer):
+    """--against: each convtune mode also runs on another cache's plans, interleaved with it, and the two are set
+    against each other (the whole step's regret of one search against the other)."""
+    shape = ("--input-shape", "2,6,48")
+    a, b, out = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "bench.json"
+    for db, strategies in ((a, "im2col"), (b, "fft")):
+        tuned = run("tune", "torch_models:longconv_tiny", *shape, "--db", db, "--backend", "numpy", "--strategies",
+                    strategies)
+        assert tuned.exit_code == 0, tuned.output
+    result = run("bench-model", "torch_models:longconv_tiny", *shape, "--modes", "torch-fp32,convtune-fp32",
+                 "--steps", "4", "--warmup", "0", "--rounds", "2", "--null", "--db", a, "--against", b, "-o", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    modes = {m["mode"]: m for m in doc["modes"]}
+    assert list(modes) == ["torch-fp32", "torch-fp32-again", "convtune-fp32", "convtune-fp32-against"]
+    ours, theirs = modes["convtune-fp32"], modes["convtune-fp32-against"]
+    assert ours["tuning"]["tuned"] == theirs["tuning"]["tuned"] == 0  # (both from their caches)
+    labels = {name: {label.split("[")[0] for r in m["routes"] for k, label in r.items() if k != "layer"}
+              for name, m in (("ours", ours), ("theirs", theirs))}
+    assert "im2col" in labels["ours"] and "fft" not in labels["ours"] and "fft" in labels["theirs"], labels
+    assert ours["first_loss"] == pytest.approx(theirs["first_loss"], rel=1e-4)
+    assert "convtune-fp32 vs convtune-fp32-against" in result.output and str(b) in result.output
+    once = run("bench-model", "torch_models:longconv_tiny", *shape, "--modes", "convtune-fp32", "--db", a,
+               "--against", b, "-o", out)
+    assert once.exit_code == 1 and "--rounds 2" in once.output
+    missing = run("bench-model", "torch_models:longconv_tiny", *shape, "--rounds", "2", "--db", a,
+                  "--against", tmp_path / "none.db", "-o", out)
+    assert missing.exit_code == 1 and "no plan cache" in missing.output
+
+
 def test_heuristic_runtime_serves_pytorchs_convolution(caplog):
     rt = Runtime(store=MemoryPlanStore(), miss_policy="heuristic", planner_options={"timer": FailingTimer()})
     layer = ct.Conv2d(3, 4, 3, runtime=rt)

@@ -22,7 +22,7 @@ from .peers import available_peers
 from .report import PARITY_BOUND, make_report, parity
 from . import runner
 from .runner import DROP_IN, speedup, sweep_layers
-from .steps import AGAIN, paired, speedups
+from .steps import AGAIN, AGAINST, paired, speedups
 
 #: The peers that run PyTorch's own call as a plan of the ``torch`` strategy runs it, by math mode: against them a
 #: plan that is PyTorch's call is PyTorch's own, not faster or slower
@@ -227,13 +227,17 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @click.option("--null", is_flag=True, default=False,
               help="With --rounds: each PyTorch mode twice (the copy named ...-again), so that the table says what "
                    "PyTorch's step measures against itself: the noise of every other ratio.")
+@click.option("--against", "against_db", default=None, metavar="DB",
+              help="With --rounds: each convtune mode also on the plans of this other plan cache (an --exhaustive "
+                   "tune's, say), named ...-against and interleaved: the whole step's regret of one search against "
+                   "the other (benchmarks/compare_plans.py compares them layer by layer).")
 @click.option("--graph", is_flag=True, default=False,
               help="Capture every mode's training step whole in a CUDA graph (after its warm-up steps) and time "
                    "its replays: PyTorch's modes and convtune's alike, without the host's work per step.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="bench-model.json", show_default=True,
               help="JSON results file (written after every mode).")
 def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_name, profile_steps, rounds, null,
-                    graph, output):
+                    against_db, graph, output):
     """Time whole training steps of MODEL, patched by convtune and not, in one process.
 
     MODEL is torchvision:NAME, timm:NAME, convtune:NAME (replknet-31b, slak-t, longconv-1d) or
@@ -252,13 +256,18 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         raise click.ClickException(f"--rounds {rounds} is more than --steps {steps}: each round times at least one "
                                    "step per mode")
     runtime = Runtime(store=PlanCache(db), miss_policy="tune")
+    against = None
+    if against_db is not None:
+        if not os.path.exists(against_db) and "://" not in against_db:
+            raise click.ClickException(f"--against: no plan cache at {against_db}")
+        against = Runtime(store=PlanCache(against_db), miss_policy="tune")
     command = _command_line("bench-model")
     checkpoint = _json_writer(output)  # after every mode
     try:
         doc = bench_model(model, batch=batch, input_shape=parse_shapes(input_shape), modes=mode_list, steps=steps,
                           warmup=warmup, device=device_name, runtime=runtime, checkpoint=checkpoint, command=command,
                           progress=lambda text: echo(f"  {text}", err=True), profile=profile_steps,
-                          rounds=rounds, graph=graph, null=null)
+                          rounds=rounds, graph=graph, null=null, against=against)
     except KeyboardInterrupt:
         raise click.ClickException(f"interrupted; the modes measured so far are in {output}") from None
     except ValueError as exc:  # bad arguments (modes, rounds, --graph without CUDA)
@@ -288,7 +297,9 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         if name in by_round:
             mid, low, high = by_round[name]
             text += f" (round by round: median {mid:.2f}x, {low:.2f}x to {high:.2f}x)"
-        echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith(AGAIN) else ""))
+        echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith(AGAIN) else
+                     f"  <- these plans against {against_db}'s (below 1: theirs faster)"
+                     if name.endswith(AGAINST) else ""))
     for m in doc["modes"]:
         prof = m.get("profile")
         if prof:

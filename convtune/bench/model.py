@@ -33,6 +33,12 @@ itself is what the same step measures as, the noise any other ratio carries (MET
 same version twice). On the H100, ResNet-50 under AMP with every layer handed back to PyTorch (the
 patched model was PyTorch's own) measured 0.92x in 8 rounds of one or two steps without these.
 
+With ``against`` (``--against DB``), each convtune mode also runs as a copy on the plans of another runtime (another
+plan cache: an ``--exhaustive`` tune's, say), named ``...-against`` and interleaved with the others (``rounds``): the
+two modes' steps differ only in the plans, so their ratio is the whole step's regret of one search against the
+other, with ``null``'s PyTorch-against-itself as its noise. ``benchmarks/compare_plans.py`` compares the same two
+caches layer by layer.
+
 With ``graph`` (``--graph``), every mode's training step is captured whole in a CUDA graph after its
 warm-up steps and the timed steps are the graph's replays (:func:`capture_step`): the host's work per step
 drops out for PyTorch's modes and convtune's alike, as in ``torch.compile(mode="reduce-overhead")`` or a
@@ -75,7 +81,7 @@ from ..runtime import Runtime, default_runtime
 from ..torch import models as model_specs
 from ..torch.modules import patch
 from ..torch.tuning import tune
-from .steps import AGAIN
+from .steps import AGAIN, AGAINST
 from .steps import kind as _kind
 
 log = logging.getLogger("convtune")
@@ -318,19 +324,20 @@ def _finish(record, mode, step, device, runtime, progress, profile) -> None:
 
 
 def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, runtime=None, progress=None,
-                    profile=0, report=None, graph=False) -> list[dict]:
+                    profile=0, report=None, graph=False, runtimes=None) -> list[dict]:
     """Every mode set up in turn (PyTorch's first, as :func:`bench_model` orders them), then their timed
     steps in ``rounds`` interleaved rounds (each mode ``steps / rounds`` steps per round, in turn), so
     that what drifts over a run (clocks, temperature, the allocator's state) weighs on every mode alike.
     A mode whose set-up fails is a record with ``failed``; the others go on. ``report(records)`` is
     called after each set-up and each round with the records so far (``rounds``: the rounds done), so
-    that an interrupted run keeps what it measured."""
+    that an interrupted run keeps what it measured. ``runtimes``: a mode's own runtime, where it has one
+    (the ``...-against`` copies)."""
     prepared = []  # (record, step, runtime)
     records = []
     for mode in modes:
         try:
-            prepared.append(prepare_mode(mode, base, x, target, device, warmup=warmup, runtime=runtime,
-                                         progress=progress, graph=graph))
+            prepared.append(prepare_mode(mode, base, x, target, device, warmup=warmup,
+                                         runtime=(runtimes or {}).get(mode, runtime), progress=progress, graph=graph))
         except Exception as exc:
             log.warning("bench-model %s failed: %s", mode, exc)
             prepared.append(({"mode": mode, "failed": f"{type(exc).__name__}: {exc}"}, None, None))
@@ -390,13 +397,14 @@ def _routes(runtime) -> list[dict]:
 
 def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES, steps=20, warmup=3,
                 device=None, runtime=None, seed=0, progress=None, checkpoint=None, command="", profile=0,
-                rounds=1, graph=False, null=False) -> dict:
+                rounds=1, graph=False, null=False, against=None) -> dict:
     """Benchmark ``spec``'s training step in every mode (see the module docstring), in :data:`MODES`'
     order; returns the JSON document (``checkpoint(doc)`` is called after each mode; interleaved, after each
     mode's set-up and each round). ``rounds`` above 1: the timed steps of all modes interleaved in that
     many rounds (:func:`run_interleaved`). ``graph``: every mode's step captured whole in a CUDA graph and
     replayed (:func:`capture_step`), PyTorch's modes too. ``null``: each PyTorch mode twice (interleaved
-    only; see the module docstring)."""
+    only; see the module docstring). ``against``: a runtime on another plan cache, each convtune mode run on its
+    plans too (interleaved only)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}; acceptable: {', '.join(MODES)}")
@@ -404,10 +412,19 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
         raise ValueError(f"rounds must be between 1 and the timed steps ({steps}), got {rounds}")
     if null and rounds < 2:
         raise ValueError("--null times each PyTorch mode twice side by side: it needs --rounds 2 or more")
+    if against is not None and rounds < 2:
+        raise ValueError("--against times each convtune mode on two caches' plans side by side: it needs --rounds 2 "
+                         "or more")
     modes = sorted(dict.fromkeys(modes), key=MODES.index)
+    if against is not None and not any(m.startswith("convtune") for m in modes):
+        raise ValueError("--against compares convtune modes' plans: give at least one convtune mode")
     if null:  # (the copies set up right after PyTorch's modes, before convtune tunes anything)
         peers = [m for m in modes if m.startswith("torch")]
         modes = peers + [m + AGAIN for m in peers] + [m for m in modes if not m.startswith("torch")]
+    runtimes = {}
+    if against is not None:  # (each copy right after its mode)
+        modes = [c for m in modes for c in ((m, m + AGAINST) if m.startswith("convtune") else (m,))]
+        runtimes = {m: against for m in modes if m.endswith(AGAINST)}
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if graph and device.type != "cuda":
         raise ValueError(f"a CUDA graph captures work on a CUDA device, not on {device}: drop --graph or run on a GPU")
@@ -432,7 +449,8 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
            "convtune": __version__, "steps": steps, "warmup": warmup, "rounds": rounds, "graph": graph,
-           "null": null,
+           "null": null, "against": getattr(getattr(against, "store", None), "display_url", None)
+           if against is not None else None,
            "modes": [],
            "complete": False}
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -446,7 +464,7 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
             if checkpoint:
                 checkpoint(doc)
         run_interleaved(modes, base, x, target, device, steps=steps, warmup=warmup, rounds=rounds, runtime=runtime,
-                        progress=progress, profile=profile, report=report, graph=graph)
+                        progress=progress, profile=profile, report=report, graph=graph, runtimes=runtimes)
         modes = []
     for mode in modes:
         try:

@@ -17,7 +17,8 @@ for the default cache location.
 **PostgreSQL** connections have connect and statement timeouts, and every call also runs under a
 client-side deadline (a frozen server never answers, and a socket waiting on it ignores the
 server's own timeouts). Lost or refused connections are retried with backoff (writes for up to
-``retry_s``, reads once); after a call that failed or timed out, the database is left alone for a while, in
+``retry_s``, reads once; a pooled connection the server dropped is found so, not by a ping before every call);
+reads run without a transaction (one round trip each); after a call that failed or timed out, the database is left alone for a while, in
 which calls fail at once with :class:`~convtune.errors.CacheError`, so that a training process falls back
 instead of waiting: :data:`FIRST_COOLDOWN_S` after the first failure, doubling with each failure in a row up to
 ``cooldown_s``, so that a server back after a restart or a freeze is asked again within a second or two, and
@@ -120,7 +121,9 @@ class Database:
             else:
                 if read_only:
                     self.read_only_reason = "opened read-only"
-                self.engine = create_engine(parsed, pool_pre_ping=True, connect_args={
+                # (no ping before each use: a connection the server dropped fails its call, which is tried again
+                # on a new one: see _guarded; a ping would cost every lookup a round trip)
+                self.engine = create_engine(parsed, pool_pre_ping=False, connect_args={
                     "connect_timeout": max(1, int(round(timeout_s))),
                     "options": f"-c statement_timeout={int(timeout_s * 1000)}"})
         except (NoSuchModuleError, ImportError) as exc:
@@ -197,6 +200,8 @@ class Database:
             while True:
                 try:
                     with self.engine.connect() as conn:
+                        if self.dialect == "postgresql":  # (a read needs no transaction: no BEGIN, no ROLLBACK)
+                            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
                         return fn(conn)
                 except OperationalError as exc:
                     # SQLite can answer "locked" without waiting for its busy timeout: while another
