@@ -377,3 +377,11 @@ def test_a_half_precision_layers_round_trip_decision_is_stored_apart_and_reused(
     assert len(PlanCache(cache_url).records("trip")) == 2
     second = convtune.Runtime(store=PlanCache(cache_url), planner_options={"timer": FailingTimer()})
     assert second.round_trip_for(half, be) == made[half] and second.tuned == 0
+
+
+def test_the_cool_down_after_failures_starts_at_a_second_and_doubles_to_its_cap():
+    """A database that failed is left alone 1 s, then 2, 4, ... up to cooldown_s: back within a second or two of a
+    restart, and asked only now and then while it stays down."""
+    from convtune.cache.connect import cooldown
+    assert [cooldown(n, 30.0) for n in range(1, 8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert cooldown(1, 0.5) == 0.5 and cooldown(10 ** 6, 30.0) == 30.0

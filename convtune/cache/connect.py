@@ -18,11 +18,9 @@ for the default cache location.
 client-side deadline (a frozen server never answers, and a socket waiting on it ignores the
 server's own timeouts). Lost or refused connections are retried with backoff (writes for up to
 ``retry_s``, reads once; a pooled connection the server dropped is found so, not by a ping before every call);
-reads run without a transaction (one round trip each); after a call that failed or timed out, the database is left alone for a while, in
-which calls fail at once with :class:`~convtune.errors.CacheError`, so that a training process falls back
-instead of waiting: :data:`FIRST_COOLDOWN_S` after the first failure, doubling with each failure in a row up to
-``cooldown_s``, so that a server back after a restart or a freeze is asked again within a second or two, and
-one that stays down costs a call's wait only now and then.
+reads run without a transaction (one round trip each). After a call that failed or timed out, the database is
+left alone for a while (:func:`cooldown`), in which calls fail at once with :class:`~convtune.errors.CacheError`,
+so that a training process falls back instead of waiting.
 """
 
 from __future__ import annotations
@@ -52,6 +50,13 @@ DEFAULT_RETRY_S = 15.0
 DEFAULT_COOLDOWN_S = 30.0
 #: Seconds it is left alone after a first failure (doubling with each failure in a row).
 FIRST_COOLDOWN_S = 1.0
+
+
+def cooldown(failures_in_a_row: int, most_s: float) -> float:
+    """Seconds a database that failed so many times in a row is left alone: :data:`FIRST_COOLDOWN_S`, doubling with
+    each failure, at most ``most_s``; so a server back after a restart or a freeze is asked again within a second or
+    two, and one that stays down costs a call's wait only now and then."""
+    return min(most_s, FIRST_COOLDOWN_S * 2 ** min(failures_in_a_row - 1, 16))
 
 
 def _sqlite_tables(path: str) -> tuple[list[str], bool]:
@@ -270,8 +275,8 @@ class Database:
                     backoff = min(2 * backoff, 2.0)
                     continue
             self._failures_in_a_row += 1
-            pause = min(self.cooldown_s, FIRST_COOLDOWN_S * 2 ** min(self._failures_in_a_row - 1, 16))
-            self._down_until, self._down_reason = time.monotonic() + pause, failure
+            self._down_until = time.monotonic() + cooldown(self._failures_in_a_row, self.cooldown_s)
+            self._down_reason = failure
             raise CacheError(f"plan cache {self.display_url} failed: {failure}")
 
     def _with_deadline(self, run, seconds: float):

@@ -93,7 +93,7 @@ class PlanCache(SharedWork):
     lazy : bool
         Connect on first use rather than here (the default runtime's cache: importing convtune touches no
         file); an open that fails is tried again after a second, doubling with each failure in a row up to
-        ``cooldown_s`` seconds (:data:`~convtune.cache.connect.FIRST_COOLDOWN_S`).
+        ``cooldown_s`` seconds (:func:`~convtune.cache.connect.cooldown`).
 
     Examples
     --------
@@ -145,8 +145,8 @@ class PlanCache(SharedWork):
             except CacheError as exc:
                 self._db = None
                 self._open_failures += 1
-                pause = min(self._cooldown_s, connect.FIRST_COOLDOWN_S * 2 ** min(self._open_failures - 1, 16))
-                self._failed_until, self._failure = now + pause, str(exc)
+                self._failed_until = now + connect.cooldown(self._open_failures, self._cooldown_s)
+                self._failure = str(exc)
                 raise
             self._open_failures = 0
             return self._db
