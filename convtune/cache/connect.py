@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import sqlite3
 import threading
 import time
@@ -57,6 +58,39 @@ def cooldown(failures_in_a_row: int, most_s: float) -> float:
     each failure, at most ``most_s``; so a server back after a restart or a freeze is asked again within a second or
     two, and one that stays down costs a call's wait only now and then."""
     return min(most_s, FIRST_COOLDOWN_S * 2 ** min(failures_in_a_row - 1, 16))
+
+
+class _Callers:
+    """Daemon threads that run calls handed to them, each kept for the next call once its call returns (a call that
+    hangs keeps its thread; the next call gets another). Daemon threads: a process whose server froze still exits."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self._idle: list[queue.SimpleQueue] = []  # the idle threads' inboxes
+        self._lock = threading.Lock()
+
+    def call(self, run) -> tuple[dict, threading.Event]:
+        """Start ``run()`` on an idle thread (a new one where none is): ``(box, done)``, ``done`` set once ``box``
+        holds its ``value`` or its ``error``."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name="convtune-cache-call", daemon=True).start()
+        box, done = {}, threading.Event()
+        inbox.put((run, box, done))
+        return box, done
+
+    def _serve(self, inbox: queue.SimpleQueue) -> None:
+        while True:
+            run, box, done = inbox.get()
+            try:
+                box["value"] = run()
+            except BaseException as exc:  # handed to the caller
+                box["error"] = exc
+            done.set()
+            with self._lock:
+                self._idle.append(inbox)
 
 
 def _sqlite_tables(path: str) -> tuple[list[str], bool]:
@@ -118,6 +152,7 @@ class Database:
         self._down_until = 0.0
         self._down_reason = ""
         self._failures_in_a_row = 0
+        self._callers: _Callers | None = None  # PostgreSQL's call threads
         self.read_only, self.read_only_reason = bool(read_only), "opened read-only" if read_only else ""
         self.tables: list[str] = []  # an existing SQLite file's tables, as found before anything was done
         try:
@@ -280,18 +315,14 @@ class Database:
             raise CacheError(f"plan cache {self.display_url} failed: {failure}")
 
     def _with_deadline(self, run, seconds: float):
-        """``run()`` in a daemon thread, given up after ``seconds`` (the thread is left to finish or hang)."""
-        box = {}
-
-        def target():
-            try:
-                box["value"] = run()
-            except BaseException as exc:  # handed to the caller
-                box["error"] = exc
-        worker = threading.Thread(target=target, name="convtune-cache-call", daemon=True)
-        worker.start()
-        worker.join(seconds)
-        if worker.is_alive():
+        """``run()`` on one of the database's call threads, given up after ``seconds`` (the call is left to finish
+        or hang there). The threads are kept from call to call: starting one per call cost a lookup 0.1 ms on an
+        idle machine and several on a loaded one (a new thread waits for the scheduler)."""
+        callers = self._callers
+        if callers is None or callers.pid != os.getpid():  # (a process forked from this one makes its own)
+            callers = self._callers = _Callers()
+        box, done = callers.call(run)
+        if not done.wait(seconds):
             raise TimeoutError(f"no answer within {seconds:.1f} s (is the server down or frozen?)")
         if "error" in box:
             raise box["error"]
