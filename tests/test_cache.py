@@ -385,3 +385,25 @@ def test_the_cool_down_after_failures_starts_at_a_second_and_doubles_to_its_cap(
     from convtune.cache.connect import cooldown
     assert [cooldown(n, 30.0) for n in range(1, 8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert cooldown(1, 0.5) == 0.5 and cooldown(10 ** 6, 30.0) == 30.0
+
+
+def test_call_threads_are_kept_and_a_hung_call_keeps_only_its_own():
+    """PostgreSQL's calls run under deadlines on kept daemon threads: sequential calls reuse one thread, and a call
+    that hangs (a frozen server) keeps its thread while the next call gets another."""
+    import threading
+    from convtune.cache.connect import _Callers
+
+    def ours():
+        return sum(t.name == "convtune-cache-call" for t in threading.enumerate())
+    callers, before = _Callers(), ours()
+    for i in range(200):
+        box, done = callers.call(lambda i=i: i)
+        assert done.wait(5) and box["value"] == i
+    assert ours() - before == 1
+    hang = threading.Event()
+    _box, hung = callers.call(hang.wait)
+    assert not hung.wait(0.1)
+    box, done = callers.call(lambda: 1 / 0)
+    assert done.wait(5) and isinstance(box["error"], ZeroDivisionError) and ours() - before == 2
+    hang.set()
+    assert hung.wait(5)

@@ -88,9 +88,9 @@ class _Callers:
                 box["value"] = run()
             except BaseException as exc:  # handed to the caller
                 box["error"] = exc
-            done.set()
-            with self._lock:
+            with self._lock:  # (idle before the caller wakes: its next call finds this thread, not a new one)
                 self._idle.append(inbox)
+            done.set()
 
 
 def _sqlite_tables(path: str) -> tuple[list[str], bool]:
