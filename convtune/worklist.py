@@ -73,6 +73,7 @@ class Leases:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._unreleased = 0  # leases not given back while the cache failed (warned of once, then at DEBUG)
 
     def take(self, problem: ConvProblem, device) -> str | None:
         """Take the lease on ``problem`` on ``device``: ``None`` where it is this holder's now, else who
@@ -92,8 +93,11 @@ class Leases:
         try:
             self.cache.release_lease(problem, device_key, self.holder)
         except CacheError as exc:  # it runs out by itself
-            log.warning("convtune: could not give back the lease of %s (%s); it runs out in %.0f s",
-                        problem.describe(), exc, self.ttl_s)
+            self._unreleased += 1
+            log.log(logging.WARNING if self._unreleased == 1 else logging.DEBUG,
+                    "convtune: could not give back the lease of %s (%s); it runs out in %.0f s%s", problem.describe(),
+                    exc, self.ttl_s, " (further leases not given back are logged at DEBUG)"
+                    if self._unreleased == 1 else "")
 
     def _renew(self):
         while not self._stop.wait(self.ttl_s / 3):

@@ -407,3 +407,22 @@ def test_call_threads_are_kept_and_a_hung_call_keeps_only_its_own():
     assert done.wait(5) and isinstance(box["error"], ZeroDivisionError) and ours() - before == 2
     hang.set()
     assert hung.wait(5)
+
+
+def test_leases_not_given_back_are_warned_of_once(caplog):
+    """A cache that stops answering while a process gives its leases back: one warning (each lease runs out by
+    itself), the rest at DEBUG, not one warning per lease from every process of a cluster."""
+    import logging
+    from convtune.errors import CacheError
+    from convtune.worklist import Leases
+
+    class Down:
+        def release_lease(self, problem, device_key, holder):
+            raise CacheError("postgresql://cache/plans is not answering")
+    leases = Leases(Down(), ttl_s=90)
+    with caplog.at_level(logging.DEBUG, logger="convtune"):
+        for n in (1, 2, 3):
+            leases.release(problem(n), "dev")
+    said = [r for r in caplog.records if "could not give back the lease" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert "runs out in 90 s" in said[0].getMessage()
