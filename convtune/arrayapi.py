@@ -10,7 +10,7 @@ import numpy as np
 
 from . import precision
 from .plan import Plan
-from .problem import ConvProblem, _tuple, integral
+from .problem import ConvProblem, integral, per_axis
 
 from .runtime import Runtime, default_runtime
 
@@ -68,16 +68,12 @@ def padding_sides(padding, kernel, dilation, stride) -> list[tuple[int, int]]:
         if padding == "valid":
             return [(0, 0)] * rank
         if padding == "same":
-            if any(s != 1 for s in _per_axis(stride, rank, "stride")):
+            if any(s != 1 for s in per_axis(stride, rank, "stride")):
                 raise ValueError("padding='same' is not supported for strided convolutions")
-            totals = [d * (k - 1) for d, k in zip(_per_axis(dilation, rank, "dilation"), kernel)]
+            totals = [d * (k - 1) for d, k in zip(per_axis(dilation, rank, "dilation"), kernel)]
             return [(t // 2, t - t // 2) for t in totals]
         raise ValueError(f"invalid padding string {padding!r}; acceptable: 'valid', 'same', or integers")
-    return [(p, p) for p in _per_axis(padding, rank, "padding")]
-
-
-def _per_axis(value, rank, name):
-    return _tuple(value, rank, name)
+    return [(p, p) for p in per_axis(padding, rank, "padding")]
 
 
 def _general(a, w, padding):

@@ -56,7 +56,9 @@ def integral(value, name: str) -> int:
     return int(value)
 
 
-def _tuple(value, rank: int, name: str) -> tuple[int, ...]:
+def per_axis(value, rank: int, name: str) -> tuple[int, ...]:
+    """``value`` (an int, or a sequence of ``rank`` ints) as one int per spatial axis; ``ValueError`` naming ``name``
+    otherwise."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return (int(value),) * rank
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -112,8 +114,8 @@ class ConvProblem:
         rank = len(input_size)
         return cls(batch=integral(batch, "batch"), in_channels=integral(in_channels, "in_channels"),
                    out_channels=integral(out_channels, "out_channels"), input_size=input_size,
-                   kernel_size=_tuple(kernel_size, rank, "kernel_size"), stride=_tuple(stride, rank, "stride"),
-                   padding=_tuple(padding, rank, "padding"), dilation=_tuple(dilation, rank, "dilation"),
+                   kernel_size=per_axis(kernel_size, rank, "kernel_size"), stride=per_axis(stride, rank, "stride"),
+                   padding=per_axis(padding, rank, "padding"), dilation=per_axis(dilation, rank, "dilation"),
                    groups=integral(groups, "groups"), dtype=str(dtype), math=str(math), pass_=str(pass_),
                    layout=str(layout))
 
