@@ -55,6 +55,24 @@ class PgServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def pids(self) -> list[int]:
+        """The server's processes: the postmaster and its children (what a test freezes with SIGSTOP)."""
+        try:
+            with open(os.path.join(self.data, "postmaster.pid")) as fh:
+                main_pid = int(fh.readline())
+        except (OSError, ValueError):
+            return []
+        pids = [main_pid]
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        if int(fh.read().rsplit(")", 1)[1].split()[1]) == main_pid:
+                            pids.append(int(entry))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return pids
+
     def stop(self):
         try:
             self._run(self.pg_ctl, "-D", self.data, "-m", "immediate", "stop")

@@ -175,18 +175,7 @@ class Postgres:
         self._ctl("-m", "fast", "restart")
 
     def pids(self) -> list[int]:
-        with open(os.path.join(self.server.data, "postmaster.pid")) as fh:
-            main = int(fh.readline())
-        pids = [main]
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as fh:
-                        if int(fh.read().rsplit(")", 1)[1].split()[1]) == main:
-                            pids.append(int(entry))
-                except (OSError, ValueError, IndexError):
-                    pass
-        return pids
+        return self.server.pids()
 
     def freeze(self, seconds: float):
         pids = self.pids()

@@ -152,30 +152,12 @@ def own_pg():
             pytest.fail(f"PostgreSQL tests must run in CI: {exc}")
         pytest.skip(str(exc))
     yield server
-    for pid in _server_pids(server):
+    for pid in server.pids():
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
     server.stop()
-
-
-def _server_pids(server):
-    try:
-        with open(os.path.join(server.data, "postmaster.pid")) as fh:
-            main_pid = int(fh.readline())
-    except (OSError, ValueError):
-        return []
-    pids = [main_pid]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == main_pid:
-                        pids.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return pids
 
 
 def _pg(server, args):
@@ -218,7 +200,7 @@ def test_postgres_frozen_under_a_lookup_and_show(own_pg):
     PlanCache(url).put(decision(problem()))
     cache = PlanCache(url, timeout_s=1.5)
     cache.db.cooldown_s = 1.0
-    pids = _server_pids(own_pg)
+    pids = own_pg.pids()
     assert pids
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
