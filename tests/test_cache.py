@@ -95,7 +95,7 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     this convtune's plan. Where they can, or the winner's own version changed, it is a miss."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
-    older = current.replace("depthwise8", "depthwise3")
+    older = current.replace("depthwise9", "depthwise3")
     assert older != current
     dense, depthwise = problem(), ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(9, 9),
                                                    kernel_size=3, groups=4)

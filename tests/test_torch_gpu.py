@@ -218,13 +218,15 @@ def test_launch_path_trains_like_pytorch_on_a_side_stream(case, layout, monkeypa
 
 
 REPLAYED = {"im2col-1x1": ("im2col", dict(in_channels=32, out_channels=48, kernel_size=1), ("fwd", "dgrad")),
-            "cudnn": ("cudnn", dict(in_channels=32, out_channels=48, kernel_size=3, padding=1), ("fwd", "dgrad", "wgrad"))}
+            "cudnn": ("cudnn", dict(in_channels=32, out_channels=48, kernel_size=3, padding=1), ("fwd", "dgrad", "wgrad")),
+            "depthwise": ("depthwise", dict(in_channels=32, out_channels=32, kernel_size=5, padding=2, groups=32),
+                          ("fwd", "dgrad", "wgrad"))}
 
 
 @pytest.mark.parametrize("case", sorted(REPLAYED))
 def test_plans_replayed_from_cuda_graphs_train_like_pytorch_on_a_side_stream(case):
-    """The 1x1 plans' forward and backward-data GEMMs (cuBLASLt) and the cuDNN plans' executions are replayed from
-    CUDA graphs once the same addresses come again. Called three times on the same tensors (the result dropped
+    """The 1x1 plans' forward and backward-data GEMMs (cuBLASLt), the cuDNN plans' executions and the depthwise
+    kernels' launches are replayed from CUDA graphs once the same addresses come again. Called three times on the same tensors (the result dropped
     between calls, so its block comes back), each pass is direct, then captured, then replayed, right each time.
     Then six training steps on a busy side stream, each dropping its tensors before the next as a training loop
     does: output and gradients within fp32 of PyTorch's at every step, the steady steps replayed, and replay never
@@ -242,11 +244,12 @@ def test_plans_replayed_from_cuda_graphs_train_like_pytorch_on_a_side_stream(cas
     assert all(type(r).__name__ == "AddressReplay" for r in launches.values()), launches
     fwd, dgrad = launches["fwd"], launches["dgrad"]
     w = plain.weight.detach()
-    dy = torch.randn(4, 48, 15, 13, device="cuda")
-    pad = kwargs.get("padding", 0)
-    want = {"fwd": torch.nn.functional.conv2d(x, w, padding=pad),
-            "dgrad": torch.nn.grad.conv2d_input(x.shape, w, dy, padding=pad),
-            "wgrad": torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=pad)}
+    out_channels = kwargs["out_channels"]
+    dy = torch.randn(4, out_channels, 15, 13, device="cuda")
+    pad, groups = kwargs.get("padding", 0), kwargs.get("groups", 1)
+    want = {"fwd": torch.nn.functional.conv2d(x, w, padding=pad, groups=groups),
+            "dgrad": torch.nn.grad.conv2d_input(x.shape, w, dy, padding=pad, groups=groups),
+            "wgrad": torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=pad, groups=groups)}
     operands = {"fwd": (x, w), "dgrad": (dy, w), "wgrad": (x, dy)}
     for pass_, replay in launches.items():
         a, b = operands[pass_]
@@ -258,7 +261,7 @@ def test_plans_replayed_from_cuda_graphs_train_like_pytorch_on_a_side_stream(cas
             del got
         # (one graph at most for these addresses, and replays: the example run of ct.tune may have called them first)
         assert replay.made - before[0] <= 1 and replay.replayed - before[1] >= 1, (pass_, replay.made, replay.replayed)
-    probe = torch.randn(4, 48, 15, 13, device="cuda")
+    probe = torch.randn(4, out_channels, 15, 13, device="cuda")
     side = torch.cuda.Stream()
     big = torch.randn(4096, 4096, device="cuda")
     xs = x.clone().requires_grad_()
@@ -320,7 +323,10 @@ def test_amp_channels_last_depthwise_plans_run_on_the_tensors_own_memory(dtype, 
     assert (route.problem.dtype, route.problem.layout) == (dtype, "channels_last")
     assert all("variant=nhwc" in label for label in route.labels().values()), route.labels()
     assert {e.launch_dtype for e in (route.fwd_exec, route.dgrad_exec, route.wgrad_exec)} == {half}
-    assert route.wgrad_exec.launch_workspace == 4 * 40 * 49
+    # (the filter gradient's float32 sums: a block of the plan's own, so the launch replays from a CUDA graph)
+    assert route.wgrad_exec.launch_workspace == 0 and route.wgrad_exec.launch.holds.nbytes == 4 * 40 * 49
+    assert all(type(e.launch).__name__ == "AddressReplay" for e in (route.fwd_exec, route.dgrad_exec,
+                                                                     route.wgrad_exec))
     assert y.dtype == half and y.is_contiguous(memory_format=torch.channels_last)
     x64 = x.to(half).double().requires_grad_()
     w64 = plain.weight.to(half).double().requires_grad_()

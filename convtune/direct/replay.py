@@ -1,5 +1,5 @@
-"""A by-address launch replayed from CUDA graphs, one per operand addresses: the 1x1 plans' cuBLASLt GEMMs and the
-cuDNN plans' executions.
+"""A by-address launch replayed from CUDA graphs, one per operand addresses: the 1x1 plans' cuBLASLt GEMMs, the
+cuDNN plans' executions and the depthwise kernels' launches.
 
 A cuBLAS or cuBLASLt call costs 10 to 16 µs of host time on the H100, which is about what PyTorch's whole
 convolution call costs; the cuDNN frontend's execute costs 110 to 140. Launching the same GEMM from a CUDA graph
@@ -11,6 +11,8 @@ The policy:
 - The first call with some addresses launches directly and remembers them.
 - The second call captures a graph for them, on a side stream of its own in thread-local capture mode, so that
   other threads' work is not part of the capture. Later calls replay that graph on the caller's stream.
+- A launch that needs device memory besides its operands (a workspace) gets it from the plan, allocated once
+  (:func:`owning`): one address, the same in every graph.
 - Graphs and remembered addresses are bounded, the oldest dropped first.
 - If the addresses keep changing, so that graphs are made far more often than replayed, replay is switched off for
   this launch and its calls go direct. That is logged once.
@@ -60,10 +62,11 @@ class AddressReplay:
     """``launch(a, b, out, stream)`` (device addresses and a CuPy stream; its GPU work only, nothing allocated or
     synchronised) served from CUDA graphs per ``(a, b, out)``, by the policy above. ``what`` names the launch in
     the log. ``side_stream()`` gives the capture stream and capture mode (``None``: a CuPy stream of its own); tests
-    pass stand-ins."""
+    pass stand-ins. ``holds``: what the launch writes besides its operands (a workspace), kept as long as it is."""
 
-    def __init__(self, launch, what: str, side_stream=None):
+    def __init__(self, launch, what: str, side_stream=None, holds=None):
         self._launch, self.what, self._side_stream = launch, what, side_stream or _cupy_side_stream
+        self.holds = holds
         self._graphs: dict = {}  # (a, b, out) -> graph, oldest first
         self._seen: dict = {}  # addresses called once, oldest first (a dict as an ordered set)
         self._side = None  # (stream, capture mode), made at the first capture
@@ -125,3 +128,18 @@ class AddressReplay:
     def _switch_off(self, why: str) -> None:
         self.off = why
         log.info("convtune: %s is launched directly from now on, not replayed from CUDA graphs: %s", self.what, why)
+
+
+def owning(launch, workspace: int, xp, what: str, side_stream=None) -> AddressReplay:
+    """``launch(a, b, out, stream[, workspace])`` (the fifth argument where ``workspace`` bytes are needed) as an
+    :class:`AddressReplay` of four arguments that owns its workspace: a block of ``workspace`` bytes allocated here,
+    once, for the plan's life, so that a call allocates nothing and every graph holds the same address. The plan's
+    calls share the block, as the calls of a cuDNN plan share its workspace: one stream at a time."""
+    if not workspace:
+        return AddressReplay(launch, what, side_stream)
+    block = xp.empty(workspace, dtype=xp.uint8)
+    at = block.data.ptr
+
+    def direct(a: int, b: int, out: int, stream) -> None:
+        launch(a, b, out, stream, at)
+    return AddressReplay(direct, what, side_stream, holds=block)

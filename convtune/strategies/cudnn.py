@@ -475,8 +475,9 @@ class CudnnStrategy(Strategy):
                 execute((a, b, out), ws_ptr, index, handle, tensor_uids=uids)
         # the frontend's execute replayed from a CUDA graph per operand addresses (the workspace is the plan's own:
         # one address), which costs the host a few microseconds instead of the execute's 110 to 140
-        launch = replay.AddressReplay(direct, f"the cuDNN plan {self.describe(config)} of {problem.describe()}")
-        launch.workspace = workspace  # (the plan's workspace lives as long as the plan: cuDNN writes it)
+        # (the plan's workspace lives as long as the plan: cuDNN writes it)
+        launch = replay.AddressReplay(direct, f"the cuDNN plan {self.describe(config)} of {problem.describe()}",
+                                      holds=workspace)
         if (problem.dtype, problem.layout) != ("float32", "channels_first"):
             return precision.launched(launch, problem, cp)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .. import precision
 from ..compiling import build_concurrently
-from ..direct import depthwise3d, depthwise_nhwc
+from ..direct import depthwise3d, depthwise_nhwc, replay
 from ..direct.depthwise import (MAX_TAPS, TILE_W, TILED_ROWS, WINDOW_S, DepthwiseConv, tiled_reason, tiled_warps,
                                 window_layout, window_reason)
 from ..executor import Executor
@@ -62,6 +62,10 @@ def _half_depthwise_3d(problem: ConvProblem) -> bool:
         problem.out_channels
 
 
+def _no_shape(problem: ConvProblem) -> bool:
+    return False
+
+
 def _depthwise_3d(problem: ConvProblem) -> bool:
     return problem.rank == 3 and problem.groups == problem.in_channels == problem.out_channels
 
@@ -69,12 +73,14 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 8
+    version = 9
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
-    # ones; the plans of
-    # other shapes stand
-    changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d}
+    # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
+    # are the same, so every plan stands, and the duels against PyTorch's call, which weigh the host's time too,
+    # are measured again (their conditions name this version)
+    changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
+               9: _no_shape}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -152,27 +158,24 @@ class DepthwiseStrategy(Strategy):
 
     def build(self, problem, config, backend):
         cp = backend.xp
-        if _nhwc(config):
-            return self._build_nhwc(problem, config, backend)
         sm_count = backend.device_info().sm_count
-        if problem.rank == 3:
+        if _nhwc(config):
+            executor = depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, sm_count, config.rows,
+                                                        tiled=config.variant == "nhwc-tiled")
+        elif problem.rank == 3:
             executor = depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
         else:
             executor = DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
-        if problem.dtype != "float32":  # by address on the dtype's own memory (bfloat16 as 16-bit numbers), as
-            # the nhwc kernels run: the planner times the launch on 16-bit copies, as the PyTorch bridge runs it
-            return precision.launched(executor.launch, problem, cp, executor.workspace)
+        # the launch (a memset, the kernel, a rounding kernel: 15 to 60 us of CuPy's host work) replayed from CUDA
+        # graphs per operand addresses, with the workspace of a half-precision filter gradient the plan's own
+        launch = replay.owning(executor.launch, executor.workspace, cp,
+                               f"the plan {self.describe(config)} of {problem.describe()}")
+        if problem.dtype != "float32" or _nhwc(config):  # by address on the dtype's own memory (bfloat16 as 16-bit
+            # numbers), in the problem's layout: the planner times the launch on copies in that memory, as the
+            # PyTorch bridge runs it
+            return precision.launched(launch, problem, cp)
         shape = problem.result_shape
 
         def run(a, b, out=None):
             return executor(a, b, cp.empty(shape, dtype=cp.float32) if out is None else out)
-        return Executor(run, launch=executor.launch)  # (by address: the PyTorch bridge)
-
-    def _build_nhwc(self, problem, config, backend):
-        cp = backend.xp
-        executor = depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, backend.device_info().sm_count,
-                                                    config.rows, tiled=config.variant == "nhwc-tiled")
-
-        # by address on memory of the problem's own dtype (bfloat16 as 16-bit numbers: the PyTorch bridge), with a
-        # workspace where it needs one; the planner times the launch on 16-bit copies, as the bridge runs it
-        return precision.launched(executor.launch, problem, cp, executor.workspace)
+        return Executor(run, launch=launch)  # (by address: the PyTorch bridge)
