@@ -38,6 +38,11 @@ import sys
 import tempfile
 import time
 
+# one BLAS thread per process: the float64 checks are small, and 160 processes each with a spinning BLAS thread per
+# core would load the machine that the stand-in tuners are there not to load
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
@@ -341,9 +346,9 @@ def analyse(work, url, args, problems, faults, kills, stragglers, start, end) ->
         windows = []
         for f in faults:
             after = [e["t"] for e in events if e["t"] - e["lookup"] >= f["end"] and "failed" not in e]
-            back = min(after) if after else end
-            windows.append((f["start"], back))
-            recovery[f"{f['kind']}@{f['start'] - start:.0f}s"].append(back - f["end"])
+            windows.append((f["start"], min(after) if after else end))
+            if after:  # (a reader with no good lookup after the fault's end, the run's end first: no figure)
+                recovery[f"{f['kind']}@{f['start'] - start:.0f}s"].append(min(after) - f["end"])
         for e in events:
             began = e["t"] - e["lookup"]
             in_window = any(a <= began <= b or a <= e["t"] <= b for a, b in windows)
