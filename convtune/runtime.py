@@ -34,6 +34,7 @@ from .building import build_from_config, build_plan, check_config, heuristic_dec
 from .planner import Planner
 from .problem import ConvProblem
 from .roundtrip import DEFAULT_KEEP_LIMIT
+from .strategies import get_strategy
 from .worklist import POLL_S, store_leases
 
 log = logging.getLogger("convtune")
@@ -84,6 +85,8 @@ class Runtime:
         self.store = store if store is not None else MemoryPlanStore()
         self.miss_policy = miss_policy
         self.planner_options = dict(planner_options or {})
+        for name in self.planner_options.get("strategies") or ():
+            get_strategy(name)  # an unknown name fails here, listing the registered ones, not at the first miss
         self._memo: dict[tuple, Plan] = {}
         self._trips: dict[tuple, object] = {}  # (device key, forward problem key) -> TripDecision or None
         self._layer_memos: dict[str, dict] = {}  # front ends' own memos (the PyTorch layer's routes)

@@ -103,6 +103,13 @@ def test_unknown_miss_policy_names_the_valid_ones():
         Runtime(miss_policy="guess")
 
 
+def test_unknown_strategy_in_the_planner_options_fails_at_once_naming_the_registered_ones():
+    with pytest.raises(ValueError, match="unknown strategy 'fftrow'; registered strategies: .*fft-row"):
+        Runtime(planner_options={"strategies": ["fft", "fftrow"]})
+    assert Runtime(planner_options={"strategies": ["fft", "fft-row"]}).planner_options["strategies"] == ["fft",
+                                                                                                       "fft-row"]
+
+
 def test_backward_functions_match_reference(runtime):
     x, w = randn(2, 4, 11, 10), randn(6, 2, 3, 3)
     kw = dict(stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
