@@ -222,6 +222,7 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
     from convtune.strategies import cudnn as module
     from convtune.timing import TimingStats
     monkeypatch.setattr(module._CTX, "compiled", {})
+    monkeypatch.setattr(module._CTX, "engines", {})
     monkeypatch.setattr(module._CTX, "enumerated", {})
     p = problem("2d-odd").replace(dtype="bfloat16", layout="channels_last")
     kind = (p.pass_, "bfloat16", "channels_last")
@@ -235,6 +236,7 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
     fake = _FakeFrontendGraph([(62, ()), (69, rtc), (72, rtc), (70, rtc)])
     graph = object.__new__(module._Graph)
     graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt, graph.kind = fake, {}, set(), {}, {}, kind
+    graph.engine_kind = (*kind, p.math)
     graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
     found = graph.enumerate("fp32", "bfloat16")
     assert [c.engine for c, _ws in found] == [62, 69, 72, 70]
@@ -257,3 +259,61 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
     assert near.trials == 6 and near.closest == pytest.approx(1.08)
     assert module._CTX.compiled[(70, *kind)].trials == 1 and module._CTX.compiled[(70, *kind)].closest == float("inf")
     assert slow.trials == 5  # not built here: nothing learned
+    # (the plan compiled ahead, engine 62, teaches its engine's record, not a runtime-compiled one's)
+    assert module._CTX.engines[(62, *kind, p.math)].trials == 1 and (62, *kind) not in module._CTX.compiled
+
+
+def test_engines_whose_plans_never_come_close_are_not_built_again_below_the_heuristics_first(monkeypatch):
+    """A plan compiled ahead is listed but not built once its engine's record says that in ENGINE_TRIALS problems of
+    the kind (pass, dtype, layout, math mode) its plans never came within ENGINE_NEAR of the winner, unless the
+    heuristics rank it among their first HEURISTIC_FIRST; the planner is told why (pruned), an exhaustive search
+    still builds it, and the outcomes of the plans built teach their engines' records."""
+    from types import SimpleNamespace
+
+    from convtune.plan import CandidateOutcome
+    from convtune.strategies import cudnn as module
+    from convtune.timing import TimingStats
+    monkeypatch.setattr(module._CTX, "compiled", {})
+    monkeypatch.setattr(module._CTX, "engines", {})
+    monkeypatch.setattr(module._CTX, "enumerated", {})
+    p = problem("2d-odd")
+    kind = (p.pass_, p.dtype, p.layout, p.math)
+
+    def record(engine, *ratios):
+        r = module._CTX.engines[(engine, *kind)] = module.EngineRecord()
+        for ratio in ratios:
+            r.tried(ratio)
+        return r
+    far = (1.6, 2.0, 3.0, 1.9, float("inf"))
+    record(5, *far)  # first in the heuristics' list: built anyway
+    for engine in (6, 7, 8):
+        record(engine, 1.0, 1.2, 1.1, 1.3, 1.0)
+    skipped = record(9, *far)
+    record(10, 1.6, 2.0, 1.4, 1.9, 2.0)  # came within ENGINE_NEAR once
+    young = record(11, *far[:4])  # four trials only
+    other_math = module._CTX.engines[(12, p.pass_, p.dtype, p.layout, "tf32")] = module.EngineRecord(5, 9.0)
+    fake = _FakeFrontendGraph([(e, ()) for e in range(5, 13)])
+    graph = object.__new__(module._Graph)
+    graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt = fake, {}, set(), {}, {}
+    graph.kind, graph.engine_kind = kind[:3], kind
+    graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    found = graph.enumerate("fp32")
+    assert [c.engine for c, _ws in found] == list(range(5, 13))
+    assert fake.builds == [5, 6, 7, 8, 10, 11, 12] and [c.engine for c in graph.deferred] == [9]
+    assert other_math.trials == 5  # (a tf32 record says nothing of fp32 problems)
+
+    strategy = get_strategy("cudnn")
+    module._CTX.enumerated[p.key()] = graph
+    assert strategy.pruned(p, CudnnConfig(9), None) == (
+        "in 5 problems like this one the engine's plans came no closer than 1.60x the winner, and the heuristics "
+        "rank this plan 5th")
+    assert all(strategy.pruned(p, CudnnConfig(e), None) is None for e in (5, 10, 11))
+    assert strategy.workspace_bytes(p, CudnnConfig(9)) == 5 * 1024 and fake.builds[-1] == 9  # built on demand
+
+    def outcome(engine, status, median=None):
+        timing = TimingStats(median_s=median, spread_s=0.0, min_s=median, repeats=3) if median else None
+        return CandidateOutcome("cudnn", CudnnConfig(engine).as_dict(), f"cudnn[eng{engine}]", status, timing=timing)
+    winner = outcome(6, "winner", 1e-3)
+    strategy.observe(p, (winner, outcome(11, "ok", 2e-3), outcome(9, "skipped")), winner)
+    assert young.trials == 5 and young.closest == 1.6 and skipped.trials == 5
+    assert module._CTX.engines[(6, *kind)].trials == 6

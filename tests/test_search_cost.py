@@ -334,24 +334,50 @@ def test_tune_takes_several_batch_sizes(tmp_path):
     assert neither.exit_code == 1 and "give a NETWORK to tune, or --pending" in neither.output
 
 
+def _replay_module():
+    import importlib.util
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("replay_cudnn_rules", root / "benchmarks" / "replay_cudnn_rules.py")
+    replay = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = replay  # (its dataclass looks its module up there)
+    spec.loader.exec_module(replay)
+    return replay
+
+
 def test_the_runtime_compiled_engine_rule_replayed_on_a_stored_amp_search_loses_no_winner(monkeypatch, tmp_path):
     """cuDNN's learned rule, replayed on ResNet-50's AMP search from before it (H100, every runtime-compiled plan
     built and timed), skips plans and none within 3% of its problem's winner; it can fail: a rule that drops
     the build-time condition and any engine never within 0.9x of the winner, told that the winning engines 62 and
     72 are runtime-compiled, skips winners."""
-    import importlib.util
-    root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("replay_rtc_rule", root / "benchmarks" / "replay_rtc_rule.py")
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    replay = _replay_module()
     db = _stored_search(tmp_path, "h100-resnet50-amp-search.db")
-    skipped, lost = replay.replay(db, set(replay.RUNTIME_COMPILED))
-    assert skipped >= 40 and lost == []
+    r = replay.replay(db, set(replay.RUNTIME_COMPILED))
+    assert r.rtc_skipped >= 40 and [lost for lost in r.lost if lost[0] == "runtime-compiled"] == []
     from convtune.strategies import cudnn
     monkeypatch.setattr(cudnn, "RTC_SLOW_BUILD_S", 0.0)
     monkeypatch.setattr(cudnn, "RTC_NEAR", 0.9)
-    skipped, lost = replay.replay(db, {62, 72})
-    assert lost
+    r = replay.replay(db, {62, 72})
+    assert [lost for lost in r.lost if lost[0] == "runtime-compiled"]
+
+
+@pytest.mark.parametrize("search", ["h100-resnet50-amp-search.db", "h100-public-suite-exhaustive-1.db",
+                                    "h100-public-suite-exhaustive-2.db", "h100-resnet50-exhaustive.db"])
+def test_the_engine_rule_replayed_on_stored_searches_leaves_every_problem_within_one_percent(monkeypatch, tmp_path,
+                                                                                          search):
+    """cuDNN's rule on plans compiled ahead (an engine never within ENGINE_NEAR of the winner on ENGINE_TRIALS
+    problems of a kind is not built again for that kind, the heuristics' first plans excepted), replayed in tuning
+    order with the runtime-compiled rule on searches that built and timed every plan: it skips plans, a share of
+    what they cost, and leaves every problem a plan within 1% of its best. It can fail: the same rule after one
+    trial, at 1.05x and without the heuristics' first plans left alone, leaves problems slower."""
+    replay = _replay_module()
+    db = _stored_search(tmp_path, search)
+    r = replay.replay(db, set(replay.RUNTIME_COMPILED))
+    assert r.engine_skipped >= 0.1 * r.plans and r.saved_s >= 0.1 * r.cudnn_s and r.worse == [], (r.worse, r.plans)
+    from convtune.strategies import cudnn
+    monkeypatch.setattr(cudnn, "ENGINE_TRIALS", 1)
+    monkeypatch.setattr(cudnn, "ENGINE_NEAR", 1.05)
+    monkeypatch.setattr(cudnn, "HEURISTIC_FIRST", 0)
+    assert replay.replay(db, set(replay.RUNTIME_COMPILED)).worse
 
 
 def test_check_rules_says_which_python_to_run_it_with_where_convtune_is_missing():

@@ -58,7 +58,7 @@ MAX_TAPS = 1024
 #: same pass, dtype and layout in this process, taking at least ``RTC_SLOW_BUILD_S`` to build (median) and
 #: never coming within ``RTC_NEAR`` times the winner (or after ``RTC_FAR_TRIALS`` problems never within
 #: ``RTC_FAR`` times), its runtime-compiled plans for such problems are listed but not built, and the planner
-#: records them ``skipped`` with that reason (an exhaustive search builds them). ``benchmarks/replay_rtc_rule.py``
+#: records them ``skipped`` with that reason (an exhaustive search builds them). ``benchmarks/replay_cudnn_rules.py``
 #: replays the rule on stored searches in their tuning order: on the committed ones (fp32 suites, ConvNeXt-T,
 #: ResNet-50 AMP) and further AMP, bfloat16-suite and 3-D searches on the H100 it skips 44 to 53 plans of ResNet-50's and
 #: RepLKNet's AMP searches (the second, far condition 4 or 5 of them) and none within 3% of its problem's winner;
@@ -68,6 +68,21 @@ RTC_NEAR = 1.15
 RTC_FAR_TRIALS = 3
 RTC_FAR = 1.5
 RTC_SLOW_BUILD_S = 0.2
+
+#: Plans compiled ahead (the rest: 55 to 60 a problem, 10 to 40 ms each to build, verify and time) are ruled out by
+#: engine too, by what the engine achieved on earlier problems in this process: once an engine's plans have been
+#: tried on ``ENGINE_TRIALS`` problems of the same pass, dtype, layout and math mode, never coming within
+#: ``ENGINE_NEAR`` times the winner, its plans for such problems are listed but not built, and the planner records
+#: them ``skipped`` with that reason, except the heuristics' first ``HEURISTIC_FIRST`` plans (the heuristics see the
+#: shape; the record does not). ``benchmarks/replay_cudnn_rules.py`` replays both rules on stored searches in their
+#: tuning order: on the seven committed H100 searches (fp32 suites, ResNet-50, ConvNeXt-T, ResNet-50 under AMP) this
+#: rule skips 1,505 of their 7,476 plans, the two rules together 144 of the 335 s the plans cost (ResNet-50 under
+#: AMP: 98 of 160 s), one skipped plan comes within 3% of its problem's winner (2.8%) and no problem's best plan
+#: left is more than 1% slower than its best. A record keyed finer (kernel size and stride too) saved less, and
+#: looser bounds (3 trials, or 1.2x) lost winners by up to 19% on the public suite's backward-data problems.
+ENGINE_TRIALS = 5
+ENGINE_NEAR = 1.5
+HEURISTIC_FIRST = 4
 
 #: Numeric notes that rule a plan out, per math mode (float32 problems; see :func:`excluded_notes`).
 EXCLUDED_NOTES = {"fp32": ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"),
@@ -153,6 +168,43 @@ def trial_ratio(status: str, median_s: float | None, error: float | None, winner
 
 
 @dataclass
+class EngineRecord:
+    """How close one engine's plans came to the winners, in this process, for problems of one kind (see
+    ``ENGINE_TRIALS``): the rule on plans compiled ahead.
+
+    >>> r = EngineRecord()
+    >>> for ratio in (2.0, 1.7, 3.0, 1.6):
+    ...     r.tried(ratio)
+    >>> r.skip_reason(3) is None, r.skip_reason(4) is None
+    (True, True)
+    >>> r.tried(float("inf")); r.skip_reason(3) is None
+    True
+    >>> print(r.skip_reason(4))
+    in 5 problems like this one the engine's plans came no closer than 1.60x the winner, and the heuristics rank this plan 5th
+    >>> r.tried(1.2); r.skip_reason(9) is None
+    True
+    """
+
+    trials: int = 0
+    closest: float = math.inf  #: the best time / the winner's time over the trials
+
+    def tried(self, ratio: float) -> None:
+        self.trials += 1
+        self.closest = min(self.closest, ratio)
+
+    def skip_reason(self, position: int) -> str | None:
+        """Why the engine's plan at ``position`` (0: the heuristics' first) is not built, or ``None``."""
+        if position < HEURISTIC_FIRST or self.trials < ENGINE_TRIALS or self.closest <= ENGINE_NEAR:
+            return None
+        return (f"in {self.trials} problems like this one the engine's plans came no closer than "
+                f"{self.closest:.2f}x the winner, and the heuristics rank this plan {_ordinal(position + 1)}")
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+@dataclass
 class CompileRecord:
     """What one engine's runtime-compiled plans cost to build and how close they came to the winners, in this
     process, for problems of one pass, dtype and layout."""
@@ -161,9 +213,7 @@ class CompileRecord:
     trials: int = 0
     closest: float = math.inf  #: the best time / the winner's time over the trials
 
-    def tried(self, ratio: float) -> None:
-        self.trials += 1
-        self.closest = min(self.closest, ratio)
+    tried = EngineRecord.tried
 
     def skip_reason(self) -> str | None:
         """Why the engine's runtime-compiled plans are not built any more, or ``None``.
@@ -201,6 +251,8 @@ class _Graph:
         self.deferred: dict[CudnnConfig, str] = {}
         self.unbuilt: dict[CudnnConfig, int] = {}  # a deferred plan's index in the list, where it can be replayed
         self.kind = (p.pass_, p.dtype, p.layout)
+        self.engine_kind = (p.pass_, p.dtype, p.layout, p.math)  # (what keys the engines' records of plans compiled
+        # ahead; ``kind`` keys the runtime-compiled ones')
         x, w, y, pad, stride, dil = _geometry(p)
         f32, io = cudnn.data_type.FLOAT, getattr(cudnn.data_type, _DATA_TYPES[p.dtype])
         g = cudnn.pygraph(io_data_type=io, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
@@ -226,8 +278,9 @@ class _Graph:
 
     def enumerate(self, math: str, dtype: str = "float32") -> list[tuple[CudnnConfig, int]]:
         """Every plan the heuristics offer, and every engine with default knobs, that builds, with its
-        workspace (the numerics :func:`excluded_notes` rules out left out; a runtime-compiled plan whose
-        engine's :class:`CompileRecord` says so is listed with workspace 0 and not built, see ``RTC_TRIALS``)."""
+        workspace (the numerics :func:`excluded_notes` rules out left out; a plan whose engine's record says so is
+        listed with workspace 0 and not built: :class:`CompileRecord` for a runtime-compiled one, see ``RTC_TRIALS``;
+        :class:`EngineRecord` for the others, see ``ENGINE_TRIALS``)."""
         g = self.list_plans(math, dtype)
         found, seen = [], set()
         started = time.perf_counter()
@@ -249,12 +302,15 @@ class _Graph:
                 record = self._compile_record(index, config)
                 if record is not None:
                     reason = record.skip_reason()
-                    if reason is not None:
-                        self.deferred[config] = reason
-                        if replayable:
-                            self.unbuilt[config] = index
-                        found.append((config, 0))
-                        continue
+                else:
+                    reason = _CTX.engine_record(config.engine, self.engine_kind).skip_reason(len(found))
+                if reason is not None:
+                    self.deferred[config] = reason
+                    if replayable:
+                        self.unbuilt[config] = index
+                    found.append((config, 0))
+                    continue
+                if record is not None:
                     self.compiled.add(config)
                 t0 = time.perf_counter()
                 if replayable:
@@ -335,10 +391,16 @@ class _Context:
         self.candidates: dict[str, list[tuple[CudnnConfig, int]]] = {}
         #: (engine, pass, dtype, layout) -> what its runtime-compiled plans cost and achieved here
         self.compiled: dict[tuple, CompileRecord] = {}
+        #: (engine, pass, dtype, layout, math) -> how close its plans compiled ahead came to the winners here
+        self.engines: dict[tuple, EngineRecord] = {}
 
     def record(self, engine: int, kind: tuple) -> CompileRecord:
         """The :class:`CompileRecord` of ``engine`` for problems of ``kind`` (pass, dtype, layout)."""
         return self.compiled.setdefault((engine, *kind), CompileRecord())
+
+    def engine_record(self, engine: int, kind: tuple) -> EngineRecord:
+        """The :class:`EngineRecord` of ``engine`` for problems of ``kind`` (pass, dtype, layout, math mode)."""
+        return self.engines.setdefault((engine, *kind), EngineRecord())
 
     def handle(self, cudnn, cp):
         device = cp.cuda.Device().id
@@ -418,24 +480,27 @@ class CudnnStrategy(Strategy):
         return graph is not None and config in graph.compiled
 
     def observe(self, problem, outcomes, winner) -> None:
-        """Each runtime-compiled engine tried here counts one trial, at its best plan's time over the winner's
-        (a plan that failed, was rejected or was too slow to time counts as infinitely slow)."""
+        """Each engine tried here counts one trial, at its best plan's time over the winner's (a plan that failed,
+        was rejected or was too slow to time counts as infinitely slow): in its :class:`CompileRecord` for its
+        runtime-compiled plans, in its :class:`EngineRecord` for the others."""
         graph = _CTX.enumerated.get(problem.key())
-        if graph is None or not graph.compiled or not winner.median_s:
+        if graph is None or not winner.median_s:
             return
-        closest: dict[int, float] = {}
+        compiled: dict[int, float] = {}
+        ahead: dict[int, float] = {}
         for o in outcomes:
             if o.strategy != self.name:
                 continue
             config = CudnnConfig.from_dict(o.config)
-            if config not in graph.compiled:
-                continue
             ratio = trial_ratio(o.status, o.median_s, o.error, winner.median_s)
             if ratio is not None:
+                closest = compiled if config in graph.compiled else ahead
                 closest[config.engine] = min(ratio, closest.get(config.engine, math.inf))
         with _CTX.lock:
-            for engine, ratio in closest.items():
+            for engine, ratio in compiled.items():
                 _CTX.record(engine, graph.kind).tried(ratio)
+            for engine, ratio in ahead.items():
+                _CTX.engine_record(engine, graph.engine_kind).tried(ratio)
 
     def heuristic_config(self, problem, backend):
         configs = self.candidates(problem, backend)

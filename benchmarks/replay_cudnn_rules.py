@@ -1,0 +1,130 @@
+"""Replay cuDNN's learned rules on stored searches, problem by problem in tuning order: the rule on runtime-compiled
+engines (``convtune.strategies.cudnn.CompileRecord``, see ``RTC_TRIALS``) and the rule on the plans compiled ahead
+(``EngineRecord``, see ``ENGINE_TRIALS``). Says which plans they would have skipped, what those cost the search, which
+skipped plans came within 3% of their problem's winner, and which problems' best plan left would have been more than
+1% slower than their best (what the rules would have lost).
+
+Stored searches do not say which plans the frontend compiles at run time: the engines are given (``--engines``,
+default the ones a probe of cuDNN's build times found on the H100). A runtime-compiled plan's build time is its stored
+``build_s``: its build at the verification batch (a compilation as long as the one the cuDNN strategy times when it
+lists the plan; the full batch's plan was built then, and its build in ``build_s`` is a lookup), or taken as slow
+where a search did not store it. A plan's place in the heuristics' list is its stored ``rank``.
+
+    python benchmarks/replay_cudnn_rules.py plans.db [more.db ...]
+
+(tests/data/searches holds searches to replay, gzipped.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+from dataclasses import dataclass, field
+
+from convtune.strategies.cudnn import CompileRecord, EngineRecord, trial_ratio
+
+RUNTIME_COMPILED = (19, 69, 70, 71, 72, 77, 78)
+
+
+@dataclass
+class Replay:
+    """What the rules would have done to one database's searches."""
+
+    plans: int = 0  #: cuDNN plans the searches tried
+    rtc_skipped: int = 0
+    engine_skipped: int = 0
+    #: skipped plans within 3% of their problem's winner: (rule, engine, problem key, time / winner's)
+    lost: list = field(default_factory=list)
+    #: problems whose fastest plan left is over 1% slower than their fastest: (problem key, ratio)
+    worse: list = field(default_factory=list)
+    cudnn_s: float = 0.0  #: seconds the cuDNN plans cost the searches (build, verification, timing)
+    saved_s: float = 0.0  #: of which the skipped plans'
+
+
+def replay(db: str, runtime_compiled) -> Replay:
+    c = sqlite3.connect(db)
+    compile_records: dict = {}
+    engine_records: dict = {}
+    r = Replay()
+    for pid, pass_, dtype, layout, math_mode, key in c.execute(
+            "select id, pass_, dtype, layout, math, key from problems order by id"):
+        rows = c.execute("select strategy, config, status, time_median_s, run_id, build_s, error, rank, "
+                         "coalesce(build_s, 0) + coalesce(verify_s, 0) + coalesce(timing_s, 0) from measurements "
+                         "where problem_id = ?", (pid,)).fetchall()
+        if not rows:
+            continue
+        first = min(row[4] for row in rows)  # the first search of the problem
+        rows = [row for row in rows if row[4] == first]
+        timed = [row[3] for row in rows if row[3] and row[2] in ("ok", "winner")]
+        if not timed:
+            continue
+        best = min(timed)
+        left = min((row[3] for row in rows if row[0] != "cudnn" and row[3] and row[2] in ("ok", "winner")),
+                   default=math.inf)
+        compiled: dict = {}
+        ahead: dict = {}
+        builds: dict = {}
+        for strategy, config, status, median, _run, build_s, error, rank, cost in rows:
+            engine = json.loads(config).get("engine") if strategy == "cudnn" else None
+            if engine is None:
+                continue
+            r.plans += 1
+            r.cudnn_s += cost
+            if engine in runtime_compiled:
+                rule, reason = "runtime-compiled", compile_records.get((engine, pass_, dtype, layout),
+                                                                       CompileRecord()).skip_reason()
+            else:
+                rule, reason = "engine", engine_records.get((engine, pass_, dtype, layout, math_mode),
+                                                            EngineRecord()).skip_reason(rank if rank is not None
+                                                                                        else 0)
+            if reason is not None:
+                r.saved_s += cost
+                if rule == "engine":
+                    r.engine_skipped += 1
+                else:
+                    r.rtc_skipped += 1
+                if median and median < 1.03 * best:
+                    r.lost.append((rule, engine, key, median / best))
+                continue
+            if median and status in ("ok", "winner"):
+                left = min(left, median)
+            ratio = trial_ratio(status, median, error, best)  # (as the strategy's observe counts it)
+            if ratio is None:
+                continue
+            closest = compiled if engine in runtime_compiled else ahead
+            closest[engine] = min(ratio, closest.get(engine, math.inf))
+            if engine in runtime_compiled:
+                builds.setdefault(engine, []).append(build_s if build_s is not None else math.inf)
+        if left > 1.01 * best:
+            r.worse.append((key, left / best))
+        for engine, ratio in compiled.items():
+            record = compile_records.setdefault((engine, pass_, dtype, layout), CompileRecord())
+            record.builds.extend(builds[engine])
+            record.tried(ratio)
+        for engine, ratio in ahead.items():
+            engine_records.setdefault((engine, pass_, dtype, layout, math_mode), EngineRecord()).tried(ratio)
+    return r
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dbs", nargs="+")
+    ap.add_argument("--engines", default=",".join(map(str, RUNTIME_COMPILED)),
+                    help="the engines whose plans are runtime-compiled")
+    args = ap.parse_args(argv)
+    engines = {int(e) for e in args.engines.split(",")}
+    for db in args.dbs:
+        r = replay(db, engines)
+        print(f"{db}: of {r.plans} cuDNN plans ({r.cudnn_s:.0f} s), {r.rtc_skipped} runtime-compiled and "
+              f"{r.engine_skipped} compiled ahead skipped ({r.saved_s:.0f} s); {len(r.lost)} skipped within 3% of "
+              f"their problem's winner; {len(r.worse)} problems left over 1% slower")
+        for rule, engine, key, ratio in r.lost:
+            print(f"   skipped by the {rule} rule: eng{engine} {ratio:.3f}x {key}")
+        for key, ratio in r.worse:
+            print(f"   left {ratio:.3f}x slower: {key}")
+
+
+if __name__ == "__main__":
+    main()
