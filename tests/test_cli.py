@@ -280,3 +280,27 @@ def test_a_nan_calibration_is_refused(net, db, tmp_path):
     doc = json.loads(out.read_text())
     doc["fft_calibrations"] = {"gpu:nan": {"pow2": 1.0, "smooth": float("nan"), "other": 2.0}}
     _import_is_refused(tmp_path, doc, "lacks positive factors for smooth")
+
+
+def test_where_the_tuning_time_went_adds_up_to_the_total():
+    """``tune``'s closing table names every second: the candidates' build, verification and timing per strategy,
+    the searches' phases, the searches' time none of those name, and the time outside the searches (the cache,
+    leases); its rows add up to the total. With several workers the time outside is not shown (the seconds are
+    summed over them)."""
+    from types import SimpleNamespace
+
+    from convtune.cli.tuning import _where_the_time_went
+
+    def outcome(strategy, build, verify, timing):
+        return SimpleNamespace(strategy=strategy, timing=object(), status="ok", reason="", build_s=build,
+                               verify_s=verify, timing_s=timing)
+    decisions = [SimpleNamespace(tuning_s=3.0, phases={"listing cudnn": 0.5},
+                                 outcomes=[outcome("cudnn", 0.25, 0.5, 0.75), outcome("torch", 0.0, None, 0.0)]),
+                 SimpleNamespace(tuning_s=2.0, phases={"the float64 reference": 0.2},
+                                 outcomes=[outcome("cudnn", 0.0, 0.25, 0.75)])]
+    text = _where_the_time_went(decisions, 6.0)
+    totals = {line[:40].strip(): float(line.split()[-1]) for line in text.splitlines()[3:]}
+    assert totals == {"cudnn": 2.5, "torch": 0.0, "listing cudnn": 0.5, "the float64 reference": 0.2,
+                      "the searches' other work": 1.8, "outside the searches (the cache, leases)": 1.0}, text
+    assert sum(totals.values()) == pytest.approx(6.0)
+    assert "outside the searches" not in _where_the_time_went(decisions, 6.0, workers=2)

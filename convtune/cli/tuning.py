@@ -244,10 +244,16 @@ def _tune_on_devices(problems, names_of, cache, devices, planner_options, retune
 
 def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
     """``tune``'s closing table: per strategy, its candidates and the seconds spent building, verifying and
-    timing them; then the search's own phases (listing candidates, operands, float64 references). With
-    ``workers`` (``--devices``), the seconds are summed over them."""
+    timing them; then the search's own phases (listing candidates, operands, float64 references), the searches'
+    time that none of those names, and the time outside the searches (the cache, leases), so that the rows add up
+    to the total. With ``workers`` (``--devices``), the seconds are summed over them (and the time outside the
+    searches is not shown)."""
     per, phases = {}, {}
+    searched = named = 0.0
     for decision in decisions:
+        searched += decision.tuning_s
+        named += sum(decision.phases.values()) + sum((o.build_s or 0.0) + (o.verify_s or 0.0) + (o.timing_s or 0.0)
+                                                     for o in decision.outcomes)
         for o in decision.outcomes:
             row = per.setdefault(o.strategy, {"candidates": 0, "timed": 0, "not tried": 0, "build": 0.0,
                                               "verify": 0.0, "timing": 0.0})
@@ -261,6 +267,9 @@ def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
     rows = [(name, r["candidates"], r["not tried"], r["timed"], f"{r['build']:.1f}", f"{r['verify']:.1f}",
              f"{r['timing']:.1f}", f"{r['build'] + r['verify'] + r['timing']:.1f}")
             for name, r in sorted(per.items(), key=lambda kv: -(kv[1]["build"] + kv[1]["verify"] + kv[1]["timing"]))]
+    phases["the searches' other work"] = searched - named
+    if workers <= 1:
+        phases["outside the searches (the cache, leases)"] = elapsed - searched
     rows += [(what, "", "", "", "", "", "", f"{seconds:.1f}") for what, seconds in
              sorted(phases.items(), key=lambda kv: -kv[1]) if seconds >= 0.05]
     summed = f", summed over the {workers} workers" if workers > 1 else ""
