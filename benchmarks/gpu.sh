@@ -9,9 +9,11 @@
 #   half               the same in bfloat16 channels_last, tf32 math (PyTorch's defaults under AMP)
 #   fft-class          `convtune bench` on benchmarks/fft_class.yaml, round trips against the torch.fft recipe
 #   trips              benchmarks/block_trips.py: the large depthwise layers' round trips against torch.fft, paired
-#   host               benchmarks/torch_overhead.py: host time per call of the drop-in against PyTorch (ResNet-50)
+#   host[:NAME[:BATCH]] benchmarks/torch_overhead.py: host time per call of the drop-in against PyTorch (default
+#                      ResNet-50, batch 32; STRATEGIES=S,... in the environment: those strategies' plans only)
 #   model:NAME[:BATCH] `convtune bench-model NAME` (fp32 and AMP, eager, fresh cache, PyTorch against itself too)
-#   graph:NAME[:BATCH] the same with whole training steps captured in CUDA graphs
+#   graph:NAME[:BATCH] the same with whole training steps captured in CUDA graphs (one round, modes one after another)
+# (NAME as the model specs take it, e.g. timm:convnext_tiny; a last field of digits is the batch)
 #
 # Each part runs under a time limit (LIMIT seconds, default 540) into $LOG_DIR/PART.log (default ./gpu-results),
 # and its JSON results beside it; the script prints each part's exit status, seconds and last lines.
@@ -38,7 +40,9 @@ run() {  # run NAME COMMAND...: COMMAND under the limit into $O/NAME.log, then i
 }
 
 for part in "$@"; do
-  IFS=: read -r kind arg batch <<< "$part"
+  kind=${part%%:*} arg="" batch=""
+  [ "$kind" != "$part" ] && arg=${part#*:}
+  if [[ "$arg" =~ ^(.*):([0-9]+)$ ]]; then arg=${BASH_REMATCH[1]} batch=${BASH_REMATCH[2]}; fi
   case "$kind" in
     tests) LOG_DIR=$O LIMIT=$LIMIT bash scripts/gpu-tests-parallel.sh ;;
     suite) run "suite-${arg:-fp32}" python3 -m convtune bench "$SUITE" --math "${arg:-fp32}" --db "$DB" \
@@ -47,13 +51,16 @@ for part in "$@"; do
             -o "$O/half.json" ;;
     fft-class) run fft-class python3 -m convtune bench benchmarks/fft_class.yaml --db "$DB" -o "$O/fft-class.json" ;;
     trips) run trips python3 benchmarks/block_trips.py -o "$O/trips.json" ;;
-    host) run host python3 benchmarks/torch_overhead.py resnet50 --db "$DB" -o "$O/host.json" ;;
+    host) name="host${arg:+-${arg//[^A-Za-z0-9_-]/_}}${STRATEGIES:+-${STRATEGIES//,/_}}"
+          run "$name" python3 benchmarks/torch_overhead.py "${arg:-torchvision:resnet50}" --batch "${batch:-32}" \
+            ${STRATEGIES:+--strategies "$STRATEGIES"} --db "$DB" -o "$O/$name.json" ;;
     model|graph)
-      flag=""; [ "$kind" = graph ] && flag="--graph"
-      run "$kind-${arg//[^A-Za-z0-9_-]/_}" python3 -m convtune bench-model "$arg" $flag --batch "${batch:-16}" \
-        --rounds 3 --null --modes torch-fp32,convtune-fp32,torch-amp-bf16,convtune-amp-bf16 --db "$O/$kind-model.db" \
+      # (--graph runs the modes one after another: it takes neither rounds nor --null yet, see bench/model.py)
+      flags="--rounds 3 --null"; [ "$kind" = graph ] && flags="--graph --rounds 1"
+      run "$kind-${arg//[^A-Za-z0-9_-]/_}" python3 -m convtune bench-model "$arg" $flags --batch "${batch:-16}" \
+        --modes torch-fp32,convtune-fp32,torch-amp-bf16,convtune-amp-bf16 --db "$O/$kind-model.db" \
         -o "$O/$kind-${arg//[^A-Za-z0-9_-]/_}.json" ;;
-    *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host model:NAME[:BATCH]" \
+    *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host[:NAME[:BATCH]] model:NAME[:BATCH]" \
          "graph:NAME[:BATCH]" >&2; exit 2 ;;
   esac
 done
