@@ -322,3 +322,45 @@ def test_a_call_on_a_capturing_stream_is_never_captured_here():
     s.capturing = False
     run(1, 2, 3, s)
     assert log[-1] == ("replay", (1, 2, 3), s) and run.made == 1
+
+
+class _Memory:
+    """A stand-in array module: ``empty`` hands out blocks at made-up addresses and counts them."""
+
+    def __init__(self):
+        self.blocks = []
+        self.uint8 = "uint8"
+
+    def empty(self, nbytes, dtype):
+        from types import SimpleNamespace
+        block = SimpleNamespace(nbytes=nbytes, data=SimpleNamespace(ptr=1000 + 100 * len(self.blocks)))
+        self.blocks.append(block)
+        return block
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_launch_owning_its_workspace_passes_one_block_to_every_call_and_capture(lazy):
+    """``replay.owning``: a launch that takes a workspace as a fifth argument becomes a four-argument replayed launch
+    that holds its own block, allocated once (at once, or with ``lazy`` at the first call, none before) and passed
+    to the direct call, the capture and so every replay; a launch that needs none holds nothing."""
+    from convtune.direct import replay
+    log, memory = [], _Memory()
+    side = _SideStream(log)
+
+    def launch(a, b, out, stream, workspace):
+        if stream is side:
+            side.capturing.append((a, b, out, workspace))
+        else:
+            log.append(("direct", (a, b, out, workspace), stream))
+    run = replay.owning(launch, 96, memory, "a test launch", side_stream=lambda: (side, "thread-local"), lazy=lazy)
+    assert len(memory.blocks) == (0 if lazy else 1)
+    for _ in range(3):
+        run(1, 2, 3, "s")
+    run(4, 5, 6, "s")
+    (block,) = memory.blocks
+    assert block.nbytes == 96 and (run.holds == [block] if lazy else run.holds is block)
+    assert log == [("direct", (1, 2, 3, 1000), "s"), ("replay", (1, 2, 3, 1000), "s"), ("replay", (1, 2, 3, 1000), "s"),
+                   ("direct", (4, 5, 6, 1000), "s")]
+    none = replay.owning(lambda a, b, out, stream: log.append(("bare", (a, b, out), stream)), 0, memory, "bare")
+    none(7, 8, 9, "s")
+    assert none.holds is None and log[-1] == ("bare", (7, 8, 9), "s") and len(memory.blocks) == 1

@@ -428,3 +428,39 @@ def test_pointwise_layers_run_as_bare_cublas_calls(pass_, monkeypatch):
         strided = be.xp.empty((a.shape[0], a.shape[1] * 2) + a.shape[2:], dtype=a.dtype)[:, ::2]
         strided[...] = a
         assert relative_error(be.xp, run(strided, b), ref) <= (1e-5 if math_mode == "fp32" else 1e-3)
+
+
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("name, size, kernel", [("fft-row", (3000,), 1001), ("fft-plane", (56, 56), 31)])
+def test_block_fft_launches_replay_from_cuda_graphs_with_the_plans_own_workspace(name, size, kernel, pass_, layout):
+    """The row and plane FFTs' launches (the filter's spectra and the rows or planes, several kernels) are replayed
+    from CUDA graphs per operand addresses: called on the same memory, the first call is direct, the second captured,
+    later ones replayed, each result within fp32 of float64; the spectra's workspace is the plan's own block,
+    allocated at the first call (none when the executor is built), of the size the strategy reports."""
+    import cupy as cp
+    from convtune import precision
+    from convtune.planner import relative_error
+    from convtune.strategies import get_strategy
+    be = get_backend("cupy")
+    p = convtune.ConvProblem.make(batch=2, in_channels=6, out_channels=6, input_size=size, kernel_size=kernel,
+                                  padding=kernel // 2, groups=6, pass_=pass_, layout=layout)
+    strategy = get_strategy(name)
+    config = strategy.candidates(p, be)[0]
+    run = strategy.executor(p, config, be)
+    launch = run.launch
+    assert type(launch).__name__ == "AddressReplay" and run.launch_workspace == 0
+    workspace = strategy.workspace_bytes(p, config)
+    assert launch.holds == ([] if workspace else None)
+    a, b, ref = _operands_and_reference(be, p, 3)
+    ma, mb = (precision.launch_memory(cp, v, "float32", layout) for v in (a, b))
+    res = precision.launch_result(cp, p.result_shape, "float32", layout)
+    stream = cp.cuda.get_current_stream()
+    for call in range(4):
+        res.fill(cp.nan)
+        launch(ma.data.ptr, mb.data.ptr, res.data.ptr, stream)
+        stream.synchronize()
+        got = precision.from_launch(cp, res, "float32", layout)
+        assert relative_error(cp, got, ref) <= 1e-5, (call, p.describe())
+    assert launch.off is None and (launch.made, launch.replayed) == (1, 2), (launch.made, launch.replayed)
+    assert [block.nbytes for block in launch.holds or ()] == ([workspace] if workspace else [])

@@ -1,5 +1,5 @@
 """A by-address launch replayed from CUDA graphs, one per operand addresses: the 1x1 plans' cuBLASLt GEMMs, the
-cuDNN plans' executions and the depthwise kernels' launches.
+cuDNN plans' executions and the launches of the depthwise kernels and of the row and plane FFTs.
 
 A cuBLAS or cuBLASLt call costs 10 to 16 µs of host time on the H100, which is about what PyTorch's whole
 convolution call costs; the cuDNN frontend's execute costs 110 to 140. Launching the same GEMM from a CUDA graph
@@ -130,16 +130,33 @@ class AddressReplay:
         log.info("convtune: %s is launched directly from now on, not replayed from CUDA graphs: %s", self.what, why)
 
 
-def owning(launch, workspace: int, xp, what: str, side_stream=None) -> AddressReplay:
+def owning(launch, workspace: int, xp, what: str, side_stream=None, lazy: bool = False) -> AddressReplay:
     """``launch(a, b, out, stream[, workspace])`` (the fifth argument where ``workspace`` bytes are needed) as an
-    :class:`AddressReplay` of four arguments that owns its workspace: a block of ``workspace`` bytes allocated here,
-    once, for the plan's life, so that a call allocates nothing and every graph holds the same address. The plan's
-    calls share the block, as the calls of a cuDNN plan share its workspace: one stream at a time."""
+    :class:`AddressReplay` of four arguments that owns its workspace: a block of ``workspace`` bytes allocated once
+    for the plan's life, so that a call allocates nothing and every graph holds the same address. The plan's calls
+    share the block, as the calls of a cuDNN plan share its workspace: one stream at a time.
+
+    The block is allocated here, or with ``lazy`` at the first call (which is direct, never captured here; the
+    PyTorch layer records in its callers' CUDA graphs only plans that its eager calls ran): for workspaces of
+    megabytes (a large FFT's filter spectra), which executors built and dropped unrun (the planner's concurrent
+    compilation, :meth:`~convtune.strategies.base.Strategy.prepare`) should not allocate. ``holds`` is then a list,
+    empty until that call."""
     if not workspace:
         return AddressReplay(launch, what, side_stream)
-    block = xp.empty(workspace, dtype=xp.uint8)
-    at = block.data.ptr
+    if not lazy:
+        block = xp.empty(workspace, dtype=xp.uint8)
+        at = block.data.ptr
 
-    def direct(a: int, b: int, out: int, stream) -> None:
-        launch(a, b, out, stream, at)
-    return AddressReplay(direct, what, side_stream, holds=block)
+        def direct(a: int, b: int, out: int, stream) -> None:
+            launch(a, b, out, stream, at)
+        return AddressReplay(direct, what, side_stream, holds=block)
+    held: list = []
+    lock = threading.Lock()
+
+    def first(a: int, b: int, out: int, stream) -> None:
+        if not held:
+            with lock:
+                if not held:
+                    held.append(xp.empty(workspace, dtype=xp.uint8))
+        launch(a, b, out, stream, held[0].data.ptr)
+    return AddressReplay(first, what, side_stream, holds=held)

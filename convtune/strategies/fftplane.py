@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .. import precision
 from ..compiling import build_concurrently
+from ..direct import replay
 from ..fft import planeconv
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
@@ -31,8 +32,10 @@ class PlaneFftConfig(Config):
 @register
 class PlaneFftStrategy(Strategy):
     name = "fft-plane"
-    version = 2  # 2: launch shapes (registers capped for occupancy, or a block of the other size), twiddle tables,
-    # the filter gradient's spectra and sums in shared memory, radices 16 and 9
+    version = 3  # 2: launch shapes (registers capped for occupancy, or a block of the other size), twiddle tables,
+    # the filter gradient's spectra and sums in shared memory, radices 16 and 9; 3: the launches replayed from CUDA
+    # graphs (the kernels and their times are the same: every plan stands, the duels are measured again)
+    changes = {3: lambda p: False}
     config_type = PlaneFftConfig
     native_dtypes = ("float32", "float16", "bfloat16")
     native_layouts = ("channels_first", "channels_last")
@@ -67,4 +70,8 @@ class PlaneFftStrategy(Strategy):
         executor = planeconv.PlaneFftConv(backend.xp, problem, config.sizes,
                                           slices=config.slices if problem.pass_ == "wgrad" else None,
                                           shape=config.shape(), radix=config.radices)
-        return precision.launched(executor.launch, problem, backend.xp, executor.workspace)
+        # the kernel launches replayed from CUDA graphs per operand addresses, with the spectra in a workspace of
+        # the plan's own, allocated at the first call (the candidates built at once to compile them allocate none)
+        launch = replay.owning(executor.launch, executor.workspace, backend.xp,
+                               f"the plan {self.describe(config)} of {problem.describe()}", lazy=True)
+        return precision.launched(launch, problem, backend.xp)

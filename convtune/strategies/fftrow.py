@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import precision
+from ..direct import replay
 from ..fft import rowconv
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
@@ -23,10 +24,13 @@ class RowFftConfig(Config):
 @register
 class RowFftStrategy(Strategy):
     name = "fft-row"
-    version = 4  # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory, radices 16 and 9
+    # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory, radices 16 and 9
     # 3: radix-32 passes (rows whose passes they make fewer); 4: the forward's first pass reads the row and the
-    # inverse's last writes the result (every row), shared memory padded after as many points as the first radix
-    changes = {3: lambda p: rowconv.offers(p, "32")}
+    # inverse's last writes the result (every row), shared memory padded after as many points as the first radix;
+    # 5: the launches replayed from CUDA graphs (the kernels and their times are the same: every plan stands, the
+    # duels are measured again)
+    version = 5
+    changes = {3: lambda p: rowconv.offers(p, "32"), 5: lambda p: False}
     config_type = RowFftConfig
     native_dtypes = tuple(rowconv.ELEMENTS)
     native_layouts = ("channels_first", "channels_last")
@@ -51,4 +55,8 @@ class RowFftStrategy(Strategy):
 
     def build(self, problem, config, backend):
         executor = rowconv.RowFftConv(backend.xp, problem, config.size, radix=config.radices)
-        return precision.launched(executor.launch, problem, backend.xp, executor.workspace)
+        # one or two kernel launches (the filter's spectra, then the rows), replayed from CUDA graphs per operand
+        # addresses, with the spectra in a workspace of the plan's own, allocated at the first call
+        launch = replay.owning(executor.launch, executor.workspace, backend.xp,
+                               f"the plan {self.describe(config)} of {problem.describe()}", lazy=True)
+        return precision.launched(launch, problem, backend.xp)
