@@ -338,11 +338,11 @@ class _Memory:
         return block
 
 
-@pytest.mark.parametrize("lazy", [False, True])
-def test_a_launch_owning_its_workspace_passes_one_block_to_every_call_and_capture(lazy):
+def test_a_launch_owning_its_workspace_passes_one_block_to_every_call_and_capture():
     """``replay.owning``: a launch that takes a workspace as a fifth argument becomes a four-argument replayed launch
-    that holds its own block, allocated once (at once, or with ``lazy`` at the first call, none before) and passed
-    to the direct call, the capture and so every replay; a launch that needs none holds nothing."""
+    that holds its own block, allocated once, when it is made (no call allocates: a first call may come inside a
+    caller's capture), and passed to the direct call, the capture and so every replay; a launch that needs none
+    holds nothing."""
     from convtune.direct import replay
     log, memory = [], _Memory()
     side = _SideStream(log)
@@ -352,13 +352,12 @@ def test_a_launch_owning_its_workspace_passes_one_block_to_every_call_and_captur
             side.capturing.append((a, b, out, workspace))
         else:
             log.append(("direct", (a, b, out, workspace), stream))
-    run = replay.owning(launch, 96, memory, "a test launch", side_stream=lambda: (side, "thread-local"), lazy=lazy)
-    assert len(memory.blocks) == (0 if lazy else 1)
+    run = replay.owning(launch, 96, memory, "a test launch", side_stream=lambda: (side, "thread-local"))
+    (block,) = memory.blocks
     for _ in range(3):
         run(1, 2, 3, "s")
     run(4, 5, 6, "s")
-    (block,) = memory.blocks
-    assert block.nbytes == 96 and (run.holds == [block] if lazy else run.holds is block)
+    assert block.nbytes == 96 and run.holds is block and len(memory.blocks) == 1
     assert log == [("direct", (1, 2, 3, 1000), "s"), ("replay", (1, 2, 3, 1000), "s"), ("replay", (1, 2, 3, 1000), "s"),
                    ("direct", (4, 5, 6, 1000), "s")]
     none = replay.owning(lambda a, b, out, stream: log.append(("bare", (a, b, out), stream)), 0, memory, "bare")

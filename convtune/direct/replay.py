@@ -130,33 +130,18 @@ class AddressReplay:
         log.info("convtune: %s is launched directly from now on, not replayed from CUDA graphs: %s", self.what, why)
 
 
-def owning(launch, workspace: int, xp, what: str, side_stream=None, lazy: bool = False) -> AddressReplay:
+def owning(launch, workspace: int, xp, what: str, side_stream=None) -> AddressReplay:
     """``launch(a, b, out, stream[, workspace])`` (the fifth argument where ``workspace`` bytes are needed) as an
-    :class:`AddressReplay` of four arguments that owns its workspace: a block of ``workspace`` bytes allocated once
-    for the plan's life, so that a call allocates nothing and every graph holds the same address. The plan's calls
-    share the block, as the calls of a cuDNN plan share its workspace: one stream at a time.
-
-    The block is allocated here, or with ``lazy`` at the first call (which is direct, never captured here; the
-    PyTorch layer records in its callers' CUDA graphs only plans that its eager calls ran): for workspaces of
-    megabytes (a large FFT's filter spectra), which executors built and dropped unrun (the planner's concurrent
-    compilation, :meth:`~convtune.strategies.base.Strategy.prepare`) should not allocate. ``holds`` is then a list,
-    empty until that call."""
+    :class:`AddressReplay` of four arguments that owns its workspace: a block of ``workspace`` bytes allocated here,
+    once, for the plan's life, so that a call allocates nothing (not even the first, which may come inside a caller's
+    CUDA graph capture) and every graph holds the same address. The plan's calls share the block, as the calls of a
+    cuDNN plan share its workspace: one stream at a time. (A strategy whose ``prepare`` builds candidates only to
+    compile their kernels builds them without this, so that they allocate nothing.)"""
     if not workspace:
         return AddressReplay(launch, what, side_stream)
-    if not lazy:
-        block = xp.empty(workspace, dtype=xp.uint8)
-        at = block.data.ptr
+    block = xp.empty(workspace, dtype=xp.uint8)
+    at = block.data.ptr
 
-        def direct(a: int, b: int, out: int, stream) -> None:
-            launch(a, b, out, stream, at)
-        return AddressReplay(direct, what, side_stream, holds=block)
-    held: list = []
-    lock = threading.Lock()
-
-    def first(a: int, b: int, out: int, stream) -> None:
-        if not held:
-            with lock:
-                if not held:
-                    held.append(xp.empty(workspace, dtype=xp.uint8))
-        launch(a, b, out, stream, held[0].data.ptr)
-    return AddressReplay(first, what, side_stream, holds=held)
+    def direct(a: int, b: int, out: int, stream) -> None:
+        launch(a, b, out, stream, at)
+    return AddressReplay(direct, what, side_stream, holds=block)

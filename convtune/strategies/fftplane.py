@@ -58,7 +58,8 @@ class PlaneFftStrategy(Strategy):
     def prepare(self, problem, configs, backend):
         """The candidates' kernels (a module per dtype, sizes and pass) compiled at once, on several threads."""
         if getattr(backend, "name", "") == "cupy":
-            build_concurrently([functools.partial(self.executor, problem, c, backend) for c in configs], backend)
+            # (the convolutions alone: an executor would allocate its workspace, see build)
+            build_concurrently([functools.partial(self._conv, problem, c, backend) for c in configs], backend)
 
     def workspace_bytes(self, problem, config) -> int:
         return planeconv.workspace_bytes(problem, config.sizes, config.slices)
@@ -66,12 +67,16 @@ class PlaneFftStrategy(Strategy):
     def recordable(self, problem, config) -> bool:
         return True  # kernel launches only
 
+    @staticmethod
+    def _conv(problem, config, backend):
+        return planeconv.PlaneFftConv(backend.xp, problem, config.sizes,
+                                      slices=config.slices if problem.pass_ == "wgrad" else None,
+                                      shape=config.shape(), radix=config.radices)
+
     def build(self, problem, config, backend):
-        executor = planeconv.PlaneFftConv(backend.xp, problem, config.sizes,
-                                          slices=config.slices if problem.pass_ == "wgrad" else None,
-                                          shape=config.shape(), radix=config.radices)
+        executor = self._conv(problem, config, backend)
         # the kernel launches replayed from CUDA graphs per operand addresses, with the spectra in a workspace of
-        # the plan's own, allocated at the first call (the candidates built at once to compile them allocate none)
+        # the plan's own
         launch = replay.owning(executor.launch, executor.workspace, backend.xp,
-                               f"the plan {self.describe(config)} of {problem.describe()}", lazy=True)
+                               f"the plan {self.describe(config)} of {problem.describe()}")
         return precision.launched(launch, problem, backend.xp)

@@ -56,7 +56,7 @@ class RowFftStrategy(Strategy):
     def build(self, problem, config, backend):
         executor = rowconv.RowFftConv(backend.xp, problem, config.size, radix=config.radices)
         # one or two kernel launches (the filter's spectra, then the rows), replayed from CUDA graphs per operand
-        # addresses, with the spectra in a workspace of the plan's own, allocated at the first call
+        # addresses, with the spectra in a workspace of the plan's own
         launch = replay.owning(executor.launch, executor.workspace, backend.xp,
-                               f"the plan {self.describe(config)} of {problem.describe()}", lazy=True)
+                               f"the plan {self.describe(config)} of {problem.describe()}")
         return precision.launched(launch, problem, backend.xp)
