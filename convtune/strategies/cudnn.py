@@ -168,7 +168,19 @@ def trial_ratio(status: str, median_s: float | None, error: float | None, winner
 
 
 @dataclass
-class EngineRecord:
+class _Trials:
+    """How close one engine's plans came to the winners over the problems they were tried on."""
+
+    trials: int = 0
+    closest: float = math.inf  #: the best time / the winner's time over the trials
+
+    def tried(self, ratio: float) -> None:
+        self.trials += 1
+        self.closest = min(self.closest, ratio)
+
+
+@dataclass
+class EngineRecord(_Trials):
     """How close one engine's plans came to the winners, in this process, for problems of one kind (see
     ``ENGINE_TRIALS``): the rule on plans compiled ahead.
 
@@ -185,13 +197,6 @@ class EngineRecord:
     True
     """
 
-    trials: int = 0
-    closest: float = math.inf  #: the best time / the winner's time over the trials
-
-    def tried(self, ratio: float) -> None:
-        self.trials += 1
-        self.closest = min(self.closest, ratio)
-
     def skip_reason(self, position: int) -> str | None:
         """Why the engine's plan at ``position`` (0: the heuristics' first) is not built, or ``None``."""
         if position < HEURISTIC_FIRST or self.trials < ENGINE_TRIALS or self.closest <= ENGINE_NEAR:
@@ -205,15 +210,11 @@ def _ordinal(n: int) -> str:
 
 
 @dataclass
-class CompileRecord:
+class CompileRecord(_Trials):
     """What one engine's runtime-compiled plans cost to build and how close they came to the winners, in this
     process, for problems of one pass, dtype and layout."""
 
     builds: list[float] = field(default_factory=list)
-    trials: int = 0
-    closest: float = math.inf  #: the best time / the winner's time over the trials
-
-    tried = EngineRecord.tried
 
     def skip_reason(self) -> str | None:
         """Why the engine's runtime-compiled plans are not built any more, or ``None``.
