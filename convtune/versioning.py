@@ -19,6 +19,13 @@ def _every_shape(problem: ConvProblem) -> bool:
     return True
 
 
+def no_shape(problem: ConvProblem) -> bool:
+    """A version's entry in :attr:`~convtune.strategies.Strategy.changes` where it changed no shape's plan (what
+    its kernels compute and how fast they run stayed; the host's work changed, which a duel against PyTorch's call
+    weighs: :func:`convtune.torch._duel.duel_conditions` names the version, so those are measured again)."""
+    return False
+
+
 def changed_since(changes: dict, version: int, current: int, problem: ConvProblem) -> bool:
     """Could anything between ``version`` and ``current`` change what is stored for ``problem``? ``changes``:
     version -> the shapes it changed (a predicate); a version not listed changed every shape, and a version

@@ -89,6 +89,23 @@ def test_strategy_version_change_is_a_miss(cache_url, monkeypatch):
     assert PlanCache(cache_url).plan_rows()[0]["current_versions"] is False
 
 
+def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
+    """Versions whose launches replay from CUDA graphs (depthwise 9, fft-row 5, fft-plane 3) changed no kernel and
+    no time: plans those strategies won under the version before still hold, where a version that changed kernels
+    (fft-row 4) does not."""
+    from convtune.strategies import strategy_versions, versions_agree
+    current = strategy_versions()
+    row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(4096,), kernel_size=1001, padding=500,
+                           groups=8)
+    plane = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(56, 56), kernel_size=31, padding=15,
+                             groups=8)
+    for winner, problem, new, old in (("depthwise", plane, "depthwise9", "depthwise8"), ("fft-row", row, "fft-row5",
+                                      "fft-row4"), ("fft-plane", plane, "fft-plane3", "fft-plane2")):
+        assert new in current, current
+        assert versions_agree(current.replace(new, old), problem, winner, current), (winner, old)
+    assert not versions_agree(current.replace("fft-row5", "fft-row3"), row, "fft-row", current)
+
+
 def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_plan(cache_url, monkeypatch):
     """The key carries every strategy's version; a plan stored under versions that differ only in
     strategies that cannot serve its problem's shape (the depthwise kernels, for a dense layer) is still

@@ -23,6 +23,7 @@ from ..direct.depthwise import (MAX_TAPS, TILE_W, TILED_ROWS, WINDOW_S, Depthwis
                                 window_layout, window_reason)
 from ..executor import Executor
 from ..problem import ConvProblem
+from ..versioning import no_shape
 from .base import Config, Strategy, register
 
 
@@ -62,10 +63,6 @@ def _half_depthwise_3d(problem: ConvProblem) -> bool:
         problem.out_channels
 
 
-def _no_shape(problem: ConvProblem) -> bool:
-    return False
-
-
 def _depthwise_3d(problem: ConvProblem) -> bool:
     return problem.rank == 3 and problem.groups == problem.in_channels == problem.out_channels
 
@@ -80,7 +77,7 @@ class DepthwiseStrategy(Strategy):
     # are the same, so every plan stands, and the duels against PyTorch's call, which weigh the host's time too,
     # are measured again (their conditions name this version)
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
-               9: _no_shape}
+               9: no_shape}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":

@@ -14,6 +14,7 @@ from ..compiling import build_concurrently
 from ..direct import replay
 from ..fft import planeconv
 from ..problem import ConvProblem
+from ..versioning import no_shape
 from .base import Config, Strategy, register
 
 
@@ -35,7 +36,7 @@ class PlaneFftStrategy(Strategy):
     version = 3  # 2: launch shapes (registers capped for occupancy, or a block of the other size), twiddle tables,
     # the filter gradient's spectra and sums in shared memory, radices 16 and 9; 3: the launches replayed from CUDA
     # graphs (the kernels and their times are the same: every plan stands, the duels are measured again)
-    changes = {3: lambda p: False}
+    changes = {3: no_shape}
     config_type = PlaneFftConfig
     native_dtypes = ("float32", "float16", "bfloat16")
     native_layouts = ("channels_first", "channels_last")

@@ -12,6 +12,7 @@ from .. import precision
 from ..direct import replay
 from ..fft import rowconv
 from ..problem import ConvProblem
+from ..versioning import no_shape
 from .base import Config, Strategy, register
 
 
@@ -30,7 +31,7 @@ class RowFftStrategy(Strategy):
     # 5: the launches replayed from CUDA graphs (the kernels and their times are the same: every plan stands, the
     # duels are measured again)
     version = 5
-    changes = {3: lambda p: rowconv.offers(p, "32"), 5: lambda p: False}
+    changes = {3: lambda p: rowconv.offers(p, "32"), 5: no_shape}
     config_type = RowFftConfig
     native_dtypes = tuple(rowconv.ELEMENTS)
     native_layouts = ("channels_first", "channels_last")
