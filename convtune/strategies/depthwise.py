@@ -128,10 +128,10 @@ class DepthwiseStrategy(Strategy):
     def prepare(self, problem, configs, backend):
         """Every candidate's kernels compiled at once, on several threads (:mod:`convtune.compiling`): a
         kernel per kernel size, variant, rows and block shape, 0.3 to 1 s of NVRTC each, one after another in
-        the candidates' builds otherwise. Executors are built and dropped (they allocate nothing); the
-        verification batch's builds then find their kernels compiled."""
+        the candidates' builds otherwise. The kernels are made and dropped (not executors, which allocate their
+        workspace); the verification batch's builds then find them compiled."""
         if getattr(backend, "name", "") == "cupy":
-            build_concurrently([functools.partial(self.executor, problem, c, backend) for c in configs], backend)
+            build_concurrently([functools.partial(self._conv, problem, c, backend) for c in configs], backend)
 
     def workspace_bytes(self, problem, config) -> int:
         if _nhwc(config):
@@ -153,16 +153,20 @@ class DepthwiseStrategy(Strategy):
     def recordable(self, problem, config) -> bool:
         return True  # one kernel launch per pass (and a memset for the filter gradient)
 
+    @staticmethod
+    def _conv(problem, config, backend):
+        """``config``'s kernels for ``problem`` (compiled here), launched by address."""
+        cp, sm_count = backend.xp, backend.device_info().sm_count
+        if _nhwc(config):
+            return depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, sm_count, config.rows,
+                                                    tiled=config.variant == "nhwc-tiled")
+        if problem.rank == 3:
+            return depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
+        return DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
+
     def build(self, problem, config, backend):
         cp = backend.xp
-        sm_count = backend.device_info().sm_count
-        if _nhwc(config):
-            executor = depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, sm_count, config.rows,
-                                                        tiled=config.variant == "nhwc-tiled")
-        elif problem.rank == 3:
-            executor = depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
-        else:
-            executor = DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
+        executor = self._conv(problem, config, backend)
         # the launch (a memset, the kernel, a rounding kernel: 15 to 60 us of CuPy's host work) replayed from CUDA
         # graphs per operand addresses, with the workspace of a half-precision filter gradient the plan's own
         launch = replay.owning(executor.launch, executor.workspace, cp,
