@@ -206,7 +206,9 @@ def test_the_demo_hints_commands_that_run_as_printed_and_keeps_one_file(tmp_path
     hint = line.split("`")[1]
     assert str(tmp_path / "demo-plans.db") in hint and "DB" not in hint
     shown = run_hint(hint)
-    assert shown.exit_code == 0 and "im2col" in shown.output
+    # (it shows the demo's plans: which strategy won each is the timings' business, PyTorch's call most of the time)
+    assert shown.exit_code == 0 and f"15 plan(s) in sqlite:///{tmp_path / 'demo-plans.db'}" in shown.output, \
+        shown.output
     assert not list((tmp_path / "tmp").iterdir())
     assert run("demo", "--backend", "numpy").exit_code == 0  # made anew: its first run tunes again
     assert (tmp_path / "demo-plans.db").exists()
