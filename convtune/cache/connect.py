@@ -60,6 +60,27 @@ def cooldown(failures_in_a_row: int, most_s: float) -> float:
     return min(most_s, FIRST_COOLDOWN_S * 2 ** min(failures_in_a_row - 1, 16))
 
 
+class Cooldown:
+    """Failures in a row of something asked of a database (its calls, a lazy cache's open), and until when it is
+    left alone after the last (:func:`cooldown`), with that failure's reason."""
+
+    __slots__ = ("failures", "until", "reason")
+
+    def __init__(self):
+        self.failures, self.until, self.reason = 0, 0.0, ""
+
+    def left_s(self) -> float:
+        """Seconds it is still left alone (0: ask it)."""
+        return max(0.0, self.until - time.monotonic())
+
+    def failed(self, reason: str, most_s: float) -> None:
+        self.failures += 1
+        self.until, self.reason = time.monotonic() + cooldown(self.failures, most_s), reason
+
+    def answered(self) -> None:
+        self.failures = 0
+
+
 class _Callers:
     """Daemon threads that run calls handed to them, each kept for the next call once its call returns (a call that
     hangs keeps its thread; the next call gets another). Daemon threads: a process whose server froze still exits."""
@@ -149,9 +170,7 @@ class Database:
         self.display_url = parsed.render_as_string(hide_password=True)
         self.timeout_s, self.retry_s, self.cooldown_s = timeout_s, retry_s, cooldown_s
         self._busy_timeout_s = busy_timeout_s
-        self._down_until = 0.0
-        self._down_reason = ""
-        self._failures_in_a_row = 0
+        self._down = Cooldown()
         self._callers: _Callers | None = None  # PostgreSQL's call threads
         self.read_only, self.read_only_reason = bool(read_only), "opened read-only" if read_only else ""
         self.tables: list[str] = []  # an existing SQLite file's tables, as found before anything was done
@@ -286,17 +305,17 @@ class Database:
                 return run()
             except DBAPIError as exc:
                 raise CacheError(f"plan cache {self.display_url}: {exc.orig or exc}") from exc
-        now = time.monotonic()
-        if now < self._down_until:
-            raise CacheError(f"plan cache {self.display_url} is not answering ({self._down_reason}); not asked "
-                             f"again for {self._down_until - now:.1f} s")
-        deadline = now + (self.retry_s if write else self.timeout_s)
+        left = self._down.left_s()
+        if left > 0:
+            raise CacheError(f"plan cache {self.display_url} is not answering ({self._down.reason}); not asked "
+                             f"again for {left:.1f} s")
+        deadline = time.monotonic() + (self.retry_s if write else self.timeout_s)
         backoff, tries_left = 0.25, (1 << 30) if write else 2
         while True:
             tries_left -= 1
             try:
                 result = self._with_deadline(run, min(self.timeout_s, max(deadline - time.monotonic(), 0.5)))
-                self._failures_in_a_row = 0
+                self._down.answered()
                 return result
             except TimeoutError as exc:
                 failure = str(exc)
@@ -309,9 +328,7 @@ class Database:
                     time.sleep(backoff)
                     backoff = min(2 * backoff, 2.0)
                     continue
-            self._failures_in_a_row += 1
-            self._down_until = time.monotonic() + cooldown(self._failures_in_a_row, self.cooldown_s)
-            self._down_reason = failure
+            self._down.failed(failure, self.cooldown_s)
             raise CacheError(f"plan cache {self.display_url} failed: {failure}")
 
     def _with_deadline(self, run, seconds: float):

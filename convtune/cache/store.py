@@ -113,9 +113,7 @@ class PlanCache(SharedWork):
                                timeout_s=timeout_s, default_location=default_location)
         self._db: connect.Database | None = None
         self._cooldown_s = cooldown_s
-        self._failed_until = 0.0
-        self._failure = ""
-        self._open_failures = 0  # opens that failed in a row
+        self._open_failures = connect.Cooldown()  # opens that failed in a row
         self.miss_ttl_s = MISS_TTL_S if miss_ttl_s is None else miss_ttl_s
         self._memo: dict[tuple[str, str], Decision] = {}
         self._misses: dict[tuple[str, str], float] = {}  # key -> when to look again
@@ -136,19 +134,17 @@ class PlanCache(SharedWork):
         with self._open_lock:
             if self._db is not None:
                 return self._db
-            now = time.monotonic()
-            if now < self._failed_until:
-                raise CacheError(f"{self._failure} (not tried again for {self._failed_until - now:.1f} s)")
+            left = self._open_failures.left_s()
+            if left > 0:
+                raise CacheError(f"{self._open_failures.reason} (not tried again for {left:.1f} s)")
             try:
                 self._db = connect.Database(self.url, **self._open_args)
                 self._ensure_schema(self._open_args["create"])
             except CacheError as exc:
                 self._db = None
-                self._open_failures += 1
-                self._failed_until = now + connect.cooldown(self._open_failures, self._cooldown_s)
-                self._failure = str(exc)
+                self._open_failures.failed(str(exc), self._cooldown_s)
                 raise
-            self._open_failures = 0
+            self._open_failures.answered()
             return self._db
 
     @property
