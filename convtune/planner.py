@@ -241,7 +241,9 @@ class Planner:
                 try:
                     rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend, room)
                     if rule is not None:
-                        outcome = self._outcome(s, cand, "skipped", reason=f"pruned: {rule}")
+                        # (workspace unknown, recorded as 0: knowing it can cost the build the rule saves, a cuDNN
+                        # plan's)
+                        outcome = self._outcome(s, cand, "skipped", workspace=0, reason=f"pruned: {rule}")
                         s.outcomes.append(outcome)
                         pruned.append((cand, outcome))
                     else:
@@ -527,10 +529,12 @@ class Planner:
         finally:
             s.phase("the full-batch check", time.perf_counter() - started)
 
-    def _outcome(self, s: _Search, cand, status, **fields) -> CandidateOutcome:
+    def _outcome(self, s: _Search, cand, status, workspace: int | None = None, **fields) -> CandidateOutcome:
+        """``cand``'s outcome, with its costs so far and its workspace (the strategy's, where not given)."""
         cost = s.costs.get(cand.label, {})
         try:
-            workspace = cand.strategy.workspace(s.problem, cand.config)
+            if workspace is None:
+                workspace = cand.strategy.workspace(s.problem, cand.config)
         except Exception:  # unknown (0 in the cache's column); the caller records this candidate's failure
             workspace = 0
         return CandidateOutcome(cand.strategy.name, cand.config.as_dict(), cand.label, status,

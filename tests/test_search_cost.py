@@ -95,6 +95,22 @@ def test_strategy_rules_prune_with_their_reason_but_not_in_an_exhaustive_search(
     assert next(o for o in d.outcomes if o.strategy == "t-pruned").status in ("ok", "winner")
 
 
+def test_a_pruned_candidate_is_not_asked_its_workspace(extra_strategies):
+    """Knowing a workspace can cost what the rule saved (a cuDNN plan is built to know it): a pruned candidate is
+    recorded without it, and asked only where it is tried after all."""
+    from test_planner import correct, make_strategy
+    asked = []
+    cls = make_strategy("t-pruned", correct, pruned=lambda problem, config, backend: "a test rule")
+    cls.workspace_bytes = lambda self, p, config: asked.append(config) or 0
+    pruned = extra_strategies(cls)
+    kept = extra_strategies("t-kept")
+    d = Planner("numpy", StopAwareTimer({}), strategies=[pruned, kept]).tune(problem("2d-odd"))
+    outcome = next(o for o in d.outcomes if o.strategy == "t-pruned")
+    assert outcome.status == "skipped" and outcome.workspace_bytes == 0 and asked == []
+    d = Planner("numpy", StopAwareTimer({}), strategies=[pruned]).tune(problem("2d-odd"))  # every one pruned: tried
+    assert d.winner.strategy == "t-pruned" and asked
+
+
 class _Named:
     """What the FFT rules look at of a backend: its name."""
 
