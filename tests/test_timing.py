@@ -21,19 +21,20 @@ class _FakeCuda:
                 self.at = cuda.now_ms
 
             def synchronize(self):
-                pass
+                cuda.log.append("wait")
 
-        class Buffer:
-            def fill(self, value):  # a flush takes time too, which must stay out of the measurement
-                cuda.now_ms += 100.0
-                cuda.log.append("flush")
+        def memset(ptr, value, nbytes, stream):  # a flush takes time too, which must stay out of the measurement
+            assert nbytes >= 2 * (50 << 20)
+            cuda.now_ms += 100.0
+            cuda.log.append("flush")
 
         self.cuda = types.SimpleNamespace(
-            Event=Event, get_current_stream=lambda: None, Device=lambda: types.SimpleNamespace(id=0),
-            get_elapsed_time=lambda a, b: b.at - a.at,
-            runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"l2CacheSize": 50 << 20}))
-        self.float32 = "float32"
-        self.empty = lambda n, dtype=None: Buffer()
+            Event=Event, get_current_stream=lambda: types.SimpleNamespace(ptr=0),
+            Device=lambda: types.SimpleNamespace(id=0), get_elapsed_time=lambda a, b: b.at - a.at,
+            runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"l2CacheSize": 50 << 20},
+                                          memsetAsync=memset))
+        self.float32, self.uint8 = "float32", "uint8"
+        self.empty = lambda n, dtype=None: types.SimpleNamespace(data=types.SimpleNamespace(ptr=1), nbytes=n)
 
     def step(self, name, ms):
         def run():
@@ -52,14 +53,25 @@ def test_one_call_is_warmed_up_flushed_and_timed(fake):
     cp, backend = fake
     stats = CudaEventTimer(warmup=3, repeats=5)(cp.step("f", 2.0), backend)
     assert stats.repeats == 5 and stats.median_s == pytest.approx(2e-3) and stats.spread_s == 0
-    assert cp.log == ["f"] * 3 + ["flush", "f"] * 5  # warm-up untimed, a flush before every timed run
+    # warm-up untimed, a flush before every timed run; the first run read alone, the next four queued together
+    assert cp.log == ["f"] * 3 + ["flush", "f", "wait"] + ["flush", "f"] * 4 + ["wait"]
+
+
+def test_runs_are_queued_in_chunks_and_read_after_one_wait(fake):
+    cp, backend = fake
+    assert CudaEventTimer(warmup=1, repeats=12)(cp.step("f", 2.0), backend).repeats == 12
+    assert cp.log.count("wait") == 4  # the first run; four more (five runs before any stop); then 5 and 2
+    cp.log.clear()
+    assert CudaEventTimer(warmup=1, repeats=12, chunk=1)(cp.step("f", 2.0), backend).repeats == 12
+    assert cp.log.count("wait") == 12
 
 
 def test_a_sequence_flushes_before_each_step_and_sums_them(fake):
     cp, backend = fake
     stats = CudaEventTimer(warmup=2, repeats=4).sequence([cp.step("a", 1.0), cp.step("b", 0.5)], backend)
     assert stats.repeats == 4 and stats.median_s == pytest.approx(1.5e-3)
-    assert cp.log == ["a", "b"] * 2 + ["flush", "a", "flush", "b"] * 4
+    timed = [step for step in cp.log[4:] if step != "wait"]
+    assert cp.log[:4] == ["a", "b"] * 2 and timed == ["flush", "a", "flush", "b"] * 4
 
 
 def test_interleaved_calls_take_turns_each_flushed_and_pair_up(fake):
@@ -67,7 +79,8 @@ def test_interleaved_calls_take_turns_each_flushed_and_pair_up(fake):
     cp, backend = fake
     peer, ours = CudaEventTimer(warmup=2, repeats=4).interleaved([cp.step("p", 2.0), cp.step("o", 1.0)], backend)
     # warm-up of both, then every repeat runs each after its own flush, the order reversed every other repeat
-    assert cp.log == ["p", "o"] * 2 + ["flush", "p", "flush", "o", "flush", "o", "flush", "p"] * 2
+    assert [s for s in cp.log if s != "wait"] == ["p", "o"] * 2 + ["flush", "p", "flush", "o", "flush", "o", "flush",
+                                                                  "p"] * 2
     assert peer.samples == (2e-3,) * 4 and ours.samples == (1e-3,) * 4 and ours.repeats == 4
     ratio = paired_ratio(peer, ours)
     assert ratio.median_s == pytest.approx(2.0) and ratio.repeats == 4
@@ -80,7 +93,7 @@ def test_three_interleaved_calls_take_every_place_in_turn(fake):
     cp, backend = fake
     a, b, c = CudaEventTimer(warmup=1, repeats=3).interleaved([cp.step("a", 1.0), cp.step("b", 2.0),
                                                                cp.step("c", 3.0)], backend)
-    timed = [step for step in cp.log[3:] if step != "flush"]
+    timed = [step for step in cp.log[3:] if step not in ("flush", "wait")]
     assert timed == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # the order rotated by one every repeat
     assert (a.samples, b.samples, c.samples) == ((1e-3,) * 3, (2e-3,) * 3, (3e-3,) * 3)
 
