@@ -347,7 +347,7 @@ class Planner:
                     out[...] = xp.nan
                 else:
                     out = precision.empty_result(xp, small, fill=xp.nan)
-                    run = cand.strategy.executor(small, cand.config, self.backend)
+                    run = cand.strategy.executor(small, cand.strategy.verification_config(cand.config), self.backend)
                     va, vb, vref = a, b, ref
                 built = time.perf_counter()
                 s.spend(cand, "build_s", built - started)

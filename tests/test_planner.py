@@ -404,3 +404,33 @@ def test_a_costly_build_is_checked_on_the_zero_samples_too(extra_strategies):
         problem("2d-odd", batch=6))
     striding = next(o for o in d.outcomes if o.strategy == "t-costly-striding")
     assert striding.status == "rejected" and striding.error > 0.1
+
+
+def test_the_verification_batch_runs_the_strategys_verification_config_and_the_full_batch_its_own(extra_strategies):
+    """A strategy may verify a cheaper configuration at the verification batch (PyTorch's call without its algorithm
+    search, which picks for that batch only): the planner builds that one there, and the candidate's own at the full
+    batch it times and stores."""
+    @dataclass(frozen=True)
+    class Searching(Config):
+        search: bool = True
+
+    built = []
+    cls = make_strategy("t-searching", correct)
+    cls.config_type = Searching
+    cls.candidates = lambda self, p, backend: [Searching()]
+    cls.verification_config = lambda self, config: Searching(search=False)
+    plain = cls.build
+    cls.build = lambda self, p, config, backend: built.append((p.batch, config.search)) or plain(self, p, config,
+                                                                                                    backend)
+    searching, other = extra_strategies(cls), extra_strategies("t-other")
+    d = Planner("numpy", FakeTimer({"t-searching": 0.001}, default=1.0), strategies=[searching, other],
+                verify_batch=1).tune(problem("2d-odd"))
+    assert d.winner.config == {"search": True}
+    assert built[0] == (1, False) and (2, True) in built[1:]  # (the problem's batch is 2)
+
+
+def test_pytorchs_call_is_verified_without_its_algorithm_search():
+    from convtune.strategies.pytorch import TorchConfig
+    torch = get_strategy("torch")
+    assert torch.verification_config(TorchConfig(benchmark=True)) == TorchConfig(benchmark=False)
+    assert get_strategy("im2col").verification_config("any") == "any"

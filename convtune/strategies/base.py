@@ -121,6 +121,12 @@ class Strategy:
         ``False`` by default."""
         return False
 
+    def verification_config(self, config: Config) -> Config:
+        """The configuration whose executor the planner verifies on the verification batch, where that is not
+        ``config`` itself: one that computes the same within the bound but costs less to set up at a batch that is
+        never timed (PyTorch's call without its algorithm search). ``config`` by default."""
+        return config
+
     def observe(self, problem: ConvProblem, outcomes, winner) -> None:
         """Told every candidate's outcome (:class:`~convtune.plan.CandidateOutcome`) and the winner's once a
         search ends, so that rules learned in this process (:meth:`pruned`) can use it. Nothing by default."""
