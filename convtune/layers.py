@@ -131,7 +131,7 @@ class _ConvNd:
             reason = roundtrip.unsupported_reason(problem)
             if reason is not None:
                 raise ValueError(f"keep_spectra=True: {reason}; use keep_spectra='auto' or False")
-        decision = (self.runtime or default_runtime()).round_trip_for(problem, backend)
+        decision = (self.runtime or default_runtime()).round_trip_for(problem, backend, where_spectral=auto)
         if auto:
             config = decision.config if decision is not None and decision.pays else None
         else:  # the measured winner whether or not it pays, else the cheapest by the cost model

@@ -308,11 +308,15 @@ class Runtime:
             decision = self._tune_and_store(problem, backend, ahead, wait)
         return decision
 
-    def round_trip_for(self, problem: ConvProblem, backend: Backend, refresh: bool = False):
+    def round_trip_for(self, problem: ConvProblem, backend: Backend, refresh: bool = False,
+                       where_spectral: bool = False):
         """The round-trip decision (:class:`~convtune.roundtrip.TripDecision`) of ``problem``'s layer:
         memo, then the store, then (``tune`` policy only) measured against the three per-pass
         winners and stored. ``None`` where there is none and the policy does not tune.
-        ``refresh``: measure again (tune policy) even where one is stored."""
+        ``refresh``: measure again (tune policy) even where one is stored. ``where_spectral`` (a layer with
+        ``keep_spectra='auto'``): measure only where one of the per-pass winners transforms its operands (an FFT
+        strategy's plan); elsewhere the decision says why not, without a winner, and is neither stored nor kept,
+        so that a later call without it measures."""
 
         fwd = problem.for_pass("fwd")
         device_key = backend.device_info().key()
@@ -333,7 +337,11 @@ class Runtime:
             per_pass = [self.decision_for(fwd.for_pass(q), backend) for q in ("fwd", "dgrad", "wgrad")]
             times = [d.winner.median_s for d in per_pass]
             per_pass_s = sum(times) if all(t is not None for t in times) else None
-            decision = roundtrip.tune_round_trip(fwd, backend, per_pass_s, [d.winner.label for d in per_pass],
+            labels = [d.winner.label for d in per_pass]
+            if where_spectral and not any(_transforms(d.winner.strategy) for d in per_pass):
+                return roundtrip.TripDecision(fwd, device_key, per_pass_s, tuple(labels), (), None, False, (
+                    f"no per-pass plan of it transforms its operands ({', '.join(labels)}): no spectra to keep"))
+            decision = roundtrip.tune_round_trip(fwd, backend, per_pass_s, labels,
                                                  timer=self.planner_options.get("timer"), keep_limit=self.keep_limit)
             try:
                 roundtrip.save_trip(self.store, decision)
@@ -437,3 +445,11 @@ def tune(problem: ConvProblem, runtime: Runtime | None = None, backend: Backend 
 
 __all__ = ["Runtime", "MemoryPlanStore", "PlanStore", "tune", "default_runtime", "set_default_runtime", "use_cache",
            "TuningError"]
+
+
+def _transforms(strategy: str) -> bool:
+    """Do ``strategy``'s plans transform their operands into spectra (``False`` for a name not registered)?"""
+    try:
+        return get_strategy(strategy).transforms
+    except ValueError:
+        return False

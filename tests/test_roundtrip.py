@@ -156,12 +156,13 @@ def test_real_timer_round_trip(backend):
 @pytest.mark.parametrize("keep", [True, "auto"])
 def test_layer_keeps_spectra(backend, keep):
     """A layer with kept spectra gives the gradients of one with per-pass plans; ``'auto'`` follows
-    the stored verdict (here a fake timer makes the round trip pay)."""
+    the stored verdict (here a fake timer makes the FFT win the passes and the round trip pay)."""
     from convtune import Conv2d, MemoryPlanStore, Runtime
-    runtime = Runtime(store=MemoryPlanStore(), planner_options={"timer": FakeTimer(times={"fft-trip": 1e-3})})
-    kw = dict(padding=2, seed=1, backend=backend.name, runtime=runtime)
-    plain, kept = Conv2d(3, 4, 5, **kw), Conv2d(3, 4, 5, keep_spectra=keep, **kw)
-    x = backend.xp.random.default_rng(0).standard_normal((2, 3, 12, 12), dtype=backend.xp.float32)
+    timer = FakeTimer(times={"fft-trip": 1e-3, "fft[": 0.5})
+    runtime = Runtime(store=MemoryPlanStore(), planner_options={"timer": timer})
+    kw = dict(padding=4, seed=1, backend=backend.name, runtime=runtime)
+    plain, kept = Conv2d(3, 4, 9, **kw), Conv2d(3, 4, 9, keep_spectra=keep, **kw)
+    x = backend.xp.random.default_rng(0).standard_normal((2, 3, 16, 16), dtype=backend.xp.float32)
     y0, y1 = plain(x), kept(x)
     assert kept._trip[1] is not None and kept._trip[1].holding
     dy = backend.xp.ones_like(y0) * 0.5
@@ -175,20 +176,44 @@ def test_layer_keeps_spectra(backend, keep):
 
 def test_layer_auto_keeps_per_pass_plans_when_the_trip_does_not_pay():
     from convtune import Conv2d, MemoryPlanStore, Runtime
-    runtime = Runtime(store=MemoryPlanStore(), planner_options={"timer": FakeTimer(times={"fft-trip": 100.0})})
-    layer = Conv2d(3, 4, 5, padding=2, seed=1, runtime=runtime, keep_spectra="auto")
-    x = numpy.random.default_rng(0).standard_normal((2, 3, 12, 12), dtype=numpy.float32)
+    timer = FakeTimer(times={"fft-trip": 100.0, "fft[": 0.5})  # (the FFT wins the passes: a trip is measured)
+    runtime = Runtime(store=MemoryPlanStore(), planner_options={"timer": timer})
+    layer = Conv2d(3, 4, 9, padding=4, seed=1, runtime=runtime, keep_spectra="auto")
+    x = numpy.random.default_rng(0).standard_normal((2, 3, 16, 16), dtype=numpy.float32)
     layer.backward(numpy.ones_like(layer(x)))
     assert layer._trip[1] is None
     from convtune import ConvProblem
     from convtune.backend import get_backend
-    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(12, 12), kernel_size=5, padding=2)
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(16, 16), kernel_size=9, padding=4)
     stored = load_trip(runtime.store, p, get_backend("numpy").device_info().key())
     assert stored is not None and not stored.pays and stored.winner is not None
     with pytest.raises(ValueError, match="keep_spectra"):
         Conv2d(3, 4, 5, keep_spectra="always")
     with pytest.raises(ValueError, match="keep_spectra=True: 20 groups of 4->8 channels"):
         Conv2d(80, 160, 3, groups=20, keep_spectra=True)(numpy.zeros((1, 80, 8, 8), numpy.float32))
+
+
+def test_auto_measures_a_round_trip_only_where_a_pass_transforms():
+    """``keep_spectra='auto'`` measures no round trip for a layer none of whose per-pass winners is an FFT plan (no
+    spectra to keep): it says why, stores nothing, and ``keep_spectra=True`` on the same runtime still measures it."""
+    from convtune import Conv2d, MemoryPlanStore, Runtime
+    timer = FakeTimer(times={"fft-trip": 1e-3, "im2col": 0.5})
+    runtime = Runtime(store=MemoryPlanStore(), planner_options={"timer": timer})
+    layer = Conv2d(3, 4, 9, padding=4, seed=1, runtime=runtime, keep_spectra="auto")
+    x = numpy.random.default_rng(0).standard_normal((2, 3, 16, 16), dtype=numpy.float32)
+    layer.backward(numpy.ones_like(layer(x)))
+    assert layer._trip[1] is None and not any(label.startswith("fft-trip") for label in timer.labels)
+    from convtune import ConvProblem
+    from convtune.backend import get_backend
+    backend = get_backend("numpy")
+    p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(16, 16), kernel_size=9, padding=4)
+    assert load_trip(runtime.store, p, backend.device_info().key()) is None
+    said = runtime.round_trip_for(p, backend, where_spectral=True)
+    assert said.winner is None and not said.pays and "no per-pass plan of it transforms" in said.reason
+    kept = Conv2d(3, 4, 9, padding=4, seed=1, runtime=runtime, keep_spectra=True)
+    kept.backward(numpy.ones_like(kept(x)))
+    assert kept._trip[1] is not None and any(label.startswith("fft-trip") for label in timer.labels)
+    assert load_trip(runtime.store, p, backend.device_info().key()).pays
 
 
 def test_own_transforms_in_round_trips(backend):

@@ -808,24 +808,25 @@ def test_kept_spectra_of_half_precision_and_channels_last_layers_run_between_con
 
 def test_kept_spectra_auto_follows_the_measured_verdict():
     from conftest import FakeTimer as Timer
-    pays = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 1e-3}))
-    costs = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 100.0}))
+    # (the FFT wins every pass, so that 'auto' measures a round trip)
+    pays = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 1e-3, "fft[": 0.5}))
+    costs = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 100.0, "fft[": 0.5}))
     for rt, expected in ((pays, True), (costs, False)):
-        plain = nn.Conv2d(3, 4, 5, padding=2)
+        plain = nn.Conv2d(3, 4, 9, padding=4)
         patched = copy.deepcopy(plain)
         ct.patch(patched, runtime=rt, keep_spectra="auto")
-        assert_same_training(plain, patched, torch.randn(2, 3, 10, 10))
+        assert_same_training(plain, patched, torch.randn(2, 3, 12, 12))
         (route,) = rt.layer_memo("torch").values()
         assert (route.trips["auto"] is not None) == expected
 
 
 def test_tune_ahead_decides_the_round_trips_of_kept_spectra_layers(monkeypatch):
     import convtune.roundtrip
-    rt = make_runtime(["fft", "im2col"], FakeTimer(times={"fft-trip": 1e-3}))
-    model = nn.Sequential(nn.Conv2d(3, 4, 5, padding=2), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
+    rt = make_runtime(["fft", "im2col"], FakeTimer(times={"fft-trip": 1e-3, "fft[": 0.5}))
+    model = nn.Sequential(nn.Conv2d(3, 4, 9, padding=4), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
     plain = copy.deepcopy(model)
     ct.patch(model, runtime=rt, keep_spectra="auto", filter=lambda m, name: name == "0")
-    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    x = torch.randn(2, 3, 12, 12, requires_grad=True)
     report = ct.tune(model, x, runtime=rt, progress=False)
     assert len(report.trips) == 1 and "keeps spectra" in report.trips[0][1] and "round-trip verdicts" in str(report)
 

@@ -88,6 +88,9 @@ class Strategy:
     #: Its :meth:`pruned` rules are learned from earlier searches in the process (:meth:`observe`), so a stored
     #: search cannot replay them (``benchmarks/check_rules.py`` leaves them out).
     rules_learned: ClassVar[bool] = False
+    #: Its plans transform the operands into spectra (the FFT strategies): where one of a layer's per-pass winners
+    #: does, a round trip that keeps spectra between the passes may pay (``keep_spectra='auto'``).
+    transforms: ClassVar[bool] = False
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         """``None`` when the problem can run here, else the reason it cannot."""

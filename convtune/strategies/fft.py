@@ -167,6 +167,7 @@ def narrow_variants(problem, configs) -> list:
 @register
 class FftStrategy(Strategy):
     name = "fft"
+    transforms = True
     version = 12
     config_type = FftConfig
     #: 9: the gemm and pointwise products' transforms on the GPU through cuFFT plans made once (one

@@ -33,6 +33,7 @@ class PlaneFftConfig(Config):
 @register
 class PlaneFftStrategy(Strategy):
     name = "fft-plane"
+    transforms = True
     version = 3  # 2: launch shapes (registers capped for occupancy, or a block of the other size), twiddle tables,
     # the filter gradient's spectra and sums in shared memory, radices 16 and 9; 3: the launches replayed from CUDA
     # graphs (the kernels and their times are the same: every plan stands, the duels are measured again)

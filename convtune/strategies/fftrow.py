@@ -25,6 +25,7 @@ class RowFftConfig(Config):
 @register
 class RowFftStrategy(Strategy):
     name = "fft-row"
+    transforms = True
     # 2: twiddles from a table, the filter gradient keeping the input spectrum in shared memory, radices 16 and 9
     # 3: radix-32 passes (rows whose passes they make fewer); 4: the forward's first pass reads the row and the
     # inverse's last writes the result (every row), shared memory padded after as many points as the first radix;

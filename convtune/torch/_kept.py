@@ -36,7 +36,8 @@ class Trips(dict):
             if reason is None:
                 br = bridge(self.device.type)
                 with self.runtime._lock:
-                    decision = br.call(self.device.index, self.runtime.round_trip_for, problem, br.backend)
+                    decision = br.call(self.device.index, self.runtime.round_trip_for, problem, br.backend, False,
+                                       mode == "auto")  # ('auto': measured only where a pass transforms)
                 if decision is None or decision.winner is None:
                     reason = decision.reason if decision is not None else "no round-trip decision (miss policy)"
                 elif mode == "auto" and not decision.pays:

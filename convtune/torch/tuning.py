@@ -271,7 +271,8 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) 
         raise ValueError(f"unknown pass(es) {', '.join(sorted(unknown))}; acceptable: {', '.join(PASSES)}")
     # the problems, each once (several layers share shapes), on the device they run on
     distinct: dict[tuple, tuple[ConvProblem, torch.device, list[str]]] = {}
-    kept: dict[tuple, tuple[ConvProblem, torch.device, str]] = {}  # layers with kept spectra: their round trips
+    #: layers with kept spectra: their round trips (and whether only where a pass transforms: all 'auto')
+    kept: dict[tuple, tuple[ConvProblem, torch.device, str, bool]] = {}
     routes: dict[tuple, tuple[tuple[str, ...], str, object]] = {}  # patched layers: passes, name, keep_spectra
     layer_calls: dict[str, list] = {}  # a patched layer's name -> its calls: (route key, passes, keep_spectra)
     for item in collect(model, example_inputs, math):
@@ -282,7 +283,9 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) 
             keep = keep or (item.keep_spectra if len(item.passes) == 3 else False)
             routes[item.route_key] = (tuple(p for p in PASSES if p in needed or p in known), item.name, keep)
         if item.keep_spectra and len(item.passes) == 3 and set(wanted) == set(PASSES):
-            kept.setdefault((item.problem.key(), str(item.device)), (item.problem, item.device, item.name))
+            key = (item.problem.key(), str(item.device))
+            auto = item.keep_spectra == "auto" and kept.get(key, (None, None, None, True))[3]
+            kept[key] = (item.problem, item.device, kept[key][2] if key in kept else item.name, auto)
         for pass_ in item.passes:
             if pass_ in wanted:
                 p = item.problem.for_pass(pass_)
@@ -327,12 +330,12 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) 
         log.info("convtune.torch.tune: waiting for %d problem(s) other processes are tuning", len(held))
     for problem, device in held:
         settle(problem, device, wait=True)
-    for problem, device, name in kept.values():  # after the per-pass plans, which each verdict is measured against
+    for problem, device, name, auto in kept.values():  # after the per-pass plans, which each verdict is measured against
         shown(len(items), f"{name} round trip")
         try:
             br = bridge(device.type)
             with rt._lock:
-                decision = br.call(device.index, rt.round_trip_for, problem, br.backend)
+                decision = br.call(device.index, rt.round_trip_for, problem, br.backend, False, auto)
             report.trips.append((problem, decision.describe() if decision is not None else
                                  f"no verdict: the runtime's miss policy is {rt.miss_policy!r}, not 'tune'"))
         except Exception as exc:  # recorded; the layer runs its per-pass plans
