@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", default="hyena-long-dw,long-16k-dw,replknet-dw31,slak-dw51")
     ap.add_argument("--repeats", type=int, default=25)
     ap.add_argument("--side-by-side", type=int, default=60, help="repeats of the paired timing (0: none)")
-    ap.add_argument("--max-table", type=int, help="rowconv.MAX_TABLE: the longest rows whose twiddles come from a "
+    ap.add_argument("--max-table", type=int, help="rowsource.MAX_TABLE: the longest rows whose twiddles come from a "
                     "table (longer ones compute them by sincospif)")
     ap.add_argument("--only", help="only the candidates whose label holds this text (sizes=81x96)")
     ap.add_argument("--trace", help="a directory: a Chrome trace (torch.profiler, host and device) of three whole "
@@ -121,8 +121,8 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
     if args.max_table:
-        from convtune.fft import rowconv
-        rowconv.MAX_TABLE = args.max_table
+        from convtune.fft import rowsource
+        rowsource.MAX_TABLE = args.max_table
     torch, be, timer, bandwidth = setup(args.repeats)
     rows = []
     for name in args.layers.split(","):

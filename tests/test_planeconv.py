@@ -4,7 +4,7 @@ convolution's definition in float64, and its kernels on the GPU against float64.
 import numpy
 import pytest
 
-from convtune.fft import blockkept, planeconv, rowconv
+from convtune.fft import blockkept, planeconv, rowconv, rowsource
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -220,7 +220,7 @@ def test_kernel_source_on_the_cpu_large_radices(pass_, case, smooth, radix):
     p = _problem(size, k, pad, pass_, batch=batch, channels=channels)
     l0, l1 = planeconv.transform_sizes(p, smooth)
     large = rowconv.RADICES[radix]
-    assert set(rowconv.radices(l0, large) + rowconv.radices(l1 // 2, large)) & {9, 16}
+    assert set(rowsource.radices(l0, large) + rowsource.radices(l1 // 2, large)) & {9, 16}
     assert _run_on_cpu("float32", "channels_first", pass_, case, smooth=smooth, radix=radix) <= 1e-6
 
 

@@ -4,7 +4,7 @@ on the CPU (Stockham passes, the real-row packing, the shifts), and its CUDA ker
 import numpy
 import pytest
 
-from convtune.fft import blockkept, rowconv, rowmodel
+from convtune.fft import blockkept, rowconv, rowmodel, rowsource
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -58,7 +58,7 @@ def test_large_radix_passes_are_the_dft(m, large, inverse):
     rng = numpy.random.default_rng(m)
     z = rng.standard_normal((2, m)) + 1j * rng.standard_normal((2, m))
     ref = numpy.fft.ifft(z, axis=1) * m if inverse else numpy.fft.fft(z, axis=1)
-    assert set(rowconv.radices(m, large)) & {9, 16}
+    assert set(rowsource.radices(m, large)) & {9, 16}
     assert numpy.abs(rowmodel._stockham(z, inverse, large) - ref).max() <= 1e-11 * numpy.abs(ref).max()
 
 
@@ -85,12 +85,12 @@ def test_large_radices_are_candidates_where_they_save_passes():
 @pytest.mark.parametrize("m, expected", [(8, (8,)), (16, (8, 2)), (32, (8, 4)), (4096, (8, 8, 8, 8)),
                                          (16384, (8, 8, 8, 8, 4)), (2, (2,)), (72, (8, 3, 3)), (6, (2, 3))])
 def test_radices(m, expected):
-    assert rowconv.radices(m) == expected
+    assert rowsource.radices(m) == expected
 
 
 def test_radices_refuse_other_primes():
     with pytest.raises(ValueError, match="2\\^a 3\\^b"):
-        rowconv.radices(40)
+        rowsource.radices(40)
 
 
 @pytest.mark.parametrize("L", [16, 32, 64, 256])
@@ -192,12 +192,12 @@ def test_source_names_every_pass():
 
 
 def test_root_tables_hold_the_roots():
-    src = rowconv.roots_source(24)
+    src = rowsource.roots_source(24)
     body = src[src.index("= {{") + 4:src.index("}};")]
     values = numpy.array([complex(*(float(x.rstrip("f")) for x in pair.split(","))) for pair in body.split("},{")])
     assert values.shape == (24,)
     assert numpy.abs(values - numpy.exp(-2j * numpy.pi * numpy.arange(24) / 24)).max() < 1e-7
-    assert rowconv.roots_source(rowconv.MAX_TABLE * 2) == "" and rowconv.root_type(rowconv.MAX_TABLE * 2) == "ChainRoots"
+    assert rowsource.roots_source(rowsource.MAX_TABLE * 2) == "" and rowsource.root_type(rowsource.MAX_TABLE * 2) == "ChainRoots"
 
 
 # -- the kernels, on the GPU ------------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_kernel_source_on_the_cpu_large_radices(pass_, case, smooth, radix):
     for layout in ("channels_first", "channels_last"):
         p = _problem(n, k, pad, pass_, batch=batch, channels=channels, layout=layout)
         L = rowconv.transform_size(p, smooth=smooth)
-        assert set(rowconv.radices(L // 2, rowconv.RADICES[radix])) & {9, 16, 32}
+        assert set(rowsource.radices(L // 2, rowconv.RADICES[radix])) & {9, 16, 32}
         conv = rowconv.RowFftConv(_FakeCupy, p, L, kernels=_cpu_kernels("float32", L // 2, radix))
         got, a64, b64 = cuda_cpu.run_launch(conv, p, *_operands(p, seed=n))
         ref = _direct(p, a64, b64)
@@ -482,9 +482,9 @@ def test_kept_kernels_under_address_sanitizer(layout, case, smooth):
 def test_shared_memory_pad_follows_the_first_radix():
     """A pad after as many points as the first pass's radix (its butterflies write their points that far apart),
     never more pads than smem_bytes counts (one after every 8 points)."""
-    assert rowconv.pad_shift(16384, rowconv.RADICES["32"]) == 5
-    assert rowconv.pad_shift(4096, rowconv.RADICES["16"]) == 4
-    assert rowconv.pad_shift(4096) == rowconv.pad_shift(8) == rowconv.pad_shift(12) == 3
+    assert rowsource.pad_shift(16384, rowconv.RADICES["32"]) == 5
+    assert rowsource.pad_shift(4096, rowconv.RADICES["16"]) == 4
+    assert rowsource.pad_shift(4096) == rowsource.pad_shift(8) == rowsource.pad_shift(12) == 3
     assert "#define PADI(i) ((i) + ((i) >> 5))" in rowconv.source("float32", 16384, "32")
     assert "#define PADI(i) ((i) + ((i) >> 4))" in rowconv.source("float32", 4096, "16")
     assert rowconv.smem_bytes(16384) == 8 * (16384 + 16384 // 8)

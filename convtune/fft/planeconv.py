@@ -37,7 +37,7 @@ import numpy
 from ..compiling import compiled_once, pass_launchables
 from ..precision import launch_strides
 from ..problem import ConvProblem
-from . import rowconv
+from . import rowconv, rowsource
 from .sizes import is_smooth, min_length, next_pow2, next_smooth
 
 #: Smallest transform lengths per axis.
@@ -66,7 +66,7 @@ def transform_sizes(p: ConvProblem, smooth: bool = False) -> tuple[int, int]:
 def _pass_work(points: int) -> int:
     """Points times Stockham passes of a ``points``-point transform: what a block's passes move through shared
     memory."""
-    return points * len(rowconv.radices(points))  # (of the default radices: the sizes are chosen before them)
+    return points * len(rowsource.radices(points))  # (of the default radices: the sizes are chosen before them)
 
 
 def fewer_pass_sizes(p: ConvProblem) -> tuple[int, int]:
@@ -518,14 +518,14 @@ def source(dtype: str, sizes, shape=None, radix: str = "8") -> str:
     t, minb = shape or launch_shape(sizes)
     rowg, colg = groups(sizes, t)
     large = rowconv.RADICES[radix]
-    rows = rowconv.stockham_calls(l1 // 2, rowg, t, "slot", "count", large=large)
-    cols = rowconv.stockham_calls(l0, colg, t, "slot", "count", large=large)
-    roots = "".join(rowconv.roots_source(n) for n in dict.fromkeys((l1 // 2, l0)))
-    return rowconv.device_helpers() + _SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=t, minb=minb, rowg=rowg,
+    rows = rowsource.stockham_calls(l1 // 2, rowg, t, "slot", "count", large=large)
+    cols = rowsource.stockham_calls(l0, colg, t, "slot", "count", large=large)
+    roots = "".join(rowsource.roots_source(n) for n in dict.fromkeys((l1 // 2, l0)))
+    return rowsource.device_helpers() + _SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=t, minb=minb, rowg=rowg,
                                                      wgrad_minb=wgrad_min_blocks(sizes, t),
                                                      three="true" if wgrad_buffers(sizes) == 3 else "false",
-                                                     roots=roots, row_root=rowconv.root_type(l1 // 2),
-                                                     col_root=rowconv.root_type(l0),
+                                                     roots=roots, row_root=rowsource.root_type(l1 // 2),
+                                                     col_root=rowsource.root_type(l0),
                                                      colg=colg, row_passes=rows, col_passes=cols,
                                                      e=rowconv.ELEMENTS[dtype])
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy
 
 from ..problem import ConvProblem
-from .rowconv import radices, reason, shifts, transform_size
+from .rowconv import reason, shifts, transform_size
+from .rowsource import radices
 
 
 def _stockham(z, inverse: bool, large=()):
