@@ -446,7 +446,8 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "command": command,
            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": spec,
            "input_shape": list(shape), "parameters": model_specs.parameter_count(base), "device": str(device),
-           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else
+           (platform.processor() or f"{platform.machine()} CPU"),  # (processor() is empty on many Linux systems)
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
            "convtune": __version__, "steps": steps, "warmup": warmup, "rounds": rounds, "graph": graph,
            "null": null, "against": getattr(getattr(against, "store", None), "display_url", None)
