@@ -11,6 +11,7 @@ lists the plan; the full batch's plan was built then, and its build in ``build_s
 where a search did not store it. A plan's place in the heuristics' list is its stored ``rank``.
 
     python benchmarks/replay_cudnn_rules.py plans.db [more.db ...]
+    python benchmarks/replay_cudnn_rules.py --duel plans.db [more.db ...]   (a rule weighed and not adopted: duel())
 
 (tests/data/searches holds searches to replay, gzipped.)
 """
@@ -108,14 +109,72 @@ def replay(db: str, runtime_compiled) -> Replay:
     return r
 
 
+@dataclass
+class Duel:
+    """What a first duel would have done to one database's searches: PyTorch's call against the heuristics' first
+    ``first`` cuDNN plans, the rest of cuDNN's plans searched only where the best of those came within ``near`` of
+    PyTorch's time (a rule weighed for half-precision problems, not adopted: see :func:`duel`)."""
+
+    problems: int = 0
+    stopped: int = 0  #: problems whose cuDNN search the duel would have stopped
+    cost_s: float = 0.0  #: seconds the searches' candidates cost (build, verification, timing)
+    saved_s: float = 0.0  #: of which the stopped searches' plans beyond the first
+    regret: float = 1.0  #: the sum over problems of the best time left over the sum of the best
+    worst: float = 1.0  #: the largest ratio of a problem's best time left to its best
+
+
+def duel(db: str, first: int = 4, near: float = 1.01) -> Duel:
+    """The first duel replayed on a stored search (its first search of each problem). Why it is not adopted: where it
+    loses nothing it saves little, and where it saves it loses. ResNet-50 under AMP on the H100 (committed): 4 of 64
+    searches stopped, 5 of 174 s saved (cuDNN's first plans come within 1% of PyTorch's on most of its bfloat16
+    problems, so the rest is searched). In float32 (committed): 15 of 69 stopped, and a problem left 2.47x slower
+    (cuDNN's first plans can be far from its best). ConvNeXt-T under AMP on an H200: 13 of 23 stopped, 7 of 34 s of
+    candidates saved (and part of the 19 s its cuDNN plans took to list), a problem left 5% slower."""
+    c = sqlite3.connect(db)
+    d = Duel()
+    best_sum = left_sum = 0.0
+    for (pid,) in c.execute("select id from problems order by id").fetchall():
+        rows = c.execute("select strategy, status, time_median_s, rank, run_id, coalesce(build_s, 0) + "
+                         "coalesce(verify_s, 0) + coalesce(timing_s, 0) from measurements where problem_id = ?",
+                         (pid,)).fetchall()
+        if not rows:
+            continue
+        run = min(row[4] for row in rows)
+        rows = [row for row in rows if row[4] == run]
+        t = {i: row[2] if row[1] in ("ok", "winner") and row[2] else math.inf for i, row in enumerate(rows)}
+        best = min(t.values())
+        if best == math.inf:
+            continue
+        later = {i for i, row in enumerate(rows) if row[0] == "cudnn" and (row[3] is None or row[3] >= first)}
+        ahead = min((t[i] for i, row in enumerate(rows) if row[0] == "cudnn" and i not in later), default=math.inf)
+        torch_s = min((t[i] for i, row in enumerate(rows) if row[0] == "torch"), default=math.inf)
+        stop = ahead > near * torch_s
+        left = min(t[i] for i in t if not (stop and i in later))
+        d.problems += 1
+        d.stopped += stop
+        d.cost_s += sum(row[5] for row in rows)
+        d.saved_s += sum(rows[i][5] for i in later) if stop else 0.0
+        best_sum, left_sum = best_sum + best, left_sum + left
+        d.worst = max(d.worst, left / best)
+    d.regret = left_sum / best_sum if best_sum else 1.0
+    return d
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dbs", nargs="+")
     ap.add_argument("--engines", default=",".join(map(str, RUNTIME_COMPILED)),
                     help="the engines whose plans are runtime-compiled")
+    ap.add_argument("--duel", action="store_true", help="replay the first duel instead (see duel())")
     args = ap.parse_args(argv)
     engines = {int(e) for e in args.engines.split(",")}
     for db in args.dbs:
+        if args.duel:
+            d = duel(db)
+            print(f"{db}: a first duel would stop {d.stopped} of {d.problems} cuDNN searches, saving {d.saved_s:.0f} of "
+                  f"{d.cost_s:.0f} s; the best plans left sum to {d.regret:.4f}x the best, the worst problem "
+                  f"{d.worst:.3f}x")
+            continue
         r = replay(db, engines)
         print(f"{db}: of {r.plans} cuDNN plans ({r.cudnn_s:.0f} s), {r.rtc_skipped} runtime-compiled and "
               f"{r.engine_skipped} compiled ahead skipped ({r.saved_s:.0f} s); {len(r.lost)} skipped within 3% of "

@@ -396,6 +396,17 @@ def test_the_engine_rule_replayed_on_stored_searches_leaves_every_problem_within
     assert replay.replay(db, set(replay.RUNTIME_COMPILED)).worse
 
 
+def test_a_first_duel_against_pytorch_saves_little_where_it_holds_and_loses_where_it_saves(tmp_path):
+    """The first duel weighed for tuning under AMP (PyTorch's call against cuDNN's first plans, the rest searched
+    only where those come within 1% of PyTorch's), replayed on the committed searches: under AMP it saves under 5%
+    of ResNet-50's candidate costs; in float32 it stops more and leaves a problem over 2x slower."""
+    replay = _replay_module()
+    amp = replay.duel(_stored_search(tmp_path, "h100-resnet50-amp-search.db"))
+    assert amp.problems == 64 and amp.saved_s < 0.05 * amp.cost_s and amp.worst < 1.01
+    fp32 = replay.duel(_stored_search(tmp_path, "h100-resnet50-exhaustive.db"))
+    assert fp32.stopped > amp.stopped and fp32.worst > 2.0 and fp32.regret > 1.01
+
+
 def test_check_rules_says_which_python_to_run_it_with_where_convtune_is_missing():
     import subprocess
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "check_rules.py"
