@@ -33,7 +33,7 @@ from .plan import Decision, Plan
 from .building import build_from_config, build_plan, check_config, heuristic_decision
 from .planner import Planner
 from .problem import ConvProblem
-from .roundtrip import DEFAULT_KEEP_LIMIT
+from .roundtrip import DEFAULT_KEEP_LIMIT, ledger
 from .strategies import get_strategy
 from .worklist import POLL_S, store_leases
 
@@ -69,6 +69,11 @@ class Runtime:
     keep_limit : int or None
         Most bytes one layer's round trip may keep between its passes (see :mod:`convtune.roundtrip`;
         ``None``: no limit).
+    kept_budget : float, int or None
+        Most bytes the layers' kept spectra may hold at once on one device (:mod:`convtune.roundtrip.ledger`): a
+        share of the device memory free when a layer first keeps spectra there (a float up to 1; default a
+        quarter), a number of bytes (an int), or ``None`` (no limit). A layer whose spectra do not fit runs its
+        per-pass plans for that call.
     miss_ttl_s : float
         A call served by the ``heuristic`` policy looks its problem up again after this many seconds,
         so that a plan another process has tuned since is picked up.
@@ -79,9 +84,14 @@ class Runtime:
     """
 
     def __init__(self, store: PlanStore | None = None, miss_policy: str = "tune", planner_options: dict | None = None,
-                 keep_limit: int | None = DEFAULT_KEEP_LIMIT, miss_ttl_s: float = MISS_TTL_S):
+                 keep_limit: int | None = DEFAULT_KEEP_LIMIT, miss_ttl_s: float = MISS_TTL_S,
+                 kept_budget: float | int | None = ledger.DEFAULT_SHARE):
         if miss_policy not in MISS_POLICIES:
             raise ValueError(f"unknown miss policy {miss_policy!r}; acceptable: {', '.join(MISS_POLICIES)}")
+        if not (kept_budget is None or isinstance(kept_budget, float) and 0 < kept_budget <= 1 or
+                isinstance(kept_budget, int) and not isinstance(kept_budget, bool) and kept_budget >= 0):
+            raise ValueError("kept_budget is a share of the free device memory (a float in (0, 1]), a number of "
+                             f"bytes (an int) or None (no limit); got {kept_budget!r}")
         self.store = store if store is not None else MemoryPlanStore()
         self.miss_policy = miss_policy
         self.planner_options = dict(planner_options or {})
@@ -91,6 +101,9 @@ class Runtime:
         self._trips: dict[tuple, object] = {}  # (device key, forward problem key) -> TripDecision or None
         self._layer_memos: dict[str, dict] = {}  # front ends' own memos (the PyTorch layer's routes)
         self.keep_limit = keep_limit
+        self.kept_budget = kept_budget
+        self._kept: dict[str, ledger.KeptLedger] = {}  # device -> what the layers' kept spectra hold there
+        self._kept_lock = threading.Lock()
         self.miss_ttl_s = miss_ttl_s
         self._retry_at: dict[tuple, float] = {}  # memo signature of a heuristic plan -> when to look again
         self._unsaved: dict[tuple[str, str], Decision] = {}  # tuned while the store failed
@@ -307,6 +320,20 @@ class Runtime:
         if decision is None and self.miss_policy == "tune":
             decision = self._tune_and_store(problem, backend, ahead, wait)
         return decision
+
+    def kept_ledger(self, device: str, free_bytes=None) -> ledger.KeptLedger:
+        """The :class:`~convtune.roundtrip.ledger.KeptLedger` of the spectra layers keep on ``device`` (a name the
+        front end gives it), made on first use: its budget :attr:`kept_budget` bytes, or that share of
+        ``free_bytes()`` (the device memory free then; no limit where it says ``None``)."""
+        with self._kept_lock:
+            kept = self._kept.get(device)
+            if kept is None:
+                budget = self.kept_budget
+                if isinstance(budget, float):
+                    free = free_bytes() if free_bytes is not None else None
+                    budget = int(budget * free) if free is not None else None
+                kept = self._kept[device] = ledger.KeptLedger(budget)
+            return kept
 
     def round_trip_for(self, problem: ConvProblem, backend: Backend, refresh: bool = False,
                        where_spectral: bool = False):

@@ -838,6 +838,52 @@ def test_tune_ahead_decides_the_round_trips_of_kept_spectra_layers(monkeypatch):
     assert len(routes) == 1 and routes[0].trips["auto"] is not None
 
 
+def test_kept_spectra_are_bounded_by_the_devices_budget_and_given_back(caplog):
+    """Two layers that keep spectra, a budget that holds one layer's: the first keeps them, the second runs its
+    per-pass plans (said once), the gradients are PyTorch's, and the backward gives the bytes back; a forward whose
+    output is never differentiated gives them back when its graph is freed."""
+    import gc
+    from conftest import FakeTimer as Timer
+    from convtune.text import human_bytes
+    timer = Timer(times={"fft-trip": 1e-3, "fft[": 0.5})  # (the FFT wins every pass; the round trips pay)
+    probe_rt = make_runtime(["fft", "im2col"], timer)
+    one = copy.deepcopy(nn.Conv2d(3, 3, 9, padding=4))
+    ct.patch(one, runtime=probe_rt, keep_spectra=True)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        one(torch.randn(2, 3, 12, 12, requires_grad=True)).sum().backward()
+    (route,) = probe_rt.layer_memo("torch").values()
+    layer_bytes = route.trips.kept_bytes
+    assert layer_bytes > 0 and probe_rt.kept_ledger("cpu").held == 0
+    assert probe_rt.kept_ledger("cpu").peak == layer_bytes
+    assert f"keeps {human_bytes(layer_bytes)} of spectra from its forward pass to its backward" in caplog.text
+
+    rt = make_runtime(["fft", "im2col"], timer, kept_budget=layer_bytes)
+    plain = nn.Sequential(nn.Conv2d(3, 3, 9, padding=4), nn.Conv2d(3, 3, 9, padding=4))
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra=True)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        assert_same_training(plain, patched, torch.randn(2, 3, 12, 12))
+        assert_same_training(plain, patched, torch.randn(2, 3, 12, 12))
+    kept = rt.kept_ledger("cpu")
+    assert kept.budget == layer_bytes and kept.peak == layer_bytes and kept.held == 0 and kept.refused >= 2
+    assert caplog.text.count("do not fit beside the other layers'") == 1
+    y = patched(torch.randn(2, 3, 12, 12, requires_grad=True))
+    assert kept.held == layer_bytes
+    del y
+    gc.collect()
+    assert kept.held == 0 and "kept spectra: 0 B held" in kept.describe()
+
+
+def test_a_runtimes_kept_spectra_budget_is_a_share_a_byte_count_or_none():
+    assert make_runtime(kept_budget=None).kept_ledger("cpu").budget is None
+    assert make_runtime(kept_budget=1 << 20).kept_ledger("cpu").budget == 1 << 20
+    assert make_runtime(kept_budget=0.5).kept_ledger("cpu", lambda: 1000).budget == 500
+    assert make_runtime().kept_ledger("cpu", lambda: None).budget is None  # (free memory unknown: no limit)
+    for wrong in (1.5, -1, "8G", True):
+        with pytest.raises(ValueError, match="kept_budget is a share"):
+            make_runtime(kept_budget=wrong)
+
+
 def test_a_round_trip_that_fails_gives_way_to_the_per_pass_plans(monkeypatch, caplog):
     from convtune.roundtrip import RoundTrip
     rt = make_runtime(["fft", "im2col"])

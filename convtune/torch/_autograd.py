@@ -89,20 +89,24 @@ class _KeptForward(torch.autograd.Function):
     def forward(ctx, x, w, bias, route, trip):
         ctx.save_for_backward(x, w)
         ctx.route, ctx.trip = route, trip
-        y, ctx.spectra = route.trips.forward(trip, x, w, bias)
+        y, ctx.held = route.trips.forward(trip, x, w, bias)  # (the spectra and their bytes on the ledger, or None)
         return y
 
     @staticmethod
     def backward(ctx, grad):
         x, w = ctx.saved_tensors
-        spectra, ctx.spectra = ctx.spectra, None
+        held, ctx.held = ctx.held, None
         needs = ctx.needs_input_grad
-        if spectra is not None and not torch.is_grad_enabled():
-            try:
-                dx, dw = ctx.route.trips.backward(ctx.trip, spectra, grad, needs[0], needs[1], x, w)
-                return dx, dw, bias_grad(grad) if needs[2] else None, None, None
-            except Exception as exc:  # the per-pass plans (or PyTorch's fallbacks) give the gradients instead
-                ctx.route.trips.drop(exc)
+        try:
+            if held is not None and not torch.is_grad_enabled():
+                try:
+                    dx, dw = ctx.route.trips.backward(ctx.trip, held.spectra, grad, needs[0], needs[1], x, w)
+                    return dx, dw, bias_grad(grad) if needs[2] else None, None, None
+                except Exception as exc:  # the per-pass plans (or PyTorch's fallbacks) give the gradients instead
+                    ctx.route.trips.drop(exc)
+        finally:
+            if held is not None:
+                held.release()  # (once the spectra are used: their bytes leave the ledger)
         dx, dw = gradients("fwd", needs, x, w, grad, *_eager_calls(ctx.route))
         return dx, dw, bias_grad(grad) if needs[2] else None, None, None
 

@@ -9,6 +9,8 @@ import logging
 import torch
 
 from .. import roundtrip
+from ..roundtrip.ledger import spectra_bytes
+from ..text import human_bytes
 from ._bridge import bridge
 from ._duel import TORCH_DTYPES
 from ._formats import CONTIGUOUS, dense_as, layout_format
@@ -19,11 +21,33 @@ class Trips(dict):
     """A route's round trips: ``keep_spectra`` mode -> :class:`~convtune.roundtrip.RoundTrip`, or ``None`` for the
     per-pass plans, resolved on first use (:meth:`resolve`)."""
 
-    __slots__ = ("problem", "runtime", "device", "captures")
+    __slots__ = ("problem", "runtime", "device", "captures", "kept_bytes")
 
     def __init__(self, problem, runtime, device, captures):
         super().__init__()
         self.problem, self.runtime, self.device, self.captures = problem, runtime, device, captures
+        self.kept_bytes = None  # what this layer's spectra held the last time it kept them
+
+    def ledger(self):
+        """The device's :class:`~convtune.roundtrip.ledger.KeptLedger` (the runtime's)."""
+        br = bridge(self.device.type)
+        return self.runtime.kept_ledger(str(self.device),
+                                        lambda: br.call(self.device.index, br.backend.free_memory_bytes))
+
+    def room(self) -> bool:
+        """Would this layer's spectra (as large as the last time it kept them; before that, yes) fit the device's
+        kept-spectra budget now? Where not, the call runs the per-pass plans (said once)."""
+        if self.kept_bytes is None or self.ledger().admits(self.kept_bytes):
+            return True
+        self._no_room()
+        return False
+
+    def _no_room(self) -> None:
+        kept = self.ledger()
+        say_once(f"kept-room:{self.problem.key()}:{self.device}", "convtune: %s on %s runs its per-pass plans "
+                 "where its spectra (%s) do not fit beside the other layers' (%s held of a %s budget: "
+                 "Runtime(kept_budget=...))", self.problem.describe(), self.device, human_bytes(self.kept_bytes),
+                 human_bytes(kept.held), human_bytes(kept.budget), level=logging.INFO)
 
     def resolve(self, mode):
         """The round trip this layer runs under ``keep_spectra=mode`` (``True``: the measured winner whether or
@@ -65,7 +89,9 @@ class Trips(dict):
             self[mode] = None
 
     def forward(self, trip, x, w, bias):
-        """``(y, spectra)``: the forward pass through ``trip``, keeping the spectra for :meth:`backward`."""
+        """``(y, held)``: the forward pass through ``trip``, keeping the spectra for :meth:`backward`, counted on the
+        device's ledger (:class:`~convtune.roundtrip.ledger.Held`; ``None`` where they do not fit: the backward then
+        runs the per-pass plans)."""
         br = bridge(self.device.type)
         dtype, fmt = _trip_format(trip)
         a, b = dense_as(x, dtype, fmt), dense_as(w, dtype, fmt)
@@ -76,7 +102,15 @@ class Trips(dict):
         y = self._as_layer(y, x.dtype)
         if bias is not None:
             y += bias.view((1, -1) + (1,) * self.problem.rank)
-        return y, spectra
+        self.kept_bytes = spectra_bytes(spectra)
+        held = self.ledger().hold(spectra, self.kept_bytes)
+        if held is None:
+            self._no_room()
+        else:
+            say_once(f"kept:{self.problem.key()}:{self.device}", "convtune: %s on %s keeps %s of spectra from its "
+                     "forward pass to its backward", self.problem.describe(), self.device,
+                     human_bytes(self.kept_bytes), level=logging.INFO)
+        return y, held
 
     def backward(self, trip, spectra, dy, need_dx: bool, need_dw: bool, x=None, w=None):
         """``(dx, dw)`` (``None`` where not needed) from ``dy`` and the forward's spectra (``x`` and ``w``, the

@@ -342,7 +342,10 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
 
 def _kept(route, trip, x, weight, bias, geom: Geometry, groups, captured: bool):
     """A training call through the layer's round trip with kept spectra. Where it fails eagerly: ``None`` (the
-    per-pass plans then run the call); recorded, where it does not record: PyTorch's convolution."""
+    per-pass plans then run the call); recorded, where it does not record: PyTorch's convolution. Where its spectra
+    would not fit the device's kept-spectra budget: ``None`` too."""
+    if not route.trips.room():
+        return None
     if not captured:
         try:
             return _autograd.kept_forward(x, weight, bias, route, trip)
