@@ -175,6 +175,19 @@ def test_native_route_uses_pytorchs_own_autograd_and_others_ours():
         assert ours(x).grad_fn is None
 
 
+def test_a_kept_spectra_layer_without_a_round_trip_takes_pytorchs_autograd_after_its_first_call(monkeypatch):
+    """``keep_spectra='auto'`` on a layer whose passes are PyTorch's (no round trip to run): its first training call
+    finds that out, and later ones go straight to PyTorch's convolution with its own autograd (no operands handled
+    on the way, no round trip looked up)."""
+    from convtune.torch import functional
+    layer = ct.Conv2d(3, 4, 3, runtime=make_runtime(["torch"]), keep_spectra="auto")
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    layer(x).sum().backward()
+    detours = []
+    monkeypatch.setattr(functional, "_cast", lambda *args: detours.append(args))
+    assert type(layer(x).grad_fn).__name__ == "ConvolutionBackward0" and detours == []
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_patched_models_train_like_pytorch(name):
     """Each kind of model, patched, gives the unpatched model's loss and gradients; convtune's own

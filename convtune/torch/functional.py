@@ -316,7 +316,9 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
         return route.run("fwd", x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
     keep = getattr(owner, "convtune_keep_spectra", False)
-    both = bool(keep) and need_dx and need_dw  # a training step that needs both gradients: one round trip, if any
+    # a training step that needs both gradients: one round trip, if any (a layer whose round trip resolved to none
+    # takes the per-pass paths, PyTorch's own call included, without a detour)
+    both = bool(keep) and need_dx and need_dw and route.trips.get(keep, True) is not None
     if route.verdicts.get((need_dx, need_dw)) and not both and _flags_as_measured(x, math):
         return _pytorch(x, weight, bias, geom, groups)  # PyTorch's convolution won every pass, as below
     x, weight, bias = _cast(x, weight, bias, cast)
