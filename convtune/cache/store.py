@@ -99,8 +99,9 @@ class PlanCache(SharedWork):
     --------
     >>> import tempfile, os
     >>> cache = PlanCache(os.path.join(tempfile.mkdtemp(), "plans.db"))
-    >>> cache.schema_version()
-    1
+    >>> from convtune.cache.schema import SCHEMA_VERSION
+    >>> cache.schema_version() == SCHEMA_VERSION
+    True
     """
 
     def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool | None = None,
