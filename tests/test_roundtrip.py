@@ -10,6 +10,7 @@ from convtune.planner import random_operands, relative_error
 from convtune.roundtrip import (RoundTrip, TripConfig, TripDecision, held_bytes, load_trip, trip_candidates, tune_round_trip,
                                 unsupported_reason)
 from convtune.strategies import get_strategy
+from convtune.text import human_bytes
 
 SUPPORTED = [name for name in CASES if unsupported_reason(problem(name)) is None]
 
@@ -121,7 +122,8 @@ def test_tuning_decides_whether_keeping_pays():
     assert not unknown.pays
     # the decision survives its dict form (how the cache stores it)
     again = TripDecision.from_dict(fast.as_dict())
-    assert again == fast and "keeps spectra" in again.describe()
+    held = human_bytes(held_bytes(p, fast.config.sizes))
+    assert again == fast and f"keeps spectra, {held} from forward to backward" in again.describe()
 
 
 def test_tuning_records_every_candidate():

@@ -18,6 +18,7 @@ from ..fft import sizes as fft_sizes
 from ..plan import CandidateOutcome
 from ..building import failure_reason, random_operands, relative_error
 from ..problem import ConvProblem
+from ..text import human_bytes
 from ..strategies import get_strategy
 from ..strategies.fft import narrow_variants, own_transform_configs
 from ..timing import TimingStats, default_timer
@@ -76,8 +77,9 @@ class TripDecision:
             return head + f"no round trip ({self.reason})"
         trip_ms = self.winner.timing.median_s * 1e3
         per = f"{self.per_pass_s * 1e3:.3f} ms" if self.per_pass_s is not None else "unknown"
-        return head + (f"{self.winner.label} {trip_ms:.3f} ms against per-pass plans {per}: "
-                       f"{'keeps spectra' if self.pays else 'per-pass plans'} ({self.reason})")
+        verdict = (f"keeps spectra, {human_bytes(self.winner.workspace_bytes)} from forward to backward"
+                   if self.pays else "per-pass plans")
+        return head + f"{self.winner.label} {trip_ms:.3f} ms against per-pass plans {per}: {verdict} ({self.reason})"
 
 
 def trip_key(problem: ConvProblem, device_key: str) -> str:
