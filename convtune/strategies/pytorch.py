@@ -226,9 +226,10 @@ class TorchStrategy(Strategy):
 
     def verification_config(self, config):
         """Without ``cudnn.benchmark``: what its search picks at the verification batch says nothing of what it
-        picks at the full batch, and the search there is most of what verifying PyTorch's call costs (its verification
-        took 6.6 of the 66 s that ConvNeXt-T's bfloat16 problems took to tune on an H200, with the search). The algorithm it picks at the full batch is the one
-        timed, and a filter gradient's winner is checked at the full batch too."""
+        picks at the full batch, and the search there is most of what verifying PyTorch's call costs (with the
+        search, its verification took 6.6 of the 66 s that ConvNeXt-T's bfloat16 problems took to tune on an H200).
+        The algorithm it picks at the full batch is the one timed, and a filter gradient's winner is checked at the
+        full batch too."""
         return dataclasses.replace(config, benchmark=False)
 
     def native(self, problem: ConvProblem, config: TorchConfig):

@@ -21,18 +21,21 @@ class Trips(dict):
     """A route's round trips: ``keep_spectra`` mode -> :class:`~convtune.roundtrip.RoundTrip`, or ``None`` for the
     per-pass plans, resolved on first use (:meth:`resolve`)."""
 
-    __slots__ = ("problem", "runtime", "device", "captures", "kept_bytes")
+    __slots__ = ("problem", "runtime", "device", "captures", "kept_bytes", "_ledger")
 
     def __init__(self, problem, runtime, device, captures):
         super().__init__()
         self.problem, self.runtime, self.device, self.captures = problem, runtime, device, captures
         self.kept_bytes = None  # what this layer's spectra held the last time it kept them
+        self._ledger = None
 
     def ledger(self):
-        """The device's :class:`~convtune.roundtrip.ledger.KeptLedger` (the runtime's)."""
-        br = bridge(self.device.type)
-        return self.runtime.kept_ledger(str(self.device),
-                                        lambda: br.call(self.device.index, br.backend.free_memory_bytes))
+        """The device's :class:`~convtune.roundtrip.ledger.KeptLedger` (the runtime's; looked up once)."""
+        if self._ledger is None:
+            br = bridge(self.device.type)
+            self._ledger = self.runtime.kept_ledger(str(self.device),
+                                                    lambda: br.call(self.device.index, br.backend.free_memory_bytes))
+        return self._ledger
 
     def room(self) -> bool:
         """Would this layer's spectra (as large as the last time it kept them; before that, yes) fit the device's
