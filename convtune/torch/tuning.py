@@ -330,7 +330,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) 
         log.info("convtune.torch.tune: waiting for %d problem(s) other processes are tuning", len(held))
     for problem, device in held:
         settle(problem, device, wait=True)
-    for problem, device, name, auto in kept.values():  # after the per-pass plans, which each verdict is measured against
+    for problem, device, name, auto in kept.values():  # (after the per-pass plans: each verdict is weighed on them)
         shown(len(items), f"{name} round trip")
         try:
             br = bridge(device.type)
