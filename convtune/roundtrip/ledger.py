@@ -41,7 +41,8 @@ class KeptLedger:
             raise ValueError(f"a kept-spectra budget is a number of bytes (or None: no limit), got {budget!r}")
         self.budget = budget
         self.held = self.peak = self.refused = 0
-        self._lock = threading.Lock()
+        # (re-entrant: a Held freed by the garbage collector gives its bytes back in whatever thread, whatever it holds)
+        self._lock = threading.RLock()
 
     def fits(self, nbytes: int) -> bool:
         """Would ``nbytes`` more fit now?"""
