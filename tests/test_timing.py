@@ -66,6 +66,18 @@ def test_runs_are_queued_in_chunks_and_read_after_one_wait(fake):
     assert cp.log.count("wait") == 12
 
 
+def test_a_slow_call_gets_five_runs_once_over_the_budget(fake):
+    """The budget (``max_total_s``) stops the timing once five runs are read, and never queues runs beyond it."""
+    import time
+    cp, backend = fake
+
+    def slow():  # (host time: what the budget counts)
+        time.sleep(0.03)
+        cp.now_ms += 30.0
+    stats = CudaEventTimer(warmup=1, repeats=25, max_total_s=0.1)(slow, backend)
+    assert stats.repeats == 5 and stats.median_s == pytest.approx(0.03)
+
+
 def test_a_sequence_flushes_before_each_step_and_sums_them(fake):
     cp, backend = fake
     stats = CudaEventTimer(warmup=2, repeats=4).sequence([cp.step("a", 1.0), cp.step("b", 0.5)], backend)
