@@ -9,7 +9,7 @@ import numpy
 import pytest
 
 from convtune.backend import get_backend
-from convtune.direct import depthwise, depthwise3d, depthwise_nhwc
+from convtune.direct import depthwise, depthwise3d, depthwise_nhwc, depthwise_source
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -39,7 +39,7 @@ def emulated(monkeypatch):
         return Kernel(cuda_cpu.kernels(depthwise3d.source(which, kernel, dilation, rows, by, dtype), [name])[name])
 
     def kernel2(cp, which, kh, kw, dh=1, dw=1, rows=1, by=1, dtype="float32"):
-        name = depthwise._SOURCES[which][1]
+        name = depthwise_source.SOURCES[which][1]
         return Kernel(cuda_cpu.kernels(depthwise.source(which, kh, kw, dh, dw, rows, by, dtype), [name])[name])
 
     def kernels_nhwc(cp, which, dtype, *sizes, **kw):

@@ -23,14 +23,15 @@ import math
 
 from ..compiling import compiled_once
 from ..problem import ConvProblem
-from .depthwise import _TILED_COMMON, SMEM_LIMIT, TILE_W, TILED_MAX_WARPS, DepthwiseConv
+from .depthwise import SMEM_LIMIT, TILE_W, TILED_MAX_WARPS, DepthwiseConv
+from .depthwise_source import TILED_COMMON
 from .depthwise_nhwc import ELEMENT_TYPES
 
 #: Most taps of one depth slice (``KH * KW``): the forward holds a slice in registers, the filter
 #: gradient a slice's sums.
 MAX_SLICE_TAPS = 81
 
-_COMMON3 = _TILED_COMMON + r"""
+_COMMON3 = TILED_COMMON + r"""
 #define KD {kd}
 #define DD {dd}
 """
