@@ -9,7 +9,7 @@ import numpy
 import pytest
 
 from convtune.backend import get_backend
-from convtune.direct import depthwise, depthwise3d, depthwise_nhwc, depthwise_source
+from convtune.direct import depthwise, depthwise3d, depthwise_nhwc, depthwise_nhwc_source, depthwise_source, elements
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -44,10 +44,10 @@ def emulated(monkeypatch):
 
     def kernels_nhwc(cp, which, dtype, *sizes, **kw):
         return cuda_cpu.launchables(depthwise_nhwc.source(which, dtype, *sizes, **kw),
-                                    depthwise_nhwc._SOURCES[which][1])
+                                    depthwise_nhwc_source.SOURCES[which][1])
 
     def cast(cp, dtype):
-        return cuda_cpu.kernels(depthwise_nhwc.ELEMENT_TYPES[dtype] + depthwise_nhwc._CAST, ["dw_cast"])["dw_cast"]
+        return cuda_cpu.kernels(elements.ELEMENT_TYPES[dtype] + depthwise_nhwc_source.CAST, ["dw_cast"])["dw_cast"]
     monkeypatch.setattr(depthwise3d, "_kernel", kernel)
     monkeypatch.setattr(depthwise, "_kernel", kernel2)
     monkeypatch.setattr(depthwise_nhwc, "_kernels", kernels_nhwc)

@@ -28,7 +28,7 @@ import math
 from ..compiling import compiled_once
 from ..problem import ConvProblem
 from . import depthwise_nhwc
-from .depthwise_nhwc import ELEMENT_TYPES
+from .elements import ELEMENT_TYPES
 from .depthwise_source import SOURCES
 
 #: Largest kernel (taps) whose filter gradient keeps one accumulator per tap in registers (the simple
@@ -48,7 +48,7 @@ SMEM_LIMIT = 48 * 1024
 def _kernel(cp, which: str, kh: int, kw: int, dh: int = 1, dw: int = 1, rows: int = 1, by: int = 1,
             dtype: str = "float32"):
     """Kernel ``which`` for these compile-time sizes, reading and writing ``dtype`` (its element type ``T``, loads
-    ``ld`` and rounding stores ``st``: :data:`convtune.direct.depthwise_nhwc.ELEMENT_TYPES`; sums in float32)."""
+    ``ld`` and rounding stores ``st``: :data:`convtune.direct.elements.ELEMENT_TYPES`; sums in float32)."""
     code, name = source(which, kh, kw, dh, dw, rows, by, dtype), SOURCES[which][1]
     kernel = cp.RawKernel(code, name, options=("--std=c++14",))
     kernel.compile()  # at build time, so no first call pays for NVRTC (the planner compares first runs)

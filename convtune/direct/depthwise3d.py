@@ -25,7 +25,7 @@ from ..compiling import compiled_once
 from ..problem import ConvProblem
 from .depthwise import SMEM_LIMIT, TILE_W, TILED_MAX_WARPS, DepthwiseConv
 from .depthwise_source import TILED_COMMON
-from .depthwise_nhwc import ELEMENT_TYPES
+from .elements import ELEMENT_TYPES
 
 #: Most taps of one depth slice (``KH * KW``): the forward holds a slice in registers, the filter
 #: gradient a slice's sums.

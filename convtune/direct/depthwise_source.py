@@ -1,6 +1,6 @@
 """The CUDA source of the direct depthwise kernels (:mod:`convtune.direct.depthwise`'s): the simple, tiled and
 window families' templates, each formatted with its compile-time sizes (kernel height and width, dilation, rows,
-block rows) and preceded by an element type's loads and stores (:data:`convtune.direct.depthwise_nhwc.ELEMENT_TYPES`).
+block rows) and preceded by an element type's loads and stores (:data:`convtune.direct.elements.ELEMENT_TYPES`).
 Which family runs which problem, and the launches, are :mod:`convtune.direct.depthwise`'s."""
 
 from __future__ import annotations
