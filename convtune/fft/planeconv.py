@@ -38,6 +38,7 @@ from ..compiling import compiled_once, pass_launchables
 from ..precision import launch_strides
 from ..problem import ConvProblem
 from . import rowconv, rowsource
+from .pairhelpers import device_helpers
 from .planesource import PLANE_SOURCE
 from .sizes import is_smooth, min_length, next_pow2, next_smooth
 
@@ -224,7 +225,7 @@ def source(dtype: str, sizes, shape=None, radix: str = "8") -> str:
     rows = rowsource.stockham_calls(l1 // 2, rowg, t, "slot", "count", large=large)
     cols = rowsource.stockham_calls(l0, colg, t, "slot", "count", large=large)
     roots = "".join(rowsource.roots_source(n) for n in dict.fromkeys((l1 // 2, l0)))
-    return rowsource.device_helpers() + PLANE_SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=t, minb=minb, rowg=rowg,
+    return device_helpers() + PLANE_SOURCE.format(l0=l0, l1=l1, rs=row_stride(l1), t=t, minb=minb, rowg=rowg,
                                                      wgrad_minb=wgrad_min_blocks(sizes, t),
                                                      three="true" if wgrad_buffers(sizes) == 3 else "false",
                                                      roots=roots, row_root=rowsource.root_type(l1 // 2),

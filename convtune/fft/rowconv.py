@@ -44,8 +44,8 @@ import numpy
 from ..compiling import compiled_once, pass_launchables
 from ..precision import launch_strides
 from ..problem import ConvProblem
-from .rowsource import (ROW_SOURCE, device_helpers, pad_shift, radices, root_type, roots_source,
-                        row_passes)
+from .pairhelpers import device_helpers
+from .rowsource import ROW_SOURCE, pad_shift, radices, root_type, roots_source, row_passes
 from .sizes import is_smooth, min_length, next_pow2, next_smooth
 
 #: Shortest transform length the kernels take, and the most shared memory a block may use (the H100 gives up to 227
