@@ -44,6 +44,12 @@ class Replay:
     saved_s: float = 0.0  #: of which the skipped plans'
 
 
+def _first_search(rows):
+    """Of a problem's measurement rows (each with its run id fifth), those of its first search."""
+    first = min(row[4] for row in rows)
+    return [row for row in rows if row[4] == first]
+
+
 def replay(db: str, runtime_compiled) -> Replay:
     c = sqlite3.connect(db)
     compile_records: dict = {}
@@ -56,8 +62,7 @@ def replay(db: str, runtime_compiled) -> Replay:
                          "where problem_id = ?", (pid,)).fetchall()
         if not rows:
             continue
-        first = min(row[4] for row in rows)  # the first search of the problem
-        rows = [row for row in rows if row[4] == first]
+        rows = _first_search(rows)
         timed = [row[3] for row in rows if row[3] and row[2] in ("ok", "winner")]
         if not timed:
             continue
@@ -139,8 +144,7 @@ def duel(db: str, first: int = 4, near: float = 1.01) -> Duel:
                          (pid,)).fetchall()
         if not rows:
             continue
-        run = min(row[4] for row in rows)
-        rows = [row for row in rows if row[4] == run]
+        rows = _first_search(rows)
         t = {i: row[2] if row[1] in ("ok", "winner") and row[2] else math.inf for i, row in enumerate(rows)}
         best = min(t.values())
         if best == math.inf:

@@ -60,8 +60,7 @@ class KeptLedger:
         """``spectra``, their ``nbytes`` counted until :meth:`Held.release`, or ``None`` (counted as refused) where
         they do not fit."""
         with self._lock:
-            if not self.fits(nbytes):
-                self.refused += 1
+            if not self.admits(nbytes):
                 return None
             self.held += nbytes
             self.peak = max(self.peak, self.held)
