@@ -154,8 +154,9 @@ def test_every_conv_form_matches_pytorch(form, kind, runtime):
 
 
 def test_convtune_executors_ran(runtime):
-    """The routes took the path their plans say: PyTorch's operator or convtune's executor."""
-    layer = ct.Conv2d(3, 4, 3, padding=1, runtime=runtime)
+    """The routes took the path their plans say: PyTorch's operator or convtune's executor (per-pass plans: no
+    round trip with kept spectra)."""
+    layer = ct.Conv2d(3, 4, 3, padding=1, runtime=runtime, keep_spectra=False)
     layer(torch.randn(2, 3, 8, 8, requires_grad=True)).sum().backward()
     (route,) = runtime.layer_memo("torch").values()
     strategy = runtime.planner_options["strategies"][0]
@@ -831,6 +832,33 @@ def test_kept_spectra_auto_follows_the_measured_verdict():
         assert_same_training(plain, patched, torch.randn(2, 3, 12, 12))
         (route,) = rt.layer_memo("torch").values()
         assert (route.trips["auto"] is not None) == expected
+
+
+def test_the_drop_in_keeps_spectra_where_they_pay_by_default_and_never_without_both_gradients(monkeypatch):
+    """``'auto'`` is the default of the modules and of ``patch``; inference calls and calls that need only one gradient
+    never measure a round trip (nothing keeps spectra there), a training step does."""
+    import convtune.roundtrip
+    from conftest import FakeTimer as Timer
+    assert ct.Conv2d(3, 4, 3).convtune_keep_spectra == "auto"
+    model = nn.Sequential(nn.Conv2d(3, 4, 9, padding=4))
+    ct.patch(model)
+    assert model[0].convtune_keep_spectra == "auto"
+    rt = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 1e-3, "fft[": 0.5}))
+    layer = ct.Conv2d(3, 4, 9, padding=4, runtime=rt)
+    measured = []
+    original = convtune.roundtrip.tune_round_trip
+    monkeypatch.setattr(convtune.roundtrip, "tune_round_trip", lambda *a, **k: measured.append(1) or original(*a, **k))
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        layer(x)
+    layer.weight.requires_grad_(False)  # frozen weights: one gradient
+    layer(x.requires_grad_()).sum().backward()
+    assert measured == []
+    layer.weight.requires_grad_(True)  # a training step: both gradients
+    layer(x).sum().backward()
+    assert measured == [1]
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips["auto"] is not None
 
 
 def test_tune_ahead_decides_the_round_trips_of_kept_spectra_layers(monkeypatch):

@@ -69,7 +69,7 @@ def test_conv_forms_on_cuda_match_pytorch(strategy, form, kind):
         plain = plain.to(memory_format=torch.channels_last_3d if cls is nn.Conv3d else torch.channels_last)
     rt = make_runtime([strategy])
     patched = copy.deepcopy(plain)
-    ct.patch(patched, runtime=rt)
+    ct.patch(patched, runtime=rt, keep_spectra=False)  # the per-pass plans (round trips: the kept-spectra tests)
     assert_same_training(plain, patched, x)
     labels = [label for route in rt.layer_memo("torch").values() for label in route.labels().values()]
     assert labels and all(label.startswith(strategy) for label in labels), labels
@@ -449,14 +449,15 @@ def test_a_small_layer_duel_goes_to_pytorch_on_cuda():
     assert len(labels) == 3 and all(label.startswith("torch (in the layer") for label in labels), labels
 
 
-@pytest.mark.parametrize("keep", [True, "auto"])
+@pytest.mark.parametrize("keep", [True, "auto", None])
 def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     """A large depthwise layer with kept spectra (the FFT round trip) on CUDA tensors: the same training
-    step as PyTorch's; with True the round trip runs whatever its verdict."""
+    step as PyTorch's; with True the round trip runs whatever its verdict; None: the drop-in's default ('auto')."""
     rt = make_runtime(["fft", "torch"], FakeTimer(times={"fft-trip": 1e-3, "torch": 2.0}, default=1.0))
     plain = nn.Conv2d(32, 32, 31, padding=15, groups=32).cuda()
     patched = copy.deepcopy(plain)
-    ct.patch(patched, runtime=rt, keep_spectra=keep)
+    ct.patch(patched, runtime=rt, **({} if keep is None else {"keep_spectra": keep}))
+    keep = "auto" if keep is None else keep
     assert_trains_within(plain, patched, torch.randn(4, 32, 40, 40, device="cuda"))
     (route,) = rt.layer_memo("torch").values()
     assert route.trips[keep] is not None

@@ -11,8 +11,10 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
   (:func:`convtune.torch.tune`; from the plan cache where they are there);
 * ``convtune-amp-bf16``: the patched model as ``torch-amp-bf16`` runs it (autocast bf16,
   channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast;
-* ``convtune-fp32-kept``: ``convtune-fp32`` with ``keep_spectra='auto'`` (FFT round trips keeping the
-  forward's spectra where the planner measured that they pay; their verdicts tuned on the first step);
+  Patched layers keep the drop-in's default ``keep_spectra='auto'`` (FFT round trips keeping the forward's
+  spectra where the planner measured that they pay; their verdicts tuned ahead with the plans);
+* ``convtune-fp32-perpass``: ``convtune-fp32`` with ``keep_spectra=False``: per-pass plans only, no
+  round trips (its step against ``convtune-fp32``'s is what kept spectra gain);
 * ``convtune-fp32-native``: a diagnosis, not a contender: the model patched as ``convtune-fp32`` is,
   but its runtime's only strategy is PyTorch's convolution (a plan table of its own, in memory), so
   every call goes through the drop-in to PyTorch's own kernels. Its step against ``torch-fp32``'s is
@@ -87,7 +89,7 @@ from .steps import kind as _kind
 log = logging.getLogger("convtune")
 
 MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32", "convtune-amp-bf16",
-         "convtune-fp32-kept", "convtune-fp32-native")
+         "convtune-fp32-perpass", "convtune-fp32-native")
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
 FORMAT = "convtune-bench-model"
 FORMAT_VERSION = 1
@@ -189,7 +191,7 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
         runtime = Runtime(store=MemoryPlanStore(), planner_options={"strategies": ["torch"]})
     if kind.startswith("convtune"):
         record["patched_layers"] = len(patch(model, math="auto", runtime=runtime,
-                                             keep_spectra="auto" if kind.endswith("-kept") else False))
+                                             keep_spectra=False if kind.endswith("-perpass") else "auto"))
         if progress:
             progress(f"{mode}: tuning ahead")
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):

@@ -315,7 +315,7 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
             return _not_captured(x, weight, bias, geom, groups)
         return route.run("fwd", x, weight, bias)
     need_dx, need_dw = x.requires_grad, weight.requires_grad
-    keep = getattr(owner, "convtune_keep_spectra", False)
+    keep = getattr(owner, "convtune_keep_spectra", False)  # (plain modules and the functional ops: per-pass)
     # a training step that needs both gradients: one round trip, if any (a layer whose round trip resolved to none
     # takes the per-pass paths, PyTorch's own call included, without a detour)
     both = bool(keep) and need_dx and need_dw and route.trips.get(keep, True) is not None

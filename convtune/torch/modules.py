@@ -39,6 +39,9 @@ def _check_math(math: str) -> str:
 #: spectra of the forward pass for the backward ones (:mod:`convtune.roundtrip`) never, always (where the
 #: round trip runs the layer), or where the planner measured that it pays.
 KEEP_SPECTRA = (False, True, "auto")
+#: the drop-in's default: kept spectra where the stored round-trip verdict says they pay (only layers whose
+#: per-pass winners include an FFT plan are measured; a call without both gradients never keeps any)
+DEFAULT_KEEP_SPECTRA = "auto"
 
 
 def _check_keep(keep) -> bool | str:
@@ -55,11 +58,12 @@ class _Convtune:
     #: the :class:`~convtune.runtime.Runtime` to look plans up in (``None``: the default runtime)
     convtune_runtime: Runtime | None = None
     #: ``False``, ``True`` or ``'auto'``: keep the forward's FFT spectra for the backward passes (see :data:`KEEP_SPECTRA`)
-    convtune_keep_spectra = False
+    convtune_keep_spectra = DEFAULT_KEEP_SPECTRA
     #: the class this one stands in for (what :func:`unpatch` restores)
     _convtune_base: type = nn.Module
 
-    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=False, **kwargs):
+    def __init__(self, *args, math: str = "auto", runtime: Runtime | None = None, keep_spectra=DEFAULT_KEEP_SPECTRA,
+                 **kwargs):
         """The base class's arguments, plus ``math``, ``runtime`` and ``keep_spectra``."""
         super().__init__(*args, **kwargs)
         self.convtune_math, self.convtune_runtime = _check_math(math), runtime
@@ -154,14 +158,14 @@ def _post_order(module: nn.Module, prefix: str = ""):
 
 
 def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = None, math: str = "auto",
-          runtime: Runtime | None = None, keep_spectra=False) -> list[str]:
+          runtime: Runtime | None = None, keep_spectra=DEFAULT_KEEP_SPECTRA) -> list[str]:
     """Make ``model``'s ``Conv1d``/``Conv2d``/``Conv3d`` modules (children first, ``model`` itself too) run through
     convtune, in place; returns the qualified names of those it changed (``''`` is ``model``).
 
     ``filter(module, name)`` picks among the eligible modules. ``math``: ``'auto'`` follows
     ``torch.backends.cudnn.allow_tf32`` on CUDA (see :mod:`convtune.torch.functional`).
-    ``keep_spectra`` (``False``, ``True``, ``'auto'``): a training step's three passes as one FFT round
-    trip keeping the forward's spectra (see :data:`KEEP_SPECTRA`).
+    ``keep_spectra`` (``'auto'`` by default, ``False``, ``True``): a training step's three passes as one FFT
+    round trip keeping the forward's spectra (see :data:`KEEP_SPECTRA`); ``False`` runs per-pass plans only.
 
     Examples
     --------
