@@ -12,7 +12,7 @@
 #   host[:NAME[:BATCH]] benchmarks/torch_overhead.py: host time per call of the drop-in against PyTorch (default
 #                      ResNet-50, batch 32; STRATEGIES=S,... in the environment: those strategies' plans only)
 #   model:NAME[:BATCH] `convtune bench-model NAME` (fp32 and AMP, eager, fresh cache, PyTorch against itself too)
-#   graph:NAME[:BATCH] the same with whole training steps captured in CUDA graphs (one round, modes one after another)
+#   graph:NAME[:BATCH] the same with whole training steps captured in CUDA graphs
 #   regret:NAME[:BATCH] the regret of a normal tune: NAME tuned --exhaustive into its own cache, then `convtune
 #                      bench-model NAME` in fp32 with each convtune mode also run on the exhaustive plans (--against),
 #                      interleaved over three rounds, PyTorch against itself for the noise
@@ -58,8 +58,7 @@ for part in "$@"; do
           run "$name" python3 benchmarks/torch_overhead.py "${arg:-torchvision:resnet50}" --batch "${batch:-32}" \
             ${STRATEGIES:+--strategies "$STRATEGIES"} --db "$DB" -o "$O/$name.json" ;;
     model|graph)
-      # (--graph runs the modes one after another: it takes neither rounds nor --null yet, see bench/model.py)
-      flags="--rounds 3 --null"; [ "$kind" = graph ] && flags="--graph --rounds 1"
+      flags="--rounds 3 --null"; [ "$kind" = graph ] && flags="--graph --rounds 3 --null"
       run "$kind-${arg//[^A-Za-z0-9_-]/_}" python3 -m convtune bench-model "$arg" $flags --batch "${batch:-16}" \
         --modes torch-fp32,convtune-fp32,torch-amp-bf16,convtune-amp-bf16 --db "$O/$kind-model.db" \
         -o "$O/$kind-${arg//[^A-Za-z0-9_-]/_}.json" ;;

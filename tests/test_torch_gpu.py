@@ -657,3 +657,33 @@ def test_a_one_d_layer_on_nlc_memory_runs_its_plan_by_address_right(strategy, dt
         assert all("variant=nhwc" in label for label in route.labels().values()), route.labels()
     executors = (route.fwd_exec, route.dgrad_exec, route.wgrad_exec)
     assert all(e.launch is not None and e.launch_format == "NLC" for e in executors)  # by address, (N, L, C)
+
+
+def test_graphed_modes_interleave_with_their_graphs_alive_at_once():
+    """bench-model --graph --rounds --null: every mode's step captured in a CUDA graph, all graphs alive at once, their
+    replays interleaved. A graph reads and writes memory made before its capture (parameters, momentum buffers, the
+    batch); the step holds it, so that another mode's set-up cannot take those blocks (it did: an illegal memory
+    access at the first replay)."""
+    import gc
+    import weakref
+    from convtune.bench import model as bench
+    spec = "torch_models:resnet_like"
+    base = bench.model_specs.build_model(spec, "cpu")
+    device = torch.device("cuda")
+    x = torch.randn(8, 3, 32, 32, device=device)
+    target = torch.randint(0, 5, (8,), device=device)
+    record, step, _ = bench.prepare_mode("torch-fp32", base, x, target, device, warmup=1, graph=True)
+    held = [weakref.ref(t) for t in step.held[1].state_dict()["state"][0].values() if torch.is_tensor(t)]
+    assert held
+    gc.collect()
+    torch.cuda.empty_cache()
+    assert all(r() is not None for r in held)  # the momentum buffers the graph updates are still there
+    del step
+    gc.collect()
+    rt = Runtime(store=MemoryPlanStore())
+    doc = bench.bench_model(spec, input_shape=(8, 3, 32, 32), modes=("torch-fp32", "torch-amp-bf16", "convtune-fp32"),
+                            steps=6, warmup=1, device="cuda", runtime=rt, rounds=3, graph=True, null=True)
+    modes = {m["mode"]: m for m in doc["modes"]}
+    assert set(modes) == {"torch-fp32", "torch-fp32-again", "torch-amp-bf16", "torch-amp-bf16-again", "convtune-fp32"}
+    assert all("failed" not in m and m["rounds"] == 3 and m["step_ms"] > 0 for m in modes.values()), doc["modes"]
+    assert modes["convtune-fp32"]["first_loss"] == pytest.approx(modes["torch-fp32"]["first_loss"], rel=1e-4)

@@ -44,8 +44,8 @@ caches layer by layer.
 With ``graph`` (``--graph``), every mode's training step is captured whole in a CUDA graph after its
 warm-up steps and the timed steps are the graph's replays (:func:`capture_step`): the host's work per step
 drops out for PyTorch's modes and convtune's alike, as in ``torch.compile(mode="reduce-overhead")`` or a
-hand-made ``torch.cuda.graph`` step. The modes then run one after another, each mode's graph freed
-before the next is captured (see :func:`bench_model`). convtune records the plans its eager steps resolved where they record
+hand-made ``torch.cuda.graph`` step; with ``rounds`` the modes' graphs are all alive at once and their replays
+interleave like eager steps. convtune records the plans its eager steps resolved where they record
 safely (kernels, cuFFT work and PyTorch's operations; CuPy refuses cuBLAS calls on a capturing stream, so
 the passes of plans that call it are recorded as PyTorch's convolution: ``in_graphs_pytorch`` in the routes).
 
@@ -263,7 +263,12 @@ def capture_step(body, opt, device):
     def step():
         graph.replay()
         return loss
-    step.graph = graph  # (held by the step: freed with it)
+    # The graph reads and writes memory it did not allocate: the parameters, the optimizer's momentum buffers, the
+    # input and the target, all made by eager steps before the capture. The step holds them (through ``body``, which
+    # holds the model and its input, and ``opt``) for as long as the graph can be replayed: without that the caller's
+    # last reference could go, their blocks return to PyTorch's allocator, and a replay writes into whatever the next
+    # model put there (an illegal memory access once that memory was given back to the driver).
+    step.graph, step.held = graph, (body, opt)  # (freed with the step)
     return step
 
 
@@ -430,10 +435,6 @@ def bench_model(spec: str, *, batch=None, input_shape=None, modes=DEFAULT_MODES,
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if graph and device.type != "cuda":
         raise ValueError(f"a CUDA graph captures work on a CUDA device, not on {device}: drop --graph or run on a GPU")
-    if graph and rounds > 1:
-        raise ValueError("--graph runs the modes one after another (--rounds 1): with two modes' graphs of a "
-                         "large model alive at once, the first replay ended in an illegal memory access on the "
-                         "H100 (PyTorch 2.11), PyTorch's modes alone too")
     torch.manual_seed(seed)
     base = model_specs.build_model(spec, "cpu")
     shape = model_specs.input_shape_for(spec, base, batch, input_shape)
