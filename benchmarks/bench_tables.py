@@ -63,7 +63,7 @@ def round_trips_table(doc, wanted):
 
 #: The PyTorch mode each convtune mode is held to in the models table (its own numerics and layout).
 PEER_OF = {"convtune-fp32": "torch-fp32", "convtune-tf32": "torch-tf32", "convtune-amp-bf16": "torch-amp-bf16",
-           "convtune-fp32-perpass": "torch-fp32", "convtune-fp32-native": "torch-fp32"}
+           "convtune-fp32-kept": "torch-fp32", "convtune-fp32-perpass": "torch-fp32", "convtune-fp32-native": "torch-fp32"}
 
 
 def models_table(paths):

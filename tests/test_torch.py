@@ -834,17 +834,17 @@ def test_kept_spectra_auto_follows_the_measured_verdict():
         assert (route.trips["auto"] is not None) == expected
 
 
-def test_the_drop_in_keeps_spectra_where_they_pay_by_default_and_never_without_both_gradients(monkeypatch):
-    """``'auto'`` is the default of the modules and of ``patch``; inference calls and calls that need only one gradient
-    never measure a round trip (nothing keeps spectra there), a training step does."""
+def test_kept_spectra_auto_measures_only_calls_that_need_both_gradients(monkeypatch):
+    """Per-pass plans are the default of the modules and of ``patch``; with ``'auto'``, inference calls and calls that
+    need only one gradient never measure a round trip (nothing keeps spectra there), a training step does."""
     import convtune.roundtrip
     from conftest import FakeTimer as Timer
-    assert ct.Conv2d(3, 4, 3).convtune_keep_spectra == "auto"
+    assert ct.Conv2d(3, 4, 3).convtune_keep_spectra is False
     model = nn.Sequential(nn.Conv2d(3, 4, 9, padding=4))
     ct.patch(model)
-    assert model[0].convtune_keep_spectra == "auto"
+    assert model[0].convtune_keep_spectra is False
     rt = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 1e-3, "fft[": 0.5}))
-    layer = ct.Conv2d(3, 4, 9, padding=4, runtime=rt)
+    layer = ct.Conv2d(3, 4, 9, padding=4, runtime=rt, keep_spectra="auto")
     measured = []
     original = convtune.roundtrip.tune_round_trip
     monkeypatch.setattr(convtune.roundtrip, "tune_round_trip", lambda *a, **k: measured.append(1) or original(*a, **k))

@@ -449,15 +449,14 @@ def test_a_small_layer_duel_goes_to_pytorch_on_cuda():
     assert len(labels) == 3 and all(label.startswith("torch (in the layer") for label in labels), labels
 
 
-@pytest.mark.parametrize("keep", [True, "auto", None])
+@pytest.mark.parametrize("keep", [True, "auto"])
 def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     """A large depthwise layer with kept spectra (the FFT round trip) on CUDA tensors: the same training
-    step as PyTorch's; with True the round trip runs whatever its verdict; None: the drop-in's default ('auto')."""
+    step as PyTorch's; with True the round trip runs whatever its verdict."""
     rt = make_runtime(["fft", "torch"], FakeTimer(times={"fft-trip": 1e-3, "torch": 2.0}, default=1.0))
     plain = nn.Conv2d(32, 32, 31, padding=15, groups=32).cuda()
     patched = copy.deepcopy(plain)
-    ct.patch(patched, runtime=rt, **({} if keep is None else {"keep_spectra": keep}))
-    keep = "auto" if keep is None else keep
+    ct.patch(patched, runtime=rt, keep_spectra=keep)
     assert_trains_within(plain, patched, torch.randn(4, 32, 40, 40, device="cuda"))
     (route,) = rt.layer_memo("torch").values()
     assert route.trips[keep] is not None

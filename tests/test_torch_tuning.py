@@ -495,12 +495,13 @@ def _tuned_keys(db):
     return [r["problem_key"] for r in PlanCache(str(db), create=False, read_only=True).plan_rows()]
 
 
-def test_cli_bench_model_per_pass_mode_on_the_cpu(tmp_path, fake_default_timer):
-    torch_mode, kept = _bench_model_modes(tmp_path, "torch-fp32,convtune-fp32-perpass")
-    assert kept["mode"] == "convtune-fp32-perpass" and kept["patched_layers"] > 0 and not kept["tuning"]["failed"]
+@pytest.mark.parametrize("mode", ["convtune-fp32-kept", "convtune-fp32-perpass"])
+def test_cli_bench_model_kept_spectra_and_per_pass_modes_on_the_cpu(tmp_path, fake_default_timer, mode):
+    torch_mode, kept = _bench_model_modes(tmp_path, f"torch-fp32,{mode}")
+    assert kept["mode"] == mode and kept["patched_layers"] > 0 and not kept["tuning"]["failed"]
     assert kept["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
-    # keep_spectra='auto': no round trip measured where no pass runs an FFT plan (none does here: the CPU's FFT rules
-    # prune its 3x3 and 7x7 layers, and 1x1 ones)
+    # keep_spectra='auto' (-kept): no round trip measured where no pass runs an FFT plan (none does here: the CPU's
+    # FFT rules prune its 3x3 and 7x7 layers, and 1x1 ones); False (-perpass): none measured at all
     from convtune.cache import PlanCache
     cache = PlanCache(str(tmp_path / "plans.db"), create=False, read_only=True)
     rows = cache.plan_rows()

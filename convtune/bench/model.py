@@ -11,10 +11,11 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
   (:func:`convtune.torch.tune`; from the plan cache where they are there);
 * ``convtune-amp-bf16``: the patched model as ``torch-amp-bf16`` runs it (autocast bf16,
   channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast;
-  Patched layers keep the drop-in's default ``keep_spectra='auto'`` (FFT round trips keeping the forward's
-  spectra where the planner measured that they pay; their verdicts tuned ahead with the plans);
-* ``convtune-fp32-perpass``: ``convtune-fp32`` with ``keep_spectra=False``: per-pass plans only, no
-  round trips (its step against ``convtune-fp32``'s is what kept spectra gain);
+  Patched layers take the drop-in's default ``keep_spectra``;
+* ``convtune-fp32-kept``: ``convtune-fp32`` with ``keep_spectra='auto'`` (FFT round trips keeping the
+  forward's spectra where the planner measured that they pay; their verdicts tuned ahead with the plans);
+* ``convtune-fp32-perpass``: ``convtune-fp32`` with ``keep_spectra=False``: per-pass plans only, whatever the
+  default;
 * ``convtune-fp32-native``: a diagnosis, not a contender: the model patched as ``convtune-fp32`` is,
   but its runtime's only strategy is PyTorch's convolution (a plan table of its own, in memory), so
   every call goes through the drop-in to PyTorch's own kernels. Its step against ``torch-fp32``'s is
@@ -81,7 +82,7 @@ from .._version import __version__
 from ..cache import MemoryPlanStore
 from ..runtime import Runtime, default_runtime
 from ..torch import models as model_specs
-from ..torch.modules import patch
+from ..torch.modules import DEFAULT_KEEP_SPECTRA, patch
 from ..torch.tuning import tune
 from .steps import AGAIN, AGAINST
 from .steps import kind as _kind
@@ -89,8 +90,11 @@ from .steps import kind as _kind
 log = logging.getLogger("convtune")
 
 MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32", "convtune-amp-bf16",
-         "convtune-fp32-perpass", "convtune-fp32-native")
+         "convtune-fp32-kept", "convtune-fp32-perpass",
+         "convtune-fp32-native")
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
+#: the modes that set ``keep_spectra`` themselves, by their last word
+_KEEP = {"-kept": "auto", "-perpass": False}
 FORMAT = "convtune-bench-model"
 FORMAT_VERSION = 1
 
@@ -191,7 +195,7 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
         runtime = Runtime(store=MemoryPlanStore(), planner_options={"strategies": ["torch"]})
     if kind.startswith("convtune"):
         record["patched_layers"] = len(patch(model, math="auto", runtime=runtime,
-                                             keep_spectra=False if kind.endswith("-perpass") else "auto"))
+                                             keep_spectra=_KEEP.get(kind[kind.rfind("-"):], DEFAULT_KEEP_SPECTRA)))
         if progress:
             progress(f"{mode}: tuning ahead")
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):

@@ -39,9 +39,10 @@ def _check_math(math: str) -> str:
 #: spectra of the forward pass for the backward ones (:mod:`convtune.roundtrip`) never, always (where the
 #: round trip runs the layer), or where the planner measured that it pays.
 KEEP_SPECTRA = (False, True, "auto")
-#: the drop-in's default: kept spectra where the stored round-trip verdict says they pay (only layers whose
-#: per-pass winners include an FFT plan are measured; a call without both gradients never keeps any)
-DEFAULT_KEEP_SPECTRA = "auto"
+#: the drop-in's default: per-pass plans. (``'auto'`` as the default made ``convtune:slak-t``'s training step 1.2x
+#: slower on an H200: its verdicts, timed on the device alone, took round trips whose host work a host-bound step
+#: pays; see BENCHMARKS.md.)
+DEFAULT_KEEP_SPECTRA = False
 
 
 def _check_keep(keep) -> bool | str:
@@ -164,8 +165,8 @@ def patch(model: nn.Module, filter: Callable[[nn.Module, str], bool] | None = No
 
     ``filter(module, name)`` picks among the eligible modules. ``math``: ``'auto'`` follows
     ``torch.backends.cudnn.allow_tf32`` on CUDA (see :mod:`convtune.torch.functional`).
-    ``keep_spectra`` (``'auto'`` by default, ``False``, ``True``): a training step's three passes as one FFT
-    round trip keeping the forward's spectra (see :data:`KEEP_SPECTRA`); ``False`` runs per-pass plans only.
+    ``keep_spectra`` (``False`` by default: per-pass plans only; ``True``, ``'auto'``): a training step's three
+    passes as one FFT round trip keeping the forward's spectra (see :data:`KEEP_SPECTRA`).
 
     Examples
     --------
