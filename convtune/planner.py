@@ -20,8 +20,9 @@ timing it, and its rank in its strategy's list, which for cuDNN is the heuristic
    whose run is ``SLOW_FACTOR`` times slower than the best so far is ``skipped`` (never one of
    an ``always_timed`` strategy: PyTorch's own convolution, the point of reference); a configuration
    that is costly to build (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's
-   runtime-compiled plans) is built once, for the full batch, and verified there on the verification
-   operands zero-extended along the batch (the zero samples' results must come out zero), then timed as built;
+   plans, built for the full batch while listing) is built once, for the full batch, and verified there on the
+   verification operands zero-extended along the batch (the zero samples' results must come out zero), then timed
+   as built (kept from verification to timing while their workspaces stay within ``PREBUILT_BYTES``);
 4. the survivors are timed on the full problem, fastest first by a warm run on
    the reduced batch (so a time budget goes to the likely winners); a lone
    survivor is not timed; a candidate whose first timed run is ``EARLY_STOP``
@@ -75,6 +76,9 @@ FIRST_RUN_FLOOR_S = 1.0
 #: (Of 2151 candidates timed for resnet50 on the H100 in plans.db.example, 1775 were more than 1.5x the
 #: best so far when timed, and none of those came within 3% of the winner.)
 EARLY_STOP = 1.5
+#: Full-batch executors built for verification are kept for their timing while their workspaces together stay within
+#: this; past it, one is built again when it is timed (the memory the timing of the others needs stays free).
+PREBUILT_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class _Search:
     phases: dict = field(default_factory=dict)  # phase -> seconds
     full_operands: tuple | None = None  # the timing operands, for the full-batch check
     prebuilt: dict = field(default_factory=dict)  # label -> a full-batch executor built for verification, to time
+    prebuilt_bytes: int = 0  # the workspaces that ``prebuilt`` holds (at most PREBUILT_BYTES)
     zero_extended: tuple | None = None  # the verification operands zero-extended to the full batch, and a result
 
     def spend(self, cand, what: str, seconds: float) -> None:
@@ -342,7 +347,10 @@ class Planner:
                 full = small.batch < problem.batch and cand.strategy.verified_at_full_batch(problem, cand.config) \
                     and self._zero_extended(s, small, a, b, ref) is not None
                 if full:  # built once, at the full batch, and timed as built (see Strategy.verified_at_full_batch)
-                    run = s.prebuilt[cand.label] = cand.strategy.executor(problem, cand.config, self.backend)
+                    run = cand.strategy.executor(problem, cand.config, self.backend)
+                    held = cand.strategy.workspace(problem, cand.config)
+                    if s.prebuilt_bytes + held <= PREBUILT_BYTES:
+                        s.prebuilt[cand.label], s.prebuilt_bytes = run, s.prebuilt_bytes + held
                     va, vb, out, vref = s.zero_extended
                     out[...] = xp.nan
                 else:

@@ -248,6 +248,17 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
     module._CTX.enumerated[p.key()] = graph
     assert strategy.pruned(p, CudnnConfig(69), None).startswith("runtime-compiled: a build takes 1.20 s")
     assert strategy.pruned(p, CudnnConfig(72), None) is None and strategy.pruned(p, CudnnConfig(62), None) is None
+    # the plans built while listing (compiled ahead or at run time) are verified as built, at the full batch; a
+    # deferred one is not built yet
+    assert [strategy.verified_at_full_batch(p, CudnnConfig(e)) for e in (62, 72, 70, 69)] == [True, True, True, False]
+    assert not strategy.verified_at_full_batch(p.replace(batch=p.batch + 1), CudnnConfig(62))  # another problem
+    # past FULL_BATCH_VERIFY_FLOPS, only the runtime-compiled plans (two runs at the full batch cost more than a build)
+    monkeypatch.setattr(module, "FULL_BATCH_VERIFY_FLOPS", p.flops() - 1)
+    assert [strategy.verified_at_full_batch(p, CudnnConfig(e)) for e in (62, 72)] == [False, True]
+    monkeypatch.setattr(module, "FULL_BATCH_VERIFY_FLOPS", 8e9)
+    depthwise = p.replace(in_channels=4, out_channels=4, groups=4, input_size=(12, 12), kernel_size=(9, 9))  # large, grouped
+    module._CTX.enumerated[depthwise.key()] = graph
+    assert [strategy.verified_at_full_batch(depthwise, CudnnConfig(e)) for e in (62, 72)] == [False, True]
     assert strategy.workspace_bytes(p, CudnnConfig(69)) == 2048 and fake.builds[-1] == 69  # built on demand, in place
 
     def outcome(engine, status, median=None, error=None):

@@ -375,6 +375,31 @@ def test_costly_builds_are_verified_at_the_full_batch_and_timed_as_built(extra_s
     assert [b for b in builds if b[0] == "t-plain"] == [("t-plain", 2), ("t-plain", 6)]
 
 
+def test_full_batch_executors_are_kept_for_their_timing_within_a_memory_budget(extra_strategies, monkeypatch):
+    """A full-batch executor built for verification is timed as built while the kept executors' workspaces stay
+    within PREBUILT_BYTES; past it, it is built again for its timing, so that the memory it holds is free meanwhile."""
+    import convtune.planner as planner_module
+    monkeypatch.setattr(planner_module, "PREBUILT_BYTES", 3 << 20)
+    builds = []
+
+    def costly(name, workspace):
+        class Costly(make_strategy(name, correct, workspace=workspace)):
+            def verified_at_full_batch(self, p, config):
+                return True
+
+            def build(self, p, config, backend):
+                builds.append((name, p.batch))
+                return super().build(p, config, backend)
+        return Costly
+    for name, ws in (("t-small-ws", 1 << 20), ("t-big-ws", 4 << 20), ("t-small-ws-2", 2 << 20)):
+        extra_strategies(costly(name, ws))
+    Planner("numpy", FakeTimer({"t-small-ws": 1e-7, "t-big-ws": 2e-7, "t-small-ws-2": 3e-7}, default=1.0),
+            verify_batch=2).tune(problem("2d-odd", batch=6))
+    counts = {name: builds.count((name, 6)) for name in ("t-small-ws", "t-big-ws", "t-small-ws-2")}
+    assert counts == {"t-small-ws": 1, "t-big-ws": 2, "t-small-ws-2": 1}, builds  # (1 + 2 MiB kept; 4 MiB not)
+    assert all(batch == 6 for _name, batch in builds)
+
+
 def test_a_costly_build_that_fails_its_full_batch_verification_is_recorded(extra_strategies):
     class CostlyBroken(make_strategy("t-costly-broken", raises_memory)):
         def verified_at_full_batch(self, p, config):
