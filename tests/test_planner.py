@@ -333,23 +333,25 @@ def test_strategies_prepare_their_candidates_before_verification(extra_strategie
     assert any(o.strategy == "t-unprepared" and o.status == "ok" for o in d.outcomes)
 
 
+def costly_strategy(name, behaviour, builds, workspace=0):
+    """A test strategy whose builds are costly (verified at the full batch), each build noted in ``builds``."""
+    class Costly(make_strategy(name, behaviour, workspace=workspace)):
+        def verified_at_full_batch(self, p, config):
+            return True
+
+        def build(self, p, config, backend):
+            builds.append((name, p.batch))
+            return super().build(p, config, backend)
+    return Costly
+
+
 def test_costly_builds_are_verified_at_the_full_batch_and_timed_as_built(extra_strategies):
     """A configuration the strategy says is costly to build (a runtime compilation per shape) is built once, for
     the full batch: verified there on the verification operands zero-extended along the batch, and that executor
     is timed. Wrong results are still rejected, in every pass and layout."""
     builds = []
-
-    def costly(behaviour, name):
-        class Costly(make_strategy(name, behaviour)):
-            def verified_at_full_batch(self, p, config):
-                return True
-
-            def build(self, p, config, backend):
-                builds.append((name, p.batch))
-                return super().build(p, config, backend)
-        return Costly
-    extra_strategies(costly(correct, "t-costly"))
-    extra_strategies(costly(slightly_wrong, "t-costly-wrong"))
+    extra_strategies(costly_strategy("t-costly", correct, builds))
+    extra_strategies(costly_strategy("t-costly-wrong", slightly_wrong, builds))
     timer = FakeTimer({"t-costly": 1e-6, "t-costly-wrong": 1e-7}, default=1.0)
     for pass_ in ("fwd", "dgrad", "wgrad"):
         for layout in ("channels_first", "channels_last"):
@@ -381,18 +383,8 @@ def test_full_batch_executors_are_kept_for_their_timing_within_a_memory_budget(e
     import convtune.planner as planner_module
     monkeypatch.setattr(planner_module, "PREBUILT_BYTES", 3 << 20)
     builds = []
-
-    def costly(name, workspace):
-        class Costly(make_strategy(name, correct, workspace=workspace)):
-            def verified_at_full_batch(self, p, config):
-                return True
-
-            def build(self, p, config, backend):
-                builds.append((name, p.batch))
-                return super().build(p, config, backend)
-        return Costly
     for name, ws in (("t-small-ws", 1 << 20), ("t-big-ws", 4 << 20), ("t-small-ws-2", 2 << 20)):
-        extra_strategies(costly(name, ws))
+        extra_strategies(costly_strategy(name, correct, builds, workspace=ws))
     Planner("numpy", FakeTimer({"t-small-ws": 1e-7, "t-big-ws": 2e-7, "t-small-ws-2": 3e-7}, default=1.0),
             verify_batch=2).tune(problem("2d-odd", batch=6))
     counts = {name: builds.count((name, 6)) for name in ("t-small-ws", "t-big-ws", "t-small-ws-2")}
