@@ -861,6 +861,79 @@ def test_kept_spectra_auto_measures_only_calls_that_need_both_gradients(monkeypa
     assert route.trips["auto"] is not None
 
 
+@pytest.mark.parametrize("trip_faster", [True, False])
+def test_a_paying_round_trip_duels_the_per_pass_plans_in_the_layer(monkeypatch, caplog, trip_faster):
+    """(On the GPU; here the CPU stands in.) keep_spectra='auto': a round trip whose verdict says it pays on the device
+    alone still meets the per-pass plans per training call in the layer, host work included; the faster by the margin
+    runs the layer's later training steps, which train as PyTorch's do either way, and the per-pass plans' winning is
+    said once."""
+    from conftest import FakeTimer as Timer
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    seen = []
+
+    def fake_times(contenders, a, b, device):
+        names = [getattr(fn, "__name__", "") for fn in contenders]
+        if names == ["kept", "per_pass"]:
+            for fn in contenders:  # both contenders run a training call of the layer
+                fn(a, b)
+            seen.append((tuple(a.shape), tuple(b.shape), a.requires_grad and b.requires_grad))
+            return [100e-6, 200e-6] if trip_faster else [200e-6, 100e-6]
+        return [100e-6, 200e-6]  # (a pass's duel: its plan)
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    rt = make_runtime(["fft", "im2col", "torch"], Timer(times={"fft-trip": 1e-3, "fft[": 0.5}))
+    plain = nn.Conv2d(3, 4, 9, padding=4)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        assert_same_training(plain, patched_copy(plain, rt, keep_spectra="auto"), torch.randn(2, 3, 12, 12))
+    assert seen == [((2, 3, 12, 12), (4, 3, 9, 9), True)]  # one duel, on the layer's operands' shapes
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips.duelled and (route.trips["auto"] is not None) == trip_faster
+    said = [r.getMessage() for r in caplog.records if "runs its per-pass plans, not the round trip" in r.getMessage()]
+    assert len(said) == (0 if trip_faster else 1)
+    if said:
+        assert "100 us per training call in the layer against 200 us" in said[0]
+
+
+def test_a_round_trips_duel_is_stored_and_a_later_process_runs_none(monkeypatch, tmp_path):
+    from convtune.cache import PlanCache
+    from conftest import FakeTimer as Timer
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    duels = []
+
+    def fake_times(contenders, a, b, device):
+        duels.append([getattr(fn, "__name__", "") for fn in contenders])
+        return [100e-6, 200e-6]
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    x = torch.randn(2, 3, 12, 12)
+    for _process in range(2):
+        rt = Runtime(store=PlanCache(url), planner_options={"timer": Timer(times={"fft-trip": 1e-3, "fft[": 0.5}),
+                                                           "strategies": ["fft", "im2col"]})
+        plain = nn.Conv2d(3, 4, 9, padding=4)
+        assert_same_training(plain, patched_copy(plain, rt, keep_spectra="auto"), x)
+        (route,) = rt.layer_memo("torch").values()
+        assert route.trips["auto"] is not None
+    assert duels == [["kept", "per_pass"]]  # the second process read the verdict
+    import sqlite3
+    stored = [v for (v,) in sqlite3.connect(tmp_path / "plans.db").execute(
+        "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'") if "kept-spectra" in v]
+    assert len(stored) == 1 and '"trip_us": 100.0' in stored[0] and '"per_pass_us": 200.0' in stored[0]
+    assert "|trip" in stored[0]  # (the round trips' version among its conditions)
+
+
+def test_a_real_round_trip_duel_times_both_and_trains_right(monkeypatch):
+    """The round trip's duel with the per-pass plans timed for real (the CPU here): either verdict trains right."""
+    from conftest import FakeTimer as Timer
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    rt = make_runtime(["fft", "im2col"], Timer(times={"fft-trip": 1e-3, "fft[": 0.5}))
+    plain = nn.Conv2d(3, 4, 9, padding=4)
+    patched = patched_copy(plain, rt, keep_spectra="auto")
+    for _ in range(2):  # the call that duels, and one after
+        patched.zero_grad(set_to_none=True)
+        assert_same_training(copy.deepcopy(plain), patched, torch.randn(2, 3, 12, 12))
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips.duelled
+
+
 def test_tune_ahead_decides_the_round_trips_of_kept_spectra_layers(monkeypatch):
     import convtune.roundtrip
     rt = make_runtime(["fft", "im2col"], FakeTimer(times={"fft-trip": 1e-3, "fft[": 0.5}))

@@ -450,9 +450,18 @@ def test_a_small_layer_duel_goes_to_pytorch_on_cuda():
 
 
 @pytest.mark.parametrize("keep", [True, "auto"])
-def test_kept_spectra_on_cuda_train_like_pytorch(keep):
+def test_kept_spectra_on_cuda_train_like_pytorch(keep, monkeypatch):
     """A large depthwise layer with kept spectra (the FFT round trip) on CUDA tensors: the same training
-    step as PyTorch's; with True the round trip runs whatever its verdict."""
+    step as PyTorch's; with True the round trip runs whatever its verdict; with 'auto' the trip also wins its duel
+    with the per-pass plans in the layer (made to here: test_a_round_trip_duels_the_per_pass_plans_on_cuda duels)."""
+    from convtune.torch import _dispatch
+    real = _dispatch.per_call_seconds
+
+    def trip_wins(contenders, a, b, device):
+        if [getattr(fn, "__name__", "") for fn in contenders] == ["kept", "per_pass"]:
+            return [1e-6, 1.0]
+        return real(contenders, a, b, device)
+    monkeypatch.setattr(_dispatch, "per_call_seconds", trip_wins)
     rt = make_runtime(["fft", "torch"], FakeTimer(times={"fft-trip": 1e-3, "torch": 2.0}, default=1.0))
     plain = nn.Conv2d(32, 32, 31, padding=15, groups=32).cuda()
     patched = copy.deepcopy(plain)
@@ -460,6 +469,21 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep):
     assert_trains_within(plain, patched, torch.randn(4, 32, 40, 40, device="cuda"))
     (route,) = rt.layer_memo("torch").values()
     assert route.trips[keep] is not None
+
+
+def test_a_round_trip_duels_the_per_pass_plans_on_cuda():
+    """keep_spectra='auto' on CUDA: a round trip whose verdict pays on the device meets the layer's per-pass plans per
+    training call, host work included, for real; whichever wins, training gives PyTorch's gradients, before the duel
+    and after it."""
+    rt = make_runtime(["fft", "torch"], FakeTimer(times={"fft-trip": 1e-3, "torch": 2.0}, default=1.0))
+    plain = nn.Conv2d(32, 32, 31, padding=15, groups=32).cuda()
+    patched = copy.deepcopy(plain)
+    ct.patch(patched, runtime=rt, keep_spectra="auto")
+    for _ in range(2):
+        patched.zero_grad(set_to_none=True)
+        assert_trains_within(copy.deepcopy(plain), patched, torch.randn(4, 32, 40, 40, device="cuda"))
+    (route,) = rt.layer_memo("torch").values()
+    assert route.trips.duelled
 
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])

@@ -47,7 +47,8 @@ from ..strategies.pytorch import native_for, native_pass
 from ._autograd import eager_forward
 from ._bridge import bridge
 from ._capture import Captures, capturing
-from ._duel import DUEL_DEVICE_TYPES, DUEL_MARGIN, duel_conditions, duel_key, duel_operands, per_call_seconds
+from ._duel import (DUEL_DEVICE_TYPES, DUEL_MARGIN, duel_conditions, duel_key, duel_operands, per_call_seconds,
+                    trip_duel_conditions)
 from ._executors import ArrayPlan, Fallback, Native
 from ._formats import DTYPES, dense, in_result_format
 from ._kept import Trips
@@ -243,31 +244,13 @@ class Route:
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
         flags = (True, problem.math == "tf32")
         native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
-        store, device_key, conditions = self.runtime.store, None, duel_conditions(plan.plan.strategy)
-        stored = None
         try:
-            device_key = bridge(self.device.type).backend.device_info().key()
-            stored = store.get_record("duel", duel_key(device_key, problem, plan.label, conditions))
-        except Exception as exc:  # a cache that fails: duel anyway
-            log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
-        if stored is not None:
-            t_plan, t_native = stored["plan_us"] * 1e-6, stored["native_us"] * 1e-6
-        else:
-            try:
-                a, b = duel_operands(problem, self.device)
-                t_plan, t_native = per_call_seconds([plan, native], a, b, self.device)
-            except Exception as exc:
-                log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
-                         self.device, type(exc).__name__, exc, plan.label)
-                return plan
-            if device_key is not None:
-                try:
-                    store.put_record("duel", duel_key(device_key, problem, plan.label, conditions),
-                                     {"problem": problem.key(), "device_key": device_key, "plan": plan.label,
-                                      "conditions": conditions, "plan_us": t_plan * 1e6,
-                                      "native_us": t_native * 1e6})
-                except Exception as exc:
-                    log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
+            t_plan, t_native = self._per_call(plan.label, duel_conditions(plan.plan.strategy), ("plan_us", "native_us"),
+                                              [plan, native], lambda: duel_operands(problem, self.device), problem)
+        except Exception as exc:
+            log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
+                     self.device, type(exc).__name__, exc, plan.label)
+            return plan
         if t_native > t_plan * (1 + DUEL_MARGIN):
             plan.duel = (t_plan, t_native, native)
             return plan
@@ -276,6 +259,55 @@ class Route:
                  "per call in the layer against %.0f us for the plan %s (host work included)", problem.describe(),
                  self.device, t_native * 1e6, t_plan * 1e6, plan.label, level=logging.INFO)
         return native
+
+    def _per_call(self, label: str, conditions: str, fields, contenders, operands, problem) -> tuple:
+        """Two contenders' seconds per call in the layer (:func:`per_call_seconds` on ``operands()``), or their stored
+        verdict: a duel's record in the plan store, keyed by device, ``problem``, ``label`` and ``conditions``, that
+        ``fields`` name (in microseconds). A new verdict is stored; raises where the duel itself fails."""
+        store, device_key, stored = self.runtime.store, None, None
+        try:
+            device_key = bridge(self.device.type).backend.device_info().key()
+            stored = store.get_record("duel", duel_key(device_key, problem, label, conditions))
+        except Exception as exc:  # a cache that fails: duel anyway
+            log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
+        if stored is not None:
+            return tuple(stored[f] * 1e-6 for f in fields)
+        a, b = operands()
+        times = per_call_seconds(contenders, a, b, self.device)
+        if device_key is not None:
+            try:
+                store.put_record("duel", duel_key(device_key, problem, label, conditions),
+                                 {"problem": problem.key(), "device_key": device_key, "plan": label,
+                                  "conditions": conditions, **{f: t * 1e6 for f, t in zip(fields, times)}})
+            except Exception as exc:
+                log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
+        return tuple(times)
+
+    def duel_trip(self, trip, kept, per_pass):
+        """``keep_spectra='auto'``: ``trip``, whose verdict was measured on the device alone, against the layer's
+        per-pass plans per training call in the layer, host work included, as a training step sees them (``kept(x,
+        w)`` and ``per_pass(x, w)``: a forward pass and both gradients each, on random operands of the layer). The trip
+        where it is faster by :data:`DUEL_MARGIN`, else ``None`` (said once); on a device without duels, or where the
+        duel itself fails, the trip. The verdict is stored as a pass's duel is (:func:`trip_duel_conditions`)."""
+        if self.device.type not in DUEL_DEVICE_TYPES:
+            return trip
+        problem = self.problem
+        try:
+            t_trip, t_plans = self._per_call(f"{trip.config.label()}+kept-spectra", trip_duel_conditions(),
+                                             ("trip_us", "per_pass_us"), [kept, per_pass],
+                                             lambda: [t.requires_grad_() for t in duel_operands(problem, self.device)],
+                                             problem)
+        except Exception as exc:
+            log.info("convtune: no round-trip duel for %s on %s (%s: %s); its round trip runs", problem.describe(),
+                     self.device, type(exc).__name__, exc)
+            return trip
+        if t_plans > t_trip * (1 + DUEL_MARGIN):
+            return trip
+        say_once(f"trip-duel:{problem.key()}:{self.device}", "convtune: %s on %s runs its per-pass plans, not the "
+                 "round trip %s: %.0f us per training call in the layer against %.0f us (host work included)",
+                 problem.describe(), self.device, trip.config.label(), t_plans * 1e6, t_trip * 1e6,
+                 level=logging.INFO)
+        return None
 
     def _fall_back(self, pass_: str, reason: str, retry: bool = False):
         problem = self.problem.for_pass(pass_)

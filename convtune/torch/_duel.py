@@ -11,6 +11,7 @@ import torch
 
 from ..direct import replay
 from ..problem import ConvProblem
+from ..roundtrip import VERSION as TRIP_VERSION
 from ..strategies import get_strategy
 from ._formats import DTYPES, channels_last_format
 
@@ -60,6 +61,15 @@ def duel_conditions(strategy: str) -> str:
     is measured again."""
     replays = "off" if os.environ.get(replay.ENV) == "0" else "on"
     return f"{pytorch_versions()}|{get_strategy(strategy).version_tag()}|replay-{replays}|duel{DUEL_METHOD}"
+
+
+def trip_duel_conditions() -> str:
+    """What a round trip's duel with a layer's per-pass plans depends on besides the device, the problem and the trip:
+    PyTorch's and cuDNN's versions, the round trips' version (:data:`convtune.roundtrip.VERSION`), replay on or off
+    and the duel's method (the per-pass plans' own conditions are their duels'). A verdict stored under other
+    conditions is measured again."""
+    replays = "off" if os.environ.get(replay.ENV) == "0" else "on"
+    return f"{pytorch_versions()}|trip{TRIP_VERSION}|replay-{replays}|duel{DUEL_METHOD}"
 
 
 def duel_key(device_key: str, problem: ConvProblem, plan_label: str, conditions: str) -> str:

@@ -21,12 +21,13 @@ class Trips(dict):
     """A route's round trips: ``keep_spectra`` mode -> :class:`~convtune.roundtrip.RoundTrip`, or ``None`` for the
     per-pass plans, resolved on first use (:meth:`resolve`)."""
 
-    __slots__ = ("problem", "runtime", "device", "captures", "kept_bytes", "_ledger")
+    __slots__ = ("problem", "runtime", "device", "captures", "kept_bytes", "duelled", "_ledger")
 
     def __init__(self, problem, runtime, device, captures):
         super().__init__()
         self.problem, self.runtime, self.device, self.captures = problem, runtime, device, captures
         self.kept_bytes = None  # what this layer's spectra held the last time it kept them
+        self.duelled = False  # 'auto': the round trip has met the per-pass plans in the layer (Route.duel_trip)
         self._ledger = None
 
     def ledger(self):

@@ -326,6 +326,8 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
     if both:
         # recorded: the round trip its eager calls run, never a new one
         trip = route.trips.get(keep) if captured else route.trips.resolve(keep)
+        if trip is not None and keep == "auto" and not captured and not route.trips.duelled:
+            trip = _duel_trip(route, trip, geom, groups, math, runtime)
         y = _kept(route, trip, x, weight, bias, geom, groups, captured) if trip is not None else None
         if y is not None:
             return y
@@ -370,6 +372,37 @@ def _kept(route, trip, x, weight, bias, geom: Geometry, groups, captured: bool):
                  "CUDA graphs (%s): PyTorch's convolution is recorded for the layer", route.problem.describe(), why)
     # (PyTorch's convolution for its passes ran outside captures: Trips.forward, Trips.backward)
     return _pytorch(x, weight, bias, geom, groups)
+
+
+class _PerPass:
+    """Stands in for a layer's module in its round trip's duel: the per-pass plans (no kept spectra)."""
+
+    convtune_keep_spectra = False
+
+
+def _duel_trip(route, trip, geom: Geometry, groups, math, runtime):
+    """``keep_spectra='auto'``, the first training call: the round trip against the per-pass plans, each a whole
+    training call of the layer (:meth:`~convtune.torch._dispatch.Route.duel_trip`); the trip, or ``None``, kept for
+    the layer's later calls."""
+    grads = {}
+
+    def backward(y, a, b):
+        if y is None:
+            raise RuntimeError("the round trip did not run")
+        if "dy" not in grads:
+            grads["dy"] = torch.randn_like(y)
+        torch.autograd.grad(y, (a, b), grads["dy"])
+
+    def kept(a, b):
+        backward(_kept(route, trip, a, b, None, geom, groups, False), a, b)
+
+    def per_pass(a, b):
+        backward(_dispatch(a, b, None, geom, groups, math, runtime, _PerPass), a, b)
+    with torch.autocast(route.device.type, enabled=False):  # (the operands are in the layer's dtype already)
+        trip = route.duel_trip(trip, kept, per_pass)
+    route.trips.duelled = True
+    route.trips["auto"] = trip
+    return trip
 
 
 def _not_captured(x, weight, bias, geom: Geometry, groups):
