@@ -13,6 +13,9 @@
 #                      ResNet-50, batch 32; STRATEGIES=S,... in the environment: those strategies' plans only)
 #   model:NAME[:BATCH] `convtune bench-model NAME` (fp32 and AMP, eager, fresh cache, PyTorch against itself too)
 #   graph:NAME[:BATCH] the same with whole training steps captured in CUDA graphs
+#   kept:NAME[:BATCH]  `convtune bench-model NAME` in fp32: per-pass plans (the default) against kept spectra where
+#                      they pay (convtune-fp32-kept: the trip verdicts and their duels in the layer), three rounds,
+#                      PyTorch against itself
 #   regret:NAME[:BATCH] the regret of a normal tune: NAME tuned --exhaustive into its own cache, then `convtune
 #                      bench-model NAME` in fp32 with each convtune mode also run on the exhaustive plans (--against),
 #                      interleaved over three rounds, PyTorch against itself for the noise
@@ -62,6 +65,10 @@ for part in "$@"; do
       run "$kind-${arg//[^A-Za-z0-9_-]/_}" python3 -m convtune bench-model "$arg" $flags --batch "${batch:-16}" \
         --modes torch-fp32,convtune-fp32,torch-amp-bf16,convtune-amp-bf16 --db "$O/$kind-model.db" \
         -o "$O/$kind-${arg//[^A-Za-z0-9_-]/_}.json" ;;
+    kept)
+      run "kept-${arg//[^A-Za-z0-9_-]/_}" python3 -m convtune bench-model "$arg" --rounds 3 --null --batch "${batch:-16}" \
+        --modes torch-fp32,convtune-fp32,convtune-fp32-kept --db "$O/kept-model.db" \
+        -o "$O/kept-${arg//[^A-Za-z0-9_-]/_}.json" ;;
     regret)
       name=${arg//[^A-Za-z0-9_-]/_}
       run "exhaustive-$name" python3 -m convtune tune "$arg" --batch "${batch:-16}" --exhaustive --db "$O/exhaustive-$name.db"
@@ -69,6 +76,6 @@ for part in "$@"; do
         --modes torch-fp32,convtune-fp32 --against "$O/exhaustive-$name.db" --db "$O/regret-$name.db" \
         -o "$O/regret-$name.json" ;;
     *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host[:NAME[:BATCH]] model:NAME[:BATCH]" \
-         "graph:NAME[:BATCH] regret:NAME[:BATCH]" >&2; exit 2 ;;
+         "graph:NAME[:BATCH] kept:NAME[:BATCH] regret:NAME[:BATCH]" >&2; exit 2 ;;
   esac
 done
