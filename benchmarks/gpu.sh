@@ -18,7 +18,8 @@
 #                      PyTorch against itself
 #   regret:NAME[:BATCH] the regret of a normal tune: NAME tuned --exhaustive into its own cache, then `convtune
 #                      bench-model NAME` in fp32 with each convtune mode also run on the exhaustive plans (--against),
-#                      interleaved over three rounds, PyTorch against itself for the noise
+#                      interleaved over three rounds, PyTorch against itself for the noise; then layer by layer
+#                      (benchmarks/compare_plans.py: the two caches' winners re-timed side by side, A/A' the noise)
 # (NAME as the model specs take it, e.g. timm:convnext_tiny; a last field of digits is the batch)
 #
 # Each part runs under a time limit (LIMIT seconds, default 540) into $LOG_DIR/PART.log (default ./gpu-results),
@@ -74,7 +75,9 @@ for part in "$@"; do
       run "exhaustive-$name" python3 -m convtune tune "$arg" --batch "${batch:-16}" --exhaustive --db "$O/exhaustive-$name.db"
       run "regret-$name" python3 -m convtune bench-model "$arg" --rounds 3 --null --batch "${batch:-16}" \
         --modes torch-fp32,convtune-fp32 --against "$O/exhaustive-$name.db" --db "$O/regret-$name.db" \
-        -o "$O/regret-$name.json" ;;
+        -o "$O/regret-$name.json"
+      run "regret-layers-$name" python3 benchmarks/compare_plans.py "$O/regret-$name.db" "$O/exhaustive-$name.db" \
+        --backend cupy --rounds 5 ;;
     *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host[:NAME[:BATCH]] model:NAME[:BATCH]" \
          "graph:NAME[:BATCH] kept:NAME[:BATCH] regret:NAME[:BATCH]" >&2; exit 2 ;;
   esac
