@@ -99,6 +99,11 @@ def test_explain_by_layer_and_by_key(net, db):
     out = run("explain", "small3x3", "--net", net, "--db", db, "--pass", "fwd").output
     assert "winner" in out and "im2col[" in out and "fft[" in out
     assert "fastest of" in out or "only candidate" in out
+    # where the search's own time went, stored with the run (listing the candidates, the float64 reference)
+    assert "the search took" in out and "its own work beside the candidates': " in out and "reference" in out
+    from convtune.cache import PlanCache
+    searches = PlanCache(db, create=False, read_only=True).records("search")
+    assert len(searches) == 6 and all(d["phases"] and d["tuning_s"] >= sum(d["phases"].values()) for d in searches)
     key = [l for l in run("show", "--db", db).output.splitlines() if "ker15" in l and "dgrad" in l][0].split()[0]
     out = run("explain", key, "--db", db).output
     assert "dgrad" in out and "candidate" in out

@@ -8,6 +8,8 @@ duel      the PyTorch layer's duel of a plan with PyTorch  :mod:`convtune.torch.
 fft_cost  a device's FFT cost-model calibration            :mod:`convtune.fft.cost`
 broken    a stored plan that did not build where it was    :mod:`convtune.runtime` (``show``
           looked up (damaged or edited)                    marks the plan)
+search    where a tuning run's own time went (its phases:  :class:`convtune.cache.PlanCache`
+          listing, references, compiling), by run id       (``put``; ``explain`` shows it)
 ========  ===============================================  ===================================
 
 A SQL store keeps a record as a row of its key/value table, keyed by the kind's prefix and a hash of the
@@ -17,7 +19,8 @@ record's key text (``digits`` hexadecimal digits of SHA-256), so that a key stay
 from __future__ import annotations
 
 #: kind -> (key prefix, hash digits)
-RECORD_KINDS = {"trip": ("trip:", 59), "duel": ("duel:", 59), "fft_cost": ("fft_cost:", 40), "broken": ("broken:", 57)}
+RECORD_KINDS = {"trip": ("trip:", 59), "duel": ("duel:", 59), "fft_cost": ("fft_cost:", 40), "broken": ("broken:", 57),
+                "search": ("search:", 57)}
 
 
 def broken_key(device_key: str, problem_key: str, plan_label: str) -> str:

@@ -292,6 +292,12 @@ class PlanCache(SharedWork):
             rows = [_measurement_row(o, run_id, prob, dev, versions, now, version) for o in decision.outcomes]
             if rows:
                 conn.execute(measurements.insert(), rows)
+            if decision.phases:  # where the run's own time went, beside its candidates' costs
+                search = json.dumps({"run_id": run_id, "problem": decision.problem.key(),
+                                     "device_key": decision.device_key, "tuning_s": decision.tuning_s,
+                                     "phases": decision.phases})
+                conn.execute(self._insert(meta).values(key=self._record_key("search", run_id), value=search)
+                             .on_conflict_do_update(index_elements=["key"], set_={"value": search}))
             w = decision.winner
             if w.status != "winner":
                 return

@@ -469,6 +469,12 @@ def explain(layer, network, db, pass_, math_mode, dtype, layout, batch, input_sh
                               table, wrap_last=True))
             echo(textwrap.fill(_why(rows, problem), TABLE_WIDTH, initial_indent="   ", subsequent_indent="    ",
                                break_on_hyphens=False))
+            search = cache.get_record("search", rows[0]["run_id"]) if rows[0].get("run_id") else None
+            if search and search.get("phases"):
+                own = ", ".join(f"{what} {seconds:.2f} s" for what, seconds in
+                                sorted(search["phases"].items(), key=lambda kv: -kv[1]))
+                echo(textwrap.fill(f"the search took {search['tuning_s']:.2f} s; its own work beside the candidates': "
+                                   f"{own}", TABLE_WIDTH, initial_indent="   ", subsequent_indent="    "))
         if not shown_legend:
             shown_legend = True
             echo(textwrap.fill("(median: of the timed runs, each after an L2 flush on a GPU; spread: their interquartile "
