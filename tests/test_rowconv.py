@@ -174,6 +174,26 @@ def test_strategy_is_gpu_only_and_serves_1d_depthwise_shapes():
     assert not strategy.serves_shape(_problem(100, 31, 15).replace(groups=1, out_channels=3))
 
 
+def test_candidates_compile_together_before_they_are_verified(monkeypatch):
+    """prepare hands every candidate's executor (its kernels compiled on construction) to build_concurrently, on the
+    GPU only."""
+    from types import SimpleNamespace
+    from convtune import compiling
+    built, handed = [], []
+    monkeypatch.setattr(rowconv, "RowFftConv", lambda xp, p, L, radix: built.append((L, radix)))
+    monkeypatch.setattr(compiling, "build_concurrently", lambda builds, backend: handed.append(list(builds)))
+    strategy, p = get_strategy("fft-row"), _problem(3000, 1001, 500)
+    configs = strategy.candidates(p, SimpleNamespace(name="cupy"))
+    assert len(configs) > 1
+    strategy.prepare(p, configs, SimpleNamespace(name="cupy", xp=None))
+    assert len(handed) == 1 and len(handed[0]) == len(configs)
+    for build in handed[0]:
+        build()
+    assert built == [(c.size, c.radices) for c in configs]
+    strategy.prepare(p, configs, SimpleNamespace(name="numpy", xp=None))
+    assert len(handed) == 1
+
+
 def test_source_names_every_pass():
     src = rowconv.source("bfloat16", 16384)
     # radices 8, 8, 8, 8, 4: the forward's first pass reads the row, the inverse's last writes the result
