@@ -369,7 +369,8 @@ class Runtime:
                 return roundtrip.TripDecision(fwd, device_key, per_pass_s, tuple(labels), (), None, False, (
                     f"no per-pass plan of it transforms its operands ({', '.join(labels)}): no spectra to keep"))
             decision = roundtrip.tune_round_trip(fwd, backend, per_pass_s, labels,
-                                                 timer=self.planner_options.get("timer"), keep_limit=self.keep_limit)
+                                                 timer=self.planner_options.get("timer"), keep_limit=self.keep_limit,
+                                                 exhaustive=bool(self.planner_options.get("exhaustive")))
             try:
                 roundtrip.save_trip(self.store, decision)
             except CacheError as exc:

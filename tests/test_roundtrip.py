@@ -148,6 +148,38 @@ def test_tuning_records_every_candidate():
         RoundTrip(p_dw, TripConfig(sizes=fft_sizes.size_candidates(p_dw)[0]), "numpy")
 
 
+def test_block_trips_at_sizes_the_per_pass_plans_did_not_choose_are_skipped(monkeypatch):
+    """Where the per-pass plans are the one-block transforms', a block trip is tried only at the transform sizes they
+    chose; the others are recorded as skipped, with why. An exhaustive search, and a layer whose per-pass plans are
+    not the one-block transforms', try every size."""
+    from convtune.roundtrip import block_size_rule
+    from convtune.roundtrip import tuning as trip_tuning
+    p = problem("2d-depthwise", in_channels=8, out_channels=8, groups=8)
+    chosen = TripConfig(sizes=(16, 16), product="block", radices="8")
+    other = TripConfig(sizes=(32, 32), product="block", radices="16")
+    plain = trip_candidates(p, trip_tuning.get_backend("numpy"))
+    assert plain and not any(c.product == "block" for c in plain)
+    monkeypatch.setattr(trip_tuning, "trip_candidates", lambda q, backend: plain + [chosen, other])
+    planes = ("fft-plane[sizes=16x16,slices=1,threads=0,radices=8]", "fft-plane[sizes=16x16,slices=1,threads=0,"
+              "radices=16]", "depthwise[threads=256,variant=window,rows=8]")
+
+    def statuses(labels, **kw):
+        d = tune_round_trip(p, "numpy", 1.0, labels, timer=FakeTimer(default=0.5), **kw)
+        return {o.label: (o.status, o.reason) for o in d.outcomes}
+    ruled = statuses(planes)
+    assert ruled[other.label()][0] == "skipped"
+    assert "did not choose (they chose 16x16)" in ruled[other.label()][1]
+    assert ruled[chosen.label()][0] == "failed"  # tried (a block trip needs the GPU)
+    assert all(ruled[c.label()][0] in ("ok", "winner") for c in plain)
+    assert statuses(planes, exhaustive=True)[other.label()][0] == "failed"
+    assert statuses(("im2col[chunk=32]",) * 3)[other.label()][0] == "failed"
+    rows = block_size_rule(("fft-row[size=8192,radices=16]", "cudnn[eng0]"))
+    assert rows(TripConfig(sizes=(8192,), product="block")) is None
+    assert rows(TripConfig(sizes=(4096,), product="block")) is not None
+    assert rows(TripConfig(sizes=(4096,), product="pointwise")) is None
+    assert block_size_rule(("cudnn[eng0]", "torch[benchmark]")) is None
+
+
 def test_real_timer_round_trip(backend):
     """With the backend's real timer (CUDA events per pass on the GPU) the decision is timed."""
     p = problem("2d-groups")

@@ -286,7 +286,8 @@ def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
         layers.setdefault(problem.for_pass("fwd").key(), (problem.for_pass("fwd"), names))
     runtime = Runtime(store=cache, miss_policy="tune", keep_limit=keep_limit,
                       planner_options={"workspace_limit": planner.workspace_limit,
-                                       "time_budget_s": planner.time_budget_s, "strategies": planner.strategy_names})
+                                       "time_budget_s": planner.time_budget_s, "strategies": planner.strategy_names,
+                                       "exhaustive": planner.exhaustive})
     rows = []
     with progress(list(layers.values()), "round trips", lambda item: item[1][0]) as bar:
         for problem, names in bar:

@@ -37,9 +37,11 @@ The executor (:class:`RoundTrip`) is in :mod:`convtune.roundtrip.trip`; its tuni
 from .trip import (VERSION, CHANGES, stale, DEFAULT_KEEP_LIMIT, KEEP_SIZES, PAYS_FACTOR, TripConfig, block_trip_configs,
                    held_bytes, unsupported_reason, pointwise_applies, RoundTrip)
 from .tuning import (TripDecision, trip_key, load_trip, save_trip, trip_candidates, timed_steps, time_round_trip,
-                     round_trip_operands, round_trip_references, compile_block_trips, tune_round_trip)
+                     round_trip_operands, round_trip_references, compile_block_trips, block_size_rule,
+                     tune_round_trip)
 
 __all__ = ["VERSION", "CHANGES", "stale", "DEFAULT_KEEP_LIMIT", "KEEP_SIZES", "PAYS_FACTOR", "TripConfig",
            "block_trip_configs", "held_bytes", "unsupported_reason", "pointwise_applies", "RoundTrip", "TripDecision",
            "trip_key", "load_trip", "save_trip", "trip_candidates", "timed_steps", "time_round_trip",
-           "round_trip_operands", "round_trip_references", "compile_block_trips", "tune_round_trip"]
+           "round_trip_operands", "round_trip_references", "compile_block_trips", "block_size_rule",
+           "tune_round_trip"]

@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import precision
@@ -185,16 +187,39 @@ def compile_block_trips(problem: ConvProblem, configs, backend: Backend) -> None
                                      backend)
 
 
+_BLOCK_SIZES = re.compile(r"^fft-(?:plane|row)\[sizes?=(\d+(?:x\d+)*)")
+
+
+def block_size_rule(per_pass_labels) -> Callable[[TripConfig], str | None] | None:
+    """The rule on block round trips where the per-pass plans are the one-block transforms' (``fft-plane`` or
+    ``fft-row``): a block trip runs the same transforms, so only the transform sizes those plans chose are tried, the
+    others skipped with the reason (SLaK-T on an H200: each of its three trips' winners had the size of its forward
+    pass's plane plan; 16 of the 30 candidates of its 51x51 layer's verdict, 25.8 s, were at other sizes).
+    ``None`` where no per-pass plan is a one-block transform's (every size is tried), and in an exhaustive search."""
+    chosen = {tuple(int(n) for n in m.group(1).split("x")) for label in per_pass_labels
+              if (m := _BLOCK_SIZES.match(label))}
+    if not chosen:
+        return None
+    said = ", ".join("x".join(map(str, s)) for s in sorted(chosen))
+
+    def rule(config: TripConfig) -> str | None:
+        if config.product != "block" or tuple(config.sizes) in chosen:
+            return None
+        return (f"a block trip at a transform size the per-pass plans did not choose (they chose {said}); "
+                "an exhaustive search tries it")
+    return rule
+
+
 def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: float | None,
                     per_pass_labels=(), *, timer=None, keep_limit: int | None = DEFAULT_KEEP_LIMIT,
-                    seed: int = 0, progress=None) -> TripDecision:
+                    seed: int = 0, progress=None, exhaustive: bool = False) -> TripDecision:
     """Measure the round-trip candidates of the forward ``problem`` and decide whether keeping spectra
     pays against ``per_pass_s``, the three per-pass winners' total (``None``: not known, never pays).
 
     Every candidate is checked on the full batch against the float64 reference of all three passes
     (the filter gradient's error grows with the batch) and recorded: ``unsupported``,
     ``over_budget`` (kept bytes over ``keep_limit``), ``rejected``, ``failed`` or timed (``ok``, the
-    fastest ``winner``).
+    fastest ``winner``), or ``skipped`` by :func:`block_size_rule` (not in an ``exhaustive`` search).
     """
     backend = get_backend(backend) if isinstance(backend, str) else backend
     timer = timer if timer is not None else default_timer(backend)
@@ -211,9 +236,14 @@ def tune_round_trip(problem: ConvProblem, backend: Backend | str, per_pass_s: fl
         return decision([CandidateOutcome("fft-trip", {}, "fft-trip[*]", "unsupported", reason=reason)], None, False,
                         reason)
     outcomes, kept = [], []
+    rule = None if exhaustive else block_size_rule(per_pass_labels)
     for config in trip_candidates(p, backend):
         nbytes = held_bytes(p, config.sizes)
-        if keep_limit is not None and nbytes > keep_limit:
+        skip = rule(config) if rule is not None else None
+        if skip is not None:
+            outcomes.append(CandidateOutcome("fft-trip", config.as_dict(), config.label(), "skipped",
+                                             workspace_bytes=nbytes, reason=skip))
+        elif keep_limit is not None and nbytes > keep_limit:
             outcomes.append(CandidateOutcome("fft-trip", config.as_dict(), config.label(), "over_budget",
                                              workspace_bytes=nbytes,
                                              reason=f"kept spectra {nbytes} B over the limit {keep_limit} B"))
