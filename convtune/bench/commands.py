@@ -213,7 +213,8 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @input_shape_option
 @click.option("--modes", default="torch-fp32,torch-tf32,torch-amp-bf16,convtune-fp32", show_default=True,
               help="Comma-separated: torch-fp32, torch-tf32, torch-amp-bf16 (channels_last), convtune-fp32, "
-                   "convtune-tf32, convtune-amp-bf16 (channels_last), convtune-fp32-kept (keep_spectra='auto'), convtune-fp32-perpass (keep_spectra=False), "
+                   "convtune-tf32, convtune-amp-bf16 (channels_last), convtune-fp32-kept (keep_spectra='auto'), "
+                   "convtune-fp32-perpass (keep_spectra=False), "
                    "convtune-fp32-native (a diagnosis: every call through the drop-in to PyTorch's own convolution).")
 @click.option("--steps", type=click.IntRange(min=3), default=20, show_default=True, help="Timed training steps per mode.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed steps after the first.")

@@ -10,8 +10,8 @@ fixed random batch. Modes, run in this order, each on a fresh copy of the same i
   ``math='auto'``) under the flags of the matching PyTorch mode, its plans tuned ahead first
   (:func:`convtune.torch.tune`; from the plan cache where they are there);
 * ``convtune-amp-bf16``: the patched model as ``torch-amp-bf16`` runs it (autocast bf16,
-  channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast;
-  Patched layers take the drop-in's default ``keep_spectra``;
+  channels_last), its bfloat16 channels_last plans tuned ahead under the same autocast (these modes' layers
+  take the drop-in's default ``keep_spectra``);
 * ``convtune-fp32-kept``: ``convtune-fp32`` with ``keep_spectra='auto'`` (FFT round trips keeping the
   forward's spectra where the planner measured that they pay; their verdicts tuned ahead with the plans);
 * ``convtune-fp32-perpass``: ``convtune-fp32`` with ``keep_spectra=False``: per-pass plans only, whatever the
@@ -90,8 +90,7 @@ from .steps import kind as _kind
 log = logging.getLogger("convtune")
 
 MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32", "convtune-tf32", "convtune-amp-bf16",
-         "convtune-fp32-kept", "convtune-fp32-perpass",
-         "convtune-fp32-native")
+         "convtune-fp32-kept", "convtune-fp32-perpass", "convtune-fp32-native")
 DEFAULT_MODES = ("torch-fp32", "torch-tf32", "torch-amp-bf16", "convtune-fp32")
 #: the modes that set ``keep_spectra`` themselves, by their last word
 _KEEP = {"-kept": "auto", "-perpass": False}

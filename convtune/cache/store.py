@@ -292,12 +292,10 @@ class PlanCache(SharedWork):
             rows = [_measurement_row(o, run_id, prob, dev, versions, now, version) for o in decision.outcomes]
             if rows:
                 conn.execute(measurements.insert(), rows)
-            if decision.phases:  # where the run's own time went, beside its candidates' costs
-                search = json.dumps({"run_id": run_id, "problem": decision.problem.key(),
-                                     "device_key": decision.device_key, "tuning_s": decision.tuning_s,
-                                     "phases": decision.phases})
-                conn.execute(self._insert(meta).values(key=self._record_key("search", run_id), value=search)
-                             .on_conflict_do_update(index_elements=["key"], set_={"value": search}))
+            if decision.phases:  # where the run's own time went, beside its candidates' costs (in this transaction)
+                self._write_record(conn, "search", run_id, {"run_id": run_id, "problem": decision.problem.key(),
+                                                            "device_key": decision.device_key,
+                                                            "tuning_s": decision.tuning_s, "phases": decision.phases})
             w = decision.winner
             if w.status != "winner":
                 return
@@ -437,12 +435,13 @@ class PlanCache(SharedWork):
         """Store (replacing) the record of ``kind`` under ``key``; on a read-only cache, nothing (said once)."""
         if self._not_stored(f"the {kind} record of {key}"):
             return
-        value = json.dumps(doc)
+        self._transaction(lambda conn: self._write_record(conn, kind, key, doc))
 
-        def write(conn):
-            stmt = self._insert(meta).values(key=self._record_key(kind, key), value=value)
-            conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
-        self._transaction(write)
+    def _write_record(self, conn, kind: str, key: str, doc: dict) -> None:
+        """Store (replacing) the record of ``kind`` under ``key`` in the transaction of ``conn``."""
+        value = json.dumps(doc)
+        stmt = self._insert(meta).values(key=self._record_key(kind, key), value=value)
+        conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
 
     def get_record(self, kind: str, key: str) -> dict | None:
         """The record of ``kind`` stored under ``key``, or ``None`` (an unreadable one too, with a warning)."""

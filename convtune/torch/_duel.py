@@ -59,8 +59,7 @@ def duel_conditions(strategy: str) -> str:
     the version of the plan's strategy (``strategy``), whether by-address launches replay from CUDA graphs
     (``CONVTUNE_REPLAY``) and the duel's own method (:data:`DUEL_METHOD`). A verdict stored under other conditions
     is measured again."""
-    replays = "off" if os.environ.get(replay.ENV) == "0" else "on"
-    return f"{pytorch_versions()}|{get_strategy(strategy).version_tag()}|replay-{replays}|duel{DUEL_METHOD}"
+    return _conditions(get_strategy(strategy).version_tag())
 
 
 def trip_duel_conditions() -> str:
@@ -68,8 +67,13 @@ def trip_duel_conditions() -> str:
     PyTorch's and cuDNN's versions, the round trips' version (:data:`convtune.roundtrip.VERSION`), replay on or off
     and the duel's method (the per-pass plans' own conditions are their duels'). A verdict stored under other
     conditions is measured again."""
+    return _conditions(f"trip{TRIP_VERSION}")
+
+
+def _conditions(version: str) -> str:
+    """PyTorch's and cuDNN's versions, ``version`` (what the contender's own code is), replay on or off, the method."""
     replays = "off" if os.environ.get(replay.ENV) == "0" else "on"
-    return f"{pytorch_versions()}|trip{TRIP_VERSION}|replay-{replays}|duel{DUEL_METHOD}"
+    return f"{pytorch_versions()}|{version}|replay-{replays}|duel{DUEL_METHOD}"
 
 
 def duel_key(device_key: str, problem: ConvProblem, plan_label: str, conditions: str) -> str:
