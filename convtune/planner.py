@@ -17,8 +17,10 @@ timing it, and its rank in its strategy's list, which for cuDNN is the heuristic
    the same device, with the output poisoned with NaN first so an unwritten
    element fails; past the math mode's tolerance it is ``rejected``, an
    exception is ``failed`` (out-of-memory included) and tuning goes on; one
-   whose run is ``SLOW_FACTOR`` times slower than the best so far is ``skipped`` (never one of
-   an ``always_timed`` strategy: PyTorch's own convolution, the point of reference); a configuration
+   whose first run is ``SLOW_FACTOR`` times the best warm run so far, or whose warm run is ``SLOW_FACTOR`` times
+   the best of them all (judged once every candidate is verified, so that registry order does not spare a slow one
+   verified first), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point
+   of reference); a configuration
    that is costly to build (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's
    plans, built for the full batch while listing) is built once, for the full batch, and verified there on the
    verification operands zero-extended along the batch (the zero samples' results must come out zero), then timed
@@ -383,11 +385,6 @@ class Planner:
                 # so a time budget is spent on the likely winners, not on registry order
                 warm_s = self._synchronized_run(run, va, vb, out) * share
                 s.spend(cand, "verify_s", time.perf_counter() - started)
-                if not reference_point and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
-                    s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(
-                        f"{warm_s / best_warm:.0f}x slower than the best candidate on the verification batch; "
-                        "not timed")))
-                    continue
                 best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on
                 s.spend(cand, "verify_s", time.perf_counter() - started)
@@ -396,10 +393,24 @@ class Planner:
                 continue
             survivors.append((cand, err, warm_s))
         s.zero_extended = None
+        survivors = self._slow_against_the_last(s, survivors, best_warm)
         for label in set(s.prebuilt) - {cand.label for cand, _err, _warm in survivors}:
             del s.prebuilt[label]  # (only survivors are timed)
         survivors.sort(key=lambda item: item[2])
         return [(cand, err) for cand, err, _warm in survivors]
+
+    def _slow_against_the_last(self, s: _Search, survivors, best_warm: float) -> list:
+        """The survivors less those whose warm run is ``SLOW_FACTOR`` times the best of all: a candidate verified
+        before the fast ones (registry order) met no best to be slow against when it was verified."""
+        kept = []
+        for cand, err, warm_s in survivors:
+            if not cand.strategy.always_timed and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
+                s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(
+                    f"{warm_s / best_warm:.0f}x slower than the best candidate on the verification batch; "
+                    "not timed")))
+            else:
+                kept.append((cand, err, warm_s))
+        return kept
 
     def _zero_extended(self, s: _Search, small: ConvProblem, a, b, ref):
         """The verification operands ``a``, ``b`` (of ``small``) zero-extended along the batch to the full problem's, a

@@ -248,7 +248,8 @@ def test_real_cpu_timer_produces_statistics():
             assert o.timing.median_s > 0 and o.timing.repeats >= 1 and o.timing.spread_s >= 0
 
 
-def test_survivors_are_timed_fastest_first(extra_strategies):
+def test_survivors_are_timed_fastest_first(extra_strategies, monkeypatch):
+    monkeypatch.setattr("convtune.planner.SLOW_FACTOR", 1e9)  # (slower, not hopelessly so)
     extra_strategies("t-slow", sleeps_then_correct(0.02))
     extra_strategies("t-fast", correct)
     timer = FakeTimer()
@@ -265,6 +266,20 @@ def test_a_hopelessly_slow_candidate_is_skipped_not_timed(extra_strategies, monk
     crawled = [o for o in d.outcomes if o.strategy == "t-crawl"][0]
     assert crawled.status == "skipped" and "slower than the best" in crawled.reason
     assert not any(label.startswith("t-crawl") for label in timer.labels)
+
+
+def test_a_hopelessly_slow_candidate_verified_first_is_skipped_too(extra_strategies, monkeypatch):
+    """Judged against the best of all the verified, not the best so far: a slow strategy listed before the fast
+    ones (as im2col is before the FFT paths on a large kernel) is not timed either."""
+    monkeypatch.setattr("convtune.planner.SLOW_FLOOR_S", 0.0)
+    extra_strategies("t-crawl", sleeps_then_correct(0.05))
+    extra_strategies("t-fast", correct)
+    timer = FakeTimer()
+    d = Planner("numpy", timer, strategies=["t-crawl", "t-fast"]).tune(problem("2d-odd"))
+    crawled = [o for o in d.outcomes if o.strategy == "t-crawl"][0]
+    assert crawled.status == "skipped" and "slower than the best" in crawled.reason
+    assert crawled.verify_s > 0.05  # verified (and its verification's cost recorded) before it was judged
+    assert not any(label.startswith("t-crawl") for label in timer.labels) and d.winner.strategy == "t-fast"
 
 
 def wrong_past_two_samples(a, b, out, p, reference):
