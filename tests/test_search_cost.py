@@ -168,6 +168,18 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     assert fft.pruned(one_d, pointwise, cpu) is None
 
 
+def test_the_im2col_rule_prunes_depthwise_layers_on_the_gpu_only():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.im2col import Im2colConfig
+    im2col, cpu, gpu, cfg = get_strategy("im2col"), _Named("numpy"), _Named("cupy"), Im2colConfig(chunk=8)
+    depthwise = _layer(kernel_size=7, padding=3, groups=64)
+    assert "depthwise" in im2col.pruned(depthwise, cfg, gpu)
+    assert "depthwise" in im2col.pruned(_layer(out_channels=128, groups=64), cfg, gpu)  # a channel multiplier
+    assert im2col.pruned(depthwise, cfg, cpu) is None
+    assert im2col.pruned(_layer(groups=32), cfg, gpu) is None  # two input channels per group: not measured
+    assert im2col.pruned(_layer(), cfg, gpu) is None
+
+
 def _stored_search(tmp_path, name):
     """A stored search of ``tests/data/searches`` (gzip-compressed), unpacked into ``tmp_path``."""
     source = Path(__file__).resolve().parent / "data" / "searches" / (name + ".gz")

@@ -45,6 +45,21 @@ class Im2colStrategy(Strategy):
             return [Im2colConfig(chunk=problem.batch, tf32=tf32)]
         return [Im2colConfig(chunk=c, tf32=tf32) for c in _chunk_options(problem.batch)]
 
+    def pruned(self, problem, config, backend, room=None):
+        """The rule fitted on measured searches (``benchmarks/check_rules.py`` replays it):
+
+        * GPU, one input channel per group (depthwise layers, channel multipliers): no im2col. Its GEMMs are one
+          row deep per group. H100 and H200, every such problem of six stored searches (ConvNeXt-T exhaustive,
+          tests/data/searches/h100-convnext_tiny-exhaustive.db.gz; the public suite's two exhaustive searches; two
+          ConvNeXt-T tunes and one of SLaK-T on the H200; 86 problems, 242 candidates): im2col never came within
+          10.9x of the best, and on SLaK-T its candidates took 20.3 s of an 80.6 s tune (51x51 backward-data
+          passes: 11,500x the winner).
+        """
+        if backend.name == "cupy" and problem.groups > 1 and problem.in_per_group == 1:
+            return ("one input channel per group on the GPU (depthwise): im2col's GEMMs are one row deep per group, "
+                    "and it has never come within 10x of the best there")
+        return None
+
     def workspace_bytes(self, problem, config) -> int:
         return im2col.workspace_bytes(problem, config.chunk)
 
