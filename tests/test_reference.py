@@ -47,3 +47,40 @@ def test_reference_backward_passes_are_adjoints_of_forward(name):
     lhs = float((y * dy).sum())
     assert float((x * dx).sum()) == pytest.approx(lhs, rel=1e-10)
     assert float((w * dw).sum()) == pytest.approx(lhs, rel=1e-10)
+
+
+@pytest.mark.parametrize("shape", [
+    dict(batch=2, in_channels=3, out_channels=4, input_size=(17,), kernel_size=5, padding=2),
+    dict(batch=2, in_channels=4, out_channels=4, input_size=(16,), kernel_size=16, padding=15, groups=4),
+    dict(batch=2, in_channels=6, out_channels=4, input_size=(9, 11), kernel_size=(5, 4), padding=(2, 3), groups=2),
+    dict(batch=1, in_channels=3, out_channels=6, input_size=(12, 10), kernel_size=(11, 11), padding=5, groups=3),
+    dict(batch=2, in_channels=2, out_channels=3, input_size=(5, 4), kernel_size=(7, 6), padding=1),
+    dict(batch=2, in_channels=2, out_channels=2, input_size=(6, 5, 7), kernel_size=3, padding=(1, 0, 2))])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_the_spectral_reference_is_the_direct_sums(shape, pass_):
+    """The FFT form that large kernels use agrees with the per-tap sums to float64's rounding, whatever the
+    problem's size (it is called here below its threshold too)."""
+    from convtune import ConvProblem
+    from convtune.direct.reference import spectral_reference
+    p = ConvProblem.make(**shape).for_pass(pass_)
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(s) for s in p.operand_shapes)
+    want = reference(np, p, a, b)
+    got = spectral_reference(np, p, a, b)
+    assert got.shape == want.shape == tuple(p.result_shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-11 * np.abs(want).max())
+
+
+def test_large_kernels_at_stride_one_take_the_spectral_form(monkeypatch):
+    from convtune import ConvProblem
+    from convtune.direct import reference as module
+    used = []
+    monkeypatch.setattr(module, "spectral_reference", lambda *args: used.append(args[1]) or "spectral")
+    big = ConvProblem.make(batch=1, in_channels=2, out_channels=2, input_size=(20, 20), kernel_size=11, padding=5,
+                           groups=2)
+    assert module.spectral_applies(big) and module.reference(np, big, None, None) == "spectral"
+    for other in (big.replace(kernel_size=(9, 9), padding=(4, 4)), big.replace(stride=(2, 2)),
+                  big.replace(dilation=(2, 1))):
+        assert not module.spectral_applies(other)
+    monkeypatch.setattr(module, "SPECTRAL_BYTES", 1000)  # a filter spectrum too large: the direct sums
+    assert not module.spectral_applies(big)
