@@ -397,8 +397,11 @@ def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
                  "-o", out)
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert doc["complete"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
-    torch_mode, ours = doc["modes"]
+    # by default three interleaved rounds, with PyTorch against itself
+    assert doc["complete"] and doc["rounds"] == 3 and doc["null"]
+    assert [m["mode"] for m in doc["modes"]] == ["torch-fp32", "torch-fp32-again", "convtune-fp32"]
+    assert "PyTorch against itself" in result.output and "interleaved over 3 rounds" in result.output
+    torch_mode, _again, ours = doc["modes"]
     assert ours["tuning"]["tuned"] == ours["tuning"]["problems"] > 0 and ours["patched_layers"] == 6
     assert 0 < ours["tuning"]["routes"] <= 6  # the patched layers' routes, resolved ahead
     assert ours["step_ms"] > 0 and ours["routes"]
@@ -409,6 +412,12 @@ def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
     assert bad.exit_code == 1 and "unknown mode" in bad.output
     no_graph = run("bench-model", "torch_models:longconv_tiny", "--input-shape", "2,6,48", "--graph", "-o", out)
     assert no_graph.exit_code == 1 and "CUDA graph" in no_graph.output and "Traceback" not in no_graph.output
+    once = run("bench-model", "torch_models:longconv_tiny", "--input-shape", "2,6,48", "--modes",
+               "torch-fp32,convtune-fp32", "--steps", "3", "--warmup", "0", "--rounds", "1", "--db",
+               tmp_path / "plans.db", "-o", out)  # one after the other, no copies
+    assert once.exit_code == 0, once.output
+    doc = json.loads(out.read_text())
+    assert not doc["null"] and [m["mode"] for m in doc["modes"]] == ["torch-fp32", "convtune-fp32"]
 
 
 def test_cli_bench_model_against_another_caches_plans(tmp_path, fake_default_timer):
@@ -434,7 +443,7 @@ def test_cli_bench_model_against_another_caches_plans(tmp_path, fake_default_tim
     assert ours["first_loss"] == pytest.approx(theirs["first_loss"], rel=1e-4)
     assert "convtune-fp32 vs convtune-fp32-against" in result.output and str(b) in result.output
     once = run("bench-model", "torch_models:longconv_tiny", *shape, "--modes", "convtune-fp32", "--db", a,
-               "--against", b, "-o", out)
+               "--against", b, "--rounds", "1", "-o", out)
     assert once.exit_code == 1 and "--rounds 2" in once.output
     missing = run("bench-model", "torch_models:longconv_tiny", *shape, "--rounds", "2", "--db", a,
                   "--against", tmp_path / "none.db", "-o", out)
@@ -478,7 +487,7 @@ def _bench_model_modes(tmp_path, modes):
     """``convtune bench-model`` of a small model on the CPU in ``modes``; the modes' records."""
     out = tmp_path / "bench.json"
     result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes", modes,
-                 "--steps", "3", "--warmup", "0", "--db", tmp_path / "plans.db", "-o", out)
+                 "--steps", "3", "--warmup", "0", "--no-null", "--db", tmp_path / "plans.db", "-o", out)
     assert result.exit_code == 0, result.output
     return json.loads(out.read_text())["modes"]
 
@@ -554,7 +563,8 @@ def _interleaved_run(tmp_path, monkeypatch, modes, steps, before_timing):
     monkeypatch.setattr(bench_mod, "timed_steps", spy)
     out = tmp_path / "bench.json"
     result = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--modes", modes,
-                 "--steps", str(steps), "--warmup", "0", "--rounds", "2", "--db", tmp_path / "plans.db", "-o", out)
+                 "--steps", str(steps), "--warmup", "0", "--rounds", "2", "--no-null", "--db", tmp_path / "plans.db",
+                 "-o", out)
     return result, json.loads(out.read_text())
 
 
@@ -607,7 +617,8 @@ def test_cli_bench_model_null_times_each_pytorch_mode_twice(tmp_path, fake_defau
     mid, low, high = paired(doc)["convtune-fp32 vs torch-fp32"]
     rounds = [p / o for o, p in zip(ours["round_ms"], torch_mode["round_ms"])]
     assert low == min(rounds) <= mid <= high == max(rounds)
-    bad = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--null", "-o", out)
+    bad = run("bench-model", "torch_models:resnet_like", "--input-shape", "2,3,32,32", "--null", "--rounds", "1",
+              "-o", out)
     assert bad.exit_code == 1 and "--rounds 2 or more" in bad.output
 
 

@@ -222,12 +222,13 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
 @click.option("--profile-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="After the timed steps, this many more under torch.profiler per mode: the device's busy time "
                    "per step and the operations taking most device and host time (in the JSON).")
-@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Above 1: every mode set up first, then their timed steps interleaved in this many rounds "
-                   "(what drifts over a run weighs on every mode alike; all modes' models are held at once).")
-@click.option("--null", is_flag=True, default=False,
-              help="With --rounds: each PyTorch mode twice (the copy named ...-again), so that the table says what "
-                   "PyTorch's step measures against itself: the noise of every other ratio.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Every mode set up first, then their timed steps interleaved in this many rounds (what drifts "
+                   "over a run weighs on every mode alike; all modes' models are held at once). 1: the modes one "
+                   "after another, each timed once (a host-bound step measured so can be off by a quarter).")
+@click.option("--null/--no-null", default=None,
+              help="Each PyTorch mode twice (the copy named ...-again), so that the table says what PyTorch's step "
+                   "measures against itself: the noise of every other ratio. [default: on with --rounds 2 or more]")
 @click.option("--against", "against_db", default=None, metavar="DB",
               help="With --rounds: each convtune mode also on the plans of this other plan cache (an --exhaustive "
                    "tune's, say), named ...-against and interleaved: the whole step's regret of one search against "
@@ -253,6 +254,8 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
     except ImportError as exc:
         raise click.ClickException(f"bench-model needs PyTorch: {exc}") from None
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if null is None:  # (asked for with --rounds 1, it is refused below, saying why)
+        null = rounds > 1
     if rounds > steps:
         raise click.ClickException(f"--rounds {rounds} is more than --steps {steps}: each round times at least one "
                                    "step per mode")
