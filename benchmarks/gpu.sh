@@ -16,6 +16,12 @@
 #   kept:NAME[:BATCH]  `convtune bench-model NAME` in fp32: per-pass plans (the default) against kept spectra where
 #                      they pay (convtune-fp32-kept: the trip verdicts and their duels in the layer), three rounds,
 #                      PyTorch against itself
+#   tune:NAME[:BATCH]  `convtune tune NAME` from an empty cache in fp32, then in bfloat16 channels_last (AMP's
+#                      problems): each prints where its time went; the caches are kept as tune-NAME-DTYPE.db, one
+#                      file each, for benchmarks/check_rules.py and replay_cudnn_rules.py
+#   profile:NAME[:BATCH] `convtune bench-model NAME` under AMP (PyTorch's and convtune's, three rounds, PyTorch
+#                      against itself) with five more steps each under torch.profiler: the device's busy time per
+#                      step, the operations that take most host time and the drop-in's own (in the JSON)
 #   regret:NAME[:BATCH] the regret of a normal tune: NAME tuned --exhaustive into its own cache, then `convtune
 #                      bench-model NAME` in fp32 with each convtune mode also run on the exhaustive plans (--against),
 #                      interleaved over three rounds, PyTorch against itself for the noise; then layer by layer
@@ -78,7 +84,34 @@ for part in "$@"; do
         -o "$O/regret-$name.json"
       run "regret-layers-$name" python3 benchmarks/compare_plans.py "$O/regret-$name.db" "$O/exhaustive-$name.db" \
         --backend cupy --rounds 5 ;;
+    tune)
+      name=${arg//[^A-Za-z0-9_-]/_}
+      for dtype in float32 bfloat16; do
+        layout=channels_first; [ "$dtype" = bfloat16 ] && layout=channels_last
+        rm -f "/tmp/tune-$name-$dtype.db"*
+        run "tune-$name-$dtype" python3 -m convtune tune "$arg" --batch "${batch:-16}" --dtype "$dtype" \
+          --layout "$layout" --db "/tmp/tune-$name-$dtype.db"
+        # one file (no -wal/-shm beside it) to carry back
+        python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
+          "/tmp/tune-$name-$dtype.db" "$O/tune-$name-$dtype.db"
+      done ;;
+    profile)
+      name=${arg//[^A-Za-z0-9_-]/_}
+      run "profile-$name" python3 -m convtune bench-model "$arg" --rounds 3 --null --batch "${batch:-16}" \
+        --modes torch-amp-bf16,convtune-amp-bf16 --profile-steps 5 --db "$O/profile-model.db" -o "$O/profile-$name.json"
+      [ -f "$O/profile-$name.json" ] && python3 - "$O/profile-$name.json" <<'PY'
+import json, sys
+for m in json.load(open(sys.argv[1]))["modes"]:
+    prof = m.get("profile")
+    if not prof:
+        continue
+    print(f"{m['mode']}: {prof['wall_ms_per_step']:.2f} ms per profiled step, device busy {prof['device_busy_ms_per_step']}"
+          f" ms; the drop-in's functions {prof['drop_in_functions']}")
+    for op in prof["host_top"][:8]:
+        print(f"   host {op['ms_per_step']:7.3f} ms per step  {op['calls_per_step']:7.1f} calls  {op['name'][:90]}")
+PY
+      ;;
     *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host[:NAME[:BATCH]] model:NAME[:BATCH]" \
-         "graph:NAME[:BATCH] kept:NAME[:BATCH] regret:NAME[:BATCH]" >&2; exit 2 ;;
+         "graph:NAME[:BATCH] kept:NAME[:BATCH] tune:NAME[:BATCH] profile:NAME[:BATCH] regret:NAME[:BATCH]" >&2; exit 2 ;;
   esac
 done
