@@ -84,3 +84,22 @@ def test_large_kernels_at_stride_one_take_the_spectral_form(monkeypatch):
         assert not module.spectral_applies(other)
     monkeypatch.setattr(module, "SPECTRAL_BYTES", 1000)  # a filter spectrum too large: the direct sums
     assert not module.spectral_applies(big)
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_the_spectral_reference_reads_channels_last_operands(pass_):
+    """Operands as the planner hands them over for a channels_last problem (logical NCHW, NHWC strides) and in
+    half precision's stand-in float32: the same result as from packed copies."""
+    from convtune import ConvProblem
+    from convtune.direct.reference import REFERENCE, spectral_reference
+    p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(14, 13), kernel_size=11, padding=5,
+                         groups=4).for_pass(pass_)
+    rng = np.random.default_rng(5)
+    packed = [rng.standard_normal(s).astype(np.float32) for s in p.operand_shapes]
+    strided = [np.ascontiguousarray(v.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) if v.shape[0] == p.batch else v
+               for v in packed]
+    assert any(not v.flags.c_contiguous for v in strided)
+    np.testing.assert_allclose(spectral_reference(np, p, *strided), spectral_reference(np, p, *packed),
+                               rtol=0, atol=1e-12)
+    direct = REFERENCE[pass_](np, p, *packed)  # (the per-tap sums: ``reference`` takes this problem spectrally)
+    np.testing.assert_allclose(spectral_reference(np, p, *strided), direct, rtol=0, atol=1e-9)
