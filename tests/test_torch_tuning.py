@@ -13,6 +13,7 @@ from click.testing import CliRunner  # noqa: E402
 from torch import nn  # noqa: E402
 
 import convtune.torch as ct  # noqa: E402
+from convtune.torch import tuning as tuning_module  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
 from convtune.cli import main  # noqa: E402
 from convtune.errors import NetworkError  # noqa: E402
@@ -148,6 +149,7 @@ def test_tune_keeps_a_layer_patched_whose_calls_without_gradients_keep_a_plan(mo
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device: [100e-6, 200e-6])
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)  # more than any gain
+    monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: 5e-6)  # less than its forward plan's gain
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
@@ -159,6 +161,45 @@ def test_tune_keeps_a_layer_patched_whose_calls_without_gradients_keep_a_plan(mo
     assert report.handed_back == [] and isinstance(model[0], ct.Conv2d)
     model(x).sum().backward()  # a training step, then tuning again: the settled route is asked once more
     assert ct.tune(model, x, runtime=runtime, progress=False).handed_back == [] and isinstance(model[0], ct.Conv2d)
+
+
+@pytest.mark.parametrize("dispatch_us, handed_back", [(5.0, False), (20.0, True)])
+def test_tune_hands_back_a_layer_whose_plan_without_gradients_gains_less_than_a_patched_call_costs(
+        monkeypatch, caplog, dispatch_us, handed_back):
+    """(The CPU standing in for CUDA.) The forward's plan won its duel by 10 us per call, training calls settled on
+    PyTorch's convolution: the layer stays patched for its calls without gradients only where 10 us is more than
+    what every call of a patched layer costs the host."""
+    from convtune.torch import _dispatch
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device: [190e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)
+    monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: dispatch_us * 1e-6)
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
+    model = copy.deepcopy(plain)
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        report = ct.tune(model, x, runtime=runtime, progress=False)
+    (route,) = runtime.layer_memo("torch").values()
+    assert route.fwd_infer is not None and route.fwd_infer.duel[1] - route.fwd_infer.duel[0] == pytest.approx(10e-6)
+    assert report.handed_back == (["0"] if handed_back else [])
+    assert (type(model[0]) is nn.Conv2d) == handed_back
+    from test_torch import assert_same_training
+    assert_same_training(plain, model, x)
+
+
+def test_what_a_patched_call_costs_is_measured_once_per_device(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(tuning_module, "_dispatches", {})
+    first = tuning_module.dispatch_seconds(cpu)
+    assert 0.0 <= first < 1e-3 and tuning_module.dispatch_seconds(cpu) == first  # (a few microseconds on a CPU)
+
+    def fails(device):
+        raise RuntimeError("no clock")
+    monkeypatch.setattr(tuning_module, "_dispatches", {})
+    monkeypatch.setattr(tuning_module, "_measure_dispatch", fails)
+    assert tuning_module.dispatch_seconds(cpu) == 0.0  # nothing counted: no layer handed back for it
 
 
 def test_tune_hands_back_a_layer_only_where_all_its_calls_run_pytorchs_convolution():

@@ -13,8 +13,11 @@ Last, a patched layer whose every call of the example run settled on PyTorch's o
 it needs, its calls without gradients too, under the cuDNN flags in force) is handed back to PyTorch: its
 module gets its own class back (:func:`~convtune.torch.unpatch` of that one module), so its calls pay no
 drop-in at all, not even the lookup (on ResNet-50 under AMP, where PyTorch's convolution wins every pass,
-that lookup was the whole difference between the two). ``hand_back=False`` keeps them patched: a layer
-handed back runs PyTorch's convolution for shapes the example run did not show as well.
+that lookup was the whole difference between the two). So is a layer whose training calls settled on PyTorch's
+convolution while its forward's plan kept the calls without gradients, where that plan gains less per call than
+a patched layer's call costs the host (:func:`dispatch_seconds`): every call pays that, training calls included.
+``hand_back=False`` keeps them patched: a layer handed back runs PyTorch's convolution for shapes the example run did
+not show as well.
 
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
@@ -44,13 +47,14 @@ from torch import nn
 
 from ..problem import PASSES, ConvProblem
 from ..runtime import Runtime, _Held, default_runtime
+from ..strategies.pytorch import native_for
 from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
 from ._dispatch import layer_problem, route_for
 from ._executors import Native
 from ._formats import tensor_layout
-from .modules import _CONVS, _Convtune, restore
+from .modules import _CONVS, Conv2d, _Convtune, restore
 
 log = logging.getLogger("convtune")
 
@@ -216,7 +220,8 @@ def _route(key: tuple):
 
 def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
     """Does a patched layer's call needing ``passes`` run PyTorch's own convolution, as the plain module would,
-    in every form (in training, as its autograd runs it; without gradients)? Its route's passes resolved."""
+    in every form (in training, as its autograd runs it; without gradients), or gain less without gradients than a
+    patched layer's call costs the host (:func:`dispatch_seconds`)? Its route's passes resolved."""
     if route.device.type == "cuda" and not functional.cudnn_flags_as_measured(route.problem.math):
         return False  # the patched layer runs PyTorch's convolution with the flags its verdicts were measured with
     need_dx, need_dw = "dgrad" in passes, "wgrad" in passes
@@ -226,7 +231,64 @@ def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
         if not route.native_for_grads(need_dx, need_dw):  # (settled first: it may keep a plan for inference)
             return False
     infer = route.fwd_infer or route.fwd_exec  # what a call without gradients runs
-    return isinstance(infer, Native) and infer.retry_at is None  # (Fallback is a Native)
+    if isinstance(infer, Native):
+        return infer.retry_at is None  # (Fallback is a Native)
+    # a forward plan that won its duel (per call of the pass: seconds of the plan's, of PyTorch's) by less than what
+    # the patched layer costs every call, training calls included, gains nothing even where no gradients are taken
+    duel = getattr(infer, "duel", None)
+    return duel is not None and duel[1] - duel[0] <= dispatch_seconds(route.device)
+
+
+#: Calls per timed round, and rounds (the best counts), in :func:`dispatch_seconds`' measurement.
+DISPATCH_CALLS, DISPATCH_ROUNDS = 200, 7
+_dispatches: dict = {}
+
+
+def dispatch_seconds(device) -> float:
+    """How much longer a call without gradients takes on the host through a patched layer whose route runs
+    PyTorch's convolution than through the plain module (the drop-in's lookup and checks, which every call of a
+    patched layer pays, training calls included), measured once per device on a tiny layer; 0 where it cannot be
+    measured. A forward plan that gains less than this per call is no reason to keep a layer patched."""
+    value = _dispatches.get(device)
+    if value is None:
+        try:
+            value = _measure_dispatch(device)
+        except Exception as exc:  # never an error in tuning: nothing counted, no layer handed back for it
+            log.debug("convtune.torch.tune: a patched call's cost on %s not measured: %s", device, exc)
+            value = 0.0
+        _dispatches[device] = value
+    return value
+
+
+def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATCH_ROUNDS) -> float:
+    plain = nn.Conv2d(4, 4, 3, padding=1).to(device)
+    runtime = Runtime(planner_options={"strategies": ["torch"]})  # (a throwaway one: nothing looked up or stored)
+    patched = Conv2d(4, 4, 3, padding=1, runtime=runtime).to(device)
+    patched.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 4, 8, 8, device=device)
+    # its route as a layer's that PyTorch's convolution won, for good: every pass PyTorch's call
+    w = patched.weight
+    route = route_for(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, functional.resolve_math("auto", x), x.device,
+                      runtime, x.dtype, tensor_layout(x, w))
+    for pass_ in PASSES:
+        route._keep(pass_, Native(native_for(route.problem.for_pass(pass_)), "torch"))
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+    def per_call(layer) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            layer(x)
+        sync()
+        return (time.perf_counter() - t0) / calls
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        for _ in range(3):  # the route resolved (PyTorch's call, tuned into the throwaway runtime), everything warm
+            patched(x), plain(x)
+        best = [float("inf")] * 2
+        for _ in range(rounds):  # in turns: what drifts weighs on both alike
+            for i, layer in enumerate((plain, patched)):
+                best[i] = min(best[i], per_call(layer))
+    return max(0.0, best[1] - best[0])
 
 
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
@@ -379,5 +441,5 @@ def _hand_back(model: nn.Module, layer_calls: dict, wanted: tuple[str, ...], rep
             report.handed_back.append(name)
     if report.handed_back:
         log.info("convtune.torch.tune: %d patched layer(s) handed back to PyTorch (its own convolution won "
-                 "every pass they run): %s", len(report.handed_back), ", ".join(n or "the model" for n in
-                                                                                  report.handed_back))
+                 "every pass they run, or their plans gain less than a patched call costs): %s",
+                 len(report.handed_back), ", ".join(n or "the model" for n in report.handed_back))
