@@ -282,7 +282,7 @@ def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATC
         sync()
         return (time.perf_counter() - t0) / calls
     with torch.no_grad(), torch.autocast(device.type, enabled=False):
-        for _ in range(3):  # the route resolved (PyTorch's call, tuned into the throwaway runtime), everything warm
+        for _ in range(3):  # warm: the first calls' one-time work (cuDNN's benchmark on CUDA) out of the timing
             patched(x), plain(x)
         best = [float("inf")] * 2
         for _ in range(rounds):  # in turns: what drifts weighs on both alike
