@@ -3,6 +3,7 @@ non-default stream, PyTorch's allocator serving convtune's memory, opcheck and t
 
 import copy
 import dataclasses
+import logging
 
 import pytest
 
@@ -710,3 +711,17 @@ def test_graphed_modes_interleave_with_their_graphs_alive_at_once():
     assert set(modes) == {"torch-fp32", "torch-fp32-again", "torch-amp-bf16", "torch-amp-bf16-again", "convtune-fp32"}
     assert all("failed" not in m and m["rounds"] == 3 and m["step_ms"] > 0 for m in modes.values()), doc["modes"]
     assert modes["convtune-fp32"]["first_loss"] == pytest.approx(modes["torch-fp32"]["first_loss"], rel=1e-4)
+
+
+def test_what_a_patched_call_costs_on_cuda_is_measured_quietly(caplog):
+    """``dispatch_seconds`` on the GPU: a few microseconds of host time (under a millisecond), measured on a
+    throwaway runtime: nothing said, nothing left in the default runtime's routes."""
+    from convtune.torch import tuning
+    device = torch.device("cuda")
+    tuning._dispatches.pop(device, None)
+    before = len(convtune.default_runtime().layer_memo("torch"))
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        cost = tuning.dispatch_seconds(device)
+    assert 0.0 < cost < 1e-3, cost
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO and "convtune" in r.getMessage()]
+    assert len(convtune.default_runtime().layer_memo("torch")) == before
