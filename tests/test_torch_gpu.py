@@ -722,6 +722,6 @@ def test_what_a_patched_call_costs_on_cuda_is_measured_quietly(caplog):
     before = len(convtune.default_runtime().layer_memo("torch"))
     with caplog.at_level(logging.INFO, logger="convtune"):
         cost = tuning.dispatch_seconds(device)
-    assert 0.0 < cost < 1e-3, cost
+    assert 0.0 <= cost < 1e-3, cost  # (0 where the two calls measured alike)
     assert not [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith("convtune")]
     assert len(convtune.default_runtime().layer_memo("torch")) == before
