@@ -103,3 +103,20 @@ def test_the_spectral_reference_reads_channels_last_operands(pass_):
                                rtol=0, atol=1e-12)
     direct = REFERENCE[pass_](np, p, *packed)  # (the per-tap sums: ``reference`` takes this problem spectrally)
     np.testing.assert_allclose(spectral_reference(np, p, *strided), direct, rtol=0, atol=1e-9)
+
+
+def test_the_planner_verifies_a_long_kernel_against_the_spectral_reference(monkeypatch):
+    """A 1-D depthwise kernel of 129 taps (the long convolutions' kind): the float64 oracle the planner verifies
+    against is the FFT form, and the candidates pass it with float32's error, not float64's."""
+    from conftest import FakeTimer
+    from convtune import ConvProblem, Planner
+    from convtune.direct import reference as module
+    used = []
+    spectral = module.spectral_reference
+    monkeypatch.setattr(module, "spectral_reference", lambda *args: used.append(args[1].pass_) or spectral(*args))
+    p = ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(300,), kernel_size=129, padding=64,
+                         groups=4)
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        d = Planner("numpy", FakeTimer(), strategies=["im2col", "fft"]).tune(p.for_pass(pass_))
+        assert d.winner.status == "winner" and 1e-9 < d.winner.error <= p.tolerance, (pass_, d.winner.error)
+    assert set(used) == {"fwd", "dgrad", "wgrad"}
