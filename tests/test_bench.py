@@ -405,6 +405,22 @@ def test_bench_model_ratios_pair_each_convtune_mode_with_each_pytorch_mode_and_p
     assert "convtune-amp-bf16 vs torch-amp-bf16" not in paired(doc)
 
 
+def test_bench_model_says_which_pytorch_steps_were_host_bound():
+    """A PyTorch mode whose host time is 90% of its step or more, eager on a GPU: named; its copy, convtune's
+    modes, a failed mode, a graphed run and a CPU run are not."""
+    from convtune.bench.steps import host_bound
+    doc = {"device": "cuda:0", "graph": False,
+           "modes": [{"mode": "torch-amp-bf16", "step_ms": 30.0, "host_ms": 29.5},
+                     {"mode": "torch-amp-bf16-again", "step_ms": 30.0, "host_ms": 29.5},
+                     {"mode": "torch-fp32", "step_ms": 30.0, "host_ms": 20.0},
+                     {"mode": "torch-tf32", "failed": "RuntimeError: out of memory"},
+                     {"mode": "convtune-amp-bf16", "step_ms": 30.0, "host_ms": 29.9}]}
+    assert host_bound(doc) == ["torch-amp-bf16"]
+    assert host_bound({**doc, "graph": True}) == [] and host_bound({**doc, "device": "cpu"}) == []
+    doc["modes"][2]["host_ms"] = 27.0  # exactly 90%
+    assert host_bound(doc) == ["torch-amp-bf16", "torch-fp32"]
+
+
 def test_a_kept_spectra_trip_is_timed_side_by_side_with_the_torch_fft_peers():
     """bench_trip_paired: the runtime's trip and the torch-fft peer's, each whole, in turns (the CPU's timer), the
     peer's time over convtune's; a timer that cannot interleave, or a trip that cannot be built, says so."""

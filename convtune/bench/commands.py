@@ -22,7 +22,7 @@ from .peers import available_peers
 from .report import PARITY_BOUND, make_report, parity
 from . import runner
 from .runner import DROP_IN, speedup, sweep_layers
-from .steps import AGAIN, AGAINST, paired, speedups
+from .steps import AGAIN, AGAINST, HOST_BOUND, host_bound, paired, speedups
 
 #: The peers that run PyTorch's own call as a plan of the ``torch`` strategy runs it, by math mode: against them a
 #: plan that is PyTorch's call is PyTorch's own, not faster or slower
@@ -304,6 +304,11 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         echo(text + ("  <- PyTorch against itself" if name.split(" vs ")[0].endswith(AGAIN) else
                      f"  <- these plans against {against_db}'s (below 1: theirs faster)"
                      if name.endswith(AGAINST) else ""))
+    bound = host_bound(doc)
+    if bound:
+        echo(f"host-bound: {', '.join(bound)} (the host's time to issue a step is {HOST_BOUND:.0%} of the step or "
+             "more). There a faster convolution shortens no step, and what a patched layer costs the host lengthens "
+             "it; --graph times whole steps without the host's work.")
     for m in doc["modes"]:
         prof = m.get("profile")
         if prof:

@@ -62,3 +62,18 @@ def paired(doc: dict) -> dict:
             ratios = [p / o for o, p in rounds]
             out[name] = (statistics.median(ratios), min(ratios), max(ratios))
     return out
+
+
+#: A PyTorch step whose host time is at least this share of its step time is host-bound: the device waited on the
+#: host for most of it.
+HOST_BOUND = 0.9
+
+
+def host_bound(doc: dict) -> list[str]:
+    """The PyTorch modes (not their copies) of a run on a GPU, eager, whose steps were host-bound
+    (:data:`HOST_BOUND`): there a faster convolution shortens no step, and a patched layer's host work lengthens it."""
+    if not str(doc.get("device", "")).startswith("cuda") or doc.get("graph"):
+        return []
+    return [m["mode"] for m in doc["modes"] if m["mode"].startswith("torch") and not m["mode"].endswith(AGAIN)
+            and "failed" not in m and m.get("step_ms") and m.get("host_ms") is not None
+            and m["host_ms"] >= HOST_BOUND * m["step_ms"]]
