@@ -335,23 +335,47 @@ def detour_seconds(device, split: bool = True) -> float:
     passes all run PyTorch's convolution either way (so only the detour differs); 0 where it cannot be
     measured. ``split``: the gradients come from two calls (a backward pass is convtune's plan), else from
     one (:meth:`Route.native_backward`: the forward alone is)."""
-    key = (device, split)
-    value = _detours.get(key)
+    return measured_once(_detours, (device, split), lambda: _measure_detour(device, split),
+                         "the autograd detour")
+
+
+def measured_once(memo: dict, key, measure, what: str) -> float:
+    """``memo[key]``, measured by ``measure()`` the first time it is asked; 0 where the measurement fails (never an
+    error in a training loop or a tune: nothing counted), said at debug level with ``what`` was measured."""
+    value = memo.get(key)
     if value is None:
         try:
-            value = _measure_detour(device, split)
-        except Exception as exc:  # never an error in a training loop: no detour counted
-            log.debug("convtune: the autograd detour on %s not measured: %s", device, exc)
+            value = measure()
+        except Exception as exc:
+            log.debug("convtune: %s on %s not measured: %s", what, key, exc)
             value = 0.0
-        _detours[key] = value
+        memo[key] = value
     return value
+
+
+def all_native(route: Route) -> Route:
+    """``route`` with every pass PyTorch's own convolution, for good (a fresh route: what the drop-in's own costs are
+    measured on, where only the path around PyTorch's call differs)."""
+    for p, name in _EXEC.items():
+        setattr(route, name, Native(native_for(route.problem.for_pass(p)), "torch"))
+    return route
+
+
+def seconds_per_call(fn, device, calls: int) -> float:
+    """Seconds per call of ``fn()``, ``calls`` of them issued back to back, the device synchronised before and after
+    (the host's work and the device's together)."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls
 
 
 def _measure_detour(device, split: bool = True, calls: int = 100, rounds: int = 7) -> float:
     problem = layer_problem((2, 4, 8, 8), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
-    route = Route(problem, None, device)
-    for p, name in _EXEC.items():
-        setattr(route, name, Native(native_for(problem.for_pass(p)), "torch"))
+    route = all_native(Route(problem, None, device))
     if split:
         route.both = None
     x = torch.randn(problem.x_shape, device=device, requires_grad=True)
@@ -364,22 +388,13 @@ def _measure_detour(device, split: bool = True, calls: int = 100, rounds: int = 
 
     def direct():
         conv(x, w, None, 1, 1).backward(g)
-
-    def per_call(fn):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return (time.perf_counter() - t0) / calls
     with torch.autocast(device.type, enabled=False), torch.enable_grad():  # (a training call may be under AMP)
         for fn in (through, direct):  # warm-up (cuDNN's choices, the allocator)
             for _ in range(5):
                 fn()
         # the two paths in turn, round by round (what drifts weighs on both); the median difference
-        differences = sorted(per_call(through) - per_call(direct) for _ in range(rounds))
+        differences = sorted(seconds_per_call(through, device, calls) - seconds_per_call(direct, device, calls)
+                             for _ in range(rounds))
         return max(0.0, differences[len(differences) // 2])
 
 

@@ -47,11 +47,10 @@ from torch import nn
 
 from ..problem import PASSES, ConvProblem
 from ..runtime import Runtime, _Held, default_runtime
-from ..strategies.pytorch import native_for
 from ..worklist import rotated
 from . import functional
 from ._bridge import bridge
-from ._dispatch import layer_problem, route_for
+from ._dispatch import all_native, layer_problem, measured_once, route_for, seconds_per_call
 from ._executors import Native
 from ._formats import tensor_layout
 from .modules import _CONVS, Conv2d, _Convtune, restore
@@ -249,15 +248,7 @@ def dispatch_seconds(device) -> float:
     PyTorch's convolution than through the plain module (the drop-in's lookup and checks, which every call of a
     patched layer pays, training calls included), measured once per device on a tiny layer; 0 where it cannot be
     measured. A forward plan that gains less than this per call is no reason to keep a layer patched."""
-    value = _dispatches.get(device)
-    if value is None:
-        try:
-            value = _measure_dispatch(device)
-        except Exception as exc:  # never an error in tuning: nothing counted, no layer handed back for it
-            log.debug("convtune.torch.tune: a patched call's cost on %s not measured: %s", device, exc)
-            value = 0.0
-        _dispatches[device] = value
-    return value
+    return measured_once(_dispatches, device, lambda: _measure_dispatch(device), "a patched call's cost")
 
 
 def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATCH_ROUNDS) -> float:
@@ -268,26 +259,15 @@ def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATC
     x = torch.randn(2, 4, 8, 8, device=device)
     # its route as a layer's that PyTorch's convolution won, for good: every pass PyTorch's call
     w = patched.weight
-    route = route_for(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, functional.resolve_math("auto", x), x.device,
-                      runtime, x.dtype, tensor_layout(x, w))
-    for pass_ in PASSES:
-        route._keep(pass_, Native(native_for(route.problem.for_pass(pass_)), "torch"))
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-
-    def per_call(layer) -> float:
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            layer(x)
-        sync()
-        return (time.perf_counter() - t0) / calls
+    all_native(route_for(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, functional.resolve_math("auto", x), x.device,
+                         runtime, x.dtype, tensor_layout(x, w)))
     with torch.no_grad(), torch.autocast(device.type, enabled=False):
         for _ in range(3):  # warm: the first calls' one-time work (cuDNN's benchmark on CUDA) out of the timing
             patched(x), plain(x)
         best = [float("inf")] * 2
         for _ in range(rounds):  # in turns: what drifts weighs on both alike
             for i, layer in enumerate((plain, patched)):
-                best[i] = min(best[i], per_call(layer))
+                best[i] = min(best[i], seconds_per_call(lambda: layer(x), device, calls))
     return max(0.0, best[1] - best[0])
 
 
