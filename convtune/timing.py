@@ -20,6 +20,11 @@ import time
 from dataclasses import dataclass, field
 
 
+#: A training step whose host time (the time to issue it) is at least this share of its time is host-bound: the device
+#: waited on the host for most of it, so faster device work shortens no step and only the host's time counts.
+HOST_BOUND = 0.9
+
+
 @dataclass(frozen=True)
 class TimingStats:
     """Per-call time statistics in seconds."""

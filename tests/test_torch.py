@@ -584,7 +584,7 @@ def test_a_plan_duels_pytorchs_convolution_before_the_route_takes_it(monkeypatch
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     seen = []
 
-    def fake_times(contenders, a, b, device):
+    def fake_times(contenders, a, b, device, hosts=None):
         seen.append((type(contenders[0]).__name__, tuple(a.shape), tuple(b.shape)))
         return [200e-6, 150e-6] if native_faster else [150e-6, 200e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -608,7 +608,7 @@ def test_a_plan_must_win_its_duel_by_the_margin(monkeypatch, plan_us, plan_wins)
     """PyTorch takes 200 us per call; a plan within DUEL_MARGIN of that is a tie, and a tie goes to PyTorch."""
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     assert _dispatch.DUEL_MARGIN == 0.05
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device: [plan_us * 1e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [plan_us * 1e-6, 200e-6])
     rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
     patched_copy(nn.Conv2d(3, 5, 3, padding=1), rt)(torch.randn(2, 3, 9, 9))
     (route,) = rt.layer_memo("torch").values()
@@ -616,7 +616,7 @@ def test_a_plan_must_win_its_duel_by_the_margin(monkeypatch, plan_us, plan_wins)
 
 
 def test_no_duel_where_the_strategies_leave_pytorch_out_or_on_the_cpu(monkeypatch):
-    def no_duel(*args):
+    def no_duel(*args, **kwargs):
         raise AssertionError("no duel expected")
     monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
     x = torch.randn(2, 3, 9, 9)
@@ -644,7 +644,7 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     duels = []
 
-    def fake_times(contenders, a, b, device):
+    def fake_times(contenders, a, b, device, hosts=None):
         duels.append(1)
         return [200e-6, 150e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -660,7 +660,7 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
         "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'").fetchall()
     assert len(stored) == 3 and all('"plan_us": 200.0' in v and '"native_us": 150.0' in v for (v,) in stored)
 
-    def no_duel(*args):
+    def no_duel(*args, **kwargs):
         raise AssertionError("the stored verdict should have been used")
     monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
     plain = nn.Conv2d(3, 5, 3, padding=1)
@@ -686,6 +686,44 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
     plain = nn.Conv2d(3, 5, 3, padding=1)
     assert_same_training(plain, patched_copy(plain, again), x)
     assert len(duels) == 3 * (len(changes) + 1)
+
+
+def test_a_duels_host_times_are_stored_with_its_verdict(monkeypatch, tmp_path):
+    """Each contender's host time per call is kept beside its time in the layer, and a later process finds both."""
+    from convtune.cache import PlanCache
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+
+    def fake_times(contenders, a, b, device, hosts=None):
+        hosts[:] = [30e-6, 20e-6]
+        return [100e-6, 200e-6]
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    options = {"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}), "strategies": ["im2col", "torch"]}
+    x = torch.randn(2, 3, 9, 9)
+    patched_copy(nn.Conv2d(3, 5, 3, padding=1), Runtime(store=PlanCache(url), planner_options=options))(x)
+    import sqlite3
+    (value,), = sqlite3.connect(tmp_path / "plans.db").execute(
+        "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'").fetchall()
+    assert '"plan_host_us": 30.0' in value and '"native_host_us": 20.0' in value
+
+    def no_duel(*args, **kwargs):
+        raise AssertionError("the stored verdict should have been used")
+    monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
+    later = Runtime(store=PlanCache(url), planner_options=options)
+    patched_copy(nn.Conv2d(3, 5, 3, padding=1), later)(x)
+    (route,) = later.layer_memo("torch").values()
+    duel = route.fwd_exec.duel
+    assert (duel.plan_s, duel.native_s, duel.plan_host_s, duel.native_host_s) == pytest.approx(
+        (100e-6, 200e-6, 30e-6, 20e-6))
+
+
+def test_a_duel_measures_each_contenders_host_time_too():
+    from convtune.torch._duel import per_call_seconds
+    x, w = torch.randn(2, 3, 9, 9), torch.randn(5, 3, 3, 3)
+    hosts = []
+    walls = per_call_seconds([torch.nn.functional.conv2d, lambda a, b: torch.nn.functional.conv2d(a, b, padding=1)],
+                             x, w, torch.device("cpu"), hosts=hosts)
+    assert len(hosts) == 2 and all(0 < h <= t for h, t in zip(hosts, walls))  # (issued before synchronised)
 
 
 # -- kept spectra: a training step's three passes as one FFT round trip ----------------------------------
@@ -871,7 +909,7 @@ def test_a_paying_round_trip_duels_the_per_pass_plans_in_the_layer(monkeypatch, 
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     seen = []
 
-    def fake_times(contenders, a, b, device):
+    def fake_times(contenders, a, b, device, hosts=None):
         names = [getattr(fn, "__name__", "") for fn in contenders]
         if names == ["kept", "per_pass"]:
             for fn in contenders:  # both contenders run a training call of the layer
@@ -899,7 +937,7 @@ def test_a_round_trips_duel_is_stored_and_a_later_process_runs_none(monkeypatch,
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     duels = []
 
-    def fake_times(contenders, a, b, device):
+    def fake_times(contenders, a, b, device, hosts=None):
         duels.append([getattr(fn, "__name__", "") for fn in contenders])
         return [100e-6, 200e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)

@@ -458,10 +458,10 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep, monkeypatch):
     from convtune.torch import _dispatch
     real = _dispatch.per_call_seconds
 
-    def trip_wins(contenders, a, b, device):
+    def trip_wins(contenders, a, b, device, hosts=None):
         if [getattr(fn, "__name__", "") for fn in contenders] == ["kept", "per_pass"]:
             return [1e-6, 1.0]
-        return real(contenders, a, b, device)
+        return real(contenders, a, b, device, hosts=hosts)
     monkeypatch.setattr(_dispatch, "per_call_seconds", trip_wins)
     rt = make_runtime(["fft", "torch"], FakeTimer(times={"fft-trip": 1e-3, "torch": 2.0}, default=1.0))
     plain = nn.Conv2d(32, 32, 31, padding=15, groups=32).cuda()

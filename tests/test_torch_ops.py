@@ -1,6 +1,7 @@
 """The registered operators: opcheck, double backward, torch.compile of a patched model (CPU)."""
 
 import copy
+import logging
 
 import pytest
 
@@ -301,13 +302,14 @@ def test_a_one_d_channels_last_launch_gets_and_gives_memory_in_nlc_order():
 
 
 # -- weighing won duels against the autograd detour (Route.settle) -----------------------------------
-def _dueled(problem, pass_, t_plan, t_native):
+def _dueled(problem, pass_, t_plan, t_native, *hosts):
     from convtune.strategies.pytorch import native_for
     from convtune.torch._dispatch import ArrayPlan, Native
+    from convtune.torch._duel import Duel
     q = problem.for_pass(pass_)
     plan, _ = _address_plan(q, "native")
     executor = ArrayPlan(plan, _AddressBridge(), q)
-    executor.duel = (t_plan, t_native, Native(native_for(q), "torch")) if t_plan is not None else None
+    executor.duel = Duel(t_plan, t_native, Native(native_for(q), "torch"), *hosts) if t_plan is not None else None
     return executor
 
 
@@ -334,6 +336,39 @@ def test_plans_that_gain_less_than_the_autograd_detour_give_their_passes_to_pyto
     assert asked == ([] if times["dgrad"][0] is None else [True])  # (a backward pass's plan: the split detour)
 
 
+def test_in_host_bound_steps_settle_weighs_the_host_time_the_plans_save(monkeypatch, caplog):
+    """Plans that save 60 us per training call in the layer (the device's time and the host's together) keep a layer's
+    training calls against a 50 us detour; where its steps are host-bound, the device's time is hidden behind the
+    host's and the same plans save 6 us of host time: PyTorch's convolution runs them, said with the host times."""
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch import _dispatch
+    from convtune.torch._dispatch import Native, Route, layer_problem
+    problem = layer_problem((2, 3, 8, 8), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
+    route = Route(problem, None, torch.device("cpu"))
+    route.fwd_exec = _dueled(problem, "fwd", 10e-6, 40e-6, 20e-6, 24e-6)
+    route.dgrad_exec = _dueled(problem, "dgrad", 10e-6, 40e-6, 20e-6, 22e-6)
+    route.wgrad_exec = Native(native_for(problem.for_pass("wgrad")), "torch")
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)
+    assert route.native_for_grads(True, True) is False and route.verdicts == {(True, True): False}
+    route.weigh_host(True)  # (said before the first training call; a change forgets what was weighed)
+    assert route.verdicts == {}
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        assert route.native_for_grads(True, True) is True
+    assert route.labels()["fwd"].startswith("torch (in a host-bound step 24 us of host time per call against 20 us")
+    assert any("gain 6 us host time per training call" in r.getMessage() for r in caplog.records)
+    assert route.fwd_infer is not None  # (calls without gradients keep the forward's plan, as before)
+
+
+@pytest.mark.parametrize("hosts, host_bound, gain_us", [
+    ((20e-6, 24e-6), False, 30.0),  # the layer's time per call: 40 - 10
+    ((20e-6, 24e-6), True, 4.0),    # a host-bound step: the host's time, 24 - 20
+    ((), True, 30.0),               # no host times measured (a verdict stored before they were): the layer's
+])
+def test_a_duels_gain_is_the_host_time_in_host_bound_steps(hosts, host_bound, gain_us):
+    from convtune.torch._duel import Duel
+    assert Duel(10e-6, 40e-6, None, *hosts).gain(host_bound) * 1e6 == pytest.approx(gain_us)
+
+
 def test_calls_without_gradients_keep_the_forward_plan_that_settle_took_from_training(monkeypatch):
     """Settle gives a training call's passes to PyTorch where the plans gain less than the autograd detour; a
     call without gradients takes no detour, so it keeps the forward's plan that won its duel (and falls back
@@ -341,11 +376,12 @@ def test_calls_without_gradients_keep_the_forward_plan_that_settle_took_from_tra
     from convtune.strategies.pytorch import native_for
     from convtune.torch import _dispatch
     from convtune.torch._dispatch import ArrayPlan, Native, Route, layer_problem
+    from convtune.torch._duel import Duel
     problem = layer_problem((2, 3, 8, 8), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
     route = Route(problem, None, torch.device("cpu"))
     plan, streams = _address_plan(problem, "native")
     fwd = route.fwd_exec = ArrayPlan(plan, _AddressBridge(), problem)
-    fwd.duel = (10e-6, 30e-6, Native(native_for(problem), "torch"))
+    fwd.duel = Duel(10e-6, 30e-6, Native(native_for(problem), "torch"))
     route.dgrad_exec = Native(native_for(problem.for_pass("dgrad")), "torch")
     route.wgrad_exec = Native(native_for(problem.for_pass("wgrad")), "torch")
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)

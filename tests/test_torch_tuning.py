@@ -72,7 +72,7 @@ def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monk
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     duels = []
 
-    def fake_times(contenders, a, b, device):
+    def fake_times(contenders, a, b, device, hosts=None):
         duels.append(tuple(a.shape))
         return [100e-6, 200e-6]  # the plan wins: its route keeps it
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -90,7 +90,7 @@ def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monk
     assert len(duels) == needed  # every pass of every distinct layer: each one's plan is im2col's
     assert all(label.startswith("im2col") for route in routes.values() for label in route.labels().values())
 
-    def no_duel(*args):
+    def no_duel(*args, **kwargs):
         raise AssertionError("the first step ran a duel that tune-ahead should have run")
     monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
     runtime.planner_options["timer"] = FailingTimer()
@@ -144,23 +144,25 @@ def test_tune_keeps_layers_patched_where_told_or_where_a_pass_it_needs_was_not_t
 def test_tune_keeps_a_layer_patched_whose_calls_without_gradients_keep_a_plan(monkeypatch):
     """(The CPU standing in for CUDA.) A layer whose plans won their duels, but by less than the autograd
     detour: its training calls run PyTorch's convolution, its calls without gradients the forward's plan
-    (Route.settle). It stays patched, or inference would lose that plan."""
+    (Route.settle). It stays patched, or inference would lose that plan (where training steps are not host-bound:
+    test_in_host_bound_steps_a_forward_plan_for_calls_without_gradients_keeps_no_layer_patched)."""
     from convtune.torch import _dispatch
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device: [100e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)  # more than any gain
     monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: 5e-6)  # less than its forward plan's gain
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
-    report = ct.tune(model, x, runtime=runtime, progress=False)
+    report = ct.tune(model, x, runtime=runtime, progress=False, host_bound=False)
     (route,) = runtime.layer_memo("torch").values()
     assert route.native_for_grads(True, True) and route.fwd_infer is not None  # settled: training is PyTorch's
     assert route.fwd_exec.label.startswith("torch")
     assert report.handed_back == [] and isinstance(model[0], ct.Conv2d)
     model(x).sum().backward()  # a training step, then tuning again: the settled route is asked once more
-    assert ct.tune(model, x, runtime=runtime, progress=False).handed_back == [] and isinstance(model[0], ct.Conv2d)
+    again = ct.tune(model, x, runtime=runtime, progress=False, host_bound=False)
+    assert again.handed_back == [] and isinstance(model[0], ct.Conv2d)
 
 
 @pytest.mark.parametrize("dispatch_us, handed_back", [(5.0, False), (20.0, True)])
@@ -171,7 +173,7 @@ def test_tune_hands_back_a_layer_whose_plan_without_gradients_gains_less_than_a_
     what every call of a patched layer costs the host."""
     from convtune.torch import _dispatch
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device: [190e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [190e-6, 200e-6])
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)
     monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: dispatch_us * 1e-6)
     plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
@@ -179,14 +181,95 @@ def test_tune_hands_back_a_layer_whose_plan_without_gradients_gains_less_than_a_
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
-    with caplog.at_level(logging.INFO, logger="convtune"):
-        report = ct.tune(model, x, runtime=runtime, progress=False)
+    with caplog.at_level(logging.INFO, logger="convtune"):  # (steps weighed as not host-bound: see below for those)
+        report = ct.tune(model, x, runtime=runtime, progress=False, host_bound=False)
     (route,) = runtime.layer_memo("torch").values()
     assert route.fwd_infer is not None and route.fwd_infer.duel[1] - route.fwd_infer.duel[0] == pytest.approx(10e-6)
     assert report.handed_back == (["0"] if handed_back else [])
     assert (type(model[0]) is nn.Conv2d) == handed_back
     from test_torch import assert_same_training
     assert_same_training(plain, model, x)
+
+
+def _duels_on_the_cpu(monkeypatch, host_us, detour_s):
+    """(The CPU standing in for CUDA.) Every duel: the plan 100 us per call in the layer against PyTorch's 200, and
+    ``host_us`` the two's host time per call; the autograd detour ``detour_s``, a patched call's cost 5 us."""
+    from convtune.torch import _dispatch
+
+    def fake_times(contenders, a, b, device, hosts=None):
+        if hosts is not None:
+            hosts[:] = [t * 1e-6 for t in host_us]
+        return [100e-6, 200e-6]
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: detour_s)
+    monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: 5e-6)
+
+
+@pytest.mark.parametrize("host_bound", [False, True, None])
+def test_in_host_bound_steps_tune_weighs_the_plans_host_time_alone(monkeypatch, host_bound):
+    """(The CPU standing in for CUDA.) Every pass's plan won its duel by 100 us per call in the layer, but saves 2 us
+    of host time. Weighed as the layer's time, the plans keep the layer; in host-bound steps (said, or timed: on a
+    CPU the host's time is the step's) they gain less than the autograd detour and a patched call's cost, and the
+    layer goes back to PyTorch. Either way it trains as PyTorch's."""
+    _duels_on_the_cpu(monkeypatch, (30, 32), 50e-6)
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+    model = copy.deepcopy(plain)
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    report = ct.tune(model, x, runtime=runtime, progress=False, host_bound=host_bound)
+    weighed_on_host = host_bound is not False
+    assert report.host_bound is weighed_on_host
+    assert (report.step_s is not None) is (host_bound is None)  # timed only where not said
+    if host_bound is None:
+        assert 0 < report.step_host_s <= report.step_s and "steps host-bound (host" in str(report)
+    assert report.handed_back == (["0"] if weighed_on_host else [])
+    assert (type(model[0]) is nn.Conv2d) is weighed_on_host
+    from test_torch import assert_same_training
+    assert_same_training(plain, model, x)
+
+
+@pytest.mark.parametrize("host_bound", [False, True])
+def test_in_host_bound_steps_a_forward_plan_for_calls_without_gradients_keeps_no_layer_patched(monkeypatch, host_bound):
+    """(The CPU standing in for CUDA.) Training calls settled on PyTorch's convolution (the detour outweighs every
+    gain); the forward's plan saves 100 us per call without gradients (20 us of host time), more than a patched call
+    costs. That keeps the layer patched, except where training steps are host-bound: every call of a patched layer
+    costs the host there, training calls included."""
+    _duels_on_the_cpu(monkeypatch, (10, 30), 1.0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    report = ct.tune(model, torch.randn(2, 3, 8, 8), runtime=runtime, progress=False, host_bound=host_bound)
+    (route,) = runtime.layer_memo("torch").values()
+    assert route.fwd_infer is not None and route.fwd_infer.duel.gain(True) == pytest.approx(20e-6)
+    assert report.handed_back == (["0"] if host_bound else [])
+
+
+def test_timing_training_steps_leaves_the_model_as_it_was():
+    """step_times runs the forward and the parameters' gradients a few times: no gradient is left behind, the running
+    statistics are as they were; a model whose outputs need no gradient cannot be timed so."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Dropout(0.5))
+    ct.patch(model, runtime=make_runtime(["torch"]))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2, 3, 8, 8)
+    rng = torch.random.get_rng_state()
+    host, step = tuning_module.step_times(model, x, torch.device("cpu"))
+    assert 0 < host <= step
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="need no gradient"):
+        tuning_module.step_times(model, torch.randn(2, 3, 8, 8), torch.device("cpu"))
+
+
+def test_outputs_of_every_form_are_summed_for_the_timed_steps():
+    a, b = torch.ones(2, requires_grad=True), torch.full((3,), 2.0, requires_grad=True)
+    total = tuning_module._summed({"logits": a, "aux": (b, torch.ones(4), "text"), "none": None})
+    assert total.item() == 8.0 and tuning_module._summed((torch.ones(2), [3])) is None
 
 
 def test_what_a_patched_call_costs_is_measured_once_per_device(monkeypatch):

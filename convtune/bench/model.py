@@ -177,6 +177,10 @@ def profile_steps(step, device, steps: int) -> dict:
 DROP_IN_FUNCTIONS = ("_Forward", "_Backward", "_KeptForward")
 
 
+def _ms(seconds):
+    return None if seconds is None else seconds * 1e3
+
+
 def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progress=None, graph=False):
     """Set ``mode`` up on a copy of ``base``: patch and tune ahead (convtune), the first step (timed) and
     ``warmup`` more; returns ``(record, step, runtime)``, ``step()`` being one training step. With
@@ -198,11 +202,14 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
         if progress:
             progress(f"{mode}: tuning ahead")
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            # (the -native modes measure the drop-in's own cost: their layers stay patched)
-            report = tune(model, inp, runtime=runtime, progress=False, hand_back=not kind.endswith("-native"))
+            # (the -native modes measure the drop-in's own cost: their layers stay patched; graphed steps leave the
+            # host out, so their plans are weighed on device and host together, never as a host-bound step's)
+            report = tune(model, inp, runtime=runtime, progress=False, hand_back=not kind.endswith("-native"),
+                          host_bound=False if graph else None)
         record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
                             "cached": report.cached, "routes": report.routes, "handed_back": len(report.handed_back),
-                            "failed": [(p.key(), r) for p, r in report.failed]}
+                            "host_bound": report.host_bound, "step_host_ms": _ms(report.step_host_s),
+                            "step_ms": _ms(report.step_s), "failed": [(p.key(), r) for p, r in report.failed]}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
     def body(cache=True):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..timing import HOST_BOUND
+
 #: The suffix of a PyTorch mode's second copy (``null``): the same step, timed again.
 AGAIN = "-again"
 #: The suffix of a convtune mode's copy on another plan cache's plans (``against``).
@@ -62,11 +64,6 @@ def paired(doc: dict) -> dict:
             ratios = [p / o for o, p in rounds]
             out[name] = (statistics.median(ratios), min(ratios), max(ratios))
     return out
-
-
-#: A PyTorch step whose host time is at least this share of its step time is host-bound: the device waited on the
-#: host for most of it.
-HOST_BOUND = 0.9
 
 
 def host_bound(doc: dict) -> list[str]:

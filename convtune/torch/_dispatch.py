@@ -47,7 +47,7 @@ from ..strategies.pytorch import native_for, native_pass
 from ._autograd import eager_forward
 from ._bridge import bridge
 from ._capture import Captures, capturing
-from ._duel import (DUEL_DEVICE_TYPES, DUEL_MARGIN, duel_conditions, duel_key, duel_operands, per_call_seconds,
+from ._duel import (DUEL_DEVICE_TYPES, DUEL_MARGIN, Duel, duel_conditions, duel_key, duel_operands, per_call_seconds,
                     trip_duel_conditions)
 from ._executors import ArrayPlan, Fallback, Native
 from ._formats import DTYPES, dense, in_result_format
@@ -65,7 +65,7 @@ class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
     __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "fwd_infer", "trips",
-                 "verdicts", "capture", "both")
+                 "verdicts", "capture", "both", "host_bound")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
@@ -82,6 +82,17 @@ class Route:
         # cuDNN flags -> PyTorch's computation of both gradients in one call (see native_backward); None: the
         # gradients always come from a call each
         self.both = {}
+        # the training steps this layer runs in are host-bound (see weigh_host): settle counts the host's time alone
+        self.host_bound = False
+
+    def weigh_host(self, host_bound: bool) -> None:
+        """Say whether the training steps that this layer's calls run in are host-bound (the host's time to issue a
+        step near the step's time: the device waits on the host), as :func:`convtune.torch.tune` measures it. There a
+        plan's faster device work shortens no step, so :meth:`settle` weighs what its duels gained in host time alone
+        against the autograd detour; elsewhere in time per call in the layer. A change forgets the weighings made."""
+        if host_bound != self.host_bound:
+            self.host_bound = host_bound
+            self.verdicts = {}
 
     # -- running -----------------------------------------------------------------------
     def run(self, pass_: str, a, b, bias=None):
@@ -150,26 +161,35 @@ class Route:
         what they gain per training call together is less, PyTorch's convolution runs those passes (said
         once). Each duel times one pass's call, not that detour, which a layer whose every pass is PyTorch's
         does not take: on the H100, RepLKNet-31B's 1x1 layers won their duels by a few microseconds each
-        through the bare cuBLAS calls and its training step took 20% longer. Returns :meth:`native`."""
+        through the bare cuBLAS calls and its training step took 20% longer. In a host-bound step
+        (:meth:`weigh_host`) a duel's gain is the host's time it saves. Returns :meth:`native`."""
         plans = [(p, e) for p in passes if not isinstance(e := getattr(self, _EXEC[p]), Native)]
         if not plans or not all(isinstance(e, ArrayPlan) and e.duel is not None for _, e in plans):
             return False  # no verdict to weigh (no duels here, or a plan served for want of its own)
-        gain = sum(e.duel[1] - e.duel[0] for _, e in plans)
+        gain = sum(e.duel.gain(self.host_bound) for _, e in plans)
         # (a forward plan alone leaves both gradients to one call of PyTorch's: native_backward)
         detour = detour_seconds(self.device, split=any(p != "fwd" for p, _ in plans))
         if gain >= detour:
             return False
+        of = "host time " if self.host_bound else ""
         for p, e in plans:
-            native = e.duel[2]
-            native.label = (f"torch (in the layer {e.duel[1] * 1e6:.0f} us per call against {e.duel[0] * 1e6:.0f} us "
-                            f"for {e.label}, less than the {detour * 1e6:.0f} us detour per training call)")
+            duel = e.duel
+            native = duel.native
+            if self.host_bound and duel.native_host_s is not None:
+                native.label = (f"torch (in a host-bound step {duel.native_host_s * 1e6:.0f} us of host time per call "
+                                f"against {duel.plan_host_s * 1e6:.0f} us for {e.label}, whose gain is less than the "
+                                f"{detour * 1e6:.0f} us detour per training call)")
+            else:
+                native.label = (f"torch (in the layer {duel.native_s * 1e6:.0f} us per call against "
+                                f"{duel.plan_s * 1e6:.0f} us for {e.label}, less than the {detour * 1e6:.0f} us detour "
+                                f"per training call)")
             self._keep(p, native)
             if p == "fwd":
                 self.fwd_infer = e
-        say_once(f"settle:{self.problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s in "
-                 "training calls: its plans gain %.0f us per training call, less than the %.0f us that convtune's "
-                 "autograd functions cost it (calls without gradients keep the forward's plan)",
-                 self.problem.describe(), self.device, gain * 1e6, detour * 1e6, level=logging.INFO)
+        say_once(f"settle:{self.problem.key()}:{self.device}:{self.host_bound}", "convtune: PyTorch's convolution runs "
+                 "%s on %s in training calls: its plans gain %.0f us %sper training call, less than the %.0f us that "
+                 "convtune's autograd functions cost it (calls without gradients keep the forward's plan)",
+                 self.problem.describe(), self.device, gain * 1e6, of, detour * 1e6, level=logging.INFO)
         return self.native(passes)
 
     def infer(self, a, b, bias=None):
@@ -245,14 +265,15 @@ class Route:
         flags = (True, problem.math == "tf32")
         native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
         try:
-            t_plan, t_native = self._per_call(plan.label, duel_conditions(plan.plan.strategy), ("plan_us", "native_us"),
-                                              [plan, native], lambda: duel_operands(problem, self.device), problem)
+            (t_plan, t_native), hosts = self._per_call(plan.label, duel_conditions(plan.plan.strategy),
+                                                       ("plan_us", "native_us"), [plan, native],
+                                                       lambda: duel_operands(problem, self.device), problem)
         except Exception as exc:
             log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
                      self.device, type(exc).__name__, exc, plan.label)
             return plan
         if t_native > t_plan * (1 + DUEL_MARGIN):
-            plan.duel = (t_plan, t_native, native)
+            plan.duel = Duel(t_plan, t_native, native, *(hosts or (None, None)))
             return plan
         native.label = f"torch (in the layer {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
         say_once(f"duel:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %.0f us "
@@ -261,9 +282,12 @@ class Route:
         return native
 
     def _per_call(self, label: str, conditions: str, fields, contenders, operands, problem) -> tuple:
-        """Two contenders' seconds per call in the layer (:func:`per_call_seconds` on ``operands()``), or their stored
+        """Two contenders' seconds per call in the layer and the host's seconds per call to issue each
+        (:func:`per_call_seconds` on ``operands()``; ``None`` for the host's where not measured), or their stored
         verdict: a duel's record in the plan store, keyed by device, ``problem``, ``label`` and ``conditions``, that
-        ``fields`` name (in microseconds). A new verdict is stored; raises where the duel itself fails."""
+        ``fields`` name (in microseconds; the host's under the same names with ``_host``). A new verdict is stored;
+        raises where the duel itself fails."""
+        host_fields = [f.replace("_us", "_host_us") for f in fields]
         store, device_key, stored = self.runtime.store, None, None
         try:
             device_key = bridge(self.device.type).backend.device_info().key()
@@ -271,17 +295,22 @@ class Route:
         except Exception as exc:  # a cache that fails: duel anyway
             log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
         if stored is not None:
-            return tuple(stored[f] * 1e-6 for f in fields)
+            hosts = tuple(stored[f] * 1e-6 for f in host_fields) if all(f in stored for f in host_fields) else None
+            return tuple(stored[f] * 1e-6 for f in fields), hosts
         a, b = operands()
-        times = per_call_seconds(contenders, a, b, self.device)
+        measured: list = []
+        times = per_call_seconds(contenders, a, b, self.device, hosts=measured)
+        hosts = tuple(measured) if len(measured) == len(times) else None
         if device_key is not None:
+            record = {"problem": problem.key(), "device_key": device_key, "plan": label, "conditions": conditions,
+                      **{f: t * 1e6 for f, t in zip(fields, times)}}
+            if hosts is not None:
+                record.update({f: t * 1e6 for f, t in zip(host_fields, hosts)})
             try:
-                store.put_record("duel", duel_key(device_key, problem, label, conditions),
-                                 {"problem": problem.key(), "device_key": device_key, "plan": label,
-                                  "conditions": conditions, **{f: t * 1e6 for f, t in zip(fields, times)}})
+                store.put_record("duel", duel_key(device_key, problem, label, conditions), record)
             except Exception as exc:
                 log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
-        return tuple(times)
+        return tuple(times), hosts
 
     def duel_trip(self, trip, kept, per_pass):
         """``keep_spectra='auto'``: ``trip``, whose verdict was measured on the device alone, against the layer's
@@ -293,7 +322,7 @@ class Route:
             return trip
         problem = self.problem
         try:
-            t_trip, t_plans = self._per_call(f"{trip.config.label()}+kept-spectra", trip_duel_conditions(),
+            (t_trip, t_plans), _hosts = self._per_call(f"{trip.config.label()}+kept-spectra", trip_duel_conditions(),
                                              ("trip_us", "per_pass_us"), [kept, per_pass],
                                              lambda: [t.requires_grad_() for t in duel_operands(problem, self.device)],
                                              problem)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import NamedTuple
 
 import torch
 
@@ -33,8 +34,28 @@ DUEL_CLEAR = 1.5
 TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 #: The duel's own method, part of every stored verdict's key: a verdict measured by another method is measured
 #: again (2: cuDNN plans and the 1x1 GEMMs launched from CUDA graphs per operand addresses, which took most of their
-#: host cost away; verdicts stored before kept that cost).
-DUEL_METHOD = 2
+#: host cost away; verdicts stored before kept that cost; 3: each contender's host time per call is kept beside its
+#: wall time, for training steps that are host-bound).
+DUEL_METHOD = 3
+
+
+class Duel(NamedTuple):
+    """A duel that a plan won against PyTorch's convolution (a tuple: seconds per call in the layer of the plan and
+    of PyTorch's, PyTorch's executor, then the host's time per call to issue each, ``None`` where not measured)."""
+
+    plan_s: float
+    native_s: float
+    native: object
+    plan_host_s: float | None = None
+    native_host_s: float | None = None
+
+    def gain(self, host_bound: bool = False) -> float:
+        """Seconds per call the plan saves: in the layer (the host's work and the device's together), or, in a step
+        that is host-bound (where the device's time is hidden behind the host's), the host's time alone (where
+        measured)."""
+        if host_bound and self.plan_host_s is not None and self.native_host_s is not None:
+            return self.native_host_s - self.plan_host_s
+        return self.native_s - self.plan_s
 
 
 def duel_operands(problem: ConvProblem, device):
@@ -82,10 +103,11 @@ def duel_key(device_key: str, problem: ConvProblem, plan_label: str, conditions:
     return f"{device_key}|{problem.key()}|{plan_label}|{conditions}"
 
 
-def per_call_seconds(contenders, a, b, device) -> list[float]:
+def per_call_seconds(contenders, a, b, device, hosts: list | None = None) -> list[float]:
     """Each contender's wall time per call, issued back to back and synchronised per round (the host's
     work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS` (of
-    two, where those are clear by :data:`DUEL_CLEAR`)."""
+    two, where those are clear by :data:`DUEL_CLEAR`). ``hosts``, a list, gets each contender's host time per
+    call: the time to issue a round's calls, before its synchronisation (best of the rounds too)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for fn in contenders:  # warm: cuDNN's benchmark, first-call allocations, lazy builds
         fn(a, b), fn(a, b)
@@ -96,13 +118,18 @@ def per_call_seconds(contenders, a, b, device) -> list[float]:
     sync()
     calls = max(DUEL_CALLS, min(200, math.ceil(DUEL_ROUND_S * len(contenders) / (time.perf_counter() - start))))
     best = [float("inf")] * len(contenders)
+    host = [float("inf")] * len(contenders)
     for round_ in range(DUEL_ROUNDS):
         for i, fn in enumerate(contenders):
             start = time.perf_counter()
             for _ in range(calls):
                 fn(a, b)
+            issued = time.perf_counter()
             sync()
             best[i] = min(best[i], (time.perf_counter() - start) / calls)
+            host[i] = min(host[i], (issued - start) / calls)
         if round_ == 1 and max(best) >= DUEL_CLEAR * min(best):
             break
+    if hosts is not None:
+        hosts[:] = host
     return best

@@ -19,6 +19,15 @@ a patched layer's call costs the host (:func:`dispatch_seconds`): every call pay
 ``hand_back=False`` keeps them patched: a layer handed back runs PyTorch's convolution for shapes the example run did
 not show as well.
 
+On CUDA, before that, :func:`tune` times a few training steps of the model on the example (forward and gradients,
+PyTorch's convolution throughout) to learn whether its steps are *host-bound*: the host's time to issue a step at least
+:data:`~convtune.timing.HOST_BOUND` of the step's time, the device waiting on the host (small and mid-sized models
+under AMP, on a fast GPU). There a plan's faster device work shortens no step, and the host's time is all that counts:
+each route weighs what its plans' duels gained in host time alone (:meth:`~convtune.torch._dispatch.Route.weigh_host`),
+and so does the hand-back. ``host_bound=False`` weighs device and host together as each duel measured them (the steps
+run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the host is out of the step); ``True`` takes the
+steps as host-bound without timing them.
+
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
 problem another rank holds is left to it and its plan read from the cache at the end. With one
@@ -47,8 +56,9 @@ from torch import nn
 
 from ..problem import PASSES, ConvProblem
 from ..runtime import Runtime, _Held, default_runtime
+from ..timing import HOST_BOUND
 from ..worklist import rotated
-from . import functional
+from . import _dispatch, functional
 from ._bridge import bridge
 from ._dispatch import all_native, layer_problem, measured_once, route_for, seconds_per_call
 from ._executors import Native
@@ -170,14 +180,24 @@ class TuneReport:
     trips: list[tuple[ConvProblem, str]] = field(default_factory=list)  # layers with kept spectra: each verdict
     routes: int = 0  # patched layers' routes made and resolved ahead (plans built, duels run)
     handed_back: list[str] = field(default_factory=list)  # patched layers unpatched: PyTorch's convolution throughout
+    #: whether the model's training steps are host-bound (see the module docstring; None: not asked, off CUDA), and
+    #: the medians that said so (seconds: the host's time to issue a step, and the step's), where timed
+    host_bound: bool | None = None
+    step_host_s: float | None = None
+    step_s: float | None = None
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
         trips = f", {len(self.trips)} round-trip verdicts" if self.trips else ""
         routes = f", {self.routes} layer routes resolved" if self.routes else ""
         back = f", {len(self.handed_back)} layers handed back to PyTorch" if self.handed_back else ""
+        bound = ""
+        if self.host_bound is not None:
+            timed = (f" (host {self.step_host_s * 1e3:.1f} ms of a {self.step_s * 1e3:.1f} ms step)"
+                     if self.step_s else "")
+            bound = f", steps {'host-bound' if self.host_bound else 'not host-bound'}{timed}"
         text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
-                f"{len(self.failed)} failed{trips}{routes}{back}, in {self.seconds:.1f} s")
+                f"{len(self.failed)} failed{trips}{routes}{back}{bound}, in {self.seconds:.1f} s")
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
 
 
@@ -229,13 +249,15 @@ def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
             return False  # a round trip with kept spectra runs the layer
         if not route.native_for_grads(need_dx, need_dw):  # (settled first: it may keep a plan for inference)
             return False
+        if route.host_bound:  # every call of a patched layer costs the host, in host-bound training steps too: a
+            return True  # forward plan kept for calls without gradients is no reason to stay patched there
     infer = route.fwd_infer or route.fwd_exec  # what a call without gradients runs
     if isinstance(infer, Native):
         return infer.retry_at is None  # (Fallback is a Native)
-    # a forward plan that won its duel (per call of the pass: seconds of the plan's, of PyTorch's) by less than what
-    # the patched layer costs every call, training calls included, gains nothing even where no gradients are taken
+    # a forward plan that won its duel by less than what the patched layer costs every call, training calls included,
+    # gains nothing even where no gradients are taken (in a host-bound step: by less host time)
     duel = getattr(infer, "duel", None)
-    return duel is not None and duel[1] - duel[0] <= dispatch_seconds(route.device)
+    return duel is not None and duel.gain(route.host_bound) <= dispatch_seconds(route.device)
 
 
 #: Calls per timed round, and rounds (the best counts), in :func:`dispatch_seconds`' measurement.
@@ -271,8 +293,79 @@ def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATC
     return max(0.0, best[1] - best[0])
 
 
+#: Training steps timed, after one untimed, to say whether a model's steps are host-bound (:func:`step_times`).
+HOST_STEPS = 3
+
+
+def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS) -> tuple[float, float]:
+    """Medians over ``steps`` training steps of ``model`` on ``example_inputs`` (the forward, then the gradients of
+    its parameters from the sum of its outputs, PyTorch's convolution throughout), after one untimed: the host's
+    time to issue a step and the step's time, in seconds (the device synchronised before each step and after it).
+    The model is left as it was: no gradient is accumulated, its buffers and the random number generators are
+    restored. Raises ``ValueError`` where the outputs need no gradient."""
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    params = [p for p in model.parameters() if p.requires_grad]
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    hosts, walls = [], []
+    records: list = []
+    functional._collect.records = records  # (PyTorch's convolution in every layer, patched or not)
+    try:
+        with torch.enable_grad(), _left_as_it_was(model):
+            for i in range(1 + steps):
+                sync()
+                start = time.perf_counter()
+                loss = _summed(model(*inputs))
+                if loss is None or not params:
+                    raise ValueError("the model's outputs need no gradient")
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+                issued = time.perf_counter()
+                sync()
+                done = time.perf_counter()
+                records.clear()
+                del loss, grads
+                if i:
+                    hosts.append(issued - start)
+                    walls.append(done - start)
+    finally:
+        functional._collect.records = None
+    hosts.sort()
+    walls.sort()
+    return hosts[len(hosts) // 2], walls[len(walls) // 2]
+
+
+def _summed(out):
+    """The sum of every floating-point tensor in ``out`` (tensors, and tuples, lists and dicts of them) that needs a
+    gradient, as one float32 scalar; ``None`` where none does."""
+    if isinstance(out, torch.Tensor):
+        return out.float().sum() if out.requires_grad and out.is_floating_point() else None
+    parts = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    total = None
+    for part in parts:
+        s = _summed(part)
+        if s is not None:
+            total = s if total is None else total + s
+    return total
+
+
+def _weigh_host(report: TuneReport, model, example_inputs, device, host_bound: bool | None) -> bool:
+    """Whether the model's training steps are host-bound: ``host_bound`` where given, else timed
+    (:func:`step_times`); recorded in ``report``. Not where the steps cannot be timed (said at debug level)."""
+    if host_bound is None:
+        try:
+            report.step_host_s, report.step_s = step_times(model, example_inputs, device)
+        except Exception as exc:
+            log.debug("convtune.torch.tune: training steps not timed (%s: %s); weighing device and host together",
+                      type(exc).__name__, exc)
+            report.host_bound = False
+            return False
+        host_bound = report.step_host_s >= HOST_BOUND * report.step_s
+    report.host_bound = bool(host_bound)
+    return report.host_bound
+
+
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
-         progress: bool | Callable[[int, int, str], None] = True, hand_back: bool = True) -> TuneReport:
+         progress: bool | Callable[[int, int, str], None] = True, hand_back: bool = True,
+         host_bound: bool | None = None) -> TuneReport:
     """Tune every convolution problem of ``model`` (see :func:`collect`) that the plan cache lacks.
 
     Parameters
@@ -292,6 +385,10 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     hand_back : bool
         Unpatch the patched layers whose every call runs PyTorch's own convolution (see the module
         docstring): :attr:`TuneReport.handed_back`.
+    host_bound : bool, optional
+        Whether the training steps are host-bound, where a plan's gains count in host time alone (see the module
+        docstring). ``None`` (the default) times a few training steps on CUDA to find out; pass ``False`` where the
+        steps will run in CUDA graphs (``torch.compile(mode="reduce-overhead")``, a captured step).
 
     Patched layers with ``keep_spectra`` get their round-trip verdicts too (after the per-pass plans they
     are measured against), where all three passes are tuned: :attr:`TuneReport.trips`.
@@ -301,10 +398,10 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     """
     with _rng_kept():
         return _tune(model, example_inputs, passes, math=math, runtime=runtime, progress=progress,
-                     hand_back=hand_back)
+                     hand_back=hand_back, host_bound=host_bound)
 
 
-def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) -> TuneReport:
+def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, host_bound) -> TuneReport:
     started = time.perf_counter()
     rt = runtime or default_runtime()
     wanted = tuple(p for p in PASSES if p in set(passes))
@@ -392,6 +489,14 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back) 
         if keep and len(route_passes) == len(PASSES):
             route.trips.resolve(keep)  # its round trip built (or None: the per-pass plans, the reason said once)
         report.routes += 1
+    # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? (after the duels, so the timed steps find
+    # PyTorch's own choices made; before any weighing)
+    duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
+    if duelled:
+        shown(len(items), "timing training steps")
+        weigh = _weigh_host(report, model, example_inputs, duelled[0][7], host_bound)
+        for key in duelled:
+            _route(key).weigh_host(weigh)
     if hand_back:
         _hand_back(model, layer_calls, wanted, report)
     shown(len(items), "done")
