@@ -260,6 +260,9 @@ def test_timing_training_steps_leaves_the_model_as_it_was():
     assert all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert torch.equal(torch.random.get_rng_state(), rng)
+    wrapped = nn.DataParallel(model)  # (timed without its wrapper, as DistributedDataParallel is)
+    assert 0 < tuning_module.step_times(wrapped, x, torch.device("cpu"))[0]
+    assert all(p.grad is None for p in model.parameters())
     for p in model.parameters():
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="need no gradient"):

@@ -302,8 +302,11 @@ def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS
     its parameters from the sum of its outputs, PyTorch's convolution throughout), after one untimed: the host's
     time to issue a step and the step's time, in seconds (the device synchronised before each step and after it).
     The model is left as it was: no gradient is accumulated, its buffers and the random number generators are
-    restored. Raises ``ValueError`` where the outputs need no gradient."""
+    restored. A model wrapped in ``DistributedDataParallel`` (or ``DataParallel``) is timed without the wrapper. Raises
+    ``ValueError`` where the outputs need no gradient."""
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        model = model.module  # (gradients taken outside a backward would leave DDP's reducer waiting for them)
     params = [p for p in model.parameters() if p.requires_grad]
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     hosts, walls = [], []
