@@ -13,6 +13,7 @@ from click.testing import CliRunner  # noqa: E402
 from torch import nn  # noqa: E402
 
 import convtune.torch as ct  # noqa: E402
+from convtune.torch import _host  # noqa: E402
 from convtune.torch import tuning as tuning_module  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
 from convtune.cli import main  # noqa: E402
@@ -237,6 +238,7 @@ def test_in_host_bound_steps_a_forward_plan_for_calls_without_gradients_keeps_no
     costs. That keeps the layer patched, except where training steps are host-bound: every call of a patched layer
     costs the host there, training calls included."""
     _duels_on_the_cpu(monkeypatch, (10, 30), 1.0)
+    monkeypatch.setattr(tuning_module, "pytorch_host_seconds", lambda problem, device: 1.0)  # (searched: see below)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
@@ -244,6 +246,55 @@ def test_in_host_bound_steps_a_forward_plan_for_calls_without_gradients_keeps_no
     (route,) = runtime.layer_memo("torch").values()
     assert route.fwd_infer is not None and route.fwd_infer.duel.gain(True) == pytest.approx(20e-6)
     assert report.handed_back == (["0"] if host_bound else [])
+
+
+@pytest.mark.parametrize("pytorch_host_us, searched", [(10.0, False), (20.0, True)])
+def test_in_host_bound_steps_a_layer_no_plan_could_keep_is_not_searched(monkeypatch, pytorch_host_us, searched):
+    """(The CPU standing in for CUDA.) In host-bound steps a plan is worth at most PyTorch's own host time per call:
+    a layer whose three passes cost PyTorch's convolution 30 us of host time against a 50 us detour (and its forward
+    less than the 25 us detour of a forward plan alone) is handed back unsearched; at 60 us it is searched and
+    weighed as before. A layer with kept spectra, or whose calls need no gradient, is searched either way."""
+    from convtune.torch import _dispatch
+    _duels_on_the_cpu(monkeypatch, (30, 32), 1.0)
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6 if split else 25e-6)
+    monkeypatch.setattr(tuning_module, "pytorch_host_seconds", lambda problem, device: pytorch_host_us * 1e-6)
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1),
+                          nn.Conv2d(4, 4, 5, padding=2))
+    model = copy.deepcopy(plain)
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    model[3].convtune_keep_spectra = True
+    model[0].weight.requires_grad_(False)  # (its calls need no gradient: the input needs none either)
+    x = torch.randn(2, 3, 8, 8)
+    report = ct.tune(model, x, runtime=runtime, progress=False, host_bound=True)
+    assert report.not_searched == ([] if searched else ["2"])
+    searched_layers = {name for _p, names in report.problems for name in names}
+    assert searched_layers == ({"0", "2", "3"} if searched else {"0", "3"})
+    assert "2" in report.handed_back and isinstance(model[2], nn.Conv2d) and type(model[2]) is nn.Conv2d
+    assert ("not searched" in str(report)) is not searched
+    from test_torch import assert_same_training
+    model[0].weight.requires_grad_(True)
+    assert_same_training(plain, model, x)
+
+
+def test_a_runtime_without_pytorchs_convolution_searches_every_layer_in_host_bound_steps(monkeypatch):
+    """Where the runtime's strategies leave PyTorch's convolution out, no plan duels it and every plan runs: no layer
+    is left unsearched, whatever PyTorch's host time."""
+    _duels_on_the_cpu(monkeypatch, (30, 32), 1.0)
+    monkeypatch.setattr(tuning_module, "pytorch_host_seconds", lambda problem, device: 1e-6)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1))
+    runtime = make_runtime(["im2col"])
+    ct.patch(model, runtime=runtime)
+    report = ct.tune(model, torch.randn(2, 3, 8, 8, requires_grad=True), runtime=runtime, progress=False,
+                     host_bound=True)
+    assert report.not_searched == [] and report.tuned == len(report.problems) == 6 and report.handed_back == []
+
+
+def test_pytorchs_host_time_per_call_is_measured_on_random_operands():
+    from convtune.torch._dispatch import layer_problem
+    problem = layer_problem((2, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
+    assert all(0 < _host.pytorch_host_seconds(problem.for_pass(p), torch.device("cpu")) < 0.1
+               for p in ("fwd", "dgrad", "wgrad"))
 
 
 def test_timing_training_steps_leaves_the_model_as_it_was():
@@ -255,37 +306,37 @@ def test_timing_training_steps_leaves_the_model_as_it_was():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     x = torch.randn(2, 3, 8, 8)
     rng = torch.random.get_rng_state()
-    host, step = tuning_module.step_times(model, x, torch.device("cpu"))
+    host, step = _host.step_times(model, x, torch.device("cpu"))
     assert 0 < host <= step
     assert all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert torch.equal(torch.random.get_rng_state(), rng)
     wrapped = nn.DataParallel(model)  # (timed without its wrapper, as DistributedDataParallel is)
-    assert 0 < tuning_module.step_times(wrapped, x, torch.device("cpu"))[0]
+    assert 0 < _host.step_times(wrapped, x, torch.device("cpu"))[0]
     assert all(p.grad is None for p in model.parameters())
     for p in model.parameters():
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="need no gradient"):
-        tuning_module.step_times(model, torch.randn(2, 3, 8, 8), torch.device("cpu"))
+        _host.step_times(model, torch.randn(2, 3, 8, 8), torch.device("cpu"))
 
 
 def test_outputs_of_every_form_are_summed_for_the_timed_steps():
     a, b = torch.ones(2, requires_grad=True), torch.full((3,), 2.0, requires_grad=True)
-    total = tuning_module._summed({"logits": a, "aux": (b, torch.ones(4), "text"), "none": None})
-    assert total.item() == 8.0 and tuning_module._summed((torch.ones(2), [3])) is None
+    total = _host._summed({"logits": a, "aux": (b, torch.ones(4), "text"), "none": None})
+    assert total.item() == 8.0 and _host._summed((torch.ones(2), [3])) is None
 
 
 def test_what_a_patched_call_costs_is_measured_once_per_device(monkeypatch):
     cpu = torch.device("cpu")
-    monkeypatch.setattr(tuning_module, "_dispatches", {})
-    first = tuning_module.dispatch_seconds(cpu)
-    assert 0.0 <= first < 1e-3 and tuning_module.dispatch_seconds(cpu) == first  # (a few microseconds on a CPU)
+    monkeypatch.setattr(_host, "_dispatches", {})
+    first = _host.dispatch_seconds(cpu)
+    assert 0.0 <= first < 1e-3 and _host.dispatch_seconds(cpu) == first  # (a few microseconds on a CPU)
 
     def fails(device):
         raise RuntimeError("no clock")
-    monkeypatch.setattr(tuning_module, "_dispatches", {})
-    monkeypatch.setattr(tuning_module, "_measure_dispatch", fails)
-    assert tuning_module.dispatch_seconds(cpu) == 0.0  # nothing counted: no layer handed back for it
+    monkeypatch.setattr(_host, "_dispatches", {})
+    monkeypatch.setattr(_host, "_measure_dispatch", fails)
+    assert _host.dispatch_seconds(cpu) == 0.0  # nothing counted: no layer handed back for it
 
 
 def test_tune_hands_back_a_layer_only_where_all_its_calls_run_pytorchs_convolution():

@@ -19,12 +19,15 @@ a patched layer's call costs the host (:func:`dispatch_seconds`): every call pay
 ``hand_back=False`` keeps them patched: a layer handed back runs PyTorch's convolution for shapes the example run did
 not show as well.
 
-On CUDA, before that, :func:`tune` times a few training steps of the model on the example (forward and gradients,
-PyTorch's convolution throughout) to learn whether its steps are *host-bound*: the host's time to issue a step at least
-:data:`~convtune.timing.HOST_BOUND` of the step's time, the device waiting on the host (small and mid-sized models
-under AMP, on a fast GPU). There a plan's faster device work shortens no step, and the host's time is all that counts:
-each route weighs what its plans' duels gained in host time alone (:meth:`~convtune.torch._dispatch.Route.weigh_host`),
-and so does the hand-back. ``host_bound=False`` weighs device and host together as each duel measured them (the steps
+On CUDA, before anything is searched, :func:`tune` times a few training steps of the model on the example (forward
+and gradients, PyTorch's convolution throughout) to learn whether its steps are *host-bound*: the host's time to issue
+a step at least :data:`~convtune.timing.HOST_BOUND` of the step's time, the device waiting on the host (small and
+mid-sized models under AMP, on a fast GPU). There a plan's faster device work shortens no step, and the host's time is
+all that counts: each route weighs what its plans' duels gained in host time alone
+(:meth:`~convtune.torch._dispatch.Route.weigh_host`), and so does the hand-back. A plan can save the host at most what
+PyTorch's own call costs it, so a patched layer whose training calls cost PyTorch's convolution less host time than
+convtune's autograd detour is not searched at all (:func:`cannot_gain`: one short measurement per layer shape) and goes
+back to PyTorch: :attr:`TuneReport.not_searched`. ``host_bound=False`` weighs device and host together as each duel measured them (the steps
 run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the host is out of the step); ``True`` takes the
 steps as host-bound without timing them.
 
@@ -44,7 +47,6 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import time
@@ -60,10 +62,11 @@ from ..timing import HOST_BOUND
 from ..worklist import rotated
 from . import _dispatch, functional
 from ._bridge import bridge
-from ._dispatch import all_native, layer_problem, measured_once, route_for, seconds_per_call
+from ._dispatch import layer_problem, route_for
 from ._executors import Native
 from ._formats import tensor_layout
-from .modules import _CONVS, Conv2d, _Convtune, restore
+from ._host import dispatch_seconds, left_as_it_was, pytorch_host_seconds, rng_kept, step_times
+from .modules import _CONVS, _Convtune, restore
 
 log = logging.getLogger("convtune")
 
@@ -84,36 +87,6 @@ class Problem:
 
 def _qualified_names(model: nn.Module) -> dict[int, str]:
     return {id(m): name for name, m in model.named_modules()}
-
-
-@contextlib.contextmanager
-def _rng_kept():
-    """PyTorch's random number generators (CPU, and CUDA where it is in use) as they were, afterwards: tuning draws
-    operands and runs the model, and a user's seeded training must not notice."""
-    cpu_rng = torch.random.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    try:
-        yield
-    finally:
-        torch.random.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-
-
-@contextlib.contextmanager
-def _left_as_it_was(model: nn.Module):
-    """The example forward pass that finds a model's convolutions changes nothing the user can see: the buffers
-    (BatchNorm's running statistics and its count of batches, spectral norm's vectors, say) and the random number
-    generators (dropout, stochastic depth) are as they were before it, even where it fails. (A forward pass writes
-    no parameter: copying them all would double a large model's memory.)"""
-    saved = [(t, t.detach().clone()) for t in model.buffers() if t.device.type != "meta"]
-    try:
-        with _rng_kept():
-            yield
-    finally:
-        with torch.no_grad():
-            for tensor, value in saved:
-                tensor.copy_(value)
 
 
 def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: bool = True) -> list[Problem]:
@@ -143,7 +116,7 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
             hooks.append(module.register_forward_pre_hook(plain_hook))
     functional._collect.records = records
     try:
-        with torch.enable_grad(), _left_as_it_was(model):
+        with torch.enable_grad(), left_as_it_was(model):
             model(*inputs)
     finally:
         functional._collect.records = None
@@ -185,6 +158,8 @@ class TuneReport:
     host_bound: bool | None = None
     step_host_s: float | None = None
     step_s: float | None = None
+    #: patched layers whose problems were not searched: in host-bound steps no plan would keep them (handed back)
+    not_searched: list[str] = field(default_factory=list)
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
@@ -196,6 +171,8 @@ class TuneReport:
             timed = (f" (host {self.step_host_s * 1e3:.1f} ms of a {self.step_s * 1e3:.1f} ms step)"
                      if self.step_s else "")
             bound = f", steps {'host-bound' if self.host_bound else 'not host-bound'}{timed}"
+        if self.not_searched:
+            bound += f", {len(self.not_searched)} layers not searched (no plan could gain their host time)"
         text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
                 f"{len(self.failed)} failed{trips}{routes}{back}{bound}, in {self.seconds:.1f} s")
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
@@ -260,96 +237,6 @@ def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
     return duel is not None and duel.gain(route.host_bound) <= dispatch_seconds(route.device)
 
 
-#: Calls per timed round, and rounds (the best counts), in :func:`dispatch_seconds`' measurement.
-DISPATCH_CALLS, DISPATCH_ROUNDS = 200, 7
-_dispatches: dict = {}
-
-
-def dispatch_seconds(device) -> float:
-    """How much longer a call without gradients takes on the host through a patched layer whose route runs
-    PyTorch's convolution than through the plain module (the drop-in's lookup and checks, which every call of a
-    patched layer pays, training calls included), measured once per device on a tiny layer; 0 where it cannot be
-    measured. A forward plan that gains less than this per call is no reason to keep a layer patched."""
-    return measured_once(_dispatches, device, lambda: _measure_dispatch(device), "a patched call's cost")
-
-
-def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATCH_ROUNDS) -> float:
-    plain = nn.Conv2d(4, 4, 3, padding=1).to(device)
-    runtime = Runtime(planner_options={"strategies": ["torch"]})  # (a throwaway one: nothing looked up or stored)
-    patched = Conv2d(4, 4, 3, padding=1, runtime=runtime).to(device)
-    patched.load_state_dict(plain.state_dict())
-    x = torch.randn(2, 4, 8, 8, device=device)
-    # its route as a layer's that PyTorch's convolution won, for good: every pass PyTorch's call
-    w = patched.weight
-    all_native(route_for(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, functional.resolve_math("auto", x), x.device,
-                         runtime, x.dtype, tensor_layout(x, w)))
-    with torch.no_grad(), torch.autocast(device.type, enabled=False):
-        for _ in range(3):  # warm: the first calls' one-time work (cuDNN's benchmark on CUDA) out of the timing
-            patched(x), plain(x)
-        best = [float("inf")] * 2
-        for _ in range(rounds):  # in turns: what drifts weighs on both alike
-            for i, layer in enumerate((plain, patched)):
-                best[i] = min(best[i], seconds_per_call(lambda: layer(x), device, calls))
-    return max(0.0, best[1] - best[0])
-
-
-#: Training steps timed, after one untimed, to say whether a model's steps are host-bound (:func:`step_times`).
-HOST_STEPS = 3
-
-
-def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS) -> tuple[float, float]:
-    """Medians over ``steps`` training steps of ``model`` on ``example_inputs`` (the forward, then the gradients of
-    its parameters from the sum of its outputs, PyTorch's convolution throughout), after one untimed: the host's
-    time to issue a step and the step's time, in seconds (the device synchronised before each step and after it).
-    The model is left as it was: no gradient is accumulated, its buffers and the random number generators are
-    restored. A model wrapped in ``DistributedDataParallel`` (or ``DataParallel``) is timed without the wrapper. Raises
-    ``ValueError`` where the outputs need no gradient."""
-    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        model = model.module  # (gradients taken outside a backward would leave DDP's reducer waiting for them)
-    params = [p for p in model.parameters() if p.requires_grad]
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    hosts, walls = [], []
-    records: list = []
-    functional._collect.records = records  # (PyTorch's convolution in every layer, patched or not)
-    try:
-        with torch.enable_grad(), _left_as_it_was(model):
-            for i in range(1 + steps):
-                sync()
-                start = time.perf_counter()
-                loss = _summed(model(*inputs))
-                if loss is None or not params:
-                    raise ValueError("the model's outputs need no gradient")
-                grads = torch.autograd.grad(loss, params, allow_unused=True)
-                issued = time.perf_counter()
-                sync()
-                done = time.perf_counter()
-                records.clear()
-                del loss, grads
-                if i:
-                    hosts.append(issued - start)
-                    walls.append(done - start)
-    finally:
-        functional._collect.records = None
-    hosts.sort()
-    walls.sort()
-    return hosts[len(hosts) // 2], walls[len(walls) // 2]
-
-
-def _summed(out):
-    """The sum of every floating-point tensor in ``out`` (tensors, and tuples, lists and dicts of them) that needs a
-    gradient, as one float32 scalar; ``None`` where none does."""
-    if isinstance(out, torch.Tensor):
-        return out.float().sum() if out.requires_grad and out.is_floating_point() else None
-    parts = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
-    total = None
-    for part in parts:
-        s = _summed(part)
-        if s is not None:
-            total = s if total is None else total + s
-    return total
-
-
 def _weigh_host(report: TuneReport, model, example_inputs, device, host_bound: bool | None) -> bool:
     """Whether the model's training steps are host-bound: ``host_bound`` where given, else timed
     (:func:`step_times`); recorded in ``report``. Not where the steps cannot be timed (said at debug level)."""
@@ -364,6 +251,47 @@ def _weigh_host(report: TuneReport, model, example_inputs, device, host_bound: b
         host_bound = report.step_host_s >= HOST_BOUND * report.step_s
     report.host_bound = bool(host_bound)
     return report.host_bound
+
+
+def cannot_gain(problem: ConvProblem, passes: tuple[str, ...], device) -> bool:
+    """In host-bound steps, can no plan keep a layer whose training calls run ``passes`` of ``problem`` (its forward
+    problem)? There :meth:`~convtune.torch._dispatch.Route.settle` weighs the plans by the host time they save, at
+    most PyTorch's own host time per call of each pass, against the autograd detour: where PyTorch's whole training
+    call costs the host less than the detour of plans for backward passes, and its forward call less than the
+    detour of a forward plan alone, no plan the search could find would be kept (measured once, here)."""
+    native = [pytorch_host_seconds(problem.for_pass(p), device) for p in passes]
+    return (native[0] < _dispatch.detour_seconds(device, split=False) and
+            sum(native) < _dispatch.detour_seconds(device, split=True))
+
+
+def _untuned(routes: dict, layer_calls: dict, wanted: tuple[str, ...]) -> set:
+    """In host-bound steps: the route keys of patched layers that no plan could keep (:func:`cannot_gain`), whose
+    problems need no search: layers whose every call needs a gradient, runs per-pass plans (no kept spectra) and
+    is tuned here in every pass it needs (so the layer can be handed back), in a runtime whose plans duel PyTorch's
+    convolution. Said at INFO."""
+    calls_of: dict[tuple, list] = {}
+    for calls in layer_calls.values():
+        for key, passes, keep in calls:
+            calls_of.setdefault(key, []).append((passes, keep))
+    untuned = set()
+    for key, (route_passes, name, _keep) in routes.items():
+        calls = calls_of.get(key, [])
+        if not calls or any(keep or len(passes) < 2 or not set(passes) <= set(wanted) for passes, keep in calls):
+            continue
+        route = _route(key)
+        if not route._duels():
+            continue  # (its runtime's strategies leave PyTorch's out: no plan is weighed against it, all are kept)
+        problem = route.problem
+        try:
+            if cannot_gain(problem, route_passes, key[7]):
+                untuned.add(key)
+        except Exception as exc:  # (not measured: searched as usual)
+            log.debug("convtune.torch.tune: PyTorch's host time for %s not measured: %s", problem.describe(), exc)
+    if untuned:
+        log.info("convtune.torch.tune: %d layer shape(s) not searched: in host-bound steps PyTorch's convolution "
+                 "costs their training calls' host less than convtune's autograd detour, so no plan would be kept",
+                 len(untuned))
+    return untuned
 
 
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
@@ -399,7 +327,7 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     The model is left as it was found: tuning runs it once on the example, but its buffers (BatchNorm's running
     statistics, say) and PyTorch's random number generators are restored afterwards.
     """
-    with _rng_kept():
+    with rng_kept():
         return _tune(model, example_inputs, passes, math=math, runtime=runtime, progress=progress,
                      hand_back=hand_back, host_bound=host_bound)
 
@@ -417,6 +345,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     kept: dict[tuple, tuple[ConvProblem, torch.device, str, bool]] = {}
     routes: dict[tuple, tuple[tuple[str, ...], str, object]] = {}  # patched layers: passes, name, keep_spectra
     layer_calls: dict[str, list] = {}  # a patched layer's name -> its calls: (route key, passes, keep_spectra)
+    owners: dict[tuple, set] = {}  # a distinct problem -> the route keys of the calls that need it (None: plain modules)
     for item in collect(model, example_inputs, math):
         if item.route_key is not None:
             layer_calls.setdefault(item.name, []).append((item.route_key, item.passes, item.keep_spectra))
@@ -432,7 +361,18 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
             if pass_ in wanted:
                 p = item.problem.for_pass(pass_)
                 distinct.setdefault((p.key(), str(item.device)), (p, item.device, []))[2].append(item.name)
-    report = TuneReport(problems=[(p, names) for p, _d, names in distinct.values()])
+                owners.setdefault((p.key(), str(item.device)), set()).add(item.route_key)
+    report = TuneReport()
+    # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? Timed first (PyTorch's convolution
+    # throughout), so that the layers no plan could keep there are not searched at all
+    duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
+    weigh = _weigh_host(report, model, example_inputs, duelled[0][7], host_bound) if duelled else False
+    untuned = _untuned({k: routes[k] for k in duelled}, layer_calls, wanted) if weigh and hand_back else set()
+    if untuned:
+        report.not_searched = sorted({name for name, calls in layer_calls.items()
+                                      if all(key in untuned for key, _p, _k in calls)})
+        distinct = {k: v for k, v in distinct.items() if not owners[k] <= untuned}
+    report.problems = [(p, names) for p, _d, names in distinct.values()]
     rank, world = _distributed()
     items = rotated(list(distinct.values()), rank, world)
     show = _Progress(len(items)) if progress is True else progress or None
@@ -484,6 +424,8 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
             report.trips.append((problem, f"failed: {type(exc).__name__}: {exc}"))
             log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
     for key, (route_passes, name, keep) in routes.items():  # the first step's one-time work, done here
+        if key in untuned:
+            continue  # (its layer goes back to PyTorch: resolving would tune it)
         shown(len(items), f"{name} route")
         route = _route(key)  # the route the layer's calls will find: in the runtime it was patched with
         for pass_ in route_passes:
@@ -492,34 +434,32 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         if keep and len(route_passes) == len(PASSES):
             route.trips.resolve(keep)  # its round trip built (or None: the per-pass plans, the reason said once)
         report.routes += 1
-    # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? (after the duels, so the timed steps find
-    # PyTorch's own choices made; before any weighing)
-    duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
-    if duelled:
-        shown(len(items), "timing training steps")
-        weigh = _weigh_host(report, model, example_inputs, duelled[0][7], host_bound)
-        for key in duelled:
-            _route(key).weigh_host(weigh)
+    for key in duelled:
+        if key not in untuned:
+            _route(key).weigh_host(weigh)  # (before any weighing: settle runs in the hand-back, or at the first call)
     if hand_back:
-        _hand_back(model, layer_calls, wanted, report)
+        _hand_back(model, layer_calls, wanted, report, untuned)
     shown(len(items), "done")
-    if torch.cuda.is_available() and any(d.type == "cuda" for _p, d, _n in distinct.values()):
+    if torch.cuda.is_available() and (any(d.type == "cuda" for _p, d, _n in distinct.values()) or
+                                      any(key[7].type == "cuda" for key in routes)):
         torch.cuda.empty_cache()  # what tuning held goes back to the device before training starts
     report.seconds = time.perf_counter() - started
     log.info("convtune.torch.tune: %s", report)
     return report
 
 
-def _hand_back(model: nn.Module, layer_calls: dict, wanted: tuple[str, ...], report: TuneReport) -> None:
+def _hand_back(model: nn.Module, layer_calls: dict, wanted: tuple[str, ...], report: TuneReport,
+               untuned: set = frozenset()) -> None:
     """Unpatch the patched layers whose every call runs PyTorch's convolution throughout (its passes all
-    tuned here); their names go to ``report.handed_back``."""
+    tuned here, or not searched: ``untuned`` route keys); their names go to ``report.handed_back``."""
     modules = dict(model.named_modules())
     for name, calls in layer_calls.items():
         module = modules.get(name)
         if not isinstance(module, _Convtune):
             continue
         try:
-            throughout = all(set(passes) <= set(wanted) and _pytorch_throughout(_route(key), passes, keep)
+            throughout = all(key in untuned or (set(passes) <= set(wanted) and
+                                                 _pytorch_throughout(_route(key), passes, keep))
                              for key, passes, keep in calls)
         except Exception as exc:  # (settling measures the autograd detour) the layer stays patched
             log.debug("convtune.torch.tune: %s stays patched: %s", name or "the model", exc)

@@ -1,0 +1,155 @@
+"""What a training step and a call cost the host, measured for :func:`convtune.torch.tune`'s weighing: whether a model's
+steps are host-bound (:func:`step_times`), what a patched layer's call costs beyond the plain module's
+(:func:`dispatch_seconds`) and what PyTorch's own convolution call costs (:func:`pytorch_host_seconds`), a plan saving
+the host at most that; and what leaves a model as it was after tuning runs it (:func:`left_as_it_was`)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+from torch import nn
+
+from ..problem import ConvProblem
+from ..runtime import Runtime
+from ..strategies.pytorch import native_for
+from . import functional
+from ._dispatch import all_native, measured_once, route_for, seconds_per_call
+from ._duel import duel_operands, per_call_seconds
+from ._formats import tensor_layout
+from .modules import Conv2d
+
+__all__ = ["dispatch_seconds", "step_times", "pytorch_host_seconds", "rng_kept", "left_as_it_was"]
+
+
+@contextlib.contextmanager
+def rng_kept():
+    """PyTorch's random number generators (CPU, and CUDA where it is in use) as they were, afterwards: tuning draws
+    operands and runs the model, and a user's seeded training must not notice."""
+    cpu_rng = torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+@contextlib.contextmanager
+def left_as_it_was(model: nn.Module):
+    """The example forward pass that finds a model's convolutions changes nothing the user can see: the buffers
+    (BatchNorm's running statistics and its count of batches, spectral norm's vectors, say) and the random number
+    generators (dropout, stochastic depth) are as they were before it, even where it fails. (A forward pass writes
+    no parameter: copying them all would double a large model's memory.)"""
+    saved = [(t, t.detach().clone()) for t in model.buffers() if t.device.type != "meta"]
+    try:
+        with rng_kept():
+            yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in saved:
+                tensor.copy_(value)
+
+
+#: Calls per timed round, and rounds (the best counts), in :func:`dispatch_seconds`' measurement.
+DISPATCH_CALLS, DISPATCH_ROUNDS = 200, 7
+_dispatches: dict = {}
+
+
+def dispatch_seconds(device) -> float:
+    """How much longer a call without gradients takes on the host through a patched layer whose route runs
+    PyTorch's convolution than through the plain module (the drop-in's lookup and checks, which every call of a
+    patched layer pays, training calls included), measured once per device on a tiny layer; 0 where it cannot be
+    measured. A forward plan that gains less than this per call is no reason to keep a layer patched."""
+    return measured_once(_dispatches, device, lambda: _measure_dispatch(device), "a patched call's cost")
+
+
+def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATCH_ROUNDS) -> float:
+    plain = nn.Conv2d(4, 4, 3, padding=1).to(device)
+    runtime = Runtime(planner_options={"strategies": ["torch"]})  # (a throwaway one: nothing looked up or stored)
+    patched = Conv2d(4, 4, 3, padding=1, runtime=runtime).to(device)
+    patched.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 4, 8, 8, device=device)
+    # its route as a layer's that PyTorch's convolution won, for good: every pass PyTorch's call
+    w = patched.weight
+    all_native(route_for(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, functional.resolve_math("auto", x), x.device,
+                         runtime, x.dtype, tensor_layout(x, w)))
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        for _ in range(3):  # warm: the first calls' one-time work (cuDNN's benchmark on CUDA) out of the timing
+            patched(x), plain(x)
+        best = [float("inf")] * 2
+        for _ in range(rounds):  # in turns: what drifts weighs on both alike
+            for i, layer in enumerate((plain, patched)):
+                best[i] = min(best[i], seconds_per_call(lambda: layer(x), device, calls))
+    return max(0.0, best[1] - best[0])
+
+
+#: Training steps timed, after one untimed, to say whether a model's steps are host-bound (:func:`step_times`).
+HOST_STEPS = 3
+
+
+def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS) -> tuple[float, float]:
+    """Medians over ``steps`` training steps of ``model`` on ``example_inputs`` (the forward, then the gradients of
+    its parameters from the sum of its outputs, PyTorch's convolution throughout), after one untimed: the host's
+    time to issue a step and the step's time, in seconds (the device synchronised before each step and after it).
+    The model is left as it was: no gradient is accumulated, its buffers and the random number generators are
+    restored. A model wrapped in ``DistributedDataParallel`` (or ``DataParallel``) is timed without the wrapper. Raises
+    ``ValueError`` where the outputs need no gradient."""
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        model = model.module  # (gradients taken outside a backward would leave DDP's reducer waiting for them)
+    params = [p for p in model.parameters() if p.requires_grad]
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    hosts, walls = [], []
+    records: list = []
+    functional._collect.records = records  # (PyTorch's convolution in every layer, patched or not)
+    try:
+        with torch.enable_grad(), left_as_it_was(model):
+            for i in range(1 + steps):
+                sync()
+                start = time.perf_counter()
+                loss = _summed(model(*inputs))
+                if loss is None or not params:
+                    raise ValueError("the model's outputs need no gradient")
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+                issued = time.perf_counter()
+                sync()
+                done = time.perf_counter()
+                records.clear()
+                del loss, grads
+                if i:
+                    hosts.append(issued - start)
+                    walls.append(done - start)
+    finally:
+        functional._collect.records = None
+    hosts.sort()
+    walls.sort()
+    return hosts[len(hosts) // 2], walls[len(walls) // 2]
+
+
+def _summed(out):
+    """The sum of every floating-point tensor in ``out`` (tensors, and tuples, lists and dicts of them) that needs a
+    gradient, as one float32 scalar; ``None`` where none does."""
+    if isinstance(out, torch.Tensor):
+        return out.float().sum() if out.requires_grad and out.is_floating_point() else None
+    parts = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    total = None
+    for part in parts:
+        s = _summed(part)
+        if s is not None:
+            total = s if total is None else total + s
+    return total
+
+
+def pytorch_host_seconds(problem: ConvProblem, device) -> float:
+    """The host's time per call of PyTorch's convolution for ``problem``'s pass (cuDNN's benchmark on, as a duel runs
+    it), on random operands of the pass: what a plan of that pass can save the host at most."""
+    flags = problem.math == "tf32"
+    fn = native_for(problem, benchmark=True, tf32=flags)
+    a, b = duel_operands(problem, device)
+    hosts: list = []
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        per_call_seconds([lambda x, y: fn(x, y, None)], a, b, device, hosts=hosts)
+    return hosts[0]
