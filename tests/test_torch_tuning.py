@@ -582,6 +582,9 @@ def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
     torch_mode, _again, ours = doc["modes"]
     assert ours["tuning"]["tuned"] == ours["tuning"]["problems"] > 0 and ours["patched_layers"] == 6
     assert 0 < ours["tuning"]["routes"] <= 6  # the patched layers' routes, resolved ahead
+    # (no duels on a CPU: nothing weighed as host-bound, no step timed, every layer searched)
+    assert ours["tuning"]["host_bound"] is None and ours["tuning"]["step_ms"] is None
+    assert ours["tuning"]["not_searched"] == 0
     assert ours["step_ms"] > 0 and ours["routes"]
     # the same weights, the same batch: the same first loss
     assert ours["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)

@@ -289,7 +289,9 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
                      f"tuning {tuning['seconds']:.1f} s ({tuning['tuned']} tuned, {tuning['cached']} cached"
                      + (f"; {tuning['handed_back']} of {m['patched_layers']} layers handed back to PyTorch"
                         if tuning.get("handed_back") else "")
-                     + ("; weighed as host-bound steps" if tuning.get("host_bound") else "") + ")" if tuning else ""))
+                     + ("; weighed as host-bound steps" if tuning.get("host_bound") else "")
+                     + (f", {tuning['not_searched']} layers not searched" if tuning.get("not_searched") else "")
+                     + ")" if tuning else ""))
     echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
     echo(format_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
     echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"

@@ -208,7 +208,8 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
                           host_bound=False if graph else None)
         record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
                             "cached": report.cached, "routes": report.routes, "handed_back": len(report.handed_back),
-                            "host_bound": report.host_bound, "step_host_ms": _ms(report.step_host_s),
+                            "host_bound": report.host_bound, "not_searched": len(report.not_searched),
+                            "step_host_ms": _ms(report.step_host_s),
                             "step_ms": _ms(report.step_s), "failed": [(p.key(), r) for p, r in report.failed]}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
