@@ -277,6 +277,33 @@ def test_in_host_bound_steps_a_layer_no_plan_could_keep_is_not_searched(monkeypa
     assert_same_training(plain, model, x)
 
 
+class _TwoSizes(nn.Module):
+    """One convolution called at two input sizes: one call's layer shape could gain host time, the other's not."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x).sum() + self.conv(torch.nn.functional.avg_pool2d(x, 2)).sum()
+
+
+def test_a_layer_with_a_call_worth_searching_has_all_its_calls_searched(monkeypatch):
+    """(The CPU standing in for CUDA.) A layer goes back to PyTorch only where all its calls do: where one of its layer
+    shapes could keep a plan, the other is searched too (its route would otherwise tune at the first training call)."""
+    from convtune.torch import _dispatch
+    _duels_on_the_cpu(monkeypatch, (30, 32), 1.0)
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6 if split else 25e-6)
+    monkeypatch.setattr(tuning_module, "pytorch_host_seconds",  # (the full-size call's passes cost the host more)
+                        lambda problem, device: (40e-6 if problem.input_size == (8, 8) else 5e-6))
+    model = _TwoSizes()
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    report = ct.tune(model, torch.randn(2, 3, 8, 8, requires_grad=True), runtime=runtime, progress=False,
+                     host_bound=True)
+    assert report.not_searched == [] and report.tuned == len(report.problems) == 6  # both shapes' three passes
+
+
 def test_a_runtime_without_pytorchs_convolution_searches_every_layer_in_host_bound_steps(monkeypatch):
     """Where the runtime's strategies leave PyTorch's convolution out, no plan duels it and every plan runs: no layer
     is left unsearched, whatever PyTorch's host time."""

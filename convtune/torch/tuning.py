@@ -287,6 +287,16 @@ def _untuned(routes: dict, layer_calls: dict, wanted: tuple[str, ...]) -> set:
                 untuned.add(key)
         except Exception as exc:  # (not measured: searched as usual)
             log.debug("convtune.torch.tune: PyTorch's host time for %s not measured: %s", problem.describe(), exc)
+    # a layer goes back only where all its calls do: one with a call that is searched stays patched, and its other
+    # calls' routes would be tuned at its first training call, so they are searched here too
+    changed = True
+    while changed:
+        changed = False
+        for calls in layer_calls.values():
+            keys = {key for key, _p, _k in calls}
+            if keys & untuned and not keys <= untuned:
+                untuned -= keys
+                changed = True
     if untuned:
         log.info("convtune.torch.tune: %d layer shape(s) not searched: in host-bound steps PyTorch's convolution "
                  "costs their training calls' host less than convtune's autograd detour, so no plan would be kept",
