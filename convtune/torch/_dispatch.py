@@ -322,10 +322,9 @@ class Route:
             return trip
         problem = self.problem
         try:
-            (t_trip, t_plans), _hosts = self._per_call(f"{trip.config.label()}+kept-spectra", trip_duel_conditions(),
-                                             ("trip_us", "per_pass_us"), [kept, per_pass],
-                                             lambda: [t.requires_grad_() for t in duel_operands(problem, self.device)],
-                                             problem)
+            (t_trip, t_plans), _hosts = self._per_call(
+                f"{trip.config.label()}+kept-spectra", trip_duel_conditions(), ("trip_us", "per_pass_us"),
+                [kept, per_pass], lambda: [t.requires_grad_() for t in duel_operands(problem, self.device)], problem)
         except Exception as exc:
             log.info("convtune: no round-trip duel for %s on %s (%s: %s); its round trip runs", problem.describe(),
                      self.device, type(exc).__name__, exc)

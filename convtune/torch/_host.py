@@ -6,6 +6,7 @@ the host at most that; and what leaves a model as it was after tuning runs it (:
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 
 import torch
@@ -101,6 +102,8 @@ def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS
     if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
         model = model.module  # (gradients taken outside a backward would leave DDP's reducer waiting for them)
     params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model's outputs need no gradient: none of its parameters needs one")
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     hosts, walls = [], []
     records: list = []
@@ -111,7 +114,7 @@ def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS
                 sync()
                 start = time.perf_counter()
                 loss = _summed(model(*inputs))
-                if loss is None or not params:
+                if loss is None:
                     raise ValueError("the model's outputs need no gradient")
                 grads = torch.autograd.grad(loss, params, allow_unused=True)
                 issued = time.perf_counter()
@@ -124,9 +127,7 @@ def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS
                     walls.append(done - start)
     finally:
         functional._collect.records = None
-    hosts.sort()
-    walls.sort()
-    return hosts[len(hosts) // 2], walls[len(walls) // 2]
+    return statistics.median_low(hosts), statistics.median_low(walls)
 
 
 def _summed(out):
@@ -146,8 +147,7 @@ def _summed(out):
 def pytorch_host_seconds(problem: ConvProblem, device) -> float:
     """The host's time per call of PyTorch's convolution for ``problem``'s pass (cuDNN's benchmark on, as a duel runs
     it), on random operands of the pass: what a plan of that pass can save the host at most."""
-    flags = problem.math == "tf32"
-    fn = native_for(problem, benchmark=True, tf32=flags)
+    fn = native_for(problem, benchmark=True, tf32=problem.math == "tf32")
     a, b = duel_operands(problem, device)
     hosts: list = []
     with torch.no_grad(), torch.autocast(device.type, enabled=False):

@@ -27,9 +27,9 @@ all that counts: each route weighs what its plans' duels gained in host time alo
 (:meth:`~convtune.torch._dispatch.Route.weigh_host`), and so does the hand-back. A plan can save the host at most what
 PyTorch's own call costs it, so a patched layer whose training calls cost PyTorch's convolution less host time than
 convtune's autograd detour is not searched at all (:func:`cannot_gain`: one short measurement per layer shape) and goes
-back to PyTorch: :attr:`TuneReport.not_searched`. ``host_bound=False`` weighs device and host together as each duel measured them (the steps
-run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the host is out of the step); ``True`` takes the
-steps as host-bound without timing them.
+back to PyTorch: :attr:`TuneReport.not_searched`. ``host_bound=False`` weighs device and host together as each duel
+measured them (the steps run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the host is out of the
+step); ``True`` takes the steps as host-bound without timing them.
 
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
@@ -274,7 +274,7 @@ def _untuned(routes: dict, layer_calls: dict, wanted: tuple[str, ...]) -> set:
         for key, passes, keep in calls:
             calls_of.setdefault(key, []).append((passes, keep))
     untuned = set()
-    for key, (route_passes, name, _keep) in routes.items():
+    for key, (route_passes, _name, _keep) in routes.items():
         calls = calls_of.get(key, [])
         if not calls or any(keep or len(passes) < 2 or not set(passes) <= set(wanted) for passes, keep in calls):
             continue
