@@ -7,6 +7,10 @@ empty cache had spent about 24 s compiling depthwise kernels one at a time. So a
 need kernels compiled builds them all at once before the planner verifies them
 (:meth:`~convtune.strategies.base.Strategy.prepare`, :func:`build_concurrently`), and its kernel caches
 are :func:`compiled_once`: a kernel that two threads want is compiled by one of them.
+
+Tuning many problems (a network's), the next problems' kernels compile on a background thread while the planner
+verifies and times the current one on the GPU (:class:`CompileAhead`): the compiler's host time then overlaps the
+searches' device time instead of coming between them.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import logging
 import os
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 log = logging.getLogger("convtune")
 
@@ -143,3 +149,76 @@ def pass_launchables(code: str, names, pass_: str, smem: int, device_id: int) ->
     alone (:func:`launchables`), ``None`` for the others."""
     wanted = pass_names(names, pass_)
     return pass_kernels(names, wanted, launchables(code, wanted, smem, device_id))
+
+
+class CompileAhead:
+    """``prepare(item)`` for each of ``items`` in order, on a background thread, while the caller works through the
+    same items: the planner's :meth:`~convtune.planner.Planner.prepare_ahead`, which compiles what a problem's search
+    will compile, so that the search finds its kernels built (:func:`compiled_once` makes a search that arrives
+    while they compile wait for them rather than compile them again).
+
+    The caller says which item it has reached (:meth:`reached`); those are skipped, their searches having prepared
+    them. :meth:`close` stops before the next item and waits for the one in hand; a context manager starts and closes
+    it. A ``prepare`` that raises costs its item's head start only (its search compiles what it needs and records any
+    failure). ``backend``: that of the searches; on CuPy, the caller's current device (when started) is made current on
+    the thread, the kernels being compiled for it. Nothing is started with fewer than two items, or on a machine with
+    one core.
+
+    >>> done = []
+    >>> with CompileAhead(done.append, ["a", "b", "c"]) as ahead:
+    ...     ahead.reached(0)
+    >>> set(done) <= {"b", "c"}
+    True
+    """
+
+    def __init__(self, prepare: Callable, items, backend=None):
+        self._prepare, self._items, self._backend = prepare, list(items), backend
+        self._at = -1  # the last item the caller has reached
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.prepared = 0  # items prepared here
+        self.seconds = 0.0  # spent preparing them
+
+    def start(self) -> CompileAhead:
+        if self._thread is None and len(self._items) > 1 and threads() > 1:
+            cupy = getattr(self._backend, "name", "") == "cupy"
+            device = self._backend.xp.cuda.Device().id if cupy else None
+            self._thread = threading.Thread(target=self._run, args=(device,), name="convtune-compile-ahead",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def reached(self, index: int) -> None:
+        """The caller is at ``items[index]``: the thread skips it and those before it."""
+        self._at = max(self._at, index)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            if self.prepared:
+                log.debug("convtune: compiled ahead for %d of %d problems in %.1f s", self.prepared,
+                          len(self._items), self.seconds)
+
+    def __enter__(self) -> CompileAhead:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _run(self, device: int | None) -> None:
+        if device is not None:
+            self._backend.xp.cuda.Device(device).use()
+        for index, item in enumerate(self._items):
+            if self._stop.is_set():
+                return
+            if index <= self._at:
+                continue
+            t0 = time.perf_counter()
+            try:
+                self._prepare(item)
+                self.prepared += 1
+            except Exception as exc:  # its search compiles what it needs, and records what fails
+                log.debug("convtune: compiling ahead for %s failed (%s: %s)", item, type(exc).__name__, exc)
+            self.seconds += time.perf_counter() - t0

@@ -27,6 +27,7 @@ from typing import Callable
 
 from .backend import get_backend
 from .cache import PlanCache
+from .compiling import CompileAhead
 from .errors import ConvtuneError
 from .fft import cost
 from .planner import Planner
@@ -96,8 +97,10 @@ def _worker(device: str, index: int, count: int, job: Job, events, go, abort) ->
         planner = Planner(backend, **job.planner_options)
         problems = rotated([ConvProblem.from_key(k) for k in job.problem_keys], index, count)
         with Worklist(cache, info, planner.tune, retune=job.retune,
-                      on_tune=lambda p: events.put(("start", device, p.key()))) as work:
-            for problem in problems:
+                      on_tune=lambda p: events.put(("start", device, p.key()))) as work, \
+                CompileAhead(planner.prepare_ahead, problems, backend) as ahead:
+            for index, problem in enumerate(problems):
+                ahead.reached(index)
                 if abort.is_set():
                     return
                 outcome = work.attempt(problem)

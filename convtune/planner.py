@@ -208,6 +208,18 @@ class Planner:
         """Tune and build the winner."""
         return build_plan(self.tune(problem), self.backend)
 
+    def prepare_ahead(self, problem: ConvProblem) -> None:
+        """Prepare now what :meth:`tune` of ``problem`` will (the strategies' :meth:`~Strategy.prepare`: their
+        candidates' kernels compiled), listed and pruned as there; nothing is recorded, a failure is the search's to
+        meet. For many problems, one prepared on a background thread while another is searched
+        (:class:`convtune.compiling.CompileAhead`)."""
+        for strategy in self._strategies():
+            if type(strategy).prepare is Strategy.prepare or strategy.supports(problem, self.backend) is not None:
+                continue
+            room = None if self.exhaustive else self._room(problem)
+            strategy.prepare(problem, [c for c in strategy.candidates(problem, self.backend) if self.exhaustive or
+                                       strategy.pruned(problem, c, self.backend, room) is None], self.backend)
+
     # -- steps ----------------------------------------------------------------------
     def _strategies(self) -> list[Strategy]:
         if self.strategy_names:

@@ -309,3 +309,33 @@ def test_where_the_tuning_time_went_adds_up_to_the_total():
                       "the searches' other work": 1.8, "outside the searches (the cache, leases)": 1.0}, text
     assert sum(totals.values()) == pytest.approx(6.0)
     assert "outside the searches" not in _where_the_time_went(decisions, 6.0, workers=2)
+
+
+def test_tune_compiles_the_next_problems_ahead_while_one_is_searched(net, db, monkeypatch):
+    import threading
+    import time
+
+    from convtune.strategies import register, unregister
+    from test_planner import correct, make_strategy
+
+    monkeypatch.setattr("convtune.compiling.threads", lambda: 2)
+    prepared = []
+
+    def slow(a, b, out, p, reference):
+        time.sleep(0.02)  # (a search that takes a while: the thread gets ahead of it)
+        return correct(a, b, out, p, reference)
+
+    class Compiling(make_strategy("t-compiles-ahead", slow)):
+        def prepare(self, p, configs, backend):
+            prepared.append((p.key(), threading.current_thread().name))
+    Compiling.name = "t-compiles-ahead"
+    register(Compiling)
+    try:
+        result = run("tune", net, "--db", db, "--strategies", "t-compiles-ahead")
+    finally:
+        unregister("t-compiles-ahead")
+    assert result.exit_code == 0, result.output
+    keys = {k for k, _t in prepared}
+    assert len(keys) == 6  # two shapes, three passes: each prepared, by its search or ahead of it
+    assert any(t == "convtune-compile-ahead" for _k, t in prepared)
+    assert "6 tuned" in result.output

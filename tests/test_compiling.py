@@ -4,7 +4,7 @@ import threading
 import time
 
 from convtune.backend import get_backend
-from convtune.compiling import build_concurrently, compiled_once
+from convtune.compiling import CompileAhead, build_concurrently, compiled_once
 
 
 def test_a_key_is_made_once_while_other_threads_wait_for_it():
@@ -45,3 +45,53 @@ def test_builds_run_at_once_and_failures_are_counted_not_raised(monkeypatch):
     assert peak[0] >= 2
     monkeypatch.setattr("convtune.compiling.threads", lambda: 1)  # one core: nothing to gain, nothing run
     assert build_concurrently([broken, broken], get_backend("numpy")) == 0
+
+
+def _wait_for(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+def test_compile_ahead_prepares_on_a_thread_of_its_own_the_items_not_yet_reached(monkeypatch):
+    monkeypatch.setattr("convtune.compiling.threads", lambda: 2)
+    done, caller = [], threading.current_thread().name
+    ahead = CompileAhead(lambda item: done.append((item, threading.current_thread().name)), range(5))
+    ahead.reached(2)  # the caller's searches have prepared items 0 to 2 themselves
+    with ahead:
+        assert _wait_for(lambda: ahead.prepared == 2)
+    assert [item for item, _t in done] == [3, 4] and all(t not in (caller, "MainThread") for _i, t in done)
+    assert ahead.seconds >= 0
+
+
+def test_compile_ahead_stops_before_its_next_item_and_a_failure_costs_only_its_own(monkeypatch):
+    monkeypatch.setattr("convtune.compiling.threads", lambda: 2)
+    started, release, done = threading.Event(), threading.Event(), []
+
+    def prepare(item):
+        if item == 1:
+            raise RuntimeError("no kernel for this one")
+        if item == 3:
+            started.set()
+            release.wait(10)
+        done.append(item)
+    ahead = CompileAhead(prepare, range(6)).start()
+    assert started.wait(10)
+    closing = threading.Thread(target=ahead.close)
+    closing.start()
+    time.sleep(0.05)  # (close has asked the thread to stop; it is still in item 3)
+    release.set()
+    closing.join(10)
+    assert not closing.is_alive() and done == [0, 2, 3] and ahead.prepared == 3
+
+
+def test_compile_ahead_starts_nothing_for_one_item_or_on_one_core(monkeypatch):
+    calls = []
+    monkeypatch.setattr("convtune.compiling.threads", lambda: 2)
+    with CompileAhead(calls.append, ["only"]) as ahead:
+        pass
+    monkeypatch.setattr("convtune.compiling.threads", lambda: 1)
+    with CompileAhead(calls.append, ["a", "b"]) as ahead:
+        pass
+    assert calls == [] and ahead.prepared == 0

@@ -466,3 +466,34 @@ def test_pytorchs_call_is_verified_without_its_algorithm_search():
     torch = get_strategy("torch")
     assert torch.verification_config(TorchConfig(benchmark=True)) == TorchConfig(benchmark=False)
     assert get_strategy("im2col").verification_config("any") == "any"
+
+
+@dataclass(frozen=True)
+class SizeConfig(Config):
+    size: int = 0
+
+
+def test_prepare_ahead_prepares_what_the_search_will_and_records_nothing(extra_strategies):
+    prepared = []
+
+    def compiling(name, supported=True):
+        class Compiling(make_strategy(name, correct, supported=supported,
+                                      pruned=lambda p, c, b: "too small" if c.size == 1 else None)):
+            config_type = SizeConfig
+
+            def candidates(self, p, backend):
+                return [SizeConfig(1), SizeConfig(2), SizeConfig(3)]
+
+            def prepare(self, p, configs, backend):
+                prepared.append((self.name, p.pass_, [c.size for c in configs]))
+        Compiling.name = name
+        return extra_strategies(Compiling)
+    names = [compiling("t-compiles"), compiling("t-elsewhere", supported=False), extra_strategies("t-plain")]
+    planner = Planner("numpy", strategies=names)
+    planner.prepare_ahead(problem("2d-odd", "dgrad"))
+    assert prepared == [("t-compiles", "dgrad", [2, 3])]  # (pruned and unsupported left out, as the search would)
+    Planner("numpy", strategies=names, exhaustive=True).prepare_ahead(problem("2d-odd"))
+    assert prepared[-1] == ("t-compiles", "fwd", [1, 2, 3])
+    d = planner.tune(problem("2d-odd", "dgrad"))
+    assert prepared[-1] == ("t-compiles", "dgrad", [2, 3]) and len(prepared) == 3  # the search prepares as before
+    assert {o.strategy for o in d.outcomes} >= {"t-compiles", "t-plain"}

@@ -16,6 +16,7 @@ from .. import roundtrip
 from ..backend import get_backend, gpu_available
 from ..cache import PlanCache, default_path, resolve_url
 from ..cache.records import broken_key
+from ..compiling import CompileAhead
 from ..commandline import (PASS_NAMES, TABLE_WIDTH, backend_named, busy_note, command, db_option, dtype_option, echo, explain_hint,
                            format_ms, format_table, input_shape_option, layout_option, parse_batches, parse_passes,
                            parse_shapes, parse_size, progress, writable_cache)
@@ -151,8 +152,11 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
                         if cache.get(problem, device_key) is not None:
                             settle(work.attempt(problem))
                 to_tune = [(p, names) for p, names in problems if p.key() not in sources]
-                with progress(to_tune, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar:
-                    for problem, names in bar:
+                # (the next problems' kernels compile while one is searched)
+                with progress(to_tune, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar, \
+                        CompileAhead(planner.prepare_ahead, [p for p, _n in to_tune], be) as ahead:
+                    for index, (problem, names) in enumerate(bar):
+                        ahead.reached(index)
                         current[0] = names[0]
                         outcome = work.attempt(problem)
                         if outcome is not None:

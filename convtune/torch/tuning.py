@@ -56,6 +56,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..compiling import CompileAhead
+from ..planner import Planner
 from ..problem import PASSES, ConvProblem
 from ..runtime import Runtime, _Held, default_runtime
 from ..timing import HOST_BOUND
@@ -342,6 +344,19 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
                      hand_back=hand_back, host_bound=host_bound)
 
 
+def _compile_ahead(rt, items) -> CompileAhead:
+    """A :class:`~convtune.compiling.CompileAhead` over ``items`` (``(problem, device, names)``) for the runtime's
+    planner, started on the first item's CUDA device (items on other devices compile in their searches); on the CPU
+    one that does nothing. Closed before any duel: its threads would take the host time the duels measure."""
+    device = items[0][1] if items else None
+    if device is None or device.type != "cuda" or rt.miss_policy != "tune":
+        return CompileAhead(None, [])
+    br = bridge(device.type)
+    planner = Planner(br.backend, **rt.planner_options)
+    ahead = CompileAhead(lambda item: item[1] == device and planner.prepare_ahead(item[0]), items, br.backend)
+    return br.call(device.index, ahead.start)
+
+
 def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, host_bound) -> TuneReport:
     started = time.perf_counter()
     rt = runtime or default_runtime()
@@ -414,10 +429,12 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         return True
 
     held = []
-    for done, (problem, device, names) in enumerate(items):
-        shown(done, f"{names[0]} {problem.pass_}")
-        if not settle(problem, device, wait=False):
-            held.append((problem, device))  # another rank is tuning it: its plan is read at the end
+    with _compile_ahead(rt, items) as ahead:  # (the next problems' kernels compile while one is searched)
+        for done, (problem, device, names) in enumerate(items):
+            ahead.reached(done)
+            shown(done, f"{names[0]} {problem.pass_}")
+            if not settle(problem, device, wait=False):
+                held.append((problem, device))  # another rank is tuning it: its plan is read at the end
     if held:
         log.info("convtune.torch.tune: waiting for %d problem(s) other processes are tuning", len(held))
     for problem, device in held:
