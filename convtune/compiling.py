@@ -165,8 +165,10 @@ class CompileAhead:
     one core.
 
     >>> done = []
-    >>> with CompileAhead(done.append, ["a", "b", "c"]) as ahead:
-    ...     ahead.reached(0)
+    >>> ahead = CompileAhead(done.append, ["a", "b", "c"])
+    >>> ahead.reached(0)  # (the caller's search of "a" prepares it)
+    >>> with ahead:
+    ...     pass  # the searches, here none: closing stops the thread before its next item
     >>> set(done) <= {"b", "c"}
     True
     """
