@@ -61,9 +61,19 @@ class _Backend:
 
 def has_rules(name: str) -> bool:
     """Rules that a stored search can replay: fixed ones (not those a strategy learns in the process from the
-    searches before, like cuDNN's runtime-compiled engines: ``Strategy.rules_learned``)."""
+    searches before, like cuDNN's engine records: ``Strategy.rules_learned``; of such a strategy, its
+    ``fixed_rule``)."""
     strategy = get_strategy(name)
-    return type(strategy).pruned is not Strategy.pruned and not strategy.rules_learned
+    if strategy.rules_learned:
+        return type(strategy).fixed_rule is not Strategy.fixed_rule
+    return type(strategy).pruned is not Strategy.pruned
+
+
+def replayed(strategy_name, problem, config, backend):
+    """The stored candidate's rule, as a search would meet it now (a learning strategy's fixed one), or ``None``."""
+    strategy = get_strategy(strategy_name)
+    rule = strategy.fixed_rule if strategy.rules_learned else strategy.pruned
+    return rule(problem, config, _Backend(backend), DEFAULT_WORKSPACE_LIMIT)
 
 
 def from_db(url):
@@ -150,7 +160,7 @@ def main(argv=None):
             for m in measured:
                 if not has_rules(m.strategy):
                     continue
-                rule = get_strategy(m.strategy).pruned(problem, m.config, _Backend(backend), DEFAULT_WORKSPACE_LIMIT)
+                rule = replayed(m.strategy, problem, m.config, backend)
                 if rule is None:
                     continue
                 r = rules[f"{m.strategy}: {rule.split(':')[0]}"]

@@ -29,7 +29,7 @@ def test_tensors_are_described_in_the_problems_layout_and_half_problems_keep_ten
     """Channels-last strides for every operand (a 1-D problem's lifted height is spatial: (N, L, C) memory),
     packed ones for channels-first; half-precision engines may use tensor cores in any math mode, no engine may
     reduce in reduced precision."""
-    from convtune.strategies.cudnn import _strides, excluded_notes
+    from convtune.direct.cudnn_frontend import excluded_notes, strides as _strides
     assert _strides([2, 3, 4, 5]) == [60, 20, 5, 1]
     assert _strides([2, 3, 4, 5], "channels_last") == [60, 1, 15, 3]
     assert _strides([2, 3, 1, 7], "channels_last") == [21, 1, 21, 3]  # N, L, C
@@ -84,7 +84,7 @@ def test_winner_is_rebuilt_from_engine_and_knobs_without_enumeration(monkeypatch
 @pytest.mark.parametrize("case, dims", [("1d-basic", 4), ("2d-odd", 4), ("3d-stride-dil-groups", 5)])
 def test_problems_reach_cudnn_as_4d_or_5d_tensors(case, dims):
     """Rank 1 gets a height-1 axis; ranks 2 and 3 go as they are (NCHW, NCDHW), geometry per axis."""
-    from convtune.strategies.cudnn import _geometry
+    from convtune.direct.cudnn_frontend import geometry as _geometry
     p = problem(case)
     x, w, y, pad, stride, dil = _geometry(p)
     assert (len(x), len(w), len(y)) == (dims,) * 3 and len(pad) == len(stride) == len(dil) == dims - 2
@@ -109,7 +109,7 @@ def test_operands_bind_by_position_where_the_frontend_takes_tensor_uids():
     """A frontend whose execute_plan_at_index takes ``tensor_uids`` gets the operands by position (a cheaper
     per-call path), the uids read from the graph's tensors; an older one gets the mapping form."""
     from types import SimpleNamespace
-    from convtune.strategies.cudnn import _ordered_uids
+    from convtune.direct.cudnn_frontend import ordered_uids as _ordered_uids
 
     def newer(tensor_dict, workspace=None, index=0, handle=None, *args, tensor_uids=None, **kwargs):
         pass

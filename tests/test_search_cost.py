@@ -426,3 +426,17 @@ def test_check_rules_says_which_python_to_run_it_with_where_convtune_is_missing(
             f"runpy.run_path({str(script)!r}, run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1 and "run it with .venv/bin/python" in result.stderr
+
+
+def test_the_cudnn_engine_rule_leaves_out_engine_1_on_float32_depthwise_layers_only():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.cudnn import CudnnConfig
+    cudnn, gpu = get_strategy("cudnn"), _Named("cupy")
+    depthwise = _layer(in_channels=64, out_channels=64, kernel_size=3, stride=2, padding=1, groups=64)
+    assert "depthwise" in cudnn.pruned(depthwise, CudnnConfig(1), gpu)
+    assert cudnn.fixed_rule(depthwise, CudnnConfig(1, (("TILE_SIZE", 4),)), gpu) is not None
+    assert cudnn.pruned(depthwise, CudnnConfig(0), gpu) is None  # (engine 0 won such a layer)
+    assert cudnn.pruned(depthwise.replace(dtype="bfloat16"), CudnnConfig(1), gpu) is None  # not measured
+    assert cudnn.pruned(_layer(out_channels=128, groups=64), CudnnConfig(1), gpu) is None  # a channel multiplier
+    assert cudnn.pruned(_layer(), CudnnConfig(1), gpu) is None
+    assert CudnnConfig.from_label(CudnnConfig(1, (("TILE_SIZE", 4),)).label()) == CudnnConfig(1, (("TILE_SIZE", 4),))

@@ -86,7 +86,7 @@ class Strategy:
     #: rules it out (PyTorch's own convolution, the reference point a tuned plan must not fall behind).
     always_timed: ClassVar[bool] = False
     #: Its :meth:`pruned` rules are learned from earlier searches in the process (:meth:`observe`), so a stored
-    #: search cannot replay them (``benchmarks/check_rules.py`` leaves them out).
+    #: search cannot replay them (``benchmarks/check_rules.py`` replays only its :meth:`fixed_rule`).
     rules_learned: ClassVar[bool] = False
     #: Its plans transform the operands into spectra (the FFT strategies): where one of a layer's per-pass winners
     #: does, a round trip that keeps spectra between the passes may pay (``keep_spectra='auto'``).
@@ -108,6 +108,12 @@ class Strategy:
         ``benchmarks/check_rules.py`` checks them against any), so that it is not verified or timed;
         ``None``: it is tried. ``room``: the workspace a candidate may have (``None``: no limit). An
         exhaustive search ignores this."""
+        return None
+
+    def fixed_rule(self, problem: ConvProblem, config: Config, backend, room: int | None = None) -> str | None:
+        """The part of :meth:`pruned` that does not depend on earlier searches in the process, for a strategy whose
+        rules are otherwise learned (:attr:`rules_learned`): what ``benchmarks/check_rules.py`` replays of it on
+        stored searches. ``None`` by default."""
         return None
 
     def prepare(self, problem: ConvProblem, configs: list, backend) -> None:

@@ -23,8 +23,6 @@ it does not support a problem.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 import math
 import statistics
@@ -34,6 +32,7 @@ from dataclasses import dataclass, field
 
 from .. import precision
 from ..direct import replay
+from ..direct import cudnn_frontend as frontend
 from ..executor import Executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, register
@@ -89,23 +88,8 @@ HEURISTIC_FIRST = 4
 #: full batch cost less than building the plan again for the verification batch. Runtime-compiled plans always are.
 FULL_BATCH_VERIFY_FLOPS = 8e9
 
-#: Numeric notes that rule a plan out, per math mode (float32 problems; see :func:`excluded_notes`).
-EXCLUDED_NOTES = {"fp32": ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"),
-                  "tf32": ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")}
-
-
-def excluded_notes(math: str, dtype: str) -> tuple[str, ...]:
-    """The numeric notes that rule a plan out: per math mode for float32; for bfloat16 and float16 operands
-    tensor cores are their engines' own way (multiplying half numbers is exact in float32) and only a
-    reduction in reduced precision is ruled out (accumulation is float32 or better, see convtune.precision).
-
-    >>> excluded_notes("fp32", "bfloat16")
-    ('REDUCED_PRECISION_REDUCTION',)
-    """
-    if dtype == "float32":
-        return EXCLUDED_NOTES[math]
-    return ("REDUCED_PRECISION_REDUCTION",)
-
+#: Engines not tried on float32 depthwise layers (:meth:`CudnnStrategy.fixed_rule`).
+DEPTHWISE_SLOW_ENGINES = frozenset({1})
 
 @dataclass(frozen=True)
 class CudnnConfig(Config):
@@ -117,45 +101,20 @@ class CudnnConfig(Config):
         return f"eng{self.engine}" + (f",{knobs}" if knobs else "")
 
     @classmethod
+    def from_label(cls, text: str) -> "CudnnConfig":
+        """The configuration :meth:`label` prints as ``text`` (knob names in the frontend's upper case).
+
+        >>> CudnnConfig.from_label("eng70,idx_mode=0,tile_size=12")
+        CudnnConfig(engine=70, knobs=(('IDX_MODE', 0), ('TILE_SIZE', 12)))
+        """
+        engine, *knobs = text.split(",")
+        if not engine.startswith("eng"):
+            raise ValueError(f"a cuDNN plan's label starts with eng and its engine number, not {text!r}")
+        return cls(int(engine[3:]), tuple(sorted((k.upper(), int(v)) for k, v in (kv.split("=") for kv in knobs))))
+
+    @classmethod
     def from_dict(cls, data: dict) -> "CudnnConfig":
         return cls(engine=int(data["engine"]), knobs=tuple((str(k), int(v)) for k, v in data.get("knobs", ())))
-
-
-def _load():
-    """The cudnn module, or the reason it cannot be used."""
-    try:
-        return importlib.import_module("cudnn"), None
-    except Exception as exc:  # ImportError, or a library that fails to load
-        return None, f"the cuDNN frontend is not importable ({type(exc).__name__}: {exc}); pip install " \
-                     "'convtune[cudnn]' (nvidia-cudnn-frontend)"
-
-
-def _geometry(p: ConvProblem):
-    """Shapes and geometry as cuDNN takes them: 4-D tensors for ranks 1 (given a height-1 axis) and 2,
-    5-D for rank 3."""
-    def lift(values, fill):
-        return [fill, *values] if p.rank == 1 else list(values)
-    x = [p.batch, p.in_channels, *lift(p.input_size, 1)]
-    w = [p.out_channels, p.in_per_group, *lift(p.kernel_size, 1)]
-    y = [p.batch, p.out_channels, *lift(p.output_size, 1)]
-    return x, w, y, lift(p.padding, 0), lift(p.stride, 1), lift(p.dilation, 1)
-
-
-def _strides(dims, layout: str = "channels_first"):
-    """Element strides of a dense tensor of logical ``dims`` ``(N, C, *spatial)`` in ``layout``'s memory order
-    (channels_last: N, spatial..., C; a 1-D problem's lifted height axis is spatial too)."""
-    order = list(range(len(dims)))
-    if layout == "channels_last":
-        order = [0, *range(2, len(dims)), 1]
-    out, acc = [0] * len(dims), 1
-    for axis in reversed(order):
-        out[axis] = acc
-        acc *= dims[axis]
-    return out
-
-
-#: The frontend's data type of each problem dtype (operands and result; compute is always float32).
-_DATA_TYPES = {"float32": "FLOAT", "bfloat16": "BFLOAT16", "float16": "HALF"}
 
 
 def trial_ratio(status: str, median_s: float | None, error: float | None, winner_s: float) -> float | None:
@@ -259,13 +218,13 @@ class _Graph:
         self.kind = (p.pass_, p.dtype, p.layout)
         self.engine_kind = (p.pass_, p.dtype, p.layout, p.math)  # (what keys the engines' records of plans compiled
         # ahead; ``kind`` keys the runtime-compiled ones')
-        x, w, y, pad, stride, dil = _geometry(p)
-        f32, io = cudnn.data_type.FLOAT, getattr(cudnn.data_type, _DATA_TYPES[p.dtype])
+        x, w, y, pad, stride, dil = frontend.geometry(p)
+        f32, io = cudnn.data_type.FLOAT, getattr(cudnn.data_type, frontend.DATA_TYPES[p.dtype])
         g = cudnn.pygraph(io_data_type=io, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
         geometry = dict(padding=pad, stride=stride, dilation=dil, compute_data_type=f32)
 
         def tensor(name, dims):  # every operand and the result in the problem's dtype and layout
-            return g.tensor(name=name, dim=dims, stride=_strides(dims, p.layout), data_type=io)
+            return g.tensor(name=name, dim=dims, stride=frontend.strides(dims, p.layout), data_type=io)
         if p.pass_ == "fwd":
             a, b = tensor("X", x), tensor("W", w)
             out, dims = g.conv_fprop(image=a, weight=b, **geometry), y
@@ -276,7 +235,7 @@ class _Graph:
             a, b = tensor("X", x), tensor("DY", y)
             out, dims = g.conv_wgrad(image=a, loss=b, **geometry), w
         # set the output layout explicitly: an inferred one need not be packed in the problem's layout
-        out.set_output(True).set_dim(dims).set_stride(_strides(dims, p.layout)).set_data_type(io)
+        out.set_output(True).set_dim(dims).set_stride(frontend.strides(dims, p.layout)).set_data_type(io)
         g.validate()
         g.build_operation_graph()
         self.graph, self.tensors, self.cudnn = g, (a, b, out), cudnn
@@ -284,7 +243,7 @@ class _Graph:
 
     def enumerate(self, math: str, dtype: str = "float32") -> list[tuple[CudnnConfig, int]]:
         """Every plan the heuristics offer, and every engine with default knobs, that builds, with its
-        workspace (the numerics :func:`excluded_notes` rules out left out; a plan whose engine's record says so is
+        workspace (the numerics :func:`frontend.excluded_notes` rules out left out; a plan whose engine's record says so is
         listed with workspace 0 and not built: :class:`CompileRecord` for a runtime-compiled one, see ``RTC_TRIALS``;
         :class:`EngineRecord` for the others, see ``ENGINE_TRIALS``)."""
         g = self.list_plans(math, dtype)
@@ -334,7 +293,7 @@ class _Graph:
 
     def list_plans(self, math: str, dtype: str = "float32"):
         """The graph with every plan listed (none built): the heuristics' plans and every engine with its default
-        knobs, less those the numerics :func:`excluded_notes` rules out."""
+        knobs, less those the numerics :func:`frontend.excluded_notes` rules out."""
         cudnn, g = self.cudnn, self.graph
         g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in HEURISTICS])
         try:
@@ -348,7 +307,7 @@ class _Graph:
             except Exception as exc:  # the engine does not support this graph
                 log.debug("cuDNN engine %d not offered: %s", engine, exc)
         # the notes filter applies to every plan in the list, the engines' default-knob plans included
-        notes = [getattr(cudnn.numerical_note, n) for n in excluded_notes(math, dtype)
+        notes = [getattr(cudnn.numerical_note, n) for n in frontend.excluded_notes(math, dtype)
                  if hasattr(cudnn.numerical_note, n)]
         if notes:
             g.deselect_numeric_notes(notes)
@@ -436,7 +395,7 @@ class CudnnStrategy(Strategy):
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
             return "cuDNN needs the CuPy (GPU) backend"
-        cudnn, reason = _load()
+        cudnn, reason = frontend.load()
         if cudnn is None:
             return reason
         if problem.rank not in (1, 2, 3):
@@ -451,7 +410,7 @@ class CudnnStrategy(Strategy):
         key = problem.key()
         with _CTX.lock:
             if key not in _CTX.candidates:
-                cudnn, _ = _load()
+                cudnn, _ = frontend.load()
                 handle = _CTX.handle(cudnn, backend.xp)
                 try:
                     graph = _Graph(cudnn, handle, problem)
@@ -476,8 +435,26 @@ class CudnnStrategy(Strategy):
         return graph.built[config][1] if graph and config in graph.built else 0
 
     def pruned(self, problem, config, backend, room=None):
+        fixed = self.fixed_rule(problem, config, backend, room)
+        if fixed is not None:
+            return fixed
         graph = _CTX.enumerated.get(problem.key())
         return graph.deferred.get(config) if graph is not None else None
+
+    def fixed_rule(self, problem, config, backend, room=None):
+        """The rule fitted on measured searches (``benchmarks/check_rules.py`` replays it):
+
+        * Engine 1 on float32 depthwise layers (one input and one output channel per group): not tried. H100, 20 such
+          problems of three exhaustive searches (ConvNeXt-T, tests/data/searches/h100-convnext_tiny-exhaustive.db.gz,
+          and the public suite's two): its 35 plans timed there never came within 6.48x of the winner. H200 (2026-11-28):
+          on RepLKNet-31B's 1024-channel 3x3 stride-2 depthwise forward pass at batch 16 its plan ran 210,000x the
+          winner's time, and its verification alone took 39.6 s of the layer's 45.5 s search.
+        """
+        if (config.engine in DEPTHWISE_SLOW_ENGINES and problem.dtype == "float32" and
+                problem.groups == problem.in_channels == problem.out_channels > 1):
+            return (f"engine {config.engine} on a float32 depthwise layer: never within 6x of the winner in 20 "
+                    "stored problems, and 210,000x on a 1024-channel stride-2 one")
+        return None
 
     def verified_at_full_batch(self, problem, config) -> bool:
         """A plan built while listing, for the full batch: verified as built, not built again on another graph for the
@@ -524,7 +501,7 @@ class CudnnStrategy(Strategy):
         return configs[0]
 
     def build(self, problem, config, backend):
-        cudnn, reason = _load()
+        cudnn, reason = frontend.load()
         if cudnn is None:
             raise RuntimeError(reason)
         cp = backend.xp
@@ -540,7 +517,7 @@ class CudnnStrategy(Strategy):
         ws_ptr = workspace.data.ptr
         shape = problem.result_shape
         a_t, b_t, out_t = graph.tensors
-        uids = _ordered_uids(execute, graph.tensors)
+        uids = frontend.ordered_uids(execute, graph.tensors)
 
         def direct(a: int, b: int, out: int, stream) -> None:
             """The plan on dense data of the problem's dtype and layout (bfloat16 as 16-bit numbers) given by
@@ -571,14 +548,3 @@ class CudnnStrategy(Strategy):
                 return out
             return target
         return Executor(run, launch=launch)  # (by address: the PyTorch bridge)
-
-
-def _ordered_uids(execute, tensors) -> tuple | None:
-    """The operands' uids where the frontend's ``execute_plan_at_index`` binds buffers by position
-    (``tensor_uids``: 1.32 does; older ones may not), else ``None`` (the mapping form)."""
-    try:
-        if "tensor_uids" not in inspect.signature(execute).parameters:
-            return None
-        return tuple(int(t.uid) if hasattr(t, "uid") else int(t.get_uid()) for t in tensors)
-    except (TypeError, ValueError, AttributeError):  # no signature, or tensors without uids yet
-        return None
