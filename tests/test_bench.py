@@ -444,3 +444,17 @@ def test_a_kept_spectra_trip_is_timed_side_by_side_with_the_torch_fft_peers():
     wrong = SimpleNamespace(round_trip_for=lambda problem, backend: SimpleNamespace(
         config=TripConfig(sizes=(8,), product="pointwise")))
     assert "failed" in bench_trip_paired(p, backend, wrong, timer, 1.0)
+
+
+def test_bench_model_counts_the_cuda_graphs_its_timed_steps_made_and_replayed(monkeypatch):
+    from convtune.bench import model
+    now = [(10, 100)]
+    monkeypatch.setattr(model.replay, "counts", lambda: now[0])
+    record, quiet = {"mode": "convtune-amp-bf16"}, {"mode": "torch-amp-bf16"}
+    for made, replayed in ((13, 140), (14, 190)):
+        before = now[0]
+        now[0] = (made, replayed)
+        model._count_graphs(record, *before, 5)
+        model._count_graphs(quiet, *now[0], 5)  # (nothing made or replayed during its steps)
+    assert (record["graphs_made"], record["graph_replays"], record["graph_steps"]) == (4, 90, 10)
+    assert "graphs_made" not in quiet

@@ -363,3 +363,19 @@ def test_a_launch_owning_its_workspace_passes_one_block_to_every_call_and_captur
     none = replay.owning(lambda a, b, out, stream: log.append(("bare", (a, b, out), stream)), 0, memory, "bare")
     none(7, 8, 9, "s")
     assert none.holds is None and log[-1] == ("bare", (7, 8, 9), "s") and len(memory.blocks) == 1
+
+
+def test_the_graphs_made_and_replayed_are_counted_over_the_launches_alive():
+    """replay.counts() sums every live launch's graphs made and replays: a benchmark reads it around its steps."""
+    import gc
+    from convtune.direct import replay
+    made, replayed = replay.counts()
+    first, _ = _replaying()
+    second, _ = _replaying()
+    for run in (first, second, first):
+        run(1, 2, 3, "s")
+        run(1, 2, 3, "s")
+    assert replay.counts() == (made + 2, replayed + 2)  # first: one graph, two replays; second: one graph
+    del second
+    gc.collect()
+    assert replay.counts() == (made + 1, replayed + 2)  # (a plan dropped takes its counts with it)

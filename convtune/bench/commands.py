@@ -313,6 +313,11 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
              "more). There a faster convolution shortens no step, and what a patched layer costs the host lengthens "
              "it; --graph times whole steps without the host's work.")
     for m in doc["modes"]:
+        if m.get("graph_steps"):
+            echo(f"{m['mode']}: the plans' by-address launches made {m['graphs_made'] / m['graph_steps']:.1f} CUDA "
+                 f"graphs and replayed {m['graph_replays'] / m['graph_steps']:.1f} per timed step (a graph is made "
+                 "for operands at new addresses: the allocator's, not the same every step)")
+    for m in doc["modes"]:
         prof = m.get("profile")
         if prof:
             busy = prof["device_busy_ms_per_step"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 
 log = logging.getLogger("convtune")
 
@@ -41,6 +42,17 @@ ENV = "CONVTUNE_REPLAY"
 GRAPHS, SEEN = 64, 256
 #: Replay is switched off once this many graphs have been made with fewer than REPLAYS_PER_GRAPH replays each.
 CHURN_GRAPHS, REPLAYS_PER_GRAPH = 128, 4
+
+#: Every launch made in the process and still alive (for :func:`counts`).
+_LAUNCHES: weakref.WeakSet = weakref.WeakSet()
+
+
+def counts() -> tuple[int, int]:
+    """Graphs made and replays, summed over every by-address launch alive in the process: what a benchmark reads
+    before and after some steps to say how often the operands' addresses changed under the plans (each new address
+    triple costs a capture where the same addresses would cost a replay)."""
+    launches = list(_LAUNCHES)
+    return sum(r.made for r in launches), sum(r.replayed for r in launches)
 
 
 def _capturing(stream) -> bool:
@@ -73,6 +85,7 @@ class AddressReplay:
         self._lock = threading.Lock()  # one capture at a time on the side stream, and the dicts' changes
         self.made = self.replayed = 0
         self.off: str | None = f"{ENV}=0" if os.environ.get(ENV) == "0" else None  # why replay is off, if it is
+        _LAUNCHES.add(self)
 
     def __call__(self, a: int, b: int, out: int, stream) -> None:
         key = (a, b, out)
