@@ -448,13 +448,14 @@ def test_a_kept_spectra_trip_is_timed_side_by_side_with_the_torch_fft_peers():
 
 def test_bench_model_counts_the_cuda_graphs_its_timed_steps_made_and_replayed(monkeypatch):
     from convtune.bench import model
-    now = [(10, 100)]
+    now = [(10, 100, 0.5)]
     monkeypatch.setattr(model.replay, "counts", lambda: now[0])
     record, quiet = {"mode": "convtune-amp-bf16"}, {"mode": "torch-amp-bf16"}
-    for made, replayed in ((13, 140), (14, 190)):
+    for counts in ((13, 140, 0.75), (14, 190, 1.0)):
         before = now[0]
-        now[0] = (made, replayed)
-        model._count_graphs(record, *before, 5)
-        model._count_graphs(quiet, *now[0], 5)  # (nothing made or replayed during its steps)
+        now[0] = counts
+        model._count_graphs(record, before, 5)
+        model._count_graphs(quiet, now[0], 5)  # (nothing made or replayed during its steps)
     assert (record["graphs_made"], record["graph_replays"], record["graph_steps"]) == (4, 90, 10)
+    assert record["graph_capture_s"] == pytest.approx(0.5)
     assert "graphs_made" not in quiet

@@ -314,9 +314,11 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
              "it; --graph times whole steps without the host's work.")
     for m in doc["modes"]:
         if m.get("graph_steps"):
-            echo(f"{m['mode']}: the plans' by-address launches made {m['graphs_made'] / m['graph_steps']:.1f} CUDA "
-                 f"graphs and replayed {m['graph_replays'] / m['graph_steps']:.1f} per timed step (a graph is made "
-                 "for operands at new addresses: the allocator's, not the same every step)")
+            n = m["graph_steps"]
+            echo(f"{m['mode']}: the plans' by-address launches made {m['graphs_made'] / n:.1f} CUDA graphs per timed "
+                 f"step ({m.get('graph_capture_s', 0) / n * 1e3:.2f} ms of host time) and replayed "
+                 f"{m['graph_replays'] / n:.1f} (a graph is made for operands at new addresses: the allocator's, not "
+                 "the same every step)")
     for m in doc["modes"]:
         prof = m.get("profile")
         if prof:

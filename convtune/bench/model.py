@@ -324,9 +324,9 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
                                          progress=progress, graph=graph)
     if progress:
         progress(f"{mode}: {steps} timed steps")
-    made, replayed = replay.counts()
+    before = replay.counts()
     _summarise(record, *timed_steps(step, device, steps))
-    _count_graphs(record, made, replayed, steps)
+    _count_graphs(record, before, steps)
     if device.type == "cuda":
         record["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
     _finish(record, mode, step, device, runtime, progress, profile)
@@ -344,15 +344,15 @@ def _finish(record, mode, step, device, runtime, progress, profile) -> None:
         record["routes"] = _routes(runtime)
 
 
-def _count_graphs(record: dict, made: int, replayed: int, steps: int) -> None:
-    """Add to ``record`` the CUDA graphs the plans' by-address launches made and replayed since ``made`` and
-    ``replayed`` were read (:func:`convtune.direct.replay.counts`), over ``steps`` more timed steps; nothing where
-    the mode made and replayed none (PyTorch's modes, plans without such launches)."""
-    now_made, now_replayed = replay.counts()
-    if now_made == made and now_replayed == replayed and "graphs_made" not in record:
+def _count_graphs(record: dict, before: tuple, steps: int) -> None:
+    """Add to ``record`` the CUDA graphs the plans' by-address launches made and replayed, and the host seconds
+    making them took, since ``before`` was read (:func:`convtune.direct.replay.counts`), over ``steps`` more timed
+    steps; nothing where the mode made and replayed none (PyTorch's modes, plans without such launches)."""
+    now = replay.counts()
+    if now[:2] == before[:2] and "graphs_made" not in record:
         return
-    record["graphs_made"] = record.get("graphs_made", 0) + now_made - made
-    record["graph_replays"] = record.get("graph_replays", 0) + now_replayed - replayed
+    for name, was, is_ in zip(("graphs_made", "graph_replays", "graph_capture_s"), before, now):
+        record[name] = record.get(name, 0) + is_ - was
     record["graph_steps"] = record.get("graph_steps", 0) + steps
 
 
@@ -393,9 +393,9 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
             try:
                 step()  # untimed: the first step after another model's
                 _sync(device)
-                made, replayed = replay.counts()
+                before = replay.counts()
                 s, h = timed_steps(step, device, n)
-                _count_graphs(record, made, replayed, n)
+                _count_graphs(record, before, n)
             except Exception as exc:
                 log.warning("bench-model %s failed: %s", record["mode"], exc)
                 record["failed"] = f"{type(exc).__name__}: {exc}"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 
 log = logging.getLogger("convtune")
@@ -47,12 +48,13 @@ CHURN_GRAPHS, REPLAYS_PER_GRAPH = 128, 4
 _LAUNCHES: weakref.WeakSet = weakref.WeakSet()
 
 
-def counts() -> tuple[int, int]:
-    """Graphs made and replays, summed over every by-address launch alive in the process: what a benchmark reads
-    before and after some steps to say how often the operands' addresses changed under the plans (each new address
-    triple costs a capture where the same addresses would cost a replay)."""
+def counts() -> tuple[int, int, float]:
+    """Graphs made, replays, and the host seconds making the graphs took, summed over every by-address launch alive in
+    the process: what a benchmark reads before and after some steps to say how often the operands' addresses changed
+    under the plans (each new address triple costs a capture where the same addresses would cost a replay)."""
     launches = list(_LAUNCHES)
-    return sum(r.made for r in launches), sum(r.replayed for r in launches)
+    return (sum(r.made for r in launches), sum(r.replayed for r in launches),
+            sum(r.capture_s for r in launches))
 
 
 def _capturing(stream) -> bool:
@@ -84,6 +86,7 @@ class AddressReplay:
         self._side = None  # (stream, capture mode), made at the first capture
         self._lock = threading.Lock()  # one capture at a time on the side stream, and the dicts' changes
         self.made = self.replayed = 0
+        self.capture_s = 0.0  # host seconds spent making graphs (capture and instantiation)
         self.off: str | None = f"{ENV}=0" if os.environ.get(ENV) == "0" else None  # why replay is off, if it is
         _LAUNCHES.add(self)
 
@@ -110,6 +113,13 @@ class AddressReplay:
     def _capture(self, key, stream):
         if _capturing(stream):  # a capture of the caller's own (a CUDA graph of its step) records the direct call
             return None
+        started = time.perf_counter()
+        try:
+            return self._make(key, stream)
+        finally:
+            self.capture_s += time.perf_counter() - started
+
+    def _make(self, key, stream):
         with self._lock:
             made = self._graphs.get(key)  # (another thread's capture of the same addresses, just made)
             if made is not None or self.off is not None:
