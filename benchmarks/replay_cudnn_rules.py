@@ -12,6 +12,7 @@ where a search did not store it. A plan's place in the heuristics' list is its s
 
     python benchmarks/replay_cudnn_rules.py plans.db [more.db ...]
     python benchmarks/replay_cudnn_rules.py --duel plans.db [more.db ...]   (a rule weighed and not adopted: duel())
+    python benchmarks/replay_cudnn_rules.py --seed earlier.db plans.db   (starting from what earlier.db's searches taught)
 
 (tests/data/searches holds searches to replay, gzipped.)
 """
@@ -19,6 +20,7 @@ where a search did not store it. A plan's place in the heuristics' list is its s
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import sqlite3
@@ -50,10 +52,11 @@ def _first_search(rows):
     return [row for row in rows if row[4] == first]
 
 
-def replay(db: str, runtime_compiled) -> Replay:
+def replay(db: str, runtime_compiled, records: tuple[dict, dict] | None = None) -> Replay:
+    """The rules replayed on ``db``'s searches; ``records``: the ``(compile_records, engine_records)`` to start from
+    (what earlier searches taught, :func:`seeded`), updated in place as the searches teach more."""
     c = sqlite3.connect(db)
-    compile_records: dict = {}
-    engine_records: dict = {}
+    compile_records, engine_records = records if records is not None else ({}, {})
     r = Replay()
     for pid, pass_, dtype, layout, math_mode, key in c.execute(
             "select id, pass_, dtype, layout, math, key from problems order by id"):
@@ -114,6 +117,26 @@ def replay(db: str, runtime_compiled) -> Replay:
     return r
 
 
+def seeded(dbs, runtime_compiled) -> tuple[dict, dict]:
+    """The records that replaying ``dbs``' searches, one after another, leaves: what a process that had tuned them
+    would start the next search with (``--seed``). Weighed as a prior from a plan cache's earlier searches on the
+    device and not adopted: across models the records, keyed by pass, dtype, layout and math mode, save little and
+    lose winners. On the committed H100 searches: ConvNeXt-T seeded with ResNet-50's and the public suite's searches
+    skips 33 of 328 plans (2 of 17 s) where alone it skips 22 (1 s); ResNet-50 seeded with ConvNeXt-T's and the
+    suite's skips 180 of 744 (8 of 15 s) against 136 (6 s), and leaves a 3x3 forward pass 3.0% slower; the suite
+    seeded with ResNet-50's and ConvNeXt-T's skips 104 of 493 (22 of 56 s) against 91 (16 s), and leaves 5 problems
+    over 1% slower. A search seeded with the same problems' earlier search loses nothing (the suite's second
+    exhaustive search: 135 of 567 skipped, 32 of 60 s), but those plans are in the cache already."""
+    records: tuple[dict, dict] = ({}, {})
+    for db in dbs:
+        replay(db, runtime_compiled, records)
+    return records
+
+
+def _copied(records: tuple[dict, dict]) -> tuple[dict, dict]:
+    return tuple({k: copy.deepcopy(v) for k, v in part.items()} for part in records)
+
+
 @dataclass
 class Duel:
     """What a first duel would have done to one database's searches: PyTorch's call against the heuristics' first
@@ -170,8 +193,12 @@ def main(argv=None) -> None:
     ap.add_argument("--engines", default=",".join(map(str, RUNTIME_COMPILED)),
                     help="the engines whose plans are runtime-compiled")
     ap.add_argument("--duel", action="store_true", help="replay the first duel instead (see duel())")
+    ap.add_argument("--seed", action="append", default=[], metavar="DB",
+                    help="replay these searches first (repeatable): each DB then starts from the records they leave, "
+                         "as a process that had tuned them would")
     args = ap.parse_args(argv)
     engines = {int(e) for e in args.engines.split(",")}
+    seeds = seeded(args.seed, engines) if args.seed else None
     for db in args.dbs:
         if args.duel:
             d = duel(db)
@@ -179,7 +206,7 @@ def main(argv=None) -> None:
                   f"{d.cost_s:.0f} s; the best plans left sum to {d.regret:.4f}x the best, the worst problem "
                   f"{d.worst:.3f}x")
             continue
-        r = replay(db, engines)
+        r = replay(db, engines, _copied(seeds) if seeds else None)
         print(f"{db}: of {r.plans} cuDNN plans ({r.cudnn_s:.0f} s), {r.rtc_skipped} runtime-compiled and "
               f"{r.engine_skipped} compiled ahead skipped ({r.saved_s:.0f} s); {len(r.lost)} skipped within 3% of "
               f"their problem's winner; {len(r.worse)} problems left over 1% slower")
