@@ -124,8 +124,8 @@ def seeded(dbs, runtime_compiled) -> tuple[dict, dict]:
     lose winners. On the committed H100 searches: ConvNeXt-T seeded with ResNet-50's and the public suite's searches
     skips 33 of 328 plans (2 of 17 s) where alone it skips 22 (1 s); ResNet-50 seeded with ConvNeXt-T's and the
     suite's skips 180 of 744 (8 of 15 s) against 136 (6 s), and leaves a 3x3 forward pass 3.0% slower; the suite
-    seeded with ResNet-50's and ConvNeXt-T's skips 104 of 493 (22 of 56 s) against 91 (16 s), and leaves 5 problems
-    over 1% slower. A search seeded with the same problems' earlier search loses nothing (the suite's second
+    seeded with ConvNeXt-T's, then ResNet-50's skips 104 of 493 (22 of 56 s) against 91 (16 s), and leaves 5 problems
+    over 1% slower (seeded in the other order, 75 and one problem: what the records hold depends on the order). A search seeded with the same problems' earlier search loses nothing (the suite's second
     exhaustive search: 135 of 567 skipped, 32 of 60 s), but those plans are in the cache already."""
     records: tuple[dict, dict] = ({}, {})
     for db in dbs:

@@ -419,6 +419,19 @@ def test_a_first_duel_against_pytorch_saves_little_where_it_holds_and_loses_wher
     assert fp32.stopped > amp.stopped and fp32.worst > 2.0 and fp32.regret > 1.01
 
 
+def test_the_engine_rule_seeded_from_other_models_searches_loses_winners(tmp_path):
+    """cuDNN's records as a prior from earlier searches on the device (replay_cudnn_rules.py --seed), weighed and not
+    adopted: the public suite's search, started from what ConvNeXt-T's and then ResNet-50's searches taught, skips more
+    plans than alone and leaves problems over 1% slower; alone it leaves none."""
+    replay = _replay_module()
+    engines = set(replay.RUNTIME_COMPILED)
+    suite = _stored_search(tmp_path, "h100-public-suite-exhaustive-1.db")
+    prior = replay.seeded([_stored_search(tmp_path, "h100-convnext_tiny-exhaustive.db"),
+                           _stored_search(tmp_path, "h100-resnet50-exhaustive.db")], engines)
+    alone, seeded = replay.replay(suite, engines), replay.replay(suite, engines, prior)
+    assert alone.worse == [] and seeded.engine_skipped > alone.engine_skipped and len(seeded.worse) >= 3
+
+
 def test_check_rules_says_which_python_to_run_it_with_where_convtune_is_missing():
     import subprocess
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "check_rules.py"
