@@ -1,6 +1,7 @@
 """Tune-ahead, the torch strategy, model specs in the CLI, and bench-model (CPU)."""
 
 import copy
+import dataclasses
 import json
 import logging
 import sys
@@ -894,3 +895,59 @@ def test_a_missing_model_library_names_the_extra_that_installs_it(monkeypatch):
     for spec in ("torchvision:resnet18", "timm:resnet18"):
         with pytest.raises(NetworkError, match=r"pip install 'convtune\[models\]'"):
             load_network(spec, batch=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg(Config):
+    pass
+
+
+def test_tune_ahead_compiles_the_next_problems_of_its_cuda_device_on_a_thread_of_its_own(monkeypatch):
+    """ct.tune's compile-ahead on CUDA (the bridge a stand-in here): the runtime's planner prepares the problems of
+    the first item's device on a background thread; those of another device are left to their searches; a runtime
+    that does not tune on a miss, or a CPU model, gets a compile-ahead that does nothing."""
+    import threading
+    import time
+
+    prepared = []
+
+    class Compiling(Strategy):
+        name, config_type = "t-compiles-in-tune", _Cfg
+
+        def supports(self, p, backend):
+            return None
+
+        def candidates(self, p, backend):
+            return [_Cfg()]
+
+        def workspace_bytes(self, p, config):
+            return 0
+
+        def prepare(self, p, configs, backend):
+            prepared.append((p.pass_, threading.current_thread().name))
+    register(Compiling)
+    try:
+        monkeypatch.setattr("convtune.compiling.threads", lambda: 2)
+        from convtune.backend import get_backend
+        bridge = types.SimpleNamespace(backend=get_backend("numpy"), call=lambda index, fn, *args: fn(*args))
+        monkeypatch.setattr(tuning_module, "bridge", lambda device_type: bridge)
+        p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(8, 8), kernel_size=3)
+        gpu0, gpu1 = torch.device("cuda", 0), torch.device("cuda", 1)
+        items = [(p.for_pass(s), d, ["conv"]) for s, d in (("fwd", gpu0), ("dgrad", gpu1), ("wgrad", gpu0))]
+        rt = make_runtime(strategies=("t-compiles-in-tune",))
+        with tuning_module._compile_ahead(rt, items) as ahead:
+            ahead.reached(0)
+            deadline = time.monotonic() + 10
+            while ("wgrad", "convtune-compile-ahead") not in prepared and time.monotonic() < deadline:
+                time.sleep(0.005)
+        # (dgrad is cuda:1's; fwd, the item the caller is at, may have been begun before it said so)
+        assert ("wgrad", "convtune-compile-ahead") in prepared and {s for s, _t in prepared} <= {"fwd", "wgrad"}
+        assert {t for _s, t in prepared} == {"convtune-compile-ahead"}
+        prepared.clear()
+        for runtime, on in ((Runtime(store=MemoryPlanStore(), miss_policy="error"), items),
+                            (rt, [(q, torch.device("cpu"), n) for q, _d, n in items])):
+            with tuning_module._compile_ahead(runtime, on):
+                time.sleep(0.05)
+        assert prepared == []
+    finally:
+        unregister("t-compiles-in-tune")
