@@ -1,7 +1,6 @@
 """Tune-ahead, the torch strategy, model specs in the CLI, and bench-model (CPU)."""
 
 import copy
-import dataclasses
 import json
 import logging
 import sys
@@ -897,11 +896,6 @@ def test_a_missing_model_library_names_the_extra_that_installs_it(monkeypatch):
             load_network(spec, batch=2)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Cfg(Config):
-    pass
-
-
 def test_tune_ahead_compiles_the_next_problems_of_its_cuda_device_on_a_thread_of_its_own(monkeypatch):
     """ct.tune's compile-ahead on CUDA (the bridge a stand-in here): the runtime's planner prepares the problems of
     the first item's device on a background thread; those of another device are left to their searches; a runtime
@@ -911,20 +905,12 @@ def test_tune_ahead_compiles_the_next_problems_of_its_cuda_device_on_a_thread_of
 
     prepared = []
 
-    class Compiling(Strategy):
-        name, config_type = "t-compiles-in-tune", _Cfg
+    from test_planner import correct, make_strategy
 
-        def supports(self, p, backend):
-            return None
-
-        def candidates(self, p, backend):
-            return [_Cfg()]
-
-        def workspace_bytes(self, p, config):
-            return 0
-
+    class Compiling(make_strategy("t-compiles-in-tune", correct)):
         def prepare(self, p, configs, backend):
             prepared.append((p.pass_, threading.current_thread().name))
+    Compiling.name = "t-compiles-in-tune"
     register(Compiling)
     try:
         monkeypatch.setattr("convtune.compiling.threads", lambda: 2)
