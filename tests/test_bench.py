@@ -459,3 +459,20 @@ def test_bench_model_counts_the_cuda_graphs_its_timed_steps_made_and_replayed(mo
     assert (record["graphs_made"], record["graph_replays"], record["graph_steps"]) == (4, 90, 10)
     assert record["graph_capture_s"] == pytest.approx(0.5)
     assert "graphs_made" not in quiet
+
+
+def test_bench_model_counts_pythons_garbage_collections_during_the_timed_steps(monkeypatch):
+    import gc
+    from convtune.bench import model
+    monkeypatch.setattr(model.replay, "counts", lambda: (0, 0, 0.0))
+    record = {"mode": "torch-amp-bf16"}
+    for _ in range(2):
+        with model._watched(record, 3):
+            gc.collect(0)
+            gc.collect()  # (a full collection: the oldest generation)
+    assert record["gc_collections"] == 4 and record["gc_full"] == 2 and record["gc_s"] > 0
+    assert "graphs_made" not in record  # (no CUDA graphs made or replayed: none counted)
+    with model._watched(record, 3):
+        pass
+    assert record["gc_collections"] == 4 and all(cb.__self__.__class__ is not model._GcWatch
+                                                 for cb in gc.callbacks if hasattr(cb, "__self__"))

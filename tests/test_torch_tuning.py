@@ -613,6 +613,9 @@ def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
     assert ours["tuning"]["host_bound"] is None and ours["tuning"]["step_ms"] is None
     assert ours["tuning"]["not_searched"] == 0
     assert ours["step_ms"] > 0 and ours["routes"]
+    # Python's collections counted for every mode (maybe none), shown where there were some
+    assert all(m["gc_collections"] >= m["gc_full"] >= 0 and m["gc_s"] >= 0 for m in doc["modes"])
+    assert ("garbage collector" in result.output) == any(m["gc_collections"] for m in doc["modes"])
     # the same weights, the same batch: the same first loss
     assert ours["first_loss"] == pytest.approx(torch_mode["first_loss"], rel=1e-4)
     assert "convtune-fp32 vs torch-fp32" in result.output

@@ -312,6 +312,11 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
         echo(f"host-bound: {', '.join(bound)} (the host's time to issue a step is {HOST_BOUND:.0%} of the step or "
              "more). There a faster convolution shortens no step, and what a patched layer costs the host lengthens "
              "it; --graph times whole steps without the host's work.")
+    collected = [m for m in doc["modes"] if m.get("gc_collections") and m.get("steps")]
+    if collected:
+        echo("Python's garbage collector during the timed steps, per step: " + "; ".join(
+            f"{m['mode']} {m['gc_collections'] / m['steps']:.1f} collections ({m['gc_full'] / m['steps']:.2f} full), "
+            f"{m['gc_s'] / m['steps'] * 1e3:.2f} ms" for m in collected))
     for m in doc["modes"]:
         if m.get("graph_steps"):
             n = m["graph_steps"]

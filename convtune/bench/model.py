@@ -67,6 +67,7 @@ went (the plan of each pass, or PyTorch's convolution).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import logging
@@ -324,9 +325,8 @@ def run_mode(mode, base, x, target, device, *, steps, warmup, runtime=None, prog
                                          progress=progress, graph=graph)
     if progress:
         progress(f"{mode}: {steps} timed steps")
-    before = replay.counts()
-    _summarise(record, *timed_steps(step, device, steps))
-    _count_graphs(record, before, steps)
+    with _watched(record, steps):
+        _summarise(record, *timed_steps(step, device, steps))
     if device.type == "cuda":
         record["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
     _finish(record, mode, step, device, runtime, progress, profile)
@@ -342,6 +342,46 @@ def _finish(record, mode, step, device, runtime, progress, profile) -> None:
         record["profile"] = profile_steps(step, device, profile)
     if _kind(mode).startswith("convtune"):
         record["routes"] = _routes(runtime)
+
+
+class _GcWatch:
+    """Python's garbage collections while it is entered (``gc.callbacks``): how many, how many of the oldest
+    generation, and the host seconds they took. In a host-bound step a collection lengthens the step it falls in."""
+
+    def __init__(self):
+        self.count = self.full = 0
+        self.seconds = 0.0
+        self._started: float | None = None
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.seconds += time.perf_counter() - self._started
+            self.count += 1
+            self.full += info.get("generation") == 2
+            self._started = None
+
+    def __enter__(self) -> _GcWatch:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+@contextlib.contextmanager
+def _watched(record: dict, steps: int):
+    """Around ``steps`` timed steps of ``record``'s mode: the CUDA graphs its plans made and replayed
+    (:func:`_count_graphs`) and Python's garbage collections (``gc_collections``, ``gc_full``, ``gc_s``) added
+    to ``record``."""
+    before = replay.counts()
+    with _GcWatch() as collections:
+        yield
+    _count_graphs(record, before, steps)
+    record["gc_collections"] = record.get("gc_collections", 0) + collections.count
+    record["gc_full"] = record.get("gc_full", 0) + collections.full
+    record["gc_s"] = record.get("gc_s", 0.0) + collections.seconds
 
 
 def _count_graphs(record: dict, before: tuple, steps: int) -> None:
@@ -393,9 +433,8 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
             try:
                 step()  # untimed: the first step after another model's
                 _sync(device)
-                before = replay.counts()
-                s, h = timed_steps(step, device, n)
-                _count_graphs(record, before, n)
+                with _watched(record, n):
+                    s, h = timed_steps(step, device, n)
             except Exception as exc:
                 log.warning("bench-model %s failed: %s", record["mode"], exc)
                 record["failed"] = f"{type(exc).__name__}: {exc}"
