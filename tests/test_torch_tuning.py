@@ -932,11 +932,18 @@ def test_tune_ahead_compiles_the_next_problems_of_its_cuda_device_on_a_thread_of
         # (dgrad is cuda:1's; fwd, the item the caller is at, may have been begun before it said so)
         assert ("wgrad", "convtune-compile-ahead") in prepared and {s for s, _t in prepared} <= {"fwd", "wgrad"}
         assert {t for _s, t in prepared} == {"convtune-compile-ahead"}
+        stored = make_runtime(strategies=("t-compiles-in-tune",))
+        for q, _d, _n in items:  # (every plan in the cache: nothing to compile)
+            stored.store.put(Planner(bridge.backend, strategies=["t-compiles-in-tune"]).tune(q))
         prepared.clear()
-        for runtime, on in ((Runtime(store=MemoryPlanStore(), miss_policy="error"), items),
+        for runtime, on in ((Runtime(store=MemoryPlanStore(), miss_policy="error"), items), (stored, items),
                             (rt, [(q, torch.device("cpu"), n) for q, _d, n in items])):
             with tuning_module._compile_ahead(runtime, on):
                 time.sleep(0.05)
+        assert prepared == []
+        monkeypatch.setattr(tuning_module, "bridge", lambda device_type: 1 / 0)  # (no CuPy, say): no compiling ahead
+        with tuning_module._compile_ahead(rt, items):
+            pass
         assert prepared == []
     finally:
         unregister("t-compiles-in-tune")

@@ -346,14 +346,26 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
 
 def _compile_ahead(rt, items) -> CompileAhead:
     """A :class:`~convtune.compiling.CompileAhead` over ``items`` (``(problem, device, names)``) for the runtime's
-    planner, started on the first item's CUDA device (items on other devices compile in their searches); on the CPU
-    one that does nothing. Closed before any duel: its threads would take the host time the duels measure."""
+    planner, started on the first item's CUDA device, for the problems of that device that the plan cache lacks (items
+    on other devices compile in their searches; a model whose plans are all stored compiles nothing); elsewhere, and
+    where the bridge or the cache does not answer, one that does nothing. Closed before any duel: its threads would
+    take the host time the duels measure."""
+    nothing = CompileAhead(None, [])
     device = items[0][1] if items else None
     if device is None or device.type != "cuda" or rt.miss_policy != "tune":
-        return CompileAhead(None, [])
-    br = bridge(device.type)
+        return nothing
+    try:
+        br = bridge(device.type)
+        key = br.call(device.index, lambda: br.backend.device_info().key())
+        missing = {p.key() for p, d, _n in items if d == device and rt.store.get(p, key) is None}
+    except Exception as exc:  # (no CuPy, a cache that does not answer: the searches compile what they need)
+        log.debug("convtune.torch.tune: no compiling ahead: %s: %s", type(exc).__name__, exc)
+        return nothing
+    if len(missing) < 2:
+        return nothing
     planner = Planner(br.backend, **rt.planner_options)
-    ahead = CompileAhead(lambda item: item[1] == device and planner.prepare_ahead(item[0]), items, br.backend)
+    ahead = CompileAhead(lambda item: item[1] == device and item[0].key() in missing and planner.prepare_ahead(item[0]),
+                         items, br.backend)
     return br.call(device.index, ahead.start)
 
 
