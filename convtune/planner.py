@@ -213,10 +213,10 @@ class Planner:
         candidates' kernels compiled), listed and pruned as there; nothing is recorded, a failure is the search's to
         meet. For many problems, one prepared on a background thread while another is searched
         (:class:`convtune.compiling.CompileAhead`)."""
+        room = None if self.exhaustive else self._room(problem)
         for strategy in self._strategies():
             if type(strategy).prepare is Strategy.prepare or strategy.supports(problem, self.backend) is not None:
                 continue
-            room = None if self.exhaustive else self._room(problem)
             strategy.prepare(problem, [c for c in strategy.candidates(problem, self.backend) if self.exhaustive or
                                        strategy.pruned(problem, c, self.backend, room) is None], self.backend)
 

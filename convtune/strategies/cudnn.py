@@ -450,8 +450,8 @@ class CudnnStrategy(Strategy):
           on RepLKNet-31B's 1024-channel 3x3 stride-2 depthwise forward pass at batch 16 its plan ran 210,000x the
           winner's time, and its verification alone took 39.6 s of the layer's 45.5 s search.
         """
-        if (config.engine in DEPTHWISE_SLOW_ENGINES and problem.dtype == "float32" and
-                problem.groups == problem.in_channels == problem.out_channels > 1):
+        if (config.engine in DEPTHWISE_SLOW_ENGINES and problem.dtype == "float32" and problem.depthwise and
+                problem.out_per_group == 1):
             return (f"engine {config.engine} on a float32 depthwise layer: never within 6x of the winner in 20 "
                     "stored problems, and 210,000x on a 1024-channel stride-2 one")
         return None
