@@ -91,7 +91,7 @@ for part in "$@"; do
         rm -f "/tmp/tune-$name-$dtype.db"*
         run "tune-$name-$dtype" python3 -m convtune tune "$arg" --batch "${batch:-16}" --dtype "$dtype" \
           --layout "$layout" --db "/tmp/tune-$name-$dtype.db"
-        # one file (no -wal/-shm beside it) to carry back
+        # one file (no -wal/-shm beside it) in the results directory
         python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
           "/tmp/tune-$name-$dtype.db" "$O/tune-$name-$dtype.db"
       done ;;
