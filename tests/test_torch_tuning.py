@@ -80,6 +80,8 @@ def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monk
     # (the autograd detour as measured on a quiet host: measured here, a loaded CI machine made it outweigh the fake
     # duels' 100 us a pass, and every route went back to PyTorch)
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)
+    # (a CPU's steps are host-bound: the whole-step check, timed there, would hand the layers back at random)
+    monkeypatch.setattr(tuning_module, "patched_step_ratios", lambda *args: [0.5])
     factory, shape = MODELS["resnet_like"]
     model = factory()
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
@@ -103,6 +105,81 @@ def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monk
     assert len(runtime.layer_memo("torch")) == len(routes)  # the layers found the routes made ahead
     for (name, a), (_, b) in zip(model.named_parameters(), plain.named_parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def _host_bound_tune(monkeypatch, ratios):
+    """(The CPU standing in for CUDA.) A model whose two layers' im2col plans win their duels, tuned as for host-bound
+    steps, with the whole-step check finding ``ratios`` (or raising, where ``ratios`` is an exception)."""
+    from convtune.torch import _dispatch
+
+    def fake_times(contenders, a, b, device, hosts=None):
+        if hosts is not None:
+            hosts[:] = [10e-6, 200e-6]  # the plan saves the host 190 us a call
+        return [100e-6, 200e-6]
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)
+    monkeypatch.setattr(tuning_module, "cannot_gain", lambda problem, passes, device: False)
+    asked = []
+
+    def fake_ratios(model, example_inputs, device, patched):
+        asked.append(sorted(type(m).__name__ for m in patched))
+        if isinstance(ratios, Exception):
+            raise ratios
+        return ratios
+    monkeypatch.setattr(tuning_module, "patched_step_ratios", fake_ratios)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    report = ct.tune(model, torch.randn(2, 3, 8, 8), runtime=runtime, progress=False, host_bound=True)
+    return model, report, asked
+
+
+def test_in_host_bound_steps_the_layers_left_patched_go_back_unless_the_whole_step_gains(monkeypatch, caplog):
+    """The layers' duels keep them patched; the whole step, timed with them and without, decides: a step no faster
+    by 2% (the median of the rounds) hands them all back, said at INFO; a faster one keeps them."""
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        model, report, asked = _host_bound_tune(monkeypatch, [1.01, 0.97, 1.20, 0.99, 1.00])
+    assert asked == [["Conv2d", "Conv2d"]]  # both layers, still patched when checked
+    assert report.step_ratio == 1.00 and report.step_handed_back == report.handed_back == ["0", "2"]
+    assert type(model[0]) is nn.Conv2d and type(model[2]) is nn.Conv2d
+    assert "the whole step 1.00x with the layers left patched" in str(report) and "2 handed back then" in str(report)
+    assert "took 1.00x its time with them handed back" in caplog.text
+    model, report, _ = _host_bound_tune(monkeypatch, [0.90, 0.97, 1.01, 0.95, 0.96])
+    assert report.step_ratio == 0.96 and report.handed_back == [] and isinstance(model[2], ct.Conv2d)
+    model, report, _ = _host_bound_tune(monkeypatch, RuntimeError("no clock"))  # not checked: they stay
+    assert report.step_ratio is None and report.handed_back == [] and isinstance(model[0], ct.Conv2d)
+
+
+def test_the_whole_step_check_times_the_patched_model_against_it_handed_back():
+    """Rounds of turns, the order alternating: each turn's untimed steps, then its timed ones (the fastest counts);
+    the patched modules run as PyTorch's inside the handed-back turns and are patched again afterwards; the model is
+    left as it was."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Conv2d(4, 4, 3, padding=1))
+    ct.patch(model, runtime=make_runtime(["torch"]))
+    runtime_of = model[2].convtune_runtime
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    seen = []
+
+    def timed(step, device):
+        patched = isinstance(model[2], ct.Conv2d)
+        step()
+        seen.append(patched)
+        return 1e-3, (2e-3 if patched else 4e-3) + 1e-6 * len(seen)  # (later steps slower: the fastest counts)
+    ratios = _host.patched_step_ratios(model, torch.randn(2, 3, 8, 8), torch.device("cpu"), [model[2]], rounds=3,
+                                       timed=timed)
+    n = _host.CHECK_UNTIMED + _host.CHECK_TIMED
+    assert seen == [True] * n + [False] * n + [False] * n + [True] * n + [True] * n + [False] * n
+    assert len(ratios) == 3 and all(0.45 < r < 0.55 for r in ratios)
+    assert isinstance(model[0], ct.Conv2d) and isinstance(model[2], ct.Conv2d)  # patched again, as they were
+    assert model[2].convtune_runtime is runtime_of
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    real = _host.patched_step_ratios(model, torch.randn(2, 3, 8, 8), torch.device("cpu"), [model[0], model[2]],
+                                     rounds=2)
+    assert len(real) == 2 and all(r > 0 for r in real)
 
 
 def _two_layer_model():

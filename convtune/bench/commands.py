@@ -291,11 +291,14 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
                         if tuning.get("handed_back") else "")
                      + ("; weighed as host-bound steps" if tuning.get("host_bound") else "")
                      + (f", {tuning['not_searched']} layers not searched" if tuning.get("not_searched") else "")
+                     + (f"; the whole step {tuning['step_ratio']:.2f}x with the layers left patched"
+                        + (f", {tuning['step_handed_back']} handed back then" if tuning.get("step_handed_back") else "")
+                        if tuning.get("step_ratio") is not None else "")
                      + ")" if tuning else ""))
     echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
     echo(format_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
     echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"
-         + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after an untimed step)"
+         + (f"; timed steps interleaved over {rounds} rounds (the order rotating, each turn after two untimed steps)"
              if rounds > 1 else "")
          + ("; every step a CUDA graph's replay" if graph else ""))
     by_round = paired(doc)

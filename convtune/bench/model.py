@@ -27,8 +27,10 @@ host's time to issue a step is recorded beside it (``host_ms``: where it nears t
 device waited on the host). With ``rounds`` (``--rounds N``) above 1 every mode is set up first and
 their timed steps then run in N interleaved rounds, so that what drifts in a long run (clocks,
 temperature, the allocators' state) weighs on each mode alike rather than on the last ones: the modes
-take turns in an order that rotates every round, each turn starts with one untimed step (the first
-step after another model's is not what training runs), and each round's median step of each mode is
+take turns in an order that rotates every round, each turn starts with :data:`TURN_UNTIMED` untimed steps (the
+first step after another model's is not what training runs: its operands sit at addresses of the allocator's new to the
+plans' by-address launches, which capture their CUDA graphs at the second call with the same addresses, as in the second
+step of a training run), and each round's median step of each mode is
 kept (``round_ms``), so that a ratio can be taken round by round (:func:`paired`: the median of the
 rounds' ratios, which drift between rounds does not move). With ``null`` (``--null``) each PyTorch mode
 runs twice, as two copies set up alike (the second named ``...-again``): the ratio of PyTorch to
@@ -211,6 +213,7 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
         record["tuning"] = {"seconds": report.seconds, "problems": len(report.problems), "tuned": report.tuned,
                             "cached": report.cached, "routes": report.routes, "handed_back": len(report.handed_back),
                             "host_bound": report.host_bound, "not_searched": len(report.not_searched),
+                            "step_ratio": report.step_ratio, "step_handed_back": len(report.step_handed_back),
                             "step_host_ms": _ms(report.step_host_s),
                             "step_ms": _ms(report.step_s), "failed": [(p.key(), r) for p, r in report.failed]}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
@@ -396,6 +399,10 @@ def _count_graphs(record: dict, before: tuple, steps: int) -> None:
     record["graph_steps"] = record.get("graph_steps", 0) + steps
 
 
+#: Untimed steps at the start of each mode's turn in interleaved rounds (see the module docstring).
+TURN_UNTIMED = 2
+
+
 def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, runtime=None, progress=None,
                     profile=0, report=None, graph=False, runtimes=None) -> list[dict]:
     """Every mode set up in turn (PyTorch's first, as :func:`bench_model` orders them), then their timed
@@ -431,7 +438,8 @@ def run_interleaved(modes, base, x, target, device, *, steps, warmup, rounds, ru
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             try:
-                step()  # untimed: the first step after another model's
+                for _ in range(TURN_UNTIMED):  # untimed: the first steps after another model's
+                    step()
                 _sync(device)
                 with _watched(record, n):
                     s, h = timed_steps(step, device, n)

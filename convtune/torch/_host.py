@@ -19,9 +19,10 @@ from . import functional
 from ._dispatch import all_native, measured_once, route_for, seconds_per_call
 from ._duel import duel_operands, per_call_seconds
 from ._formats import tensor_layout
-from .modules import Conv2d
+from .modules import Conv2d, restored_for_a_while
 
-__all__ = ["dispatch_seconds", "step_times", "pytorch_host_seconds", "rng_kept", "left_as_it_was"]
+__all__ = ["dispatch_seconds", "step_times", "patched_step_ratios", "pytorch_host_seconds", "rng_kept",
+           "left_as_it_was"]
 
 
 @contextlib.contextmanager
@@ -98,36 +99,85 @@ def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS
     The model is left as it was: no gradient is accumulated, its buffers and the random number generators are
     restored. A model wrapped in ``DistributedDataParallel`` (or ``DataParallel``) is timed without the wrapper. Raises
     ``ValueError`` where the outputs need no gradient."""
-    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        model = model.module  # (gradients taken outside a backward would leave DDP's reducer waiting for them)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("the model's outputs need no gradient: none of its parameters needs one")
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    step = _training_step(model, example_inputs)
     hosts, walls = [], []
     records: list = []
     functional._collect.records = records  # (PyTorch's convolution in every layer, patched or not)
     try:
-        with torch.enable_grad(), left_as_it_was(model):
+        with torch.enable_grad(), left_as_it_was(_unwrapped(model)):
             for i in range(1 + steps):
-                sync()
-                start = time.perf_counter()
-                loss = _summed(model(*inputs))
-                if loss is None:
-                    raise ValueError("the model's outputs need no gradient")
-                grads = torch.autograd.grad(loss, params, allow_unused=True)
-                issued = time.perf_counter()
-                sync()
-                done = time.perf_counter()
+                host, wall = _timed(step, device)
                 records.clear()
-                del loss, grads
                 if i:
-                    hosts.append(issued - start)
-                    walls.append(done - start)
+                    hosts.append(host)
+                    walls.append(wall)
     finally:
         functional._collect.records = None
     return statistics.median_low(hosts), statistics.median_low(walls)
+
+
+def _unwrapped(model: nn.Module) -> nn.Module:
+    """``model`` less a ``DistributedDataParallel`` (or ``DataParallel``) wrapper: gradients taken outside a backward
+    would leave DDP's reducer waiting for them."""
+    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        return model.module
+    return model
+
+
+def _training_step(model: nn.Module, example_inputs):
+    """One training step of ``model`` on ``example_inputs`` as a function: the forward, then the gradients of its
+    parameters from the sum of its outputs (taken, not accumulated). Raises ``ValueError`` where they need none."""
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    model = _unwrapped(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model's outputs need no gradient: none of its parameters needs one")
+
+    def step() -> None:
+        loss = _summed(model(*inputs))
+        if loss is None:
+            raise ValueError("the model's outputs need no gradient")
+        torch.autograd.grad(loss, params, allow_unused=True)
+    return step
+
+
+def _timed(step, device) -> tuple[float, float]:
+    """The host's time to issue ``step()`` and its whole time (the device synchronised before and after), seconds."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    step()
+    issued = time.perf_counter()
+    sync()
+    return issued - start, time.perf_counter() - start
+
+
+#: The whole-step check of the layers left patched (:func:`patched_step_ratios`): rounds, untimed steps per turn
+#: (a by-address launch captures its graph at the second call with the same operands: the turn's timed steps run as
+#: training's steady steps do) and timed steps per turn (the fastest counts).
+CHECK_ROUNDS, CHECK_UNTIMED, CHECK_TIMED = 5, 2, 2
+
+
+def patched_step_ratios(model: nn.Module, example_inputs, device, patched, rounds: int = CHECK_ROUNDS,
+                        timed=None) -> list[float]:
+    """Training steps of ``model`` as it stands (the convtune modules ``patched`` running their routes) against the
+    same steps with those modules given back to PyTorch, in turns, their order alternating round by round: each
+    round's fastest patched step over its fastest handed-back one. The model is left as it was (no gradient
+    accumulated, its buffers and the random number generators restored, the modules patched). ``timed(step, device)``
+    (tests) replaces :func:`_timed`. Raises ``ValueError`` where the outputs need no gradient."""
+    timed = timed or _timed
+    step = _training_step(model, example_inputs)
+    ratios = []
+    with torch.enable_grad(), left_as_it_was(_unwrapped(model)):
+        for r in range(rounds):
+            best = {}
+            for handed_back in ((False, True) if r % 2 == 0 else (True, False)):
+                with restored_for_a_while(patched) if handed_back else contextlib.nullcontext():
+                    for _ in range(CHECK_UNTIMED):
+                        timed(step, device)
+                    best[handed_back] = min(timed(step, device)[1] for _ in range(CHECK_TIMED))
+            ratios.append(best[False] / best[True] if best[True] > 0 else 1.0)
+    return ratios
 
 
 def _summed(out):

@@ -29,7 +29,10 @@ PyTorch's own call costs it, so a patched layer whose training calls cost PyTorc
 convtune's autograd detour is not searched at all (:func:`cannot_gain`: one short measurement per layer shape) and goes
 back to PyTorch: :attr:`TuneReport.not_searched`. ``host_bound=False`` weighs device and host together as each duel
 measured them (the steps run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the host is out of the
-step); ``True`` takes the steps as host-bound without timing them.
+step); ``True`` takes the steps as host-bound without timing them. In host-bound steps the layers still patched after
+the hand-back are then checked on the whole step (:func:`_check_steps`): a few training steps with them patched and
+with them handed back, in turns, and they all go back to PyTorch unless the patched step is the faster by 2%: what a
+layer's duels measured on the layer alone does not always add up to the step (``TuneReport.step_ratio``).
 
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
@@ -48,6 +51,7 @@ Examples
 from __future__ import annotations
 
 import logging
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -67,7 +71,7 @@ from ._bridge import bridge
 from ._dispatch import layer_problem, route_for
 from ._executors import Native
 from ._formats import tensor_layout
-from ._host import dispatch_seconds, left_as_it_was, pytorch_host_seconds, rng_kept, step_times
+from ._host import dispatch_seconds, left_as_it_was, patched_step_ratios, pytorch_host_seconds, rng_kept, step_times
 from .modules import _CONVS, _Convtune, restore
 
 log = logging.getLogger("convtune")
@@ -162,6 +166,10 @@ class TuneReport:
     step_s: float | None = None
     #: patched layers whose problems were not searched: in host-bound steps no plan would keep them (handed back)
     not_searched: list[str] = field(default_factory=list)
+    #: in host-bound steps, the whole step's time with the layers left patched over its time with them handed back
+    #: (see :func:`_check_steps`; None: not checked), and the layers that check handed back (in ``handed_back`` too)
+    step_ratio: float | None = None
+    step_handed_back: list[str] = field(default_factory=list)
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
@@ -175,6 +183,9 @@ class TuneReport:
             bound = f", steps {'host-bound' if self.host_bound else 'not host-bound'}{timed}"
         if self.not_searched:
             bound += f", {len(self.not_searched)} layers not searched (no plan could gain their host time)"
+        if self.step_ratio is not None:
+            bound += (f", the whole step {self.step_ratio:.2f}x with the layers left patched against them handed back"
+                      + (f" ({len(self.step_handed_back)} handed back then)" if self.step_handed_back else ""))
         text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
                 f"{len(self.failed)} failed{trips}{routes}{back}{bound}, in {self.seconds:.1f} s")
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
@@ -478,6 +489,9 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
             _route(key).weigh_host(weigh)  # (before any weighing: settle runs in the hand-back, or at the first call)
     if hand_back:
         _hand_back(model, layer_calls, wanted, report, untuned)
+        if weigh:
+            shown(len(items), "the whole step, patched and not")
+            _check_steps(model, example_inputs, duelled[0][7], layer_calls, report)
     shown(len(items), "done")
     if torch.cuda.is_available() and (any(d.type == "cuda" for _p, d, _n in distinct.values()) or
                                       any(key[7].type == "cuda" for key in routes)):
@@ -485,6 +499,44 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     report.seconds = time.perf_counter() - started
     log.info("convtune.torch.tune: %s", report)
     return report
+
+
+#: In host-bound steps, the layers left patched stay so only where the whole training step runs at most this fraction
+#: of its time with them handed back (the median of :func:`~convtune.torch._host.patched_step_ratios`' rounds): a tie
+#: goes to PyTorch.
+STEP_GAIN = 0.98
+
+
+def _check_steps(model: nn.Module, example_inputs, device, layer_calls: dict, report: TuneReport) -> None:
+    """In host-bound steps, time the whole training step with the layers left patched against the same step with them
+    handed back (:func:`~convtune.torch._host.patched_step_ratios`), and hand them all back unless the patched step
+    is faster by :data:`STEP_GAIN`: each layer was kept by its duels' host times, measured on the layer alone, and a
+    step of many layers can cost the host more than their sum said (on an H200, RegNetY-016 under AMP with 26 layers
+    kept trained at 0.85x PyTorch). ``report.step_ratio`` gets the median ratio; where the steps cannot be timed,
+    the layers stay as they are (said at debug level)."""
+    modules = dict(model.named_modules())
+    # (a layer whose runtime's strategies leave PyTorch's convolution out was never weighed against it: it stays)
+    patched = [(name, modules[name]) for name, calls in layer_calls.items()
+               if isinstance(modules.get(name), _Convtune) and
+               all(key[7] == device and _route(key)._duels() for key, _p, _k in calls)]
+    if not patched:
+        return
+    try:
+        ratios = patched_step_ratios(model, example_inputs, device, [m for _n, m in patched])
+    except Exception as exc:
+        log.debug("convtune.torch.tune: the whole step not checked (%s: %s); the patched layers stay",
+                  type(exc).__name__, exc)
+        return
+    report.step_ratio = statistics.median(ratios)
+    if report.step_ratio <= STEP_GAIN:
+        return
+    for name, module in patched:
+        restore(module)
+        report.handed_back.append(name)
+        report.step_handed_back.append(name)
+    log.info("convtune.torch.tune: %d patched layer(s) handed back to PyTorch: with them patched a host-bound "
+             "training step took %.2fx its time with them handed back (median of %d rounds), not %.2fx or less: %s",
+             len(patched), report.step_ratio, len(ratios), STEP_GAIN, ", ".join(n or "the model" for n, _m in patched))
 
 
 def _hand_back(model: nn.Module, layer_calls: dict, wanted: tuple[str, ...], report: TuneReport,
