@@ -156,13 +156,17 @@ def _timed(step, device) -> tuple[float, float]:
 #: (a by-address launch captures its graph at the second call with the same operands: the turn's timed steps run as
 #: training's steady steps do) and timed steps per turn (the fastest counts).
 CHECK_ROUNDS, CHECK_UNTIMED, CHECK_TIMED = 5, 2, 2
+#: The check ends after two rounds that both found the patched step this many times faster or slower: no noise reverses
+#: a gap that wide, and the rounds of a long step cost most.
+CHECK_CLEAR = 1.5
 
 
 def patched_step_ratios(model: nn.Module, example_inputs, device, patched, rounds: int = CHECK_ROUNDS,
                         timed=None) -> list[float]:
     """Training steps of ``model`` as it stands (the convtune modules ``patched`` running their routes) against the
     same steps with those modules given back to PyTorch, in turns, their order alternating round by round: each
-    round's fastest patched step over its fastest handed-back one. The model is left as it was (no gradient
+    round's fastest patched step over its fastest handed-back one (two rounds only, where both are clear by
+    :data:`CHECK_CLEAR`). The model is left as it was (no gradient
     accumulated, its buffers and the random number generators restored, the modules patched). ``timed(step, device)``
     (tests) replaces :func:`_timed`. Raises ``ValueError`` where the outputs need no gradient."""
     timed = timed or _timed
@@ -177,6 +181,8 @@ def patched_step_ratios(model: nn.Module, example_inputs, device, patched, round
                         timed(step, device)
                     best[handed_back] = min(timed(step, device)[1] for _ in range(CHECK_TIMED))
             ratios.append(best[False] / best[True] if best[True] > 0 else 1.0)
+            if r == 1 and (max(ratios) * CHECK_CLEAR <= 1.0 or min(ratios) >= CHECK_CLEAR):
+                break
     return ratios
 
 
