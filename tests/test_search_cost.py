@@ -204,7 +204,8 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path):
     for db in ("h100-resnet50-b32-rules-1.db", "h100-resnet50-b32-rules-2.db",  # H100, normal searches
                "h100-resnet50-exhaustive.db", "h100-convnext_tiny-exhaustive.db",
                "h100-public-suite-exhaustive-1.db",
-               "h100-public-suite-exhaustive-2.db"):  # H100, exhaustive (every candidate timed)
+               "h100-public-suite-exhaustive-2.db",  # H100, exhaustive (every candidate timed)
+               "h200-replknet-31b-b16-tune.db", "h200-slak-t-b16-tune.db"):  # H200, normal searches
         args += ["--db", _stored_search(tmp_path, db)]
     # the second exhaustive suite search stored cuDNN's eng7 at 0.41 ms on a 7x7 3x3 dgrad (0.20 ms in every other
     # search) and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
@@ -453,3 +454,20 @@ def test_the_cudnn_engine_rule_leaves_out_engine_1_on_float32_depthwise_layers_o
     assert cudnn.pruned(_layer(out_channels=128, groups=64), CudnnConfig(1), gpu) is None  # a channel multiplier
     assert cudnn.pruned(_layer(), CudnnConfig(1), gpu) is None
     assert CudnnConfig.from_label(CudnnConfig(1, (("TILE_SIZE", 4),)).label()) == CudnnConfig(1, (("TILE_SIZE", 4),))
+
+
+def test_the_cudnn_engine_rule_tries_engine_0_alone_on_large_float32_depthwise_kernels():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.cudnn import CudnnConfig
+    cudnn, gpu = get_strategy("cudnn"), _Named("cupy")
+    large = _layer(in_channels=64, out_channels=64, input_size=(32, 32), kernel_size=31, padding=15, groups=64)
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        assert "49 taps or more" in cudnn.pruned(large.for_pass(pass_), CudnnConfig(2), gpu)
+        assert cudnn.pruned(large.for_pass(pass_), CudnnConfig(0), gpu) is None
+    seven = _layer(in_channels=64, out_channels=64, kernel_size=7, padding=3, groups=64)
+    assert cudnn.pruned(seven, CudnnConfig(50), gpu) is not None
+    five = _layer(in_channels=64, out_channels=64, kernel_size=5, padding=2, groups=64)
+    assert cudnn.pruned(five, CudnnConfig(50), gpu) is None  # (24 taps: engines win such layers)
+    assert cudnn.pruned(seven.replace(stride=(2, 2)), CudnnConfig(50), gpu) is None  # not measured strided
+    assert cudnn.pruned(seven.replace(dtype="bfloat16"), CudnnConfig(50), gpu) is None  # nor in half precision
+    assert cudnn.pruned(_layer(kernel_size=7, padding=3), CudnnConfig(50), gpu) is None  # a dense layer

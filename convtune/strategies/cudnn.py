@@ -90,6 +90,9 @@ FULL_BATCH_VERIFY_FLOPS = 8e9
 
 #: Engines not tried on float32 depthwise layers (:meth:`CudnnStrategy.fixed_rule`).
 DEPTHWISE_SLOW_ENGINES = frozenset({1})
+#: On float32 depthwise layers with kernels of this many taps or more (stride and dilation 1), only these engines are
+#: tried (:meth:`CudnnStrategy.fixed_rule`).
+LARGE_DEPTHWISE_TAPS, LARGE_DEPTHWISE_ENGINES = 49, frozenset({0})
 
 @dataclass(frozen=True)
 class CudnnConfig(Config):
@@ -449,11 +452,22 @@ class CudnnStrategy(Strategy):
           and the public suite's two): its 35 plans timed there never came within 6.48x of the winner. H200 (2026-11-28):
           on RepLKNet-31B's 1024-channel 3x3 stride-2 depthwise forward pass at batch 16 its plan ran 210,000x the
           winner's time, and its verification alone took 39.6 s of the layer's 45.5 s search.
+        * On float32 depthwise layers with kernels of 49 taps or more (7x7 and up, stride and dilation 1), every engine
+          but engine 0. In the stored searches of 54 such problems (ConvNeXt-T's 7x7 and the public suite's on the
+          H100, exhaustive; RepLKNet-31B's 13x13 to 31x31 and SLaK-T's 13x13 to 51x51 on the H200,
+          tests/data/searches/h200-*-tune.db.gz) their 399 plans never came within 3.14x of the winner (engine 0's
+          within 1.79x; none won), and they cost 11.2 s of RepLKNet-31B's 40.6 s tune: engines 2, 5 and 50 ran 1.3
+          to 1.4 s each on one verification run of its 31x31 backward-data pass, 12,000x the winner.
         """
-        if (config.engine in DEPTHWISE_SLOW_ENGINES and problem.dtype == "float32" and problem.depthwise and
-                problem.out_per_group == 1):
+        if problem.dtype != "float32" or not problem.depthwise or problem.out_per_group != 1:
+            return None
+        if config.engine in DEPTHWISE_SLOW_ENGINES:
             return (f"engine {config.engine} on a float32 depthwise layer: never within 6x of the winner in 20 "
                     "stored problems, and 210,000x on a 1024-channel stride-2 one")
+        if (config.engine not in LARGE_DEPTHWISE_ENGINES and math.prod(problem.kernel_size) >= LARGE_DEPTHWISE_TAPS
+                and set(problem.stride) == {1} and set(problem.dilation) == {1}):
+            return (f"engine {config.engine} on a float32 depthwise layer of {LARGE_DEPTHWISE_TAPS} taps or more: "
+                    "no engine but 0 came within 3x of the winner in 54 stored problems")
         return None
 
     def verified_at_full_batch(self, problem, config) -> bool:
