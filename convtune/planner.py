@@ -19,9 +19,8 @@ timing it, and its rank in its strategy's list, which for cuDNN is the heuristic
    exception is ``failed`` (out-of-memory included) and tuning goes on; one
    whose first run is ``SLOW_FACTOR`` times the best warm run so far, or whose warm run is ``SLOW_FACTOR`` times
    the best of them all (judged once every candidate is verified, so that registry order does not spare a slow one
-   verified first), is ``skipped`` (one of an ``always_timed`` strategy, PyTorch's own convolution, the point
-   of reference, only where its warm run is ``REFERENCE_SLOW_FACTOR`` times the best, and never in an ``exhaustive``
-   search); a configuration
+   verified first), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point
+   of reference); a configuration
    that is costly to build (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's
    plans, built for the full batch while listing) is built once, for the full batch, and verified there on the
    verification operands zero-extended along the batch (the zero samples' results must come out zero), then timed
@@ -73,10 +72,6 @@ DEFAULT_WORKSPACE_LIMIT = 4 << 30
 #: the best warm run so far (and slower than the floor) is skipped, not timed.
 SLOW_FACTOR = 50.0
 SLOW_FLOOR_S = 0.01
-#: PyTorch's convolution (``always_timed``) whose warm run on the verification batch is this many times the best, and
-#: past the floor, is not timed either (not in an ``exhaustive`` search): its first full-batch call runs PyTorch's own
-#: algorithm search, 35.9 s of SLaK-T's 51x51 bfloat16 backward-data pass on an H200, where it then ran 61x the winner.
-REFERENCE_SLOW_FACTOR, REFERENCE_FLOOR_S = 20.0, 5e-4
 #: A first run (one-time costs included) rules a candidate out only past this.
 FIRST_RUN_FLOOR_S = 1.0
 #: A candidate whose first timed run takes this many times the best median so far is not run again.
@@ -417,16 +412,11 @@ class Planner:
         return [(cand, err) for cand, err, _warm in survivors]
 
     def _slow_against_the_last(self, s: _Search, survivors, best_warm: float) -> list:
-        """The survivors less those whose warm run is ``SLOW_FACTOR`` times the best of all (``REFERENCE_SLOW_FACTOR``
-        for PyTorch's convolution, not in an exhaustive search): a candidate verified before the fast ones (registry
-        order) met no best to be slow against when it was verified."""
+        """The survivors less those whose warm run is ``SLOW_FACTOR`` times the best of all: a candidate verified
+        before the fast ones (registry order) met no best to be slow against when it was verified."""
         kept = []
         for cand, err, warm_s in survivors:
-            if cand.strategy.always_timed:
-                slow = not self.exhaustive and warm_s > max(REFERENCE_SLOW_FACTOR * best_warm, REFERENCE_FLOOR_S)
-            else:
-                slow = warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S)
-            if slow:
+            if not cand.strategy.always_timed and warm_s > max(SLOW_FACTOR * best_warm, SLOW_FLOOR_S):
                 s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(
                     f"{warm_s / best_warm:.0f}x slower than the best candidate on the verification batch; "
                     "not timed")))

@@ -82,9 +82,8 @@ class Strategy:
     #: Its executor makes its own result (PyTorch's convolution does): an ``out`` given is filled by a
     #: copy, so the planner times it without ``out``, as the PyTorch layer calls it.
     allocates_result: ClassVar[bool] = False
-    #: Timed whenever it is correct: neither a spent time budget nor a slow run on the verification batch rules it out
-    #: (PyTorch's own convolution, the reference point a tuned plan must not fall behind), unless that run was
-    #: ``REFERENCE_SLOW_FACTOR`` times the best (see :mod:`convtune.planner`).
+    #: Timed whenever it is correct: neither a slow run on the verification batch nor a spent time budget
+    #: rules it out (PyTorch's own convolution, the reference point a tuned plan must not fall behind).
     always_timed: ClassVar[bool] = False
     #: Its :meth:`pruned` rules are learned from earlier searches in the process (:meth:`observe`), so a stored
     #: search cannot replay them (``benchmarks/check_rules.py`` replays only its :meth:`fixed_rule`).
