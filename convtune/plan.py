@@ -43,6 +43,12 @@ class CandidateOutcome:
     verify_s: float | None = None
     timing_s: float | None = None
     rank: int | None = None
+    #: its first run and its second (warm) run on the verification batch, each in seconds scaled to the full problem's
+    #: samples (a run at the full batch, zero-extended, as its share of the verification batch's samples), with the
+    #: host's work and a synchronisation: the planner's rough clock for ranking, not a timing (see
+    #: :mod:`convtune.planner`); ``None`` where the candidate did not get that far
+    first_run_s: float | None = None
+    warm_run_s: float | None = None
 
     @property
     def median_s(self) -> float | None:

@@ -4,7 +4,8 @@ Shapes only come in; a :class:`~convtune.plan.Decision` goes out. Arrays never
 reach the planner's callers: it makes its own random operands on the backend.
 
 Steps, each recorded per candidate, with what it cost (seconds spent building, verifying and
-timing it, and its rank in its strategy's list, which for cuDNN is the heuristics' order):
+timing it, its rank in its strategy's list, which for cuDNN is the heuristics' order, and the times of its first and
+its warm run on the verification batch):
 
 1. every registered strategy says whether it supports the problem (else
    ``unsupported`` with its reason) and lists configurations; a configuration
@@ -100,7 +101,7 @@ class _Search:
 
     problem: ConvProblem
     outcomes: list = field(default_factory=list)
-    costs: dict = field(default_factory=dict)  # label -> {"build_s", "verify_s", "timing_s"}
+    costs: dict = field(default_factory=dict)  # label -> {"build_s", "verify_s", "timing_s", "first_run_s", ...}
     phases: dict = field(default_factory=dict)  # phase -> seconds
     full_operands: tuple | None = None  # the timing operands, for the full-batch check
     prebuilt: dict = field(default_factory=dict)  # label -> a full-batch executor built for verification, to time
@@ -376,7 +377,7 @@ class Planner:
                 started = built  # verify_s is the runs and the check, not the build again (tune's totals add them)
                 # (a run of the full batch ranks as its share of the verification batch's samples)
                 share = small.batch / problem.batch if full else 1.0
-                first_s = self._synchronized_run(run, va, vb, out) * share
+                first_s = s.costs[cand.label]["first_run_s"] = self._synchronized_run(run, va, vb, out) * share
                 err = relative_error(xp, out, vref)
                 if not err <= problem.tolerance:
                     s.spend(cand, "verify_s", time.perf_counter() - started)
@@ -395,7 +396,7 @@ class Planner:
                     continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
-                warm_s = self._synchronized_run(run, va, vb, out) * share
+                warm_s = s.costs[cand.label]["warm_run_s"] = self._synchronized_run(run, va, vb, out) * share
                 s.spend(cand, "verify_s", time.perf_counter() - started)
                 best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on
@@ -571,7 +572,8 @@ class Planner:
         return CandidateOutcome(cand.strategy.name, cand.config.as_dict(), cand.label, status,
                                 workspace_bytes=workspace,
                                 build_s=cost.get("build_s"), verify_s=cost.get("verify_s"),
-                                timing_s=cost.get("timing_s"), rank=cand.rank, **fields)
+                                timing_s=cost.get("timing_s"), rank=cand.rank, first_run_s=cost.get("first_run_s"),
+                                warm_run_s=cost.get("warm_run_s"), **fields)
 
     def _report(self, text: str) -> None:
         if self.progress is not None:

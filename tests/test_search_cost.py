@@ -44,6 +44,8 @@ def test_every_outcome_says_what_searching_it_cost():
     assert tried and all(o.build_s is not None and o.build_s >= 0 and o.verify_s > 0 for o in tried)
     assert all(o.timing_s > 0 for o in tried if o.timing is not None)
     assert all(o.rank is not None for o in d.outcomes if o.status != "unsupported")
+    assert all(o.first_run_s > 0 and o.warm_run_s > 0 for o in tried)  # (its two runs on the verification batch)
+    assert all(o.first_run_s is None and o.warm_run_s is None for o in d.outcomes if o.status == "unsupported")
     assert {"the float64 reference", "operands"} <= set(d.phases)
     assert any(k.startswith("listing ") for k in d.phases)
 
@@ -56,6 +58,7 @@ def test_costs_are_stored_and_shown_by_explain_and_tune(tmp_path):
     assert "where the" in result.output and "strategy / phase" in result.output and "im2col" in result.output
     rows = PlanCache(str(db)).measurement_rows(PlanCache(str(db)).plan_rows()[0]["problem_key"])
     assert rows and all(r["verify_s"] is not None for r in rows if r["status"] in ("winner", "ok"))
+    assert all(r["first_run_s"] > 0 and r["warm_run_s"] > 0 for r in rows if r["status"] in ("winner", "ok"))
     shown = CliRunner().invoke(main, ["explain", "conv3x3", "--net", "starter", "--pass", "fwd", "--db", str(db)])
     assert "search s" in shown.output and " #0" in shown.output
 
@@ -271,7 +274,7 @@ def test_upgrading_a_copy_of_the_example_cache_keeps_every_row(tmp_path):
     assert _counts(copy) == before and _counts(backup) == before
     assert cache.schema_version() == SCHEMA_VERSION
     columns = {r[1] for r in sqlite3.connect(copy).execute("PRAGMA table_info(measurements)")}
-    assert {"build_s", "verify_s", "timing_s", "rank"} <= columns
+    assert {"build_s", "verify_s", "timing_s", "rank", "first_run_s", "warm_run_s"} <= columns
     tables = {r[0] for r in sqlite3.connect(copy).execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"pending", "leases"} <= tables
     assert PlanCache(str(copy)).upgraded is None  # once
@@ -294,7 +297,7 @@ def test_upgrading_a_postgres_cache_backs_it_up_first(pg_server, tmp_path, monke
     cache = PlanCache(url)
     cache.put(decision(cache_problem()))
     with cache.engine.begin() as conn:  # make it a schema-1 database
-        for column in ("build_s", "verify_s", "timing_s", "rank"):
+        for column in ("build_s", "verify_s", "timing_s", "rank", "first_run_s", "warm_run_s"):
             conn.execute(text(f'ALTER TABLE measurements DROP COLUMN "{column}"'))
         conn.execute(text('ALTER TABLE problems DROP COLUMN "layout"'))
         conn.execute(text("UPDATE convtune_meta SET value = '1' WHERE key = 'schema_version'"))

@@ -25,7 +25,8 @@ from .schema import COLUMNS_ADDED, SCHEMA_VERSION, TABLES_ADDED, measurements, m
 log = logging.getLogger("convtune")
 
 #: The type of each added column, as the DDL writes it (the tables' own definitions say the same).
-_TYPES = {"build_s": Float(), "verify_s": Float(), "timing_s": Float(), "rank": Integer(), "layout": String(16)}
+_TYPES = {"build_s": Float(), "verify_s": Float(), "timing_s": Float(), "rank": Integer(), "layout": String(16),
+          "first_run_s": Float(), "warm_run_s": Float()}
 #: What an added column holds in the rows that were there before it (none: NULL).
 _DEFAULTS = {"layout": "'channels_first' NOT NULL"}
 _TABLES = {"measurements": measurements, "problems": problems}

@@ -5,7 +5,8 @@
 * ``problems``: one row per problem key, with typed columns (``layout`` since schema 4; the
   problems of an older database are all channels-first).
 * ``measurements``: every candidate outcome of every tuning run (append-only), with what searching
-  it cost (schema 2).
+  it cost (schema 2) and its two runs on the verification batch (schema 5: what predicts its time on the full
+  problem, for the rules and cost models fitted on stored searches).
 * ``plans``: the winner per problem (pass and math mode are in the problem) x
   device fingerprint x strategy versions.
 * ``pending`` (schema 2): problems a runtime served without a plan of their own (from the nearest
@@ -21,10 +22,11 @@ from sqlalchemy import BigInteger, Column, Float, ForeignKey, Integer, MetaData,
 
 #: Bump on any table change, with its migration in :mod:`convtune.cache.migrate` (an older database is
 #: upgraded after a backup, never discarded; a newer one is refused, never altered).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: The columns each version added to the tables (what a migration adds, and what an older database lacks).
 COLUMNS_ADDED = {2: {"measurements": ("build_s", "verify_s", "timing_s", "rank")},
-                 4: {"problems": ("layout",)}}
+                 4: {"problems": ("layout",)},
+                 5: {"measurements": ("first_run_s", "warm_run_s")}}
 #: The tables each version added.
 TABLES_ADDED = {2: ("pending",), 3: ("leases",)}
 
@@ -101,6 +103,9 @@ measurements = Table(
     Column("verify_s", Float),
     Column("timing_s", Float),
     Column("rank", Integer),
+    # schema 5: its first and its second (warm) run on the verification batch, in seconds per full problem
+    Column("first_run_s", Float),
+    Column("warm_run_s", Float),
 )
 
 plans = Table(

@@ -67,7 +67,7 @@ def _measurement_row(o: CandidateOutcome, run_id, problem_id, device_id, version
                 error=o.error if finite else None,
                 reason=o.reason if finite else f"{o.reason} (error not finite)".strip(),
                 measured_at=now, convtune_version=version, build_s=o.build_s, verify_s=o.verify_s,
-                timing_s=o.timing_s, rank=o.rank)
+                timing_s=o.timing_s, rank=o.rank, first_run_s=o.first_run_s, warm_run_s=o.warm_run_s)
 
 
 class PlanCache(SharedWork):
