@@ -149,9 +149,11 @@ def test_in_host_bound_steps_the_layers_left_patched_go_back_unless_the_whole_st
     assert report.step_ratio == 1.00 and report.step_handed_back == report.handed_back == ["0", "2"]
     assert type(model[0]) is nn.Conv2d and type(model[2]) is nn.Conv2d
     assert "the whole step 1.00x with the layers left patched" in str(report) and "2 handed back then" in str(report)
-    assert "took 1.00x its time with them handed back" in caplog.text
+    assert "took 1.00x its time with them handed back (median of 5 rounds, faster in 2)" in caplog.text
     model, report, _ = _host_bound_tune(monkeypatch, [0.90, 0.97, 1.01, 0.95, 0.96])
     assert report.step_ratio == 0.96 and report.handed_back == [] and isinstance(model[2], ct.Conv2d)
+    model, report, _ = _host_bound_tune(monkeypatch, [0.90, 1.05, 0.95, 1.10, 0.96])  # two rounds slower: noise
+    assert report.step_ratio == 0.96 and report.step_handed_back == ["0", "2"] and type(model[2]) is nn.Conv2d
     model, report, _ = _host_bound_tune(monkeypatch, RuntimeError("no clock"))  # not checked: they stay
     assert report.step_ratio is None and report.handed_back == [] and isinstance(model[0], ct.Conv2d)
 
