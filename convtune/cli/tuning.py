@@ -279,7 +279,24 @@ def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
     summed = f", summed over the {workers} workers" if workers > 1 else ""
     return (f"where the {elapsed:.1f} s of tuning went (seconds{summed}; 'not tried': unsupported, over the "
             "workspace limit or pruned by a rule):\n" + format_table(("strategy / phase", "candidates", "not tried", "timed", "build",
-                                                  "verify", "timing", "total"), rows))
+                                                  "verify", "timing", "total"), rows) + _longest(decisions))
+
+
+#: How many of the longest searches ``tune`` names after its closing table.
+LONGEST = 3
+
+
+def _longest(decisions) -> str:
+    """The :data:`LONGEST` longest searches, each with its seconds and the strategy that took most of them."""
+    lines = []
+    for d in sorted(decisions, key=lambda d: -d.tuning_s)[:LONGEST]:
+        spent: dict[str, float] = {}
+        for o in d.outcomes:
+            spent[o.strategy] = spent.get(o.strategy, 0.0) + (o.build_s or 0.0) + (o.verify_s or 0.0) + (o.timing_s or 0.0)
+        most = max(spent.items(), key=lambda kv: kv[1], default=None)
+        lines.append(f"  {d.tuning_s:6.1f} s  {d.problem.describe()}"
+                     + (f" ({most[0]} {most[1]:.1f} s of it)" if most else ""))
+    return ("\nthe longest searches:\n" + "\n".join(lines)) if lines else ""
 
 
 def _tune_round_trips(problems, cache, backend, planner, retune, keep_limit):
