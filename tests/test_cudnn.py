@@ -236,7 +236,7 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
     fake = _FakeFrontendGraph([(62, ()), (69, rtc), (72, rtc), (70, rtc)])
     graph = object.__new__(module._Graph)
     graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt, graph.kind = fake, {}, set(), {}, {}, kind
-    graph.engine_kind = (*kind, p.math)
+    graph.problem, graph.engine_kind = p, (*kind, p.math)
     graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
     found = graph.enumerate("fp32", "bfloat16")
     assert [c.engine for c, _ws in found] == [62, 69, 72, 70]
@@ -306,7 +306,7 @@ def test_engines_whose_plans_never_come_close_are_not_built_again_below_the_heur
     fake = _FakeFrontendGraph([(e, ()) for e in range(5, 13)])
     graph = object.__new__(module._Graph)
     graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt = fake, {}, set(), {}, {}
-    graph.kind, graph.engine_kind = kind[:3], kind
+    graph.problem, graph.kind, graph.engine_kind = p, kind[:3], kind
     graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
     found = graph.enumerate("fp32")
     assert [c.engine for c, _ws in found] == list(range(5, 13))
@@ -328,3 +328,35 @@ def test_engines_whose_plans_never_come_close_are_not_built_again_below_the_heur
     strategy.observe(p, (winner, outcome(11, "ok", 2e-3), outcome(9, "skipped")), winner)
     assert young.trials == 5 and young.closest == 1.6 and skipped.trials == 5
     assert module._CTX.engines[(6, *kind)].trials == 6
+
+
+def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
+    """On a large float32 depthwise layer only engine 0's plans are built while listing; the others are listed with
+    the fixed rule as the reason they are pruned (and teach no record), and an exhaustive search builds them on
+    demand."""
+    from types import SimpleNamespace
+
+    from convtune.strategies import cudnn as module
+    monkeypatch.setattr(module._CTX, "compiled", {})
+    monkeypatch.setattr(module._CTX, "engines", {})
+    monkeypatch.setattr(module._CTX, "enumerated", {})
+    from convtune import ConvProblem
+    p = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(32, 32), kernel_size=31, padding=15,
+                         groups=8)
+    fake = _FakeFrontendGraph([(0, ()), (2, ()), (70, ("RUNTIME_COMPILATION",)), (50, ())])
+    graph = object.__new__(module._Graph)
+    graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt = fake, {}, set(), {}, {}
+    graph.problem, graph.kind, graph.engine_kind = p, (p.pass_, p.dtype, p.layout), (p.pass_, p.dtype, p.layout, p.math)
+    graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    found = graph.enumerate("fp32")
+    assert [c.engine for c, _ws in found] == [0, 2, 70, 50] and fake.builds == [0]
+    assert sorted(c.engine for c in graph.deferred) == [2, 50, 70] and not graph.compiled and not module._CTX.compiled
+    strategy = get_strategy("cudnn")
+    module._CTX.enumerated[p.key()] = graph
+    assert "49 taps or more" in strategy.pruned(p, CudnnConfig(2), None)
+    assert strategy.workspace_bytes(p, CudnnConfig(50)) == 4 * 1024 and fake.builds[-1] == 50  # built on demand
+    small = p.replace(kernel_size=(3, 3), padding=(1, 1))  # (a 3x3 depthwise layer: every engine but 1 is built)
+    fake = _FakeFrontendGraph([(0, ()), (2, ()), (1, ())])
+    graph.graph, graph.built, graph.deferred, graph.problem = fake, {}, {}, small
+    graph.enumerate("fp32")
+    assert fake.builds == [0, 2] and [c.engine for c in graph.deferred] == [1]

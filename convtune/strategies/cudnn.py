@@ -88,10 +88,10 @@ HEURISTIC_FIRST = 4
 #: full batch cost less than building the plan again for the verification batch. Runtime-compiled plans always are.
 FULL_BATCH_VERIFY_FLOPS = 8e9
 
-#: Engines not tried on float32 depthwise layers (:meth:`CudnnStrategy.fixed_rule`).
+#: Engines not tried on float32 depthwise layers (:func:`fixed_rule`).
 DEPTHWISE_SLOW_ENGINES = frozenset({1})
 #: On float32 depthwise layers with kernels of this many taps or more (stride and dilation 1), only these engines are
-#: tried (:meth:`CudnnStrategy.fixed_rule`).
+#: tried (:func:`fixed_rule`).
 LARGE_DEPTHWISE_TAPS, LARGE_DEPTHWISE_ENGINES = 49, frozenset({0})
 
 @dataclass(frozen=True)
@@ -209,6 +209,33 @@ class CompileRecord(_Trials):
                 f"problems like this one its plans came no closer than {self.closest:.2f}x the winner")
 
 
+def fixed_rule(problem: ConvProblem, config: CudnnConfig) -> str | None:
+    """The rule fitted on measured searches (``benchmarks/check_rules.py`` replays it):
+
+    * Engine 1 on float32 depthwise layers (one input and one output channel per group): not tried. H100, 20 such
+      problems of three exhaustive searches (ConvNeXt-T, tests/data/searches/h100-convnext_tiny-exhaustive.db.gz,
+      and the public suite's two): its 35 plans timed there never came within 6.48x of the winner. H200 (2026-11-28):
+      on RepLKNet-31B's 1024-channel 3x3 stride-2 depthwise forward pass at batch 16 its plan ran 210,000x the
+      winner's time, and its verification alone took 39.6 s of the layer's 45.5 s search.
+    * On float32 depthwise layers with kernels of 49 taps or more (7x7 and up, stride and dilation 1), every engine
+      but engine 0. In the stored searches of 54 such problems (ConvNeXt-T's 7x7 and the public suite's on the
+      H100, exhaustive; RepLKNet-31B's 13x13 to 31x31 and SLaK-T's 13x13 to 51x51 on the H200,
+      tests/data/searches/h200-*-tune.db.gz) their 399 plans never came within 3.14x of the winner (engine 0's
+      within 1.79x; none won), and they cost 11.2 s of RepLKNet-31B's 40.6 s tune: engines 2, 5 and 50 ran 1.3
+      to 1.4 s each on one verification run of its 31x31 backward-data pass, 12,000x the winner.
+    """
+    if problem.dtype != "float32" or not problem.depthwise or problem.out_per_group != 1:
+        return None
+    if config.engine in DEPTHWISE_SLOW_ENGINES:
+        return (f"engine {config.engine} on a float32 depthwise layer: never within 6x of the winner in 20 "
+                "stored problems, and 210,000x on a 1024-channel stride-2 one")
+    if (config.engine not in LARGE_DEPTHWISE_ENGINES and math.prod(problem.kernel_size) >= LARGE_DEPTHWISE_TAPS
+            and set(problem.stride) == {1} and set(problem.dilation) == {1}):
+        return (f"engine {config.engine} on a float32 depthwise layer of {LARGE_DEPTHWISE_TAPS} taps or more: "
+                "no engine but 0 came within 3x of the winner in 54 stored problems")
+    return None
+
+
 class _Graph:
     """One problem's graph: built once; plans appended by engine id + knobs."""
 
@@ -218,7 +245,7 @@ class _Graph:
         self.compiled: set[CudnnConfig] = set()
         self.deferred: dict[CudnnConfig, str] = {}
         self.unbuilt: dict[CudnnConfig, int] = {}  # a deferred plan's index in the list, where it can be replayed
-        self.kind = (p.pass_, p.dtype, p.layout)
+        self.problem, self.kind = p, (p.pass_, p.dtype, p.layout)
         self.engine_kind = (p.pass_, p.dtype, p.layout, p.math)  # (what keys the engines' records of plans compiled
         # ahead; ``kind`` keys the runtime-compiled ones')
         x, w, y, pad, stride, dil = frontend.geometry(p)
@@ -245,10 +272,10 @@ class _Graph:
         self.built: dict[CudnnConfig, tuple[int, int]] = {}  # config -> (plan index, workspace bytes)
 
     def enumerate(self, math: str, dtype: str = "float32") -> list[tuple[CudnnConfig, int]]:
-        """Every plan the heuristics offer, and every engine with default knobs, that builds, with its
-        workspace (the numerics :func:`frontend.excluded_notes` rules out left out; a plan whose engine's record says so is
-        listed with workspace 0 and not built: :class:`CompileRecord` for a runtime-compiled one, see ``RTC_TRIALS``;
-        :class:`EngineRecord` for the others, see ``ENGINE_TRIALS``)."""
+        """Every plan the heuristics offer, and every engine with default knobs, that builds, with its workspace (the
+        numerics :func:`frontend.excluded_notes` rules out left out; a plan that :func:`fixed_rule` prunes, or whose
+        engine's record says so, is listed with workspace 0 and not built: :class:`CompileRecord` for a
+        runtime-compiled one, see ``RTC_TRIALS``; :class:`EngineRecord` for the others, see ``ENGINE_TRIALS``)."""
         g = self.list_plans(math, dtype)
         found, seen = [], set()
         started = time.perf_counter()
@@ -267,11 +294,14 @@ class _Graph:
                 if config in seen:
                     continue
                 seen.add(config)
-                record = self._compile_record(index, config)
-                if record is not None:
-                    reason = record.skip_reason()
-                else:
-                    reason = _CTX.engine_record(config.engine, self.engine_kind).skip_reason(len(found))
+                record = None
+                reason = fixed_rule(self.problem, config)  # (a plan the fixed rule prunes is not built either)
+                if reason is None:
+                    record = self._compile_record(index, config)
+                    if record is not None:
+                        reason = record.skip_reason()
+                    else:
+                        reason = _CTX.engine_record(config.engine, self.engine_kind).skip_reason(len(found))
                 if reason is not None:
                     self.deferred[config] = reason
                     if replayable:
@@ -445,30 +475,8 @@ class CudnnStrategy(Strategy):
         return graph.deferred.get(config) if graph is not None else None
 
     def fixed_rule(self, problem, config, backend, room=None):
-        """The rule fitted on measured searches (``benchmarks/check_rules.py`` replays it):
-
-        * Engine 1 on float32 depthwise layers (one input and one output channel per group): not tried. H100, 20 such
-          problems of three exhaustive searches (ConvNeXt-T, tests/data/searches/h100-convnext_tiny-exhaustive.db.gz,
-          and the public suite's two): its 35 plans timed there never came within 6.48x of the winner. H200 (2026-11-28):
-          on RepLKNet-31B's 1024-channel 3x3 stride-2 depthwise forward pass at batch 16 its plan ran 210,000x the
-          winner's time, and its verification alone took 39.6 s of the layer's 45.5 s search.
-        * On float32 depthwise layers with kernels of 49 taps or more (7x7 and up, stride and dilation 1), every engine
-          but engine 0. In the stored searches of 54 such problems (ConvNeXt-T's 7x7 and the public suite's on the
-          H100, exhaustive; RepLKNet-31B's 13x13 to 31x31 and SLaK-T's 13x13 to 51x51 on the H200,
-          tests/data/searches/h200-*-tune.db.gz) their 399 plans never came within 3.14x of the winner (engine 0's
-          within 1.79x; none won), and they cost 11.2 s of RepLKNet-31B's 40.6 s tune: engines 2, 5 and 50 ran 1.3
-          to 1.4 s each on one verification run of its 31x31 backward-data pass, 12,000x the winner.
-        """
-        if problem.dtype != "float32" or not problem.depthwise or problem.out_per_group != 1:
-            return None
-        if config.engine in DEPTHWISE_SLOW_ENGINES:
-            return (f"engine {config.engine} on a float32 depthwise layer: never within 6x of the winner in 20 "
-                    "stored problems, and 210,000x on a 1024-channel stride-2 one")
-        if (config.engine not in LARGE_DEPTHWISE_ENGINES and math.prod(problem.kernel_size) >= LARGE_DEPTHWISE_TAPS
-                and set(problem.stride) == {1} and set(problem.dilation) == {1}):
-            return (f"engine {config.engine} on a float32 depthwise layer of {LARGE_DEPTHWISE_TAPS} taps or more: "
-                    "no engine but 0 came within 3x of the winner in 54 stored problems")
-        return None
+        """:func:`fixed_rule`, the rule fitted on measured searches."""
+        return fixed_rule(problem, config)
 
     def verified_at_full_batch(self, problem, config) -> bool:
         """A plan built while listing, for the full batch: verified as built, not built again on another graph for the
