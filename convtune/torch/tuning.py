@@ -338,7 +338,8 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     progress : bool or callable
         ``True``: a progress bar on stderr; a callable gets ``(done, total, label)``.
     hand_back : bool
-        Unpatch the patched layers whose every call runs PyTorch's own convolution (see the module
+        Unpatch the patched layers whose every call runs PyTorch's own convolution, and, where the host's time is
+        half the training step or more, those left patched when the whole step is no faster with them (see the module
         docstring): :attr:`TuneReport.handed_back`.
     host_bound : bool, optional
         Whether the training steps are host-bound, where a plan's gains count in host time alone (see the module
