@@ -5,13 +5,14 @@ import gzip
 import os
 import shutil
 import sqlite3
+import statistics
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from convtune import CpuTimer, CudaEventTimer, Planner, TimingStats
+from convtune import ConvProblem, CpuTimer, CudaEventTimer, Planner, TimingStats
 from convtune.cache import PlanCache
 from convtune.cache.schema import SCHEMA_VERSION
 from convtune.cli import main
@@ -476,3 +477,36 @@ def test_the_cudnn_engine_rule_tries_engine_0_alone_on_large_float32_depthwise_k
     assert cudnn.pruned(seven.replace(stride=(2, 2)), CudnnConfig(50), gpu) is None  # not measured strided
     assert cudnn.pruned(seven.replace(dtype="bfloat16"), CudnnConfig(50), gpu) is None  # nor in half precision
     assert cudnn.pruned(_layer(kernel_size=7, padding=3), CudnnConfig(50), gpu) is None  # a dense layer
+
+
+def test_the_verification_ratios_say_what_a_threshold_would_have_skipped(tmp_path, monkeypatch):
+    """From searches stored with their verification runs: PyTorch's call 30x the best on the verification batch and
+    2x the winner on the full problem is binned at 20x to 50x, closest 2.00x, its gap compressed to 0.07 of itself."""
+    import importlib.util
+    from conftest import FakeTimer
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("verification_ratios", root / "benchmarks" / "verification_ratios.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def synchronized_run(self, run, a, b, out):
+        run(a, b, out)
+        return 0.03 if run.run.__module__ == "convtune.strategies.pytorch" else 0.001  # (PyTorch's call 30x)
+    monkeypatch.setattr(Planner, "_synchronized_run", synchronized_run)
+    db = str(tmp_path / "p.db")
+    cache = PlanCache(db)
+    planner = Planner("numpy", FakeTimer({"im2col": 1e-3, "torch": 2e-3}), strategies=["im2col", "torch"])
+    for size in (9, 12):
+        cache.put(planner.tune(ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(size, size),
+                                                kernel_size=3)))
+    bins, shrink = script.tally(list(script.searches(db)), [5.0, 10.0, 20.0, 50.0])
+    assert bins[("torch", 20.0)][0] == 2 and bins[("torch", 20.0)][2] == pytest.approx(2.0)
+    assert bins[("im2col", 0.0)][0] >= 2 and bins[("im2col", 0.0)][2] == pytest.approx(1.0)
+    assert statistics.median(shrink["torch"]) == pytest.approx(2.0 / 30)
+    text = script.report(bins, shrink, [5.0, 10.0, 20.0, 50.0])
+    assert "20x to 50x" in text and "under 5x" in text and "0.07" in text
+    assert script.main(["--db", db]) == 0
+    old = tmp_path / "old.db"
+    shutil.copy(SCHEMA1_DB, old)
+    with pytest.raises(SystemExit, match="schema 1"):
+        list(script.searches(str(old)))
