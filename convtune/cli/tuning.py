@@ -292,7 +292,8 @@ def _longest(decisions) -> str:
     for d in sorted(decisions, key=lambda d: -d.tuning_s)[:LONGEST]:
         spent: dict[str, float] = {}
         for o in d.outcomes:
-            spent[o.strategy] = spent.get(o.strategy, 0.0) + (o.build_s or 0.0) + (o.verify_s or 0.0) + (o.timing_s or 0.0)
+            cost = (o.build_s or 0.0) + (o.verify_s or 0.0) + (o.timing_s or 0.0)
+            spent[o.strategy] = spent.get(o.strategy, 0.0) + cost
         most = max(spent.items(), key=lambda kv: kv[1], default=None)
         lines.append(f"  {d.tuning_s:6.1f} s  {d.problem.describe()}"
                      + (f" ({most[0]} {most[1]:.1f} s of it)" if most else ""))

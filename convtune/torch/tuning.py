@@ -167,8 +167,9 @@ class TuneReport:
     step_s: float | None = None
     #: patched layers whose problems were not searched: in host-bound steps no plan would keep them (handed back)
     not_searched: list[str] = field(default_factory=list)
-    #: where the host's work shows, the whole step's time with the layers left patched over its time with them handed back
-    #: (see :func:`_check_steps`; None: not checked), and the layers that check handed back (in ``handed_back`` too)
+    #: where the host's work shows, the whole step's time with the layers left patched over its time with them handed
+    #: back (see :func:`_check_steps`; None: not checked), and the layers that check handed back (in ``handed_back``
+    #: too)
     step_ratio: float | None = None
     step_handed_back: list[str] = field(default_factory=list)
 
@@ -504,21 +505,23 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
 
 
 #: Where the host's time to issue a training step is at least this share of the step (host-bound steps, and those where
-#: the host's work still shows: on an H200, r3d_18 under AMP at 77% kept 12 of its 20 layers by their duels and trained
-#: at 0.94x PyTorch), the layers left patched stay so only where the whole training step runs at most ``STEP_GAIN`` of
-#: its time with them handed back (the median of :func:`~convtune.torch._host.patched_step_ratios`' rounds) and the
-#: patched step was the faster in every round but one at most (rounds that disagree are the host's noise, and a tie
-#: goes to PyTorch). In steps the device's work dominates, the duels' times in the layer are what the step sees.
+#: the host's work still shows: on an H200, r3d_18 under AMP, its host 70% to 77% of the step, kept 12 of its 20
+#: layers by their duels and trained at 0.94x PyTorch), the layers left patched stay so only where the whole training
+#: step runs at most ``STEP_GAIN`` of its time with them handed back (the median of
+#: :func:`~convtune.torch._host.patched_step_ratios`' rounds) and the patched step was the faster in every round but
+#: one at most (rounds that disagree are the host's noise, and a tie goes to PyTorch). In steps the device's work
+#: dominates, the duels' times in the layer are what the step sees.
 CHECK_HOST_SHARE, STEP_GAIN = 0.5, 0.98
 
 
 def _check_steps(model: nn.Module, example_inputs, device, layer_calls: dict, report: TuneReport) -> None:
-    """Where the host's work shows in the steps (:data:`CHECK_HOST_SHARE`), time the whole training step with the layers left patched against the same step with them
-    handed back (:func:`~convtune.torch._host.patched_step_ratios`), and hand them all back unless the patched step
-    is faster by :data:`STEP_GAIN` (the median) and in every round but one at most: each layer was kept by its duels' host times, measured on the layer alone, and a
-    step of many layers can cost the host more than their sum said (on an H200, RegNetY-016 under AMP with 26 layers
-    kept trained at 0.85x PyTorch). ``report.step_ratio`` gets the median ratio; where the steps cannot be timed,
-    the layers stay as they are (said at debug level)."""
+    """Where the host's work shows in the steps (:data:`CHECK_HOST_SHARE`), time the whole training step with the
+    layers left patched against the same step with them handed back (:func:`~convtune.torch._host.patched_step_ratios`),
+    and hand them all back unless the patched step is faster by :data:`STEP_GAIN` (the median) and in every round but
+    one at most: each layer was kept by its duels, measured on the layer alone, and a step of many layers can cost the
+    host more than their sum said (on an H200, RegNetY-016 under AMP with 26 layers kept trained at 0.85x PyTorch).
+    ``report.step_ratio`` gets the median ratio; where the steps cannot be timed, the layers stay as they are (said at
+    debug level)."""
     modules = dict(model.named_modules())
     # (a layer whose runtime's strategies leave PyTorch's convolution out was never weighed against it: it stays)
     patched = [(name, modules[name]) for name, calls in layer_calls.items()
