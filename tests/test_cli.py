@@ -299,11 +299,13 @@ def test_where_the_tuning_time_went_adds_up_to_the_total():
     def outcome(strategy, build, verify, timing):
         return SimpleNamespace(strategy=strategy, timing=object(), status="ok", reason="", build_s=build,
                                verify_s=verify, timing_s=timing)
-    decisions = [SimpleNamespace(tuning_s=3.0, phases={"listing cudnn": 0.5},
-                                 outcomes=[outcome("cudnn", 0.25, 0.5, 0.75), outcome("torch", 0.0, None, 0.0)]),
-                 SimpleNamespace(tuning_s=2.0, phases={"the float64 reference": 0.2},
-                                 outcomes=[outcome("cudnn", 0.0, 0.25, 0.75)])]
-    text = _where_the_time_went(decisions, 6.0)
+    first, second = (SimpleNamespace(describe=lambda n=n: f"problem {n}") for n in (1, 2))
+    decisions = [SimpleNamespace(tuning_s=2.0, phases={"the float64 reference": 0.2}, problem=second,
+                                 outcomes=[outcome("cudnn", 0.0, 0.25, 0.75)]),
+                 SimpleNamespace(tuning_s=3.0, phases={"listing cudnn": 0.5}, problem=first,
+                                 outcomes=[outcome("cudnn", 0.25, 0.5, 0.75), outcome("torch", 0.0, None, 0.0)])]
+    text, longest = _where_the_time_went(decisions, 6.0).split("\nthe longest searches:\n")
+    assert longest.splitlines() == ["     3.0 s  problem 1 (cudnn 1.5 s of it)", "     2.0 s  problem 2 (cudnn 1.0 s of it)"]
     totals = {line[:40].strip(): float(line.split()[-1]) for line in text.splitlines()[3:]}
     assert totals == {"cudnn": 2.5, "torch": 0.0, "listing cudnn": 0.5, "the float64 reference": 0.2,
                       "the searches' other work": 1.8, "outside the searches (the cache, leases)": 1.0}, text
