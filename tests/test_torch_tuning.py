@@ -13,7 +13,7 @@ from click.testing import CliRunner  # noqa: E402
 from torch import nn  # noqa: E402
 
 import convtune.torch as ct  # noqa: E402
-from convtune.torch import _host  # noqa: E402
+from convtune.torch import _handback, _host  # noqa: E402
 from convtune.torch import tuning as tuning_module  # noqa: E402
 from convtune import MemoryPlanStore, Runtime  # noqa: E402
 from convtune.cli import main  # noqa: E402
@@ -81,7 +81,7 @@ def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monk
     # duels' 100 us a pass, and every route went back to PyTorch)
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)
     # (a CPU's steps are host-bound: the whole-step check, timed there, would hand the layers back at random)
-    monkeypatch.setattr(tuning_module, "patched_step_ratios", lambda *args: [0.5])
+    monkeypatch.setattr(_handback, "patched_step_ratios", lambda *args: [0.5])
     factory, shape = MODELS["resnet_like"]
     model = factory()
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
@@ -120,7 +120,7 @@ def _host_bound_tune(monkeypatch, ratios, steps=None):
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)
-    monkeypatch.setattr(tuning_module, "cannot_gain", lambda problem, passes, device: False)
+    monkeypatch.setattr(_handback, "cannot_gain", lambda problem, passes, device: False)
     asked = []
 
     def fake_ratios(model, example_inputs, device, patched):
@@ -128,13 +128,13 @@ def _host_bound_tune(monkeypatch, ratios, steps=None):
         if isinstance(ratios, Exception):
             raise ratios
         return ratios
-    monkeypatch.setattr(tuning_module, "patched_step_ratios", fake_ratios)
+    monkeypatch.setattr(_handback, "patched_step_ratios", fake_ratios)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
     if steps is not None:
-        monkeypatch.setattr(tuning_module, "step_times", lambda *args: steps)
+        monkeypatch.setattr(_handback, "step_times", lambda *args: steps)
     report = ct.tune(model, torch.randn(2, 3, 8, 8), runtime=runtime, progress=False,
                      host_bound=True if steps is None else None)
     return model, report, asked
@@ -247,7 +247,7 @@ def test_tune_keeps_a_layer_patched_whose_calls_without_gradients_keep_a_plan(mo
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)  # more than any gain
-    monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: 5e-6)  # less than its forward plan's gain
+    monkeypatch.setattr(_handback, "dispatch_seconds", lambda device: 5e-6)  # less than its forward plan's gain
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
@@ -272,7 +272,7 @@ def test_tune_hands_back_a_layer_whose_plan_without_gradients_gains_less_than_a_
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [190e-6, 200e-6])
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)
-    monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: dispatch_us * 1e-6)
+    monkeypatch.setattr(_handback, "dispatch_seconds", lambda device: dispatch_us * 1e-6)
     plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
     model = copy.deepcopy(plain)
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
@@ -300,7 +300,7 @@ def _duels_on_the_cpu(monkeypatch, host_us, detour_s):
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: detour_s)
-    monkeypatch.setattr(tuning_module, "dispatch_seconds", lambda device: 5e-6)
+    monkeypatch.setattr(_handback, "dispatch_seconds", lambda device: 5e-6)
 
 
 @pytest.mark.parametrize("host_bound", [False, True, None])
@@ -334,7 +334,7 @@ def test_in_host_bound_steps_a_forward_plan_for_calls_without_gradients_keeps_no
     costs. That keeps the layer patched, except where training steps are host-bound: every call of a patched layer
     costs the host there, training calls included."""
     _duels_on_the_cpu(monkeypatch, (10, 30), 1.0)
-    monkeypatch.setattr(tuning_module, "pytorch_host_seconds", lambda problem, device: 1.0)  # (searched: see below)
+    monkeypatch.setattr(_handback, "pytorch_host_seconds", lambda problem, device: 1.0)  # (searched: see below)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
@@ -353,7 +353,7 @@ def test_in_host_bound_steps_a_layer_no_plan_could_keep_is_not_searched(monkeypa
     from convtune.torch import _dispatch
     _duels_on_the_cpu(monkeypatch, (30, 32), 1.0)
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6 if split else 25e-6)
-    monkeypatch.setattr(tuning_module, "pytorch_host_seconds", lambda problem, device: pytorch_host_us * 1e-6)
+    monkeypatch.setattr(_handback, "pytorch_host_seconds", lambda problem, device: pytorch_host_us * 1e-6)
     plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1),
                           nn.Conv2d(4, 4, 5, padding=2))
     model = copy.deepcopy(plain)
@@ -390,7 +390,7 @@ def test_a_layer_with_a_call_worth_searching_has_all_its_calls_searched(monkeypa
     from convtune.torch import _dispatch
     _duels_on_the_cpu(monkeypatch, (30, 32), 1.0)
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6 if split else 25e-6)
-    monkeypatch.setattr(tuning_module, "pytorch_host_seconds",  # (the full-size call's passes cost the host more)
+    monkeypatch.setattr(_handback, "pytorch_host_seconds",  # (the full-size call's passes cost the host more)
                         lambda problem, device: (40e-6 if problem.input_size == (8, 8) else 5e-6))
     model = _TwoSizes()
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
@@ -404,7 +404,7 @@ def test_a_runtime_without_pytorchs_convolution_searches_every_layer_in_host_bou
     """Where the runtime's strategies leave PyTorch's convolution out, no plan duels it and every plan runs: no layer
     is left unsearched, whatever PyTorch's host time."""
     _duels_on_the_cpu(monkeypatch, (30, 32), 1.0)
-    monkeypatch.setattr(tuning_module, "pytorch_host_seconds", lambda problem, device: 1e-6)
+    monkeypatch.setattr(_handback, "pytorch_host_seconds", lambda problem, device: 1e-6)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1))
     runtime = make_runtime(["im2col"])
     ct.patch(model, runtime=runtime)

@@ -14,10 +14,10 @@ it needs, its calls without gradients too, under the cuDNN flags in force) is ha
 module gets its own class back (:func:`~convtune.torch.unpatch` of that one module), so its calls pay no
 drop-in at all, not even the lookup (on ResNet-50 under AMP, where PyTorch's convolution wins every pass,
 that lookup was the whole difference between the two). So is a layer whose training calls settled on PyTorch's
-convolution while its forward's plan kept the calls without gradients, where that plan gains less per call than
-a patched layer's call costs the host (:func:`dispatch_seconds`): every call pays that, training calls included.
-``hand_back=False`` keeps them patched: a layer handed back runs PyTorch's convolution for shapes the example run did
-not show as well.
+convolution while its forward's plan kept the calls without gradients, where that plan gains less per call than a
+patched layer's call costs the host (:func:`~convtune.torch._host.dispatch_seconds`): every call pays that, training
+calls included. ``hand_back=False`` keeps them patched: a layer handed back runs PyTorch's convolution for shapes the
+example run did not show as well.
 
 On CUDA, before anything is searched, :func:`tune` times a few training steps of the model on the example (forward
 and gradients, PyTorch's convolution throughout) to learn whether its steps are *host-bound*: the host's time to issue
@@ -26,14 +26,14 @@ mid-sized models under AMP, on a fast GPU). There a plan's faster device work sh
 all that counts: each route weighs what its plans' duels gained in host time alone
 (:meth:`~convtune.torch._dispatch.Route.weigh_host`), and so does the hand-back. A plan can save the host at most what
 PyTorch's own call costs it, so a patched layer whose training calls cost PyTorch's convolution less host time than
-convtune's autograd detour is not searched at all (:func:`cannot_gain`: one short measurement per layer shape) and goes
-back to PyTorch: :attr:`TuneReport.not_searched`. ``host_bound=False`` weighs device and host together as each duel
-measured them (the steps run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the host is out of the
-step); ``True`` takes the steps as host-bound without timing them. Where the host's time is half the step or more
-(host-bound steps included), the layers still patched after the hand-back are then checked on the whole step
-(:func:`_check_steps`): a few training steps with them patched and with them handed back, in turns, and they all go
-back to PyTorch unless the patched step is the faster by 2% (and in all rounds but one): what a layer's duels
-measured on the layer alone does not always add up to the step (``TuneReport.step_ratio``).
+convtune's autograd detour is not searched at all (:func:`~convtune.torch._handback.cannot_gain`: one short measurement
+per layer shape) and goes back to PyTorch: :attr:`TuneReport.not_searched`. ``host_bound=False`` weighs device and host
+together as each duel measured them (the steps run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the
+host is out of the step); ``True`` takes the steps as host-bound without timing them. Where the host's time is half the
+step or more (host-bound steps included), the layers still patched after the hand-back are then checked on the whole
+step (:func:`~convtune.torch._handback.check_steps`): a few training steps with them patched and with them handed back,
+in turns, and they all go back to PyTorch unless the patched step is the faster by 2% (and in all rounds but one): what
+a layer's duels measured on the layer alone does not always add up to the step (``TuneReport.step_ratio``).
 
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
@@ -52,7 +52,6 @@ Examples
 from __future__ import annotations
 
 import logging
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -65,15 +64,13 @@ from ..compiling import CompileAhead
 from ..planner import Planner
 from ..problem import PASSES, ConvProblem
 from ..runtime import Runtime, _Held, default_runtime
-from ..timing import HOST_BOUND
 from ..worklist import rotated
-from . import _dispatch, functional
+from . import _dispatch, _handback, functional
 from ._bridge import bridge
-from ._dispatch import layer_problem, route_for
-from ._executors import Native
+from ._dispatch import layer_problem
 from ._formats import tensor_layout
-from ._host import dispatch_seconds, left_as_it_was, patched_step_ratios, pytorch_host_seconds, rng_kept, step_times
-from .modules import _CONVS, _Convtune, restore
+from ._host import left_as_it_was, rng_kept
+from .modules import _CONVS, _Convtune
 
 log = logging.getLogger("convtune")
 
@@ -168,8 +165,8 @@ class TuneReport:
     #: patched layers whose problems were not searched: in host-bound steps no plan would keep them (handed back)
     not_searched: list[str] = field(default_factory=list)
     #: where the host's work shows, the whole step's time with the layers left patched over its time with them handed
-    #: back (see :func:`_check_steps`; None: not checked), and the layers that check handed back (in ``handed_back``
-    #: too)
+    #: back (see :func:`~convtune.torch._handback.check_steps`; None: not checked), and the layers that check handed
+    #: back (in ``handed_back`` too)
     step_ratio: float | None = None
     step_handed_back: list[str] = field(default_factory=list)
 
@@ -222,101 +219,6 @@ def _distributed() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def _route(key: tuple):
-    """The route a patched layer's calls of ``key`` (:attr:`Problem.route_key`) find: in its runtime."""
-    return route_for(*key[:8], key[10] or default_runtime(), *key[8:10])
-
-
-def _pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
-    """Does a patched layer's call needing ``passes`` run PyTorch's own convolution, as the plain module would,
-    in every form (in training, as its autograd runs it; without gradients), or gain less without gradients than a
-    patched layer's call costs the host (:func:`dispatch_seconds`)? Its route's passes resolved."""
-    if route.device.type == "cuda" and not functional.cudnn_flags_as_measured(route.problem.math):
-        return False  # the patched layer runs PyTorch's convolution with the flags its verdicts were measured with
-    need_dx, need_dw = "dgrad" in passes, "wgrad" in passes
-    if need_dx or need_dw:
-        if keep and need_dx and need_dw and route.trips.get(keep) is not None:
-            return False  # a round trip with kept spectra runs the layer
-        if not route.native_for_grads(need_dx, need_dw):  # (settled first: it may keep a plan for inference)
-            return False
-        if route.host_bound:  # every call of a patched layer costs the host, in host-bound training steps too: a
-            return True  # forward plan kept for calls without gradients is no reason to stay patched there
-    infer = route.fwd_infer or route.fwd_exec  # what a call without gradients runs
-    if isinstance(infer, Native):
-        return infer.retry_at is None  # (Fallback is a Native)
-    # a forward plan that won its duel by less than what the patched layer costs every call, training calls included,
-    # gains nothing even where no gradients are taken (in a host-bound step: by less host time)
-    duel = getattr(infer, "duel", None)
-    return duel is not None and duel.gain(route.host_bound) <= dispatch_seconds(route.device)
-
-
-def _weigh_host(report: TuneReport, model, example_inputs, device, host_bound: bool | None) -> bool:
-    """Whether the model's training steps are host-bound: ``host_bound`` where given, else timed
-    (:func:`step_times`); recorded in ``report``. Not where the steps cannot be timed (said at debug level)."""
-    if host_bound is None:
-        try:
-            report.step_host_s, report.step_s = step_times(model, example_inputs, device)
-        except Exception as exc:
-            log.debug("convtune.torch.tune: training steps not timed (%s: %s); weighing device and host together",
-                      type(exc).__name__, exc)
-            report.host_bound = False
-            return False
-        host_bound = report.step_host_s >= HOST_BOUND * report.step_s
-    report.host_bound = bool(host_bound)
-    return report.host_bound
-
-
-def cannot_gain(problem: ConvProblem, passes: tuple[str, ...], device) -> bool:
-    """In host-bound steps, can no plan keep a layer whose training calls run ``passes`` of ``problem`` (its forward
-    problem)? There :meth:`~convtune.torch._dispatch.Route.settle` weighs the plans by the host time they save, at
-    most PyTorch's own host time per call of each pass, against the autograd detour: where PyTorch's whole training
-    call costs the host less than the detour of plans for backward passes, and its forward call less than the
-    detour of a forward plan alone, no plan the search could find would be kept (measured once, here)."""
-    native = [pytorch_host_seconds(problem.for_pass(p), device) for p in passes]
-    return (native[0] < _dispatch.detour_seconds(device, split=False) and
-            sum(native) < _dispatch.detour_seconds(device, split=True))
-
-
-def _untuned(routes: dict, layer_calls: dict, wanted: tuple[str, ...]) -> set:
-    """In host-bound steps: the route keys of patched layers that no plan could keep (:func:`cannot_gain`), whose
-    problems need no search: layers whose every call needs a gradient, runs per-pass plans (no kept spectra) and
-    is tuned here in every pass it needs (so the layer can be handed back), in a runtime whose plans duel PyTorch's
-    convolution. Said at INFO."""
-    calls_of: dict[tuple, list] = {}
-    for calls in layer_calls.values():
-        for key, passes, keep in calls:
-            calls_of.setdefault(key, []).append((passes, keep))
-    untuned = set()
-    for key, (route_passes, _name, _keep) in routes.items():
-        calls = calls_of.get(key, [])
-        if not calls or any(keep or len(passes) < 2 or not set(passes) <= set(wanted) for passes, keep in calls):
-            continue
-        route = _route(key)
-        if not route._duels():
-            continue  # (its runtime's strategies leave PyTorch's out: no plan is weighed against it, all are kept)
-        problem = route.problem
-        try:
-            if cannot_gain(problem, route_passes, key[7]):
-                untuned.add(key)
-        except Exception as exc:  # (not measured: searched as usual)
-            log.debug("convtune.torch.tune: PyTorch's host time for %s not measured: %s", problem.describe(), exc)
-    # a layer goes back only where all its calls do: one with a call that is searched stays patched, and its other
-    # calls' routes would be tuned at its first training call, so they are searched here too
-    changed = True
-    while changed:
-        changed = False
-        for calls in layer_calls.values():
-            keys = {key for key, _p, _k in calls}
-            if keys & untuned and not keys <= untuned:
-                untuned -= keys
-                changed = True
-    if untuned:
-        log.info("convtune.torch.tune: %d layer shape(s) not searched: in host-bound steps PyTorch's convolution "
-                 "costs their training calls' host less than convtune's autograd detour, so no plan would be kept",
-                 len(untuned))
-    return untuned
 
 
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
@@ -417,8 +319,9 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? Timed first (PyTorch's convolution
     # throughout), so that the layers no plan could keep there are not searched at all
     duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
-    weigh = _weigh_host(report, model, example_inputs, duelled[0][7], host_bound) if duelled else False
-    untuned = _untuned({k: routes[k] for k in duelled}, layer_calls, wanted) if weigh and hand_back else set()
+    weigh = _handback.weigh_host(report, model, example_inputs, duelled[0][7], host_bound) if duelled else False
+    untuned = _handback.not_searched({k: routes[k] for k in duelled}, layer_calls, wanted) if weigh and hand_back \
+        else set()
     if untuned:
         report.not_searched = sorted({name for name, calls in layer_calls.items()
                                       if all(key in untuned for key, _p, _k in calls)})
@@ -480,7 +383,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         if key in untuned:
             continue  # (its layer goes back to PyTorch: resolving would tune it)
         shown(len(items), f"{name} route")
-        route = _route(key)  # the route the layer's calls will find: in the runtime it was patched with
+        route = _handback.route_of(key)  # the route the layer's calls will find: in the runtime it was patched with
         for pass_ in route_passes:
             if getattr(route, f"{pass_}_exec") is None:
                 route.resolve(pass_)  # (never raises: what cannot run falls back, said once)
@@ -489,12 +392,13 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         report.routes += 1
     for key in duelled:
         if key not in untuned:
-            _route(key).weigh_host(weigh)  # (before any weighing: settle runs in the hand-back, or at the first call)
+            # (before any weighing: settle runs in the hand-back, or at the first call)
+            _handback.route_of(key).weigh_host(weigh)
     if hand_back:
-        _hand_back(model, layer_calls, wanted, report, untuned)
-        if weigh or (report.step_s and report.step_host_s >= CHECK_HOST_SHARE * report.step_s):
+        _handback.hand_back(model, layer_calls, wanted, report, untuned)
+        if weigh or (report.step_s and report.step_host_s >= _handback.CHECK_HOST_SHARE * report.step_s):
             shown(len(items), "the whole step, patched and not")
-            _check_steps(model, example_inputs, duelled[0][7], layer_calls, report)
+            _handback.check_steps(model, example_inputs, duelled[0][7], layer_calls, report)
     shown(len(items), "done")
     if torch.cuda.is_available() and (any(d.type == "cuda" for _p, d, _n in distinct.values()) or
                                       any(key[7].type == "cuda" for key in routes)):
@@ -502,73 +406,3 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     report.seconds = time.perf_counter() - started
     log.info("convtune.torch.tune: %s", report)
     return report
-
-
-#: Where the host's time to issue a training step is at least this share of the step (host-bound steps, and those where
-#: the host's work still shows: on an H200, r3d_18 under AMP, its host 70% to 77% of the step, kept 12 of its 20
-#: layers by their duels and trained at 0.94x PyTorch), the layers left patched stay so only where the whole training
-#: step runs at most ``STEP_GAIN`` of its time with them handed back (the median of
-#: :func:`~convtune.torch._host.patched_step_ratios`' rounds) and the patched step was the faster in every round but
-#: one at most (rounds that disagree are the host's noise, and a tie goes to PyTorch). In steps the device's work
-#: dominates, the duels' times in the layer are what the step sees.
-CHECK_HOST_SHARE, STEP_GAIN = 0.5, 0.98
-
-
-def _check_steps(model: nn.Module, example_inputs, device, layer_calls: dict, report: TuneReport) -> None:
-    """Where the host's work shows in the steps (:data:`CHECK_HOST_SHARE`), time the whole training step with the
-    layers left patched against the same step with them handed back (:func:`~convtune.torch._host.patched_step_ratios`),
-    and hand them all back unless the patched step is faster by :data:`STEP_GAIN` (the median) and in every round but
-    one at most: each layer was kept by its duels, measured on the layer alone, and a step of many layers can cost the
-    host more than their sum said (on an H200, RegNetY-016 under AMP with 26 layers kept trained at 0.85x PyTorch).
-    ``report.step_ratio`` gets the median ratio; where the steps cannot be timed, the layers stay as they are (said at
-    debug level)."""
-    modules = dict(model.named_modules())
-    # (a layer whose runtime's strategies leave PyTorch's convolution out was never weighed against it: it stays)
-    patched = [(name, modules[name]) for name, calls in layer_calls.items()
-               if isinstance(modules.get(name), _Convtune) and
-               all(key[7] == device and _route(key)._duels() for key, _p, _k in calls)]
-    if not patched:
-        return
-    try:
-        ratios = patched_step_ratios(model, example_inputs, device, [m for _n, m in patched])
-    except Exception as exc:
-        log.debug("convtune.torch.tune: the whole step not checked (%s: %s); the patched layers stay",
-                  type(exc).__name__, exc)
-        return
-    report.step_ratio = statistics.median(ratios)
-    faster = sum(r < 1.0 for r in ratios)
-    if report.step_ratio <= STEP_GAIN and faster >= len(ratios) - 1:
-        return
-    for name, module in patched:
-        restore(module)
-        report.handed_back.append(name)
-        report.step_handed_back.append(name)
-    log.info("convtune.torch.tune: %d patched layer(s) handed back to PyTorch: with them patched a training step took "
-             "%.2fx its time with them handed back (median of %d rounds, faster in %d), not %.2fx or less in all "
-             "rounds but one at most: %s", len(patched), report.step_ratio, len(ratios), faster, STEP_GAIN,
-             ", ".join(n or "the model" for n, _m in patched))
-
-
-def _hand_back(model: nn.Module, layer_calls: dict, wanted: tuple[str, ...], report: TuneReport,
-               untuned: set = frozenset()) -> None:
-    """Unpatch the patched layers whose every call runs PyTorch's convolution throughout (its passes all
-    tuned here, or not searched: ``untuned`` route keys); their names go to ``report.handed_back``."""
-    modules = dict(model.named_modules())
-    for name, calls in layer_calls.items():
-        module = modules.get(name)
-        if not isinstance(module, _Convtune):
-            continue
-        try:
-            throughout = all(key in untuned or (set(passes) <= set(wanted) and
-                                                 _pytorch_throughout(_route(key), passes, keep))
-                             for key, passes, keep in calls)
-        except Exception as exc:  # (settling measures the autograd detour) the layer stays patched
-            log.debug("convtune.torch.tune: %s stays patched: %s", name or "the model", exc)
-            continue
-        if throughout:
-            restore(module)
-            report.handed_back.append(name)
-    if report.handed_back:
-        log.info("convtune.torch.tune: %d patched layer(s) handed back to PyTorch (its own convolution won "
-                 "every pass they run, or their plans gain less than a patched call costs): %s",
-                 len(report.handed_back), ", ".join(n or "the model" for n in report.handed_back))
