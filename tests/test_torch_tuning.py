@@ -196,6 +196,11 @@ def test_the_whole_step_check_times_the_patched_model_against_it_handed_back():
         return 0.0, 1e-3 if isinstance(model[2], ct.Conv2d) else 1.6e-3
     assert len(_host.patched_step_ratios(model, torch.randn(2, 3, 8, 8), torch.device("cpu"), [model[2]],
                                          timed=clear)) == 2
+    with pytest.raises(RuntimeError, match="mid-step"):  # (a failure inside leaves the modules patched again)
+        with ct.modules.restored_for_a_while([model[2]]):
+            assert type(model[2]) is nn.Conv2d and not hasattr(model[2], "convtune_runtime")
+            raise RuntimeError("mid-step")
+    assert isinstance(model[2], ct.Conv2d) and model[2].convtune_runtime is runtime_of
     real = _host.patched_step_ratios(model, torch.randn(2, 3, 8, 8), torch.device("cpu"), [model[0], model[2]],
                                      rounds=2)
     assert len(real) == 2 and all(r > 0 for r in real)
