@@ -256,8 +256,7 @@ def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
     searched = named = 0.0
     for decision in decisions:
         searched += decision.tuning_s
-        named += sum(decision.phases.values()) + sum((o.build_s or 0.0) + (o.verify_s or 0.0) + (o.timing_s or 0.0)
-                                                     for o in decision.outcomes)
+        named += sum(decision.phases.values()) + sum(_spent(o) for o in decision.outcomes)
         for o in decision.outcomes:
             row = per.setdefault(o.strategy, {"candidates": 0, "timed": 0, "not tried": 0, "build": 0.0,
                                               "verify": 0.0, "timing": 0.0})
@@ -282,6 +281,11 @@ def _where_the_time_went(decisions, elapsed: float, workers: int = 0) -> str:
                                                   "verify", "timing", "total"), rows) + _longest(decisions))
 
 
+def _spent(o) -> float:
+    """Seconds a search spent on one candidate: building, verifying and timing it (each ``None`` where not done)."""
+    return (o.build_s or 0.0) + (o.verify_s or 0.0) + (o.timing_s or 0.0)
+
+
 #: How many of the longest searches ``tune`` names after its closing table.
 LONGEST = 3
 
@@ -292,8 +296,7 @@ def _longest(decisions) -> str:
     for d in sorted(decisions, key=lambda d: -d.tuning_s)[:LONGEST]:
         spent: dict[str, float] = {}
         for o in d.outcomes:
-            cost = (o.build_s or 0.0) + (o.verify_s or 0.0) + (o.timing_s or 0.0)
-            spent[o.strategy] = spent.get(o.strategy, 0.0) + cost
+            spent[o.strategy] = spent.get(o.strategy, 0.0) + _spent(o)
         most = max(spent.items(), key=lambda kv: kv[1], default=None)
         lines.append(f"  {d.tuning_s:6.1f} s  {d.problem.describe()}"
                      + (f" ({most[0]} {most[1]:.1f} s of it)" if most else ""))

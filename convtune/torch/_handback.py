@@ -1,8 +1,8 @@
 """What goes back to PyTorch after :func:`convtune.torch.tune` has tuned a model: whether its training steps are
 host-bound (:func:`weigh_host`), which patched layers no plan could keep there and so need no search
-(:func:`not_searched`, :func:`cannot_gain`), which layers run PyTorch's own convolution throughout (:func:`hand_back`), and, where the host's
-work shows in the steps, whether the layers left patched make the whole step faster (:func:`check_steps`). See
-:mod:`convtune.torch.tuning`."""
+(:func:`not_searched`, :func:`cannot_gain`), which layers run PyTorch's own convolution throughout (:func:`hand_back`),
+and, where the host's work shows in the steps (:func:`host_shows`), whether the layers left patched make the whole
+step faster (:func:`check_steps`). See :mod:`convtune.torch.tuning`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from .modules import _Convtune, restore
 
 log = logging.getLogger("convtune")
 
-__all__ = ["weigh_host", "cannot_gain", "not_searched", "hand_back", "check_steps", "route_of"]
+__all__ = ["weigh_host", "cannot_gain", "not_searched", "hand_back", "host_shows", "check_steps", "route_of"]
 
 
 def route_of(key: tuple):
@@ -128,6 +128,12 @@ def not_searched(routes: dict, layer_calls: dict, wanted: tuple[str, ...]) -> se
 #: one at most (rounds that disagree are the host's noise, and a tie goes to PyTorch). In steps the device's work
 #: dominates, the duels' times in the layer are what the step sees.
 CHECK_HOST_SHARE, STEP_GAIN = 0.5, 0.98
+
+
+def host_shows(report) -> bool:
+    """Does the host's work show in the steps :func:`weigh_host` weighed into ``report``: host-bound, or timed with the
+    host's time at least :data:`CHECK_HOST_SHARE` of the step? Where it does, :func:`check_steps` runs."""
+    return bool(report.host_bound or (report.step_s and report.step_host_s >= CHECK_HOST_SHARE * report.step_s))
 
 
 def check_steps(model: nn.Module, example_inputs, device, layer_calls: dict, report) -> None:

@@ -396,7 +396,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
             _handback.route_of(key).weigh_host(weigh)
     if hand_back:
         _handback.hand_back(model, layer_calls, wanted, report, untuned)
-        if weigh or (report.step_s and report.step_host_s >= _handback.CHECK_HOST_SHARE * report.step_s):
+        if _handback.host_shows(report):
             shown(len(items), "the whole step, patched and not")
             _handback.check_steps(model, example_inputs, duelled[0][7], layer_calls, report)
     shown(len(items), "done")
