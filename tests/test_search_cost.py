@@ -211,7 +211,10 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path):
                "h100-resnet50-exhaustive.db", "h100-convnext_tiny-exhaustive.db",
                "h100-public-suite-exhaustive-1.db",
                "h100-public-suite-exhaustive-2.db",  # H100, exhaustive (every candidate timed)
-               "h200-replknet-31b-b16-tune.db", "h200-slak-t-b16-tune.db"):  # H200, normal searches
+               "h200-replknet-31b-b16-tune.db", "h200-slak-t-b16-tune.db",  # H200, normal searches
+               # (H200, bfloat16 channels_last: ConvNeXt-T's stopped after 60 s, RepLKNet-31B's depthwise problems)
+               "h200-slak-t-b16-bf16-tune.db", "h200-convnext_tiny-b32-bf16-tune.db",
+               "h200-replknet-31b-b16-bf16-depthwise.db"):
         args += ["--db", _stored_search(tmp_path, db)]
     # the second exhaustive suite search stored cuDNN's eng7 at 0.41 ms on a 7x7 3x3 dgrad (0.20 ms in every other
     # search) and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
@@ -456,10 +459,27 @@ def test_the_cudnn_engine_rule_leaves_out_engine_1_on_float32_depthwise_layers_o
     assert "depthwise" in cudnn.pruned(depthwise, CudnnConfig(1), gpu)
     assert cudnn.fixed_rule(depthwise, CudnnConfig(1, (("TILE_SIZE", 4),)), gpu) is not None
     assert cudnn.pruned(depthwise, CudnnConfig(0), gpu) is None  # (engine 0 won such a layer)
-    assert cudnn.pruned(depthwise.replace(dtype="bfloat16"), CudnnConfig(1), gpu) is None  # not measured
+    assert cudnn.pruned(depthwise.replace(dtype="float16"), CudnnConfig(1), gpu) is None  # not measured
     assert cudnn.pruned(_layer(out_channels=128, groups=64), CudnnConfig(1), gpu) is None  # a channel multiplier
     assert cudnn.pruned(_layer(), CudnnConfig(1), gpu) is None
     assert CudnnConfig.from_label(CudnnConfig(1, (("TILE_SIZE", 4),)).label()) == CudnnConfig(1, (("TILE_SIZE", 4),))
+
+
+def test_the_cudnn_engine_rule_tries_five_engines_on_bfloat16_depthwise_layers():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.cudnn import BFLOAT16_DEPTHWISE_ENGINES, CudnnConfig
+    cudnn, gpu = get_strategy("cudnn"), _Named("cupy")
+    for kernel, stride in ((3, 2), (5, 1), (31, 1)):
+        layer = _layer(in_channels=64, out_channels=64, input_size=(32, 32), kernel_size=kernel, stride=stride,
+                       padding=kernel // 2, groups=64, dtype="bfloat16", layout="channels_last")
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            p = layer.for_pass(pass_)
+            assert "bfloat16 depthwise" in cudnn.pruned(p, CudnnConfig(45, (("TILE_SIZE", 4),)), gpu)
+            assert all(cudnn.pruned(p, CudnnConfig(e), gpu) is None for e in BFLOAT16_DEPTHWISE_ENGINES)
+    dense = _layer(in_channels=64, out_channels=64, kernel_size=3, padding=1, dtype="bfloat16")
+    assert cudnn.pruned(dense, CudnnConfig(45), gpu) is None
+    multiplier = _layer(in_channels=64, out_channels=128, kernel_size=3, padding=1, groups=64, dtype="bfloat16")
+    assert cudnn.pruned(multiplier, CudnnConfig(45), gpu) is None  # (a channel multiplier: not measured)
 
 
 def test_the_cudnn_engine_rule_tries_engine_0_alone_on_large_float32_depthwise_kernels():
@@ -475,7 +495,7 @@ def test_the_cudnn_engine_rule_tries_engine_0_alone_on_large_float32_depthwise_k
     five = _layer(in_channels=64, out_channels=64, kernel_size=5, padding=2, groups=64)
     assert cudnn.pruned(five, CudnnConfig(50), gpu) is None  # (24 taps: engines win such layers)
     assert cudnn.pruned(seven.replace(stride=(2, 2)), CudnnConfig(50), gpu) is None  # not measured strided
-    assert cudnn.pruned(seven.replace(dtype="bfloat16"), CudnnConfig(50), gpu) is None  # nor in half precision
+    assert cudnn.pruned(seven.replace(dtype="float16"), CudnnConfig(50), gpu) is None  # nor in float16
     assert cudnn.pruned(_layer(kernel_size=7, padding=3), CudnnConfig(50), gpu) is None  # a dense layer
 
 
