@@ -355,8 +355,8 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     module._CTX.enumerated[p.key()] = graph
     assert "49 taps or more" in strategy.pruned(p, CudnnConfig(2), None)
     assert strategy.workspace_bytes(p, CudnnConfig(50)) == 4 * 1024 and fake.builds[-1] == 50  # built on demand
-    small = p.replace(kernel_size=(3, 3), padding=(1, 1))  # (a 3x3 depthwise layer: every engine but 1 is built)
-    fake = _FakeFrontendGraph([(0, ()), (2, ()), (1, ())])
+    small = p.replace(kernel_size=(3, 3), padding=(1, 1))  # (a 3x3 depthwise layer: engines 0, 5, 6, 25, 61, 80)
+    fake = _FakeFrontendGraph([(0, ()), (5, ()), (1, ()), (2, ())])
     graph.graph, graph.built, graph.deferred, graph.problem = fake, {}, {}, small
     graph.enumerate("fp32")
-    assert fake.builds == [0, 2] and [c.engine for c in graph.deferred] == [1]
+    assert fake.builds == [0, 5] and [c.engine for c in graph.deferred] == [1, 2]

@@ -93,8 +93,8 @@ DEPTHWISE_SLOW_ENGINES = frozenset({1})
 #: On float32 depthwise layers with kernels of this many taps or more (stride and dilation 1), only these engines are
 #: tried (:func:`fixed_rule`).
 LARGE_DEPTHWISE_TAPS, LARGE_DEPTHWISE_ENGINES = 49, frozenset({0})
-#: On bfloat16 depthwise layers, only these engines are tried (:func:`fixed_rule`).
-BFLOAT16_DEPTHWISE_ENGINES = frozenset({0, 5, 6, 16, 19})
+#: On depthwise layers of these dtypes, only these engines are tried (:func:`fixed_rule`).
+DEPTHWISE_ENGINES = {"float32": frozenset({0, 5, 6, 25, 61, 80}), "bfloat16": frozenset({0, 5, 6, 16, 19})}
 
 @dataclass(frozen=True)
 class CudnnConfig(Config):
@@ -225,29 +225,30 @@ def fixed_rule(problem: ConvProblem, config: CudnnConfig) -> str | None:
       tests/data/searches/h200-*-tune.db.gz) their 399 plans never came within 3.14x of the winner (engine 0's
       within 1.79x; none won), and they cost 11.2 s of RepLKNet-31B's 40.6 s tune: engines 2, 5 and 50 ran 1.3
       to 1.4 s each on one verification run of its 31x31 backward-data pass, 12,000x the winner.
+    * On other float32 depthwise layers, every engine but 0, 5, 6, 25, 61 and 80: in the 81 such problems of those
+      stored searches (3x3 to 31x31) the other engines' 237 plans the two rules above leave never came within 4.02x
+      of the winner (engine 84's one plan on SLaK-T's 5x5 layers, timed again on the H200 on 2026-11-29: 4.01x).
     * On bfloat16 depthwise layers, every engine but 0, 5, 6, 16 and 19. H200 (2026-11-29), channels_last, 61 such
       problems whose cuDNN plans were timed, of SLaK-T's, ConvNeXt-T's and RepLKNet-31B's searches
       (tests/data/searches/h200-*-bf16-*.db.gz; 3x3 to 31x31, stride 1 and 2): the other engines' 913 plans timed
       there never came within 4.33x of the winner, and their searches cost 63 of the 193 s their problems' candidates
       cost (engines 5, 6, 16 and 19 won or came within 3%; engine 0, the fallback, within 2.19x).
     """
-    if not problem.depthwise or problem.out_per_group != 1:
+    if not problem.depthwise or problem.out_per_group != 1 or problem.dtype not in DEPTHWISE_ENGINES:
         return None
-    if problem.dtype == "bfloat16":
-        if config.engine in BFLOAT16_DEPTHWISE_ENGINES:
-            return None
-        return (f"engine {config.engine} on a bfloat16 depthwise layer: no engine but "
-                f"{', '.join(map(str, sorted(BFLOAT16_DEPTHWISE_ENGINES)))} came within 4x of the winner in 61 stored "
-                "problems")
-    if problem.dtype != "float32":
-        return None
-    if config.engine in DEPTHWISE_SLOW_ENGINES:
+    dtype = problem.dtype
+    if dtype == "float32" and config.engine in DEPTHWISE_SLOW_ENGINES:
         return (f"engine {config.engine} on a float32 depthwise layer: never within 6x of the winner in 20 "
                 "stored problems, and 210,000x on a 1024-channel stride-2 one")
-    if (config.engine not in LARGE_DEPTHWISE_ENGINES and math.prod(problem.kernel_size) >= LARGE_DEPTHWISE_TAPS
+    if (dtype == "float32" and config.engine not in LARGE_DEPTHWISE_ENGINES
+            and math.prod(problem.kernel_size) >= LARGE_DEPTHWISE_TAPS
             and set(problem.stride) == {1} and set(problem.dilation) == {1}):
         return (f"engine {config.engine} on a float32 depthwise layer of {LARGE_DEPTHWISE_TAPS} taps or more: "
                 "no engine but 0 came within 3x of the winner in 54 stored problems")
+    if config.engine not in DEPTHWISE_ENGINES[dtype]:
+        evidence = {"float32": "4x of the winner in 81", "bfloat16": "4x of the winner in 61"}[dtype]
+        return (f"engine {config.engine} on a {dtype} depthwise layer: no engine but "
+                f"{', '.join(map(str, sorted(DEPTHWISE_ENGINES[dtype])))} came within {evidence} stored problems")
     return None
 
 
