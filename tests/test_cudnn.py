@@ -360,3 +360,10 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     graph.graph, graph.built, graph.deferred, graph.problem = fake, {}, {}, small
     graph.enumerate("fp32")
     assert fake.builds == [0, 5] and [c.engine for c in graph.deferred] == [1, 2]
+
+    def barred(index):  # (the frontend bars a plan by its numerical notes only when it is built)
+        raise RuntimeError("Deselecting execution plan")
+    fake.build_plan_at_index = barred
+    with pytest.raises(RuntimeError, match=r"cuDNN does not build plan cudnn\[eng2\] .*Deselecting.*the rules had pruned "
+                                           r"it \(engine 2 on a float32 depthwise layer"):
+        graph.plan(CudnnConfig(2))

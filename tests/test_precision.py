@@ -326,7 +326,9 @@ def test_every_gpu_strategy_runs_half_and_channels_last_within_the_bound(dtype, 
         for strategy in all_strategies(selectable_only=True):
             if strategy.supports(p, backend) is not None:
                 continue
-            configs = strategy.candidates(p, backend)
+            # (cuDNN lists the plans its rules prune without building them, and bars some of them only when built)
+            configs = [c for c in strategy.candidates(p, backend)
+                       if strategy.name != "cudnn" or strategy.pruned(p, c, backend) is None]
             for config in configs if every else configs[:1]:
                 out = precision.empty_result(cp, p, fill=cp.nan)
                 strategy.executor(p, config, backend)(a, b, out)

@@ -28,7 +28,8 @@ def test_every_candidate_matches_float64(backend, strategy_name, pass_, case):
     ref = get_strategy("reference").build(p, None, backend)(a.astype(xp.float64), b.astype(xp.float64))
     configs = strategy.candidates(p, backend)
     assert configs, f"{strategy_name} supports {case} but lists no candidate"
-    for config in configs:
+    # (cuDNN lists the plans its rules prune without building them, and bars some of them only when built)
+    for config in [c for c in configs if strategy_name != "cudnn" or strategy.pruned(p, c, backend) is None]:
         out = xp.full(p.result_shape, xp.nan, dtype=xp.float32)
         result = strategy.build(p, config, backend)(a, b, out)
         assert result is out

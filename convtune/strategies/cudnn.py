@@ -383,11 +383,20 @@ class _Graph:
         """Index and workspace of ``config``'s plan, appending and building it if needed."""
         if config not in self.built:
             index = self.unbuilt.pop(config, None)
+            deferred = index is not None
             if index is None:  # not listed yet
                 knob_types = self.cudnn.knob_type
                 self.graph.create_execution_plan(config.engine, {getattr(knob_types, k): v for k, v in config.knobs})
                 index = self.graph.get_execution_plan_count() - 1
-            self.graph.build_plan_at_index(index)
+            try:
+                self.graph.build_plan_at_index(index)
+            except Exception as exc:
+                if not deferred:
+                    raise
+                # (listed without being built: the frontend says only when building that it bars a plan, by the
+                # numerical notes the math mode rules out, where the listing would have skipped it)
+                raise RuntimeError(f"cuDNN does not build plan cudnn[{config.label()}] for this problem ({exc}); the rules had "
+                                   f"pruned it ({self.deferred.get(config)})") from exc
             self.built[config] = (index, int(self.graph.get_workspace_size_plan_at_index(index)))
         return self.built[config]
 
