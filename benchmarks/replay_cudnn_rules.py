@@ -26,7 +26,7 @@ import math
 import sqlite3
 from dataclasses import dataclass, field
 
-from convtune.strategies.cudnn import CompileRecord, EngineRecord, trial_ratio
+from convtune.strategies.cudnn_rules import CompileRecord, EngineRecord, trial_ratio
 
 RUNTIME_COMPILED = (19, 69, 70, 71, 72, 77, 78)
 

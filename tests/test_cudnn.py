@@ -224,8 +224,9 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
     monkeypatch.setattr(module._CTX, "compiled", {})
     monkeypatch.setattr(module._CTX, "engines", {})
     monkeypatch.setattr(module._CTX, "enumerated", {})
-    p = problem("2d-odd").replace(dtype="bfloat16", layout="channels_last")
-    kind = (p.pass_, "bfloat16", "channels_last")
+    # (in float16: on bfloat16 layers cuDNN's fixed rule prunes engine 69 before any record)
+    p = problem("2d-odd").replace(dtype="float16", layout="channels_last")
+    kind = (p.pass_, "float16", "channels_last")
     slow = module._CTX.compiled[(69, *kind)] = module.CompileRecord(builds=[1.2] * 5)
     for ratio in (3.0, 2.0, 1.6, 1.4, 1.3):
         slow.tried(ratio)
@@ -238,7 +239,7 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
     graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt, graph.kind = fake, {}, set(), {}, {}, kind
     graph.problem, graph.engine_kind = p, (*kind, p.math)
     graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
-    found = graph.enumerate("fp32", "bfloat16")
+    found = graph.enumerate("fp32", "float16")
     assert [c.engine for c, _ws in found] == [62, 69, 72, 70]
     assert fake.builds == [62, 72, 70]
     assert {c.engine for c in graph.compiled} == {72, 70} and [c.engine for c in graph.deferred] == [69]

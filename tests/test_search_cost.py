@@ -212,9 +212,11 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path):
                "h100-public-suite-exhaustive-1.db",
                "h100-public-suite-exhaustive-2.db",  # H100, exhaustive (every candidate timed)
                "h200-replknet-31b-b16-tune.db", "h200-slak-t-b16-tune.db",  # H200, normal searches
-               # (H200, bfloat16 channels_last: ConvNeXt-T's stopped after 60 s, RepLKNet-31B's depthwise problems)
+               # (H200, bfloat16 channels_last: ConvNeXt-T's stopped after 60 s; RepLKNet-31B's depthwise problems
+               # before the rules on them, its others after; H100, ResNet-50 under AMP)
                "h200-slak-t-b16-bf16-tune.db", "h200-convnext_tiny-b32-bf16-tune.db",
-               "h200-replknet-31b-b16-bf16-depthwise.db"):
+               "h200-replknet-31b-b16-bf16-depthwise.db", "h200-replknet-31b-b16-bf16-dense.db",
+               "h100-resnet50-amp-search.db"):
         args += ["--db", _stored_search(tmp_path, db)]
     # the second exhaustive suite search stored cuDNN's eng7 at 0.41 ms on a 7x7 3x3 dgrad (0.20 ms in every other
     # search) and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
@@ -391,7 +393,7 @@ def test_the_runtime_compiled_engine_rule_replayed_on_a_stored_amp_search_loses_
     db = _stored_search(tmp_path, "h100-resnet50-amp-search.db")
     r = replay.replay(db, set(replay.RUNTIME_COMPILED))
     assert r.rtc_skipped >= 40 and [lost for lost in r.lost if lost[0] == "runtime-compiled"] == []
-    from convtune.strategies import cudnn
+    from convtune.strategies import cudnn_rules as cudnn
     monkeypatch.setattr(cudnn, "RTC_SLOW_BUILD_S", 0.0)
     monkeypatch.setattr(cudnn, "RTC_NEAR", 0.9)
     r = replay.replay(db, {62, 72})
@@ -411,7 +413,7 @@ def test_the_engine_rule_replayed_on_stored_searches_leaves_every_problem_within
     db = _stored_search(tmp_path, search)
     r = replay.replay(db, set(replay.RUNTIME_COMPILED))
     assert r.engine_skipped >= 0.1 * r.plans and r.saved_s >= 0.1 * r.cudnn_s and r.worse == [], (r.worse, r.plans)
-    from convtune.strategies import cudnn
+    from convtune.strategies import cudnn_rules as cudnn
     monkeypatch.setattr(cudnn, "ENGINE_TRIALS", 1)
     monkeypatch.setattr(cudnn, "ENGINE_NEAR", 1.05)
     monkeypatch.setattr(cudnn, "HEURISTIC_FIRST", 0)
@@ -467,7 +469,8 @@ def test_the_cudnn_engine_rule_leaves_out_engine_1_on_float32_depthwise_layers_o
 
 def test_the_cudnn_engine_rule_tries_five_engines_on_bfloat16_depthwise_layers():
     from convtune.strategies import get_strategy
-    from convtune.strategies.cudnn import DEPTHWISE_ENGINES, CudnnConfig
+    from convtune.strategies.cudnn import CudnnConfig
+    from convtune.strategies.cudnn_rules import DEPTHWISE_ENGINES
     cudnn, gpu = get_strategy("cudnn"), _Named("cupy")
     for kernel, stride in ((3, 2), (5, 1), (31, 1)):
         layer = _layer(in_channels=64, out_channels=64, input_size=(32, 32), kernel_size=kernel, stride=stride,
@@ -476,8 +479,10 @@ def test_the_cudnn_engine_rule_tries_five_engines_on_bfloat16_depthwise_layers()
             p = layer.for_pass(pass_)
             assert "bfloat16 depthwise" in cudnn.pruned(p, CudnnConfig(45, (("TILE_SIZE", 4),)), gpu)
             assert all(cudnn.pruned(p, CudnnConfig(e), gpu) is None for e in DEPTHWISE_ENGINES["bfloat16"])
-    dense = _layer(in_channels=64, out_channels=64, kernel_size=3, padding=1, dtype="bfloat16")
+    dense = _layer(in_channels=64, out_channels=64, kernel_size=3, padding=1, dtype="bfloat16", layout="channels_last")
     assert cudnn.pruned(dense, CudnnConfig(45), gpu) is None
+    assert "bfloat16 channels_last layer" in cudnn.pruned(dense, CudnnConfig(69), gpu)
+    assert cudnn.pruned(dense.replace(layout="channels_first"), CudnnConfig(69), gpu) is None  # (not measured)
     multiplier = _layer(in_channels=64, out_channels=128, kernel_size=3, padding=1, groups=64, dtype="bfloat16")
     assert cudnn.pruned(multiplier, CudnnConfig(45), gpu) is None  # (a channel multiplier: not measured)
 
