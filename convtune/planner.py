@@ -251,7 +251,10 @@ class Planner:
                 s.outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "failed",
                                                    reason=f"listing its candidates raised {why}"))
                 continue
-            s.phase(f"listing {strategy.name}", time.perf_counter() - t0)
+            spent, parts = time.perf_counter() - t0, strategy.listing_parts()
+            s.phase(f"listing {strategy.name}" + (": the rest" if parts else ""), max(0.0, spent - sum(parts.values())))
+            for what, seconds in parts.items():
+                s.phase(what, seconds)
             if reason is not None:
                 s.outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "unsupported",
                                                    reason=reason))

@@ -1,5 +1,7 @@
 """The cuDNN strategy: absent cleanly on the CPU; on the GPU, engine id + knobs, math modes, replay."""
 
+import time
+
 import pytest
 
 from convtune.backend import get_backend
@@ -349,8 +351,15 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt = fake, {}, set(), {}, {}
     graph.problem, graph.kind, graph.engine_kind = p, (p.pass_, p.dtype, p.layout), (p.pass_, p.dtype, p.layout, p.math)
     graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    built = fake.build_plan_at_index
+
+    def slow_build(index):  # (a build's time is counted as the listing's plan builds)
+        time.sleep(0.02)
+        built(index)
+    fake.build_plan_at_index = slow_build
     found = graph.enumerate("fp32")
     assert [c.engine for c, _ws in found] == [0, 2, 70, 50] and fake.builds == [0]
+    assert 0.02 <= graph.build_s < 1.0 and graph.heuristics_s < 0.02  # (what listing_parts tells of the listing)
     assert sorted(c.engine for c in graph.deferred) == [2, 50, 70] and not graph.compiled and not module._CTX.compiled
     strategy = get_strategy("cudnn")
     module._CTX.enumerated[p.key()] = graph

@@ -497,3 +497,23 @@ def test_prepare_ahead_prepares_what_the_search_will_and_records_nothing(extra_s
     d = planner.tune(problem("2d-odd", "dgrad"))
     assert prepared[-1] == ("t-compiles", "dgrad", [2, 3]) and len(prepared) == 3  # the search prepares as before
     assert {o.strategy for o in d.outcomes} >= {"t-compiles", "t-plain"}
+
+
+def test_a_strategy_that_tells_the_parts_of_its_listing_has_them_as_phases(extra_strategies):
+    """A strategy's listing parts (Strategy.listing_parts: cuDNN's operation graphs, heuristics and plan builds) are
+    phases of the search, the listing's phase then its rest; a strategy that tells none has one listing phase."""
+    class Parted(make_strategy("t-parts", correct)):
+        told = []
+
+        def candidates(self, p, backend):
+            time.sleep(0.02)
+            self.told.append({"listing t-parts: building plans": 0.015})
+            return super().candidates(p, backend)
+
+        def listing_parts(self):
+            return self.told.pop() if self.told else {}
+    extra_strategies(Parted)
+    d = Planner("numpy", FakeTimer({"t-parts": 0.001}, default=2.0)).tune(problem("2d-odd"))
+    assert d.phases["listing t-parts: building plans"] == 0.015
+    assert 0.004 <= d.phases["listing t-parts: the rest"] < 0.5 and "listing t-parts" not in d.phases
+    assert "listing im2col" in d.phases and not any(k.startswith("listing im2col:") for k in d.phases)

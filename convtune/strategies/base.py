@@ -116,6 +116,12 @@ class Strategy:
         stored searches. ``None`` by default."""
         return None
 
+    def listing_parts(self) -> dict[str, float]:
+        """Where this thread's last listing of this strategy's candidates (:meth:`candidates`) spent its time, by part
+        (phase name -> seconds), for the planner's account of a search (:attr:`~convtune.plan.Decision.phases`),
+        each told once (a second call returns ``{}``). Nothing by default: the listing is one phase."""
+        return {}
+
     def prepare(self, problem: ConvProblem, configs: list, backend) -> None:
         """Before the planner verifies ``configs`` (this strategy's candidates for ``problem`` that it will
         build), do at once what their builds would do one after another: compiling their kernels, say

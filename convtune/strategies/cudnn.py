@@ -121,7 +121,9 @@ class _Graph:
         numerics :func:`frontend.excluded_notes` rules out left out; a plan that :func:`fixed_rule` prunes, or whose
         engine's record says so, is listed with workspace 0 and not built: :class:`CompileRecord` for a
         runtime-compiled one, see ``RTC_TRIALS``; :class:`EngineRecord` for the others, see ``ENGINE_TRIALS``)."""
+        started = time.perf_counter()
         g = self.list_plans(math, dtype)
+        self.build_s, self.heuristics_s = 0.0, time.perf_counter() - started  # (listing_parts tells them)
         found, seen = [], set()
         started = time.perf_counter()
         for index in range(g.get_execution_plan_count()):
@@ -156,11 +158,14 @@ class _Graph:
                 if record is not None:
                     self.compiled.add(config)
                 t0 = time.perf_counter()
-                if replayable:
-                    g.build_plan_at_index(index)
-                    self.built[config] = (index, int(g.get_workspace_size_plan_at_index(index)))
-                else:
-                    self.plan(config)
+                try:
+                    if replayable:
+                        g.build_plan_at_index(index)
+                        self.built[config] = (index, int(g.get_workspace_size_plan_at_index(index)))
+                    else:
+                        self.plan(config)
+                finally:
+                    self.build_s += time.perf_counter() - t0
                 if record is not None:
                     record.builds.append(time.perf_counter() - t0)
             except Exception as exc:  # a plan that is barred or fails to build is skipped
@@ -262,6 +267,7 @@ class _Context:
 
 
 _CTX = _Context()
+_LISTING = threading.local()  # (the parts of this thread's last listing: CudnnStrategy.listing_parts)
 
 
 @register
@@ -299,14 +305,28 @@ class CudnnStrategy(Strategy):
             if key not in _CTX.candidates:
                 cudnn, _ = frontend.load()
                 handle = _CTX.handle(cudnn, backend.xp)
+                started, graph = time.perf_counter(), None
                 try:
                     graph = _Graph(cudnn, handle, problem)
+                    built = time.perf_counter()
                     _CTX.candidates[key] = graph.enumerate(problem.math, problem.dtype)
                     _CTX.enumerated[key] = graph
                 except Exception as exc:  # the frontend declines the whole graph
                     log.info("cuDNN offers no plan for %s: %s", key, exc)
                     _CTX.candidates[key] = []
+                finally:
+                    _LISTING.parts = {} if graph is None else {
+                        "listing cudnn: operation graphs": built - started,
+                        "listing cudnn: heuristics and engines": getattr(graph, "heuristics_s", 0.0),
+                        "listing cudnn: building plans": getattr(graph, "build_s", 0.0)}
             return _CTX.candidates[key]
+
+    def listing_parts(self) -> dict[str, float]:
+        """The last listing's parts in this thread (:meth:`Strategy.listing_parts`): making the problem's operation
+        graph, asking the heuristics for their plans and every engine for its default one, and building the plans
+        (the rest of a listing: loading the frontend, the plans' notes, the rules)."""
+        parts, _LISTING.parts = getattr(_LISTING, "parts", {}), {}
+        return parts
 
     def candidates(self, problem, backend):
         return [config for config, _ws in self._enumerated(problem, backend)]
