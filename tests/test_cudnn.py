@@ -377,3 +377,39 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     with pytest.raises(RuntimeError, match=r"cuDNN does not build plan cudnn\[eng2\] .*Deselecting.*the rules had pruned "
                                            r"it \(engine 2 on a float32 depthwise layer"):
         graph.plan(CudnnConfig(2))
+
+
+def test_a_listing_tells_its_parts_once(monkeypatch):
+    """cuDNN's listing tells the planner its parts (Strategy.listing_parts): loading cuDNN, the operation graph, the
+    heuristics and engines, building the plans; once, then nothing until the next listing."""
+    from types import SimpleNamespace
+
+    from convtune import ConvProblem
+    from convtune.strategies import cudnn as module
+
+    def load():
+        time.sleep(0.01)
+        return SimpleNamespace(), None
+
+    class Graph:
+        def __init__(self, cudnn, handle, p):
+            time.sleep(0.01)
+
+        def enumerate(self, math, dtype):
+            self.heuristics_s, self.build_s = 0.25, 1.5
+            return [(CudnnConfig(0), 0)]
+    monkeypatch.setattr(module.frontend, "load", load)
+    monkeypatch.setattr(module._CTX, "handle", lambda cudnn, xp: object())
+    monkeypatch.setattr(module._CTX, "candidates", {})
+    monkeypatch.setattr(module._CTX, "enumerated", {})
+    monkeypatch.setattr(module, "_Graph", Graph)
+    strategy, gpu = get_strategy("cudnn"), SimpleNamespace(name="cupy", xp=None)
+    p = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(16, 16), kernel_size=3, padding=1)
+    assert strategy.supports(p, gpu) is None and strategy.candidates(p, gpu) == [CudnnConfig(0)]
+    parts = strategy.listing_parts()
+    assert parts["listing cudnn: loading cuDNN"] >= 0.02  # (both loads: supports' and the listing's)
+    assert 0.01 <= parts["listing cudnn: operation graphs"] < 1.0
+    assert parts["listing cudnn: heuristics and engines"] == 0.25 and parts["listing cudnn: building plans"] == 1.5
+    assert strategy.listing_parts() == {}
+    strategy.candidates(p, gpu)  # (listed already: no listing, no parts)
+    assert strategy.listing_parts() == {}

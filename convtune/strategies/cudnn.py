@@ -288,7 +288,9 @@ class CudnnStrategy(Strategy):
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
             return "cuDNN needs the CuPy (GPU) backend"
+        started = time.perf_counter()
         cudnn, reason = frontend.load()
+        _LISTING.loading = time.perf_counter() - started  # (the first time, importing the frontend and cuDNN)
         if cudnn is None:
             return reason
         if problem.rank not in (1, 2, 3):
@@ -303,8 +305,10 @@ class CudnnStrategy(Strategy):
         key = problem.key()
         with _CTX.lock:
             if key not in _CTX.candidates:
+                started = time.perf_counter()
                 cudnn, _ = frontend.load()
-                handle = _CTX.handle(cudnn, backend.xp)
+                handle = _CTX.handle(cudnn, backend.xp)  # (the first on a device initialises cuDNN there)
+                loading = getattr(_LISTING, "loading", 0.0) + time.perf_counter() - started
                 started, graph = time.perf_counter(), None
                 try:
                     graph = _Graph(cudnn, handle, problem)
@@ -315,17 +319,19 @@ class CudnnStrategy(Strategy):
                     log.info("cuDNN offers no plan for %s: %s", key, exc)
                     _CTX.candidates[key] = []
                 finally:
-                    _LISTING.parts = {} if graph is None else {
+                    _LISTING.parts = {"listing cudnn: loading cuDNN": loading} if graph is None else {
+                        "listing cudnn: loading cuDNN": loading,
                         "listing cudnn: operation graphs": built - started,
                         "listing cudnn: heuristics and engines": getattr(graph, "heuristics_s", 0.0),
                         "listing cudnn: building plans": getattr(graph, "build_s", 0.0)}
             return _CTX.candidates[key]
 
     def listing_parts(self) -> dict[str, float]:
-        """The last listing's parts in this thread (:meth:`Strategy.listing_parts`): making the problem's operation
-        graph, asking the heuristics for their plans and every engine for its default one, and building the plans
-        (the rest of a listing: loading the frontend, the plans' notes, the rules)."""
-        parts, _LISTING.parts = getattr(_LISTING, "parts", {}), {}
+        """The last listing's parts in this thread (:meth:`Strategy.listing_parts`): loading the frontend and
+        initialising cuDNN on the device (the first listing's), making the problem's operation graph, asking the
+        heuristics for their plans and every engine for its default one, and building the plans (the rest of a
+        listing: the plans' notes, the rules)."""
+        parts, _LISTING.parts, _LISTING.loading = getattr(_LISTING, "parts", {}), {}, 0.0
         return parts
 
     def candidates(self, problem, backend):
