@@ -6,7 +6,8 @@ measured candidate is put to its strategy's rules as the planner would (with the
 limit as the room). A rule is safe on that evidence when every candidate it prunes was slower than
 the problem's best by more than ``--margin``; a pruned candidate within the margin is printed as a
 violation and the exit status is 1. Where the database recorded the search's cost (schema 2), the
-seconds the pruned candidates took are summed: what the rules save.
+seconds the pruned candidates took are summed: what the rules save. Rules that differ only in an engine's number
+(cuDNN's) are also summed as one family (``engine N``).
 
 Best evidence is an exhaustive search (``convtune tune --exhaustive``): a normal search's early
 stopping leaves slow candidates with one timed run, and its rules leave pruned ones unmeasured.
@@ -135,6 +136,17 @@ def overturned(retimed, problem: str, label: str, margin: float):
     return None
 
 
+def families(rules: dict) -> dict:
+    """The rules that differ only in an engine's number (cuDNN's: ``engine 45 on a bfloat16 depthwise layer``), each
+    family under its name with ``engine N``: what one clause of a rule pruned in all."""
+    grouped = defaultdict(list)
+    for name, r in rules.items():
+        family = re.sub(r"\bengine \d+\b", "engine N", name)
+        if family != name:
+            grouped[family].append(r)
+    return {family: members for family, members in grouped.items() if len(members) > 1}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", action="append", default=[], help="a plan cache (repeatable)")
@@ -181,6 +193,12 @@ def main(argv=None):
         print(f"  {name}\n    pruned {r['pruned']} candidates in {len(r['problems'])} problems; the closest took "
               f"{r['closest']:.2f}x the best" + (f"; their search cost {r['cost']:.1f} s of {total_cost:.1f} s"
                                                  if total_cost else ""))
+    for family, members in sorted(families(rules).items()):
+        print(f"  {family} ({len(members)} rules)\n    pruned {sum(r['pruned'] for r in members)} candidates in "
+              f"{len(set().union(*(r['problems'] for r in members)))} problems; the closest took "
+              f"{min(r['closest'] for r in members):.2f}x the best"
+              + (f"; their search cost {sum(r['cost'] for r in members):.1f} s of {total_cost:.1f} s"
+                 if total_cost else ""))
     for where, problem, label, ratio in violations:
         print(f"VIOLATION {where}: {problem}: {label} pruned at {ratio:.3f}x the best")
     if not violations:

@@ -195,7 +195,7 @@ def _stored_search(tmp_path, name):
     return str(target)
 
 
-def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path):
+def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
     """Replayed on the committed searches (every candidate measured): no pruned candidate came within 3% of
     its problem's winner. A rule changed to prune a candidate that won fails here."""
     import importlib.util
@@ -222,7 +222,16 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path):
     # search) and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
     assert check.main(args) == 1
     args += ["--retimed", _stored_search(tmp_path, "h100-public-suite-retimed.txt")]
+    capsys.readouterr()
     assert check.main(args) == 0
+    # what cuDNN's fixed rule says of itself (convtune.strategies.cudnn_rules.fixed_rule), each clause in all
+    said = capsys.readouterr().out
+    assert ("engine N on a bfloat16 depthwise layer (36 rules)\n    pruned 913 candidates in 61 problems; the closest "
+            "took 4.33x") in said
+    assert "engine N on a bfloat16 channels_last layer (20 rules)\n    pruned 983 candidates in 102 problems; the " \
+           "closest took 1.68x" in said
+    assert "engine N on a float32 depthwise layer (14 rules)\n    pruned 272 candidates in 59 problems; the closest " \
+           "took 4.02x" in said
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
 
 

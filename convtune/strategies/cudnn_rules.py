@@ -161,14 +161,15 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
       within 1.79x; none won), and they cost 11.2 s of RepLKNet-31B's 40.6 s tune: engines 2, 5 and 50 ran 1.3
       to 1.4 s each on one verification run of its 31x31 backward-data pass, 12,000x the winner.
     * On other float32 depthwise layers, every engine but 0, 5, 6, 25, 61 and 80: in the 81 such problems of those
-      stored searches (3x3 to 31x31) the other engines' 237 plans the two rules above leave never came within 4.02x
-      of the winner (engine 84's one plan on SLaK-T's 5x5 layers, timed again on the H200 on 2026-11-29: 4.01x).
+      stored searches (3x3 to 31x31) the other engines' plans the rule above leaves never came within 4.02x of the
+      winner (with engine 1's: 272 plans in 59 of the problems; engine 84's one plan on SLaK-T's 5x5 layers, timed
+      again on the H200 on 2026-11-29: 4.01x).
     * On bfloat16 channels_last 2-D layers of one group, engines 0, 1, 15, 17, 19, 24, 25, 30, 33, 34, 35, 49, 50,
       53, 56, 60, 68, 69, 74 and 76: in 136 such problems (ResNet-50 under AMP on the H100, exhaustive for cuDNN,
       tests/data/searches/h100-resnet50-amp-search.db.gz; SLaK-T's, ConvNeXt-T's and RepLKNet-31B's on the H200,
-      h200-*-bf16-*.db.gz) their 983 plans timed never came within 1.68x of the winner and cost 78 of the 314 s
-      the problems' candidates cost (engine 69's runtime-compiled plans 1.3 s a build). In ResNet-50's search on the
-      H200 (2026-11-29, not stored) the closest came within 1.57x.
+      h200-*-bf16-*.db.gz) their 983 plans timed (in 102 of them) never came within 1.68x of the winner and cost 78
+      of the 314 s the problems' candidates cost (engine 69's runtime-compiled plans 1.3 s a build). In ResNet-50's
+      search on the H200 (2026-11-29, not stored) the closest came within 1.57x.
     * On bfloat16 depthwise layers, every engine but 0, 5, 6, 16 and 19. H200 (2026-11-29), channels_last, 61 such
       problems whose cuDNN plans were timed, of SLaK-T's, ConvNeXt-T's and RepLKNet-31B's searches
       (tests/data/searches/h200-*-bf16-*.db.gz; 3x3 to 31x31, stride 1 and 2): the other engines' 913 plans timed
