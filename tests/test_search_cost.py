@@ -492,6 +492,8 @@ def test_the_cudnn_engine_rule_tries_five_engines_on_bfloat16_depthwise_layers()
     assert cudnn.pruned(dense, CudnnConfig(45), gpu) is None
     assert "bfloat16 channels_last layer" in cudnn.pruned(dense, CudnnConfig(69), gpu)
     assert cudnn.pruned(dense.replace(layout="channels_first"), CudnnConfig(69), gpu) is None  # (not measured)
+    first = _layer(in_channels=64, out_channels=64, kernel_size=3, padding=1, groups=64, dtype="bfloat16")
+    assert cudnn.pruned(first, CudnnConfig(45), gpu) is None  # (channels_first: not measured)
     multiplier = _layer(in_channels=64, out_channels=128, kernel_size=3, padding=1, groups=64, dtype="bfloat16")
     assert cudnn.pruned(multiplier, CudnnConfig(45), gpu) is None  # (a channel multiplier: not measured)
 
