@@ -374,8 +374,8 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     def barred(index):  # (the frontend bars a plan by its numerical notes only when it is built)
         raise RuntimeError("Deselecting execution plan")
     fake.build_plan_at_index = barred
-    with pytest.raises(RuntimeError, match=r"cuDNN does not build plan cudnn\[eng2\] .*Deselecting.*the rules had pruned "
-                                           r"it \(engine 2 on a float32 depthwise layer"):
+    with pytest.raises(RuntimeError, match=r"cuDNN does not build plan cudnn\[eng2\] .*Deselecting.*the rules had "
+                                           r"pruned it \(engine 2 on a float32 depthwise layer"):
         graph.plan(CudnnConfig(2))
 
 

@@ -165,9 +165,10 @@ class _Graph:
                     else:
                         self.plan(config)
                 finally:
-                    self.build_s += time.perf_counter() - t0
+                    took = time.perf_counter() - t0
+                    self.build_s += took  # (a build that fails counts too)
                 if record is not None:
-                    record.builds.append(time.perf_counter() - t0)
+                    record.builds.append(took)
             except Exception as exc:  # a plan that is barred or fails to build is skipped
                 log.debug("cuDNN plan %d skipped: %s", index, exc)
                 continue
@@ -229,8 +230,8 @@ class _Graph:
                     raise
                 # (listed without being built: the frontend says only when building that it bars a plan, by the
                 # numerical notes the math mode rules out, where the listing would have skipped it)
-                raise RuntimeError(f"cuDNN does not build plan cudnn[{config.label()}] for this problem ({exc}); the rules had "
-                                   f"pruned it ({self.deferred.get(config)})") from exc
+                raise RuntimeError(f"cuDNN does not build plan cudnn[{config.label()}] for this problem ({exc}); the "
+                                   f"rules had pruned it ({self.deferred.get(config)})") from exc
             self.built[config] = (index, int(self.graph.get_workspace_size_plan_at_index(index)))
         return self.built[config]
 
