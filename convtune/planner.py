@@ -31,7 +31,10 @@ its warm run on the verification batch):
    survivor is not timed; a candidate whose first timed run is ``EARLY_STOP``
    times the best median so far is not run again (early stopping; not in an
    ``exhaustive`` search, never for an ``always_timed`` strategy), and the
-   timers repeat only until the runs agree (:mod:`convtune.timing`);
+   timers repeat only until the runs agree (:mod:`convtune.timing`); one whose strategy puts a floor under its
+   median above the best so far, for less than its timing costs, is ``skipped`` untimed
+   (:meth:`~convtune.strategies.base.Strategy.lower_bound`: PyTorch's call, whose algorithm search can take half a
+   minute; not in an ``exhaustive`` search);
 5. backward-filter sums over the batch, so its error grows with the batch: when
    the verification batch was smaller, the fastest timed candidate is checked
    again on the full batch (and ``rejected`` if it now misses the tolerance,
@@ -46,12 +49,10 @@ float64 reference, the operands, the full-batch check).
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from . import precision
@@ -60,8 +61,9 @@ from .building import build_plan, failure_reason, random_operands, relative_erro
 from .errors import TuningError
 from .plan import CandidateOutcome, Decision, Plan
 from .problem import ConvProblem
+from .search import NO_WINNER, Candidate, Search, summary, with_
 from .strategies import all_strategies, get_strategy
-from .strategies.base import Config, Strategy
+from .strategies.base import Strategy
 from .text import human_bytes
 from .timing import default_timer
 
@@ -82,38 +84,6 @@ EARLY_STOP = 1.5
 #: Full-batch executors built for verification are kept for their timing while their workspaces together stay within
 #: this; past it, one is built again when it is timed (the memory the timing of the others needs stays free).
 PREBUILT_BYTES = 256 << 20
-
-
-@dataclass(frozen=True)
-class Candidate:
-    strategy: Strategy
-    config: Config
-    rank: int = 0  # its place in its strategy's list of candidates
-
-    @property
-    def label(self) -> str:
-        return self.strategy.describe(self.config)
-
-
-@dataclass
-class _Search:
-    """One :meth:`Planner.tune` call's state: its outcomes and what each candidate and phase cost."""
-
-    problem: ConvProblem
-    outcomes: list = field(default_factory=list)
-    costs: dict = field(default_factory=dict)  # label -> {"build_s", "verify_s", "timing_s", "first_run_s", ...}
-    phases: dict = field(default_factory=dict)  # phase -> seconds
-    full_operands: tuple | None = None  # the timing operands, for the full-batch check
-    prebuilt: dict = field(default_factory=dict)  # label -> a full-batch executor built for verification, to time
-    prebuilt_bytes: int = 0  # the workspaces that ``prebuilt`` holds (at most PREBUILT_BYTES)
-    zero_extended: tuple | None = None  # the verification operands zero-extended to the full batch, and a result
-
-    def spend(self, cand, what: str, seconds: float) -> None:
-        entry = self.costs.setdefault(cand.label, {})
-        entry[what] = entry.get(what, 0.0) + seconds
-
-    def phase(self, what: str, seconds: float) -> None:
-        self.phases[what] = self.phases.get(what, 0.0) + seconds
 
 
 def _takes_stop_above(timer) -> bool:
@@ -177,7 +147,7 @@ class Planner:
     def tune(self, problem: ConvProblem) -> Decision:
         """Verify and time every candidate for ``problem``; return the decision."""
         started = time.perf_counter()
-        s = _Search(problem)
+        s = Search(problem)
         candidates = self._enumerate(s)
         if candidates and not self._operands_fit(s, candidates, "the problem", 1, "its operands and result"):
             candidates = []  # checked before anything is verified: it cannot be timed here
@@ -189,11 +159,11 @@ class Planner:
         s.prebuilt.clear()
         outcomes = s.outcomes
         if not timed:
-            decision = Decision(problem, self.backend.device_info(), _NO_WINNER, tuple(outcomes),
+            decision = Decision(problem, self.backend.device_info(), NO_WINNER, tuple(outcomes),
                                 "measured", time.perf_counter() - started, dict(s.phases))
-            raise TuningError(f"no candidate survived for {problem.describe()}:\n" + _summary(outcomes), decision)
+            raise TuningError(f"no candidate survived for {problem.describe()}:\n" + summary(outcomes), decision)
         best = min(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
-        winner = _with(best, status="winner")
+        winner = with_(best, status="winner")
         outcomes = [winner if o is best else o for o in outcomes]
         for strategy in self._strategies():
             try:
@@ -235,7 +205,7 @@ class Planner:
         limits = [v for v in (self.workspace_limit, free) if v is not None]
         return min(limits) if limits else None
 
-    def _enumerate(self, s: _Search) -> list[Candidate]:
+    def _enumerate(self, s: Search) -> list[Candidate]:
         problem, kept, pruned = s.problem, [], []
         room = None if self.exhaustive else self._room(problem)
         for strategy in self._strategies():
@@ -284,7 +254,7 @@ class Planner:
                 self._within_limit(s, cand, kept)
         return kept
 
-    def _prepare(self, s: _Search, candidates: list[Candidate]) -> None:
+    def _prepare(self, s: Search, candidates: list[Candidate]) -> None:
         """Each strategy's :meth:`~convtune.strategies.base.Strategy.prepare` on its candidates, timed as a phase."""
         by_strategy: dict = {}
         for cand in candidates:
@@ -299,7 +269,7 @@ class Planner:
             if spent > 1e-3:
                 s.phase(f"preparing {name}", spent)
 
-    def _within_limit(self, s: _Search, cand: Candidate, kept: list) -> None:
+    def _within_limit(self, s: Search, cand: Candidate, kept: list) -> None:
         """``cand`` into ``kept``, or recorded ``over_budget`` where its workspace is over the limit."""
         ws = cand.strategy.workspace(s.problem, cand.config)
         if self.workspace_limit is not None and ws > self.workspace_limit:
@@ -308,7 +278,7 @@ class Planner:
         else:
             kept.append(cand)
 
-    def _operands_fit(self, s: _Search, candidates, what: str, factor: int, of: str, problem=None) -> bool:
+    def _operands_fit(self, s: Search, candidates, what: str, factor: int, of: str, problem=None) -> bool:
         """Is there memory for ``factor`` times the problem's float32 operands and result? If not, every
         candidate fails with the reason (nothing is allocated)."""
         problem = problem or s.problem
@@ -322,7 +292,7 @@ class Planner:
         log.warning("%s: %s", s.problem.describe(), reason)
         return False
 
-    def _operands(self, s: _Search, problem, candidates, what: str, seed: int, reference: bool):
+    def _operands(self, s: Search, problem, candidates, what: str, seed: int, reference: bool):
         """Random operands (and the float64 reference) of ``problem``, or ``None`` with every candidate
         failed where memory runs out making them."""
         xp = self.backend.xp
@@ -343,7 +313,7 @@ class Planner:
         finally:
             s.phase("the float64 reference" if reference else "operands", time.perf_counter() - t0)
 
-    def _verify(self, s: _Search, candidates) -> list[tuple[Candidate, float]]:
+    def _verify(self, s: Search, candidates) -> list[tuple[Candidate, float]]:
         if not candidates:
             return []
         problem, xp = s.problem, self.backend.xp
@@ -415,7 +385,7 @@ class Planner:
         survivors.sort(key=lambda item: item[2])
         return [(cand, err) for cand, err, _warm in survivors]
 
-    def _slow_against_the_last(self, s: _Search, survivors, best_warm: float) -> list:
+    def _slow_against_the_last(self, s: Search, survivors, best_warm: float) -> list:
         """The survivors less those whose warm run is ``SLOW_FACTOR`` times the best of all: a candidate verified
         before the fast ones (registry order) met no best to be slow against when it was verified."""
         kept = []
@@ -428,7 +398,7 @@ class Planner:
                 kept.append((cand, err, warm_s))
         return kept
 
-    def _zero_extended(self, s: _Search, small: ConvProblem, a, b, ref):
+    def _zero_extended(self, s: Search, small: ConvProblem, a, b, ref):
         """The verification operands ``a``, ``b`` (of ``small``) zero-extended along the batch to the full problem's, a
         full-batch result and its reference (``ref`` zero-extended too, but a filter gradient's: zero samples add
         nothing to it), made once per search; ``None`` where they do not fit in memory."""
@@ -455,7 +425,7 @@ class Planner:
         self.backend.synchronize()
         return time.perf_counter() - t0
 
-    def _time(self, s: _Search, survivors) -> list[CandidateOutcome]:
+    def _time(self, s: Search, survivors) -> list[CandidateOutcome]:
         problem = s.problem
         if len(survivors) == 1:
             cand, err = survivors[0]
@@ -488,6 +458,8 @@ class Planner:
             if left is not None and ws > left:  # checked before it allocates
                 s.outcomes.append(self._outcome(s, cand, "over_budget", error=err, reason=(
                     f"workspace {human_bytes(ws)} over the {human_bytes(left)} of memory left beside the operands")))
+                continue
+            if not self.exhaustive and math.isfinite(best) and self._beyond_best(s, cand, err, (a, b), best):
                 continue
             self._report(f"time {cand.label}")
             stop_above = EARLY_STOP * best if self._early_stop and math.isfinite(best) and not reference_point \
@@ -522,7 +494,27 @@ class Planner:
             timed.append(outcome)
         return timed
 
-    def _confirm_full_batch(self, s: _Search, timed) -> list[CandidateOutcome]:
+    def _beyond_best(self, s: Search, cand, err, operands, best: float) -> bool:
+        """Does ``cand``'s strategy put a floor under its median above ``best`` (:meth:`Strategy.lower_bound`)? Then it
+        is recorded ``skipped`` with the strategy's reason; the floor's cost is its timing cost."""
+        small = min(s.problem.batch, self.verify_batch)
+        warm = s.costs.get(cand.label, {}).get("warm_run_s")
+        t0 = time.perf_counter()
+        try:
+            floor = cand.strategy.lower_bound(s.problem, cand.config, self.backend, operands, best,
+                                              None if warm is None else warm * s.problem.batch / small)
+        except Exception as exc:  # no floor: it is timed
+            log.debug("%s: no floor for %s: %s", s.problem.key(), cand.label, failure_reason(self.backend, exc))
+            floor = None
+        s.spend(cand, "timing_s", time.perf_counter() - t0)
+        if floor is None or not floor[0] > best:
+            return False
+        s.outcomes.append(self._outcome(s, cand, "skipped", error=err, reason=(
+            f"not timed: its median cannot be under {floor[0] * 1e3:.3f} ms, {floor[0] / best:.2f}x the best so far: "
+            f"{floor[1]}")))
+        return True
+
+    def _confirm_full_batch(self, s: Search, timed) -> list[CandidateOutcome]:
         """Timed outcomes, fastest first, from the first one whose full-batch error is within tolerance
         (wgrad only, when verification used a smaller batch); the ones ahead of it become ``rejected``."""
         problem, outcomes = s.problem, s.outcomes
@@ -553,9 +545,9 @@ class Planner:
                     failure = None
                 index = next(k for k, o in enumerate(outcomes) if o is outcome)
                 if err <= problem.tolerance:
-                    ranked[i] = outcomes[index] = _with(outcome, error=err)
+                    ranked[i] = outcomes[index] = with_(outcome, error=err)
                     return ranked[i:]
-                outcomes[index] = _with(outcome, status="failed" if failure else "rejected",
+                outcomes[index] = with_(outcome, status="failed" if failure else "rejected",
                                         error=None if failure else err, reason=failure or (
                                             f"error {err:.3g} on the full batch of {problem.batch} is over the "
                                             f"{problem.math} tolerance {problem.tolerance:g} (the filter gradient "
@@ -564,7 +556,7 @@ class Planner:
         finally:
             s.phase("the full-batch check", time.perf_counter() - started)
 
-    def _outcome(self, s: _Search, cand, status, workspace: int | None = None, **fields) -> CandidateOutcome:
+    def _outcome(self, s: Search, cand, status, workspace: int | None = None, **fields) -> CandidateOutcome:
         """``cand``'s outcome, with its costs so far and its workspace (the strategy's, where not given)."""
         cost = s.costs.get(cand.label, {})
         try:
@@ -581,14 +573,3 @@ class Planner:
     def _report(self, text: str) -> None:
         if self.progress is not None:
             self.progress(text)
-
-
-def _with(outcome: CandidateOutcome, **changes) -> CandidateOutcome:
-    return dataclasses.replace(outcome, **changes)
-
-
-_NO_WINNER = CandidateOutcome("", {}, "", "failed", reason="no candidate survived")
-
-
-def _summary(outcomes) -> str:
-    return "\n".join(f"  {o.label}: {o.status} ({o.reason})" for o in outcomes)

@@ -310,7 +310,7 @@ def test_strategies_are_told_every_outcome_and_the_winner_once_a_search_ends(ext
         def observe(self, p, outcomes, winner):
             seen.append((p, [o.label for o in outcomes], winner.label))
 
-    class Broken(make_strategy("t-broken", correct)):
+    class Broken(make_strategy("t-broken", sleeps_then_correct(0.005))):
         def observe(self, p, outcomes, winner):
             raise RuntimeError("no lesson")
     extra_strategies(Watching)
@@ -468,6 +468,41 @@ def test_pytorchs_call_is_verified_without_its_algorithm_search():
     assert get_strategy("im2col").verification_config("any") == "any"
 
 
+def test_pytorchs_search_is_floored_by_its_heuristic_pick_measured_on_a_thread_of_its_own(monkeypatch):
+    """The torch strategy's floor (Strategy.lower_bound): only for its searched configuration on the GPU, only where
+    the heuristic pick's warm run, scaled to the full batch, is a quarter of SEARCH_GAIN times the best or more (else
+    nothing is measured), then the pick's median (measured on another thread, on the operands' device) over
+    SEARCH_GAIN."""
+    import contextlib
+    import threading
+    import types
+
+    from convtune.strategies import pytorch
+    torch_strategy, searched = get_strategy("torch"), pytorch.TorchConfig(benchmark=True)
+    calls = []
+
+    def median(self, p, backend, a, b):
+        calls.append((threading.get_ident(), p, a, b))
+        return 0.128
+    monkeypatch.setattr(pytorch.TorchStrategy, "_heuristic_median", median)
+    devices = []
+
+    class Array:
+        device = types.SimpleNamespace(id=1)
+    cuda = types.SimpleNamespace(Device=lambda i: devices.append(i) or contextlib.nullcontext())
+    gpu = types.SimpleNamespace(name="cupy", xp=types.SimpleNamespace(cuda=cuda), synchronize=lambda: None)
+    p, a, b = problem("2d-odd"), Array(), Array()
+    gain = pytorch.SEARCH_GAIN
+    assert torch_strategy.lower_bound(p, pytorch.TorchConfig(benchmark=False), gpu, (a, b), 1e-3, 1.0) is None
+    assert torch_strategy.lower_bound(p, searched, types.SimpleNamespace(name="numpy"),
+                                      (a, b), 1e-3, 1.0) is None
+    assert torch_strategy.lower_bound(p, searched, gpu, (a, b), 1e-3, 0.99 * gain / 4 * 1e-3) is None and not calls
+    floor, why = torch_strategy.lower_bound(p, searched, gpu, (a, b), 1e-3, gain / 4 * 1e-3)
+    assert floor == pytest.approx(0.128 / gain) and "0.128" not in why and "128.000 ms" in why
+    assert calls[0][0] != threading.get_ident() and calls[0][1:] == (p, a, b) and devices == [1]
+    assert torch_strategy.lower_bound(p, searched, gpu, (a, b), 1e-3, None)[0] == pytest.approx(0.128 / gain)
+
+
 @dataclass(frozen=True)
 class SizeConfig(Config):
     size: int = 0
@@ -517,3 +552,56 @@ def test_a_strategy_that_tells_the_parts_of_its_listing_has_them_as_phases(extra
     assert d.phases["listing t-parts: building plans"] == 0.015
     assert 0.004 <= d.phases["listing t-parts: the rest"] < 0.5 and "listing t-parts" not in d.phases
     assert "listing im2col" in d.phases and not any(k.startswith("listing im2col:") for k in d.phases)
+
+
+def floored(name, floor_s, seen):
+    """A test strategy that puts ``floor_s`` under its median (``None``: none), recording what the planner told it; its
+    verification runs are slower than ``correct``'s, so that it is timed after such a strategy's."""
+    class Floored(make_strategy(name, sleeps_then_correct(0.005))):  # (timed after t-fast: slower when verified)
+        def lower_bound(self, p, config, backend, operands, best_s, estimate_s):
+            seen.append((best_s, estimate_s, tuple(x.shape for x in operands)))
+            return None if floor_s is None else (floor_s, "a floor for the test")
+    Floored.name = name
+    return Floored
+
+
+def test_a_candidate_whose_floor_is_above_the_best_so_far_is_not_timed(extra_strategies, monkeypatch):
+    """Strategy.lower_bound: asked once a best median is known, with the full problem's operands and the candidate's
+    warm run scaled to the full batch; a floor over the best skips the candidate untimed, with the strategy's reason and
+    the floor's cost as its timing cost; a floor under the best, or none, leaves it timed; an exhaustive search asks
+    none."""
+    monkeypatch.setattr("convtune.planner.SLOW_FACTOR", 1e9)
+    seen = []
+    extra_strategies("t-fast", correct)
+    extra_strategies(floored("t-floor", 0.01, seen))
+    p = problem("2d-odd", batch=6)
+    timer = FakeTimer({"t-fast": 0.001, "t-floor": 0.0005})
+    d = Planner("numpy", timer, strategies=["t-fast", "t-floor"], verify_batch=2).tune(p)
+    floor = next(o for o in d.outcomes if o.strategy == "t-floor")
+    assert floor.status == "skipped" and floor.timing is None and "a floor for the test" in floor.reason
+    assert "10.000 ms, 10.00x the best so far" in floor.reason and floor.timing_s >= 0
+    assert d.winner.strategy == "t-fast" and not any(label.startswith("t-floor") for label in timer.labels)
+    best_s, estimate_s, shapes = seen[0]
+    assert best_s == 0.001 and shapes == p.operand_shapes
+    assert estimate_s == pytest.approx(3 * next(o for o in d.outcomes if o.strategy == "t-floor").warm_run_s)
+    # a floor at or under the best: timed (and here it wins)
+    extra_strategies(floored("t-low", 0.001, seen))
+    timer = FakeTimer({"t-fast": 0.001, "t-low": 0.0005, "t-floor": 0.0005})
+    d = Planner("numpy", timer, strategies=["t-fast", "t-low"]).tune(p)
+    assert d.winner.strategy == "t-low" and seen[-1][0] == 0.001
+    asked = len(seen)
+    d = Planner("numpy", timer, strategies=["t-fast", "t-floor"], exhaustive=True).tune(p)
+    assert len(seen) == asked and d.winner.strategy == "t-floor"
+
+
+def test_a_floor_that_raises_leaves_the_candidate_timed(extra_strategies, monkeypatch):
+    monkeypatch.setattr("convtune.planner.SLOW_FACTOR", 1e9)
+
+    class Broken(make_strategy("t-broken", sleeps_then_correct(0.005))):
+        def lower_bound(self, *args):
+            raise RuntimeError("no floor today")
+    extra_strategies("t-fast", correct)
+    extra_strategies(Broken)
+    timer = FakeTimer({"t-fast": 0.001, "t-broken": 0.0005})
+    d = Planner("numpy", timer, strategies=["t-fast", "t-broken"]).tune(problem("2d-odd"))
+    assert d.winner.strategy == "t-broken"

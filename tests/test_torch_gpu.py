@@ -726,3 +726,37 @@ def test_what_a_patched_call_costs_on_cuda_is_measured_quietly(caplog):
     assert 0.0 <= cost < 1e-3, cost  # (0 where the two calls measured alike)
     assert not [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith("convtune")]
     assert len(convtune.default_runtime().layer_memo("torch")) == before
+
+
+def test_the_floor_under_pytorchs_search_leaves_the_search_to_the_planners_thread():
+    """The torch strategy's floor (Strategy.lower_bound) measures cuDNN's heuristic pick on a thread of its own, because
+    PyTorch keeps the plan a shape first got in a cache per thread, the benchmark on or off: the planner thread's
+    searched call that follows must still search. A search runs several engines, many kernels; a call whose shape this
+    thread planned by the heuristics first runs a few (the control, so that the count tells the two apart)."""
+    from convtune.backend import get_backend
+    from convtune.planner import random_operands
+    from convtune.problem import ConvProblem
+    from convtune.strategies import get_strategy
+    from convtune.strategies.pytorch import TorchConfig
+
+    backend, strategy = get_backend("cupy"), get_strategy("torch")
+
+    def kernels(p, benchmark):
+        a, b = random_operands(backend, p, 0)
+        go = strategy.executor(p, TorchConfig(benchmark=benchmark), backend).timed(a, b)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            go()
+            torch.cuda.synchronize()
+        return len([e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA])
+
+    def depthwise(batch):  # (bfloat16 channels-last: the heuristic pick and the search's differ)
+        return ConvProblem.make(batch=batch, in_channels=96, out_channels=96, input_size=(28, 28), kernel_size=5,
+                                padding=2, groups=96, dtype="bfloat16", layout="channels_last")
+    p = depthwise(8)
+    a, b = random_operands(backend, p, 1)
+    floor, why = strategy.lower_bound(p, TorchConfig(benchmark=True), backend, (a, b), 1e-9, None)
+    assert floor > 0 and "heuristic pick" in why
+    searched = kernels(p, benchmark=True)
+    control = depthwise(7)
+    kernels(control, benchmark=False)  # this thread's heuristic pick first: the searched call finds it cached
+    assert kernels(control, benchmark=True) <= 4 < searched

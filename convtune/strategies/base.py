@@ -136,6 +136,15 @@ class Strategy:
         ``False`` by default."""
         return False
 
+    def lower_bound(self, problem: ConvProblem, config: Config, backend, operands, best_s: float,
+                    estimate_s: float | None) -> tuple[float, str] | None:
+        """Before the planner times ``config`` on the full problem's ``operands`` ``(a, b)``, where the best median so
+        far is ``best_s`` and ``estimate_s`` the candidate's warm run on the verification batch scaled to the full
+        batch (``None`` where unknown): ``(seconds, why)``, a floor under its median found for less than timing it
+        costs, or ``None``. A candidate whose floor is over the best is not timed (not in an exhaustive search).
+        ``None`` by default: timing is the measure."""
+        return None
+
     def verification_config(self, config: Config) -> Config:
         """The configuration whose executor the planner verifies on the verification batch, where that is not
         ``config`` itself: one that computes the same within the bound but costs less to set up at a batch that is

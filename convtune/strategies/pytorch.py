@@ -53,6 +53,14 @@ def cupy_viewer(cp):
     return array
 
 
+#: PyTorch's algorithm search (``cudnn.benchmark``) has never made its pick more than this many times faster than
+#: cuDNN's heuristic pick (the benchmark off): in 364 problems on an H200 (PyTorch 2.11, cuDNN 9.19;
+#: ``benchmarks/torch_search.py`` on SLaK-T, RepLKNet-31B, ConvNeXt-T, ResNet-50 and the public suite, bfloat16
+#: channels-last and float32) the largest gain was 48x (RepLKNet-31B's 3x3 depthwise filter gradient in bfloat16), and
+#: this is a third more.
+SEARCH_GAIN = 64.0
+
+
 @dataclass(frozen=True)
 class TorchConfig(Config):
     benchmark: bool = False  # cudnn.benchmark during the call (GPU)
@@ -101,6 +109,23 @@ def _built_on_first_call(build, timed: bool) -> Executor:
     def timed_form(a, b, out=None):
         return real().timed(a, b, out)
     return Executor(run, timed=timed_form if timed else None)
+
+
+def _on_thread(fn):
+    """``fn()`` on a new thread, its result returned (its exception raised) here."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # (raised again on the caller's thread)
+            box["error"] = exc
+    thread = threading.Thread(target=target, name="convtune-torch-pick")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def _cudnn_flags(torch):
@@ -231,6 +256,48 @@ class TorchStrategy(Strategy):
         The algorithm it picks at the full batch is the one timed, and a filter gradient's winner is checked at the
         full batch too."""
         return dataclasses.replace(config, benchmark=False)
+
+    def lower_bound(self, problem, config, backend, operands, best_s, estimate_s):
+        """Where the search (``cudnn.benchmark``) would be timed but the heuristic pick may be far behind the best so
+        far: the heuristic pick's median on the full problem over ``SEARCH_GAIN``. The search can cost far more than the
+        pick: 36 s of an H200's time for SLaK-T's 51x51 backward-data pass in bfloat16, where the FFT path's plan runs
+        61x faster than the search's pick.
+
+        Measured only where the pick's warm run on the verification batch, scaled to the full batch, is a quarter of
+        ``SEARCH_GAIN`` times the best or more (at the full batch the pick can be slower than the scaling says: 13x its
+        time at 2 samples for 8x the samples on RepLKNet-31B's 31x31 backward-data pass). The pick is measured on a
+        thread of its own: PyTorch keeps the plan a shape first got in a cache per thread, the benchmark on or off, so
+        a pick made on the planner's thread would stand in for its search."""
+        if not config.benchmark or getattr(backend, "name", "") != "cupy" or \
+                (estimate_s is not None and estimate_s < SEARCH_GAIN / 4 * best_s):
+            return None
+        backend.synchronize()  # (the operands are made on the planner's stream; the thread works on its own)
+        device = backend.xp.cuda.Device(operands[0].device.id)  # (a new thread's current device is the first)
+
+        def pick():
+            with device:
+                return self._heuristic_median(problem, backend, *operands)
+        pick_s = _on_thread(pick)
+        return pick_s / SEARCH_GAIN, (
+            f"cuDNN's heuristic pick (cudnn.benchmark off) took {pick_s * 1e3:.3f} ms, and PyTorch's algorithm search "
+            f"has not been seen to find a pick more than {SEARCH_GAIN:g}x faster than it; the search is not run")
+
+    def _heuristic_median(self, problem, backend, a, b, runs: int = 3) -> float:
+        """The median of ``runs`` runs of the pass with ``cudnn.benchmark`` off, after a first one, on the bfloat16
+        tensors the PyTorch layer calls it on (CUDA events: a floor's measure, not a timing)."""
+        executor = as_executor(self._build(problem, TorchConfig(benchmark=False), backend))
+        go = executor.timed(a, b) if executor.timed is not None else (lambda: executor.run(a, b))
+        cuda = backend.xp.cuda
+        go()
+        times = []
+        for _ in range(runs):
+            start, end = cuda.Event(), cuda.Event()
+            start.record()
+            go()
+            end.record()
+            end.synchronize()
+            times.append(cuda.get_elapsed_time(start, end) * 1e-3)
+        return sorted(times)[runs // 2]
 
     def native(self, problem: ConvProblem, config: TorchConfig):
         """The tensor-level executor of a plan of this strategy (what the PyTorch layer runs), and the cuDNN
