@@ -459,8 +459,12 @@ class Planner:
                 s.outcomes.append(self._outcome(s, cand, "over_budget", error=err, reason=(
                     f"workspace {human_bytes(ws)} over the {human_bytes(left)} of memory left beside the operands")))
                 continue
-            if not self.exhaustive and math.isfinite(best) and self._beyond_best(s, cand, err, (a, b), best):
-                continue
+            if not self.exhaustive and math.isfinite(best):
+                t0 = time.perf_counter()
+                beyond = self._beyond_best(s, cand, err, (a, b), best)
+                spent += time.perf_counter() - t0  # (a floor's cost is timing's, the time budget's too)
+                if beyond:
+                    continue
             self._report(f"time {cand.label}")
             stop_above = EARLY_STOP * best if self._early_stop and math.isfinite(best) and not reference_point \
                 else None

@@ -605,3 +605,20 @@ def test_a_floor_that_raises_leaves_the_candidate_timed(extra_strategies, monkey
     timer = FakeTimer({"t-fast": 0.001, "t-broken": 0.0005})
     d = Planner("numpy", timer, strategies=["t-fast", "t-broken"]).tune(problem("2d-odd"))
     assert d.winner.strategy == "t-broken"
+
+
+def test_a_floors_cost_counts_against_the_time_budget(extra_strategies, monkeypatch):
+    monkeypatch.setattr("convtune.planner.SLOW_FACTOR", 1e9)
+
+    class SlowFloor(make_strategy("t-slow-floor", sleeps_then_correct(0.005))):
+        def lower_bound(self, *args):
+            time.sleep(0.05)  # (no floor found, after a while)
+            return None
+    extra_strategies("t-fast", correct)
+    extra_strategies(SlowFloor)
+    extra_strategies("t-third", sleeps_then_correct(0.02))
+    d = Planner("numpy", FakeTimer(), strategies=["t-fast", "t-slow-floor", "t-third"],
+                time_budget_s=0.03).tune(problem("2d-odd"))
+    status = {o.strategy: (o.status, o.reason) for o in d.outcomes}
+    assert status["t-slow-floor"][0] == "ok" and status["t-slow-floor"][1] == ""
+    assert status["t-third"] == ("skipped", "time budget of 0.03 s spent")
