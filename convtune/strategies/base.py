@@ -83,7 +83,8 @@ class Strategy:
     #: copy, so the planner times it without ``out``, as the PyTorch layer calls it.
     allocates_result: ClassVar[bool] = False
     #: Timed whenever it is correct: neither a slow run on the verification batch nor a spent time budget
-    #: rules it out (PyTorch's own convolution, the reference point a tuned plan must not fall behind).
+    #: rules it out (PyTorch's own convolution, the reference point a tuned plan must not fall behind); only its own
+    #: floor can (:meth:`lower_bound`).
     always_timed: ClassVar[bool] = False
     #: Its :meth:`pruned` rules are learned from earlier searches in the process (:meth:`observe`), so a stored
     #: search cannot replay them (``benchmarks/check_rules.py`` replays only its :meth:`fixed_rule`).
