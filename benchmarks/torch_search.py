@@ -24,8 +24,8 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -54,23 +54,6 @@ def median_ms(fn, repeats: int, flush) -> float:
     return statistics.median(times)
 
 
-def on_thread(fn):
-    """``fn()`` run on a new thread (its own PyTorch plan cache); its result, or its exception raised here."""
-    box = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # (re-raised on the caller's thread)
-            box["error"] = exc
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 def measure(problem, repeats: int, flush) -> dict:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[problem.dtype]
     a, b = (operand(s, dtype, problem.layout) for s in problem.operand_shapes)
@@ -89,7 +72,8 @@ def measure(problem, repeats: int, flush) -> dict:
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t0
         return first_s, median_ms(lambda: heuristic(a, b), repeats, flush)
-    heuristic_first_s, heuristic_ms = on_thread(pick)
+    with ThreadPoolExecutor(1) as thread:  # (its own thread: its own plan cache)
+        heuristic_first_s, heuristic_ms = thread.submit(pick).result()
     return {"problem": problem.key(), "describe": problem.describe(), "search_s": search_s,
             "searched_ms": searched_ms, "heuristic_ms": heuristic_ms, "heuristic_first_s": heuristic_first_s,
             "gain": heuristic_ms / searched_ms}

@@ -23,6 +23,7 @@ import functools
 import importlib
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..executor import Executor, as_executor
@@ -109,23 +110,6 @@ def _built_on_first_call(build, timed: bool) -> Executor:
     def timed_form(a, b, out=None):
         return real().timed(a, b, out)
     return Executor(run, timed=timed_form if timed else None)
-
-
-def _on_thread(fn):
-    """``fn()`` on a new thread, its result returned (its exception raised) here."""
-    box = {}
-
-    def target():
-        try:
-            box["result"] = fn()
-        except BaseException as exc:  # (raised again on the caller's thread)
-            box["error"] = exc
-    thread = threading.Thread(target=target, name="convtune-torch-pick")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
 
 
 def _cudnn_flags(torch):
@@ -277,7 +261,8 @@ class TorchStrategy(Strategy):
         def pick():
             with device:
                 return self._heuristic_median(problem, backend, *operands)
-        pick_s = _on_thread(pick)
+        with ThreadPoolExecutor(1, thread_name_prefix="convtune-torch-pick") as thread:
+            pick_s = thread.submit(pick).result()
         return pick_s / SEARCH_GAIN, (
             f"cuDNN's heuristic pick (cudnn.benchmark off) took {pick_s * 1e3:.3f} ms, and PyTorch's algorithm search "
             f"has not been seen to find a pick more than {SEARCH_GAIN:g}x faster than it; the search is not run")
