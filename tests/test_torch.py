@@ -639,8 +639,30 @@ def test_a_real_duel_times_both_and_keeps_the_numbers(monkeypatch):
     assert routes and len(routes[0].labels()) == 3
 
 
-def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch, tmp_path):
+def _duel_process(tmp_path):
+    """``process()``: as a new process would, a runtime on a plan cache in ``tmp_path`` whose planner gives im2col's
+    plan the win trains a patched 3-to-5-channel 3x3 layer against PyTorch's (on the same batch each time); returns the
+    runtime."""
     from convtune.cache import PlanCache
+    options = {"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}), "strategies": ["im2col", "torch"]}
+    x = torch.randn(2, 3, 9, 9)
+
+    def process():
+        runtime = Runtime(store=PlanCache(f"sqlite:///{tmp_path / 'plans.db'}"), planner_options=options)
+        plain = nn.Conv2d(3, 5, 3, padding=1)
+        assert_same_training(plain, patched_copy(plain, runtime), x)
+        return runtime
+    return process
+
+
+def _stored_duels(tmp_path) -> list[str]:
+    """The duels' records stored in ``tmp_path``'s plan cache, as stored (JSON)."""
+    import sqlite3
+    return [v for (v,) in sqlite3.connect(tmp_path / "plans.db").execute(
+        "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'")]
+
+
+def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch, tmp_path):
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     duels = []
 
@@ -648,24 +670,16 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
         duels.append(1)
         return [200e-6, 150e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
-    url = f"sqlite:///{tmp_path / 'plans.db'}"
-    options = {"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}), "strategies": ["im2col", "torch"]}
-    plain = nn.Conv2d(3, 5, 3, padding=1)
-    x = torch.randn(2, 3, 9, 9)
-    first = Runtime(store=PlanCache(url), planner_options=options)
-    assert_same_training(plain, patched_copy(plain, first), x)
+    process = _duel_process(tmp_path)
+    process()
     assert len(duels) == 3
-    import sqlite3
-    stored = sqlite3.connect(tmp_path / "plans.db").execute(
-        "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'").fetchall()
-    assert len(stored) == 3 and all('"plan_us": 200.0' in v and '"native_us": 150.0' in v for (v,) in stored)
+    stored = _stored_duels(tmp_path)
+    assert len(stored) == 3 and all('"plan_us": 200.0' in v and '"native_us": 150.0' in v for v in stored)
 
     def no_duel(*args, **kwargs):
         raise AssertionError("the stored verdict should have been used")
     monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
-    plain = nn.Conv2d(3, 5, 3, padding=1)
-    later = Runtime(store=PlanCache(url), planner_options=options)  # as a new process would
-    assert_same_training(plain, patched_copy(plain, later), x)
+    later = process()
     labels = [label for route in later.layer_memo("torch").values() for label in route.labels().values()]
     assert len(labels) == 3 and all(label.startswith("torch (in the layer 150 us per call, im2col") for label in labels)
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -678,43 +692,118 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
                lambda: monkeypatch.setattr(_duel, "DUEL_METHOD", _duel.DUEL_METHOD + 1)]
     for i, change in enumerate(changes):
         change()
-        again = Runtime(store=PlanCache(url), planner_options=options)
-        plain = nn.Conv2d(3, 5, 3, padding=1)
-        assert_same_training(plain, patched_copy(plain, again), x)
+        process()
         assert len(duels) == 3 * (i + 2), i
-    again = Runtime(store=PlanCache(url), planner_options=options)  # (and nothing changed since: no duel)
-    plain = nn.Conv2d(3, 5, 3, padding=1)
-    assert_same_training(plain, patched_copy(plain, again), x)
+    process()  # (and nothing changed since: no duel)
     assert len(duels) == 3 * (len(changes) + 1)
 
 
 def test_a_duels_host_times_are_stored_with_its_verdict(monkeypatch, tmp_path):
     """Each contender's host time per call is kept beside its time in the layer, and a later process finds both."""
-    from convtune.cache import PlanCache
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
 
     def fake_times(contenders, a, b, device, hosts=None):
         hosts[:] = [30e-6, 20e-6]
         return [100e-6, 200e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
-    url = f"sqlite:///{tmp_path / 'plans.db'}"
-    options = {"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}), "strategies": ["im2col", "torch"]}
-    x = torch.randn(2, 3, 9, 9)
-    patched_copy(nn.Conv2d(3, 5, 3, padding=1), Runtime(store=PlanCache(url), planner_options=options))(x)
-    import sqlite3
-    (value,), = sqlite3.connect(tmp_path / "plans.db").execute(
-        "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'").fetchall()
-    assert '"plan_host_us": 30.0' in value and '"native_host_us": 20.0' in value
+    process = _duel_process(tmp_path)
+    process()
+    stored = _stored_duels(tmp_path)
+    assert stored and all('"plan_host_us": 30.0' in v and '"native_host_us": 20.0' in v for v in stored)
 
     def no_duel(*args, **kwargs):
         raise AssertionError("the stored verdict should have been used")
     monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
-    later = Runtime(store=PlanCache(url), planner_options=options)
-    patched_copy(nn.Conv2d(3, 5, 3, padding=1), later)(x)
-    (route,) = later.layer_memo("torch").values()
+    (route,) = process().layer_memo("torch").values()
     duel = route.fwd_exec.duel
     assert (duel.plan_s, duel.native_s, duel.plan_host_s, duel.native_host_s) == pytest.approx(
         (100e-6, 200e-6, 30e-6, 20e-6))
+
+
+@pytest.mark.parametrize("floor_us, searched", [(1000.0, False), (104.0, True), (150.0, False)])
+def test_a_large_layers_duel_runs_pytorchs_search_only_where_its_floor_does_not_lose(monkeypatch, tmp_path, floor_us,
+                                                                                     searched):
+    """(On the GPU; here the CPU stands in.) The plan takes 100 us per call. A floor under PyTorch's time (its heuristic
+    pick over the search's largest gain) above that by the margin decides the duel without running PyTorch's call; a
+    floor within the margin leaves it to the duel. The verdict is stored, its bound said."""
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "DUEL_FLOOR_FLOPS", 0)
+    floors, runs = [], []
+    monkeypatch.setattr(_dispatch, "search_floor", lambda problem, a, b, device: floors.append(problem.pass_) or
+                        floor_us * 1e-6)
+
+    def fake_times(contenders, a, b, device, hosts=None):
+        runs.append([type(c).__name__ for c in contenders])
+        hosts[:] = [30e-6, 20e-6][:len(contenders)]
+        return [100e-6, 120e-6][:len(contenders)]
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    process = _duel_process(tmp_path)
+    rt = process()
+    assert sorted(floors) == ["dgrad", "fwd", "wgrad"]
+    assert [r for r in runs if "Native" in r] == ([["ArrayPlan", "Native"]] * 3 if searched else [])
+    (route,) = rt.layer_memo("torch").values()
+    duel = route.fwd_exec.duel
+    assert (duel.plan_s, duel.native_s) == pytest.approx((100e-6, 120e-6 if searched else floor_us * 1e-6))
+    stored = _stored_duels(tmp_path)
+    assert len(stored) == 3 and all(('"bound": "native_us"' in v) is not searched for v in stored)
+    assert all('"plan_host_us": 30.0' in v and ('"native_host_us"' in v) is searched for v in stored)
+
+    def no_duel(*args, **kwargs):
+        raise AssertionError("the stored verdict should have been used")
+    monkeypatch.setattr(_dispatch, "per_call_seconds", no_duel)
+    monkeypatch.setattr(_dispatch, "search_floor", no_duel)
+    (route,) = process().layer_memo("torch").values()
+    duel = route.fwd_exec.duel
+    assert (duel.plan_s, duel.native_s, duel.plan_host_s) == pytest.approx(
+        (100e-6, 120e-6 if searched else floor_us * 1e-6, 30e-6))
+    assert (duel.native_host_s is None) is not searched
+
+
+def test_a_small_layers_duel_puts_no_floor_under_pytorchs_search(monkeypatch):
+    """Below DUEL_FLOOR_FLOPS the search costs little: the duel runs both."""
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    assert nn.Conv2d(3, 5, 3).weight.numel() * 2 * 2 * 81 < _duel.DUEL_FLOOR_FLOPS
+
+    def no_floor(*args, **kwargs):
+        raise AssertionError("no floor expected")
+    monkeypatch.setattr(_dispatch, "search_floor", no_floor)
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    patched_copy(nn.Conv2d(3, 5, 3, padding=1), rt)(torch.randn(2, 3, 9, 9))
+    (route,) = rt.layer_memo("torch").values()
+    assert route.fwd_exec.duel.native_s == pytest.approx(200e-6)
+
+
+def test_a_gradients_duel_is_timed_inside_a_backward_where_training_runs_that_pass(monkeypatch):
+    """PyTorch keeps its cuDNN plans per thread, and a training step runs the gradients on the autograd engine's thread
+    (on CUDA its worker's): a duel of a gradient pass is timed inside a backward, the forward pass's where it is
+    called. (Here the CPU stands in: its backward runs on the caller's thread, inside an autograd node all the same.)"""
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    inside = {}
+
+    def fake_times(contenders, a, b, device, hosts=None):
+        inside[contenders[0].plan.problem.pass_] = torch._C._current_autograd_node() is not None
+        return [100e-6, 200e-6]
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    plain = nn.Conv2d(3, 5, 3, padding=1)
+    patched = patched_copy(plain, rt)
+    x = torch.randn(2, 3, 9, 9, requires_grad=True)  # (all three passes)
+    ct.tune(patched, x, runtime=rt, progress=False)  # (its duels run here, outside a backward)
+    assert inside == {"fwd": False, "dgrad": True, "wgrad": True}
+    assert_same_training(plain, patched, torch.randn(2, 3, 9, 9))
+
+
+def test_work_run_where_a_pass_runs_returns_its_result_or_raises_its_exception():
+    cpu = torch.device("cpu")
+    assert _duel.where_pass_runs("fwd", torch._C._current_autograd_node, cpu) is None
+    assert _duel.where_pass_runs("wgrad", torch._C._current_autograd_node, cpu) is not None
+    assert _duel.where_pass_runs("dgrad", lambda: 7, cpu) == 7
+
+    def fails():
+        raise KeyError("no")
+    with pytest.raises(KeyError):
+        _duel.where_pass_runs("dgrad", fails, cpu)
 
 
 def test_a_duel_measures_each_contenders_host_time_too():
@@ -951,9 +1040,7 @@ def test_a_round_trips_duel_is_stored_and_a_later_process_runs_none(monkeypatch,
         (route,) = rt.layer_memo("torch").values()
         assert route.trips["auto"] is not None
     assert duels == [["kept", "per_pass"]]  # the second process read the verdict
-    import sqlite3
-    stored = [v for (v,) in sqlite3.connect(tmp_path / "plans.db").execute(
-        "SELECT value FROM convtune_meta WHERE key LIKE 'duel:%'") if "kept-spectra" in v]
+    stored = [v for v in _stored_duels(tmp_path) if "kept-spectra" in v]
     assert len(stored) == 1 and '"trip_us": 100.0' in stored[0] and '"per_pass_us": 200.0' in stored[0]
     assert "|trip" in stored[0]  # (the round trips' version among its conditions)
 

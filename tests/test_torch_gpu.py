@@ -728,6 +728,71 @@ def test_what_a_patched_call_costs_on_cuda_is_measured_quietly(caplog):
     assert len(convtune.default_runtime().layer_memo("torch")) == before
 
 
+def test_the_duels_floor_under_pytorchs_search_leaves_the_search_to_the_layers_thread():
+    """A duel's floor under PyTorch's searched call (:func:`convtune.torch._duel.search_floor`) times cuDNN's heuristic
+    pick on a thread of its own, as the planner's floor does: the layer thread's searched call that follows must still
+    search (counted as in the planner's test below, against a control this thread picked by the heuristics first)."""
+    from convtune.problem import ConvProblem
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch._duel import duel_operands, search_floor
+
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def depthwise(batch):  # (bfloat16 channels-last: the heuristic pick and the search's differ)
+        return ConvProblem.make(batch=batch, in_channels=96, out_channels=96, input_size=(28, 28), kernel_size=5,
+                                padding=2, groups=96, dtype="bfloat16", layout="channels_last")
+
+    def kernels(p, benchmark):
+        a, b = duel_operands(p, device)
+        fn = native_for(p, benchmark=benchmark)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn(a, b)
+            torch.cuda.synchronize()
+        return len([e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA])
+
+    p = depthwise(6)
+    floor = search_floor(p, *duel_operands(p, device), device)
+    assert 0 < floor < 1e-3, floor
+    searched = kernels(p, benchmark=True)
+    control = depthwise(5)
+    kernels(control, benchmark=False)
+    assert kernels(control, benchmark=True) <= 4 < searched
+
+
+def test_a_gradients_duel_finds_what_pytorchs_training_step_searched():
+    """A training step searches its gradients' cuDNN plans on the autograd engine's worker thread, and PyTorch keeps them
+    per thread: the duel of a gradient pass, timed where that pass runs (:func:`convtune.torch._duel.where_pass_runs`),
+    finds the step's pick and runs no search of its own, where a call on this thread searches again."""
+    from convtune.problem import ConvProblem
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch._duel import duel_operands, where_pass_runs
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    layer = nn.Conv2d(96, 96, 5, padding=2, groups=96, bias=False).to(device, torch.bfloat16,
+                                                                        memory_format=torch.channels_last)
+    x = torch.randn(4, 96, 26, 26, device=device, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        layer(x.requires_grad_()).float().sum().backward()  # PyTorch's own step: its search
+        torch.cuda.synchronize()
+    finally:
+        torch.backends.cudnn.benchmark = saved
+    p = ConvProblem.make(batch=4, in_channels=96, out_channels=96, input_size=(26, 26), kernel_size=5, padding=2,
+                         groups=96, dtype="bfloat16", layout="channels_last").for_pass("dgrad")
+    a, b = duel_operands(p, device)
+    fn = native_for(p, benchmark=True)
+
+    def kernels():
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn(a, b)
+            torch.cuda.synchronize()
+        return len([e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA])
+    assert where_pass_runs("dgrad", kernels, device) <= 4 < kernels()
+
+
 def test_the_floor_under_pytorchs_search_leaves_the_search_to_the_planners_thread():
     """The torch strategy's floor (Strategy.lower_bound) measures cuDNN's heuristic pick on a thread of its own, because
     PyTorch keeps the plan a shape first got in a cache per thread, the benchmark on or off: the planner thread's

@@ -17,7 +17,10 @@ would run them, back to back, and the plan wins only where it is faster per call
 :data:`DUEL_MARGIN` (:data:`DUEL_DEVICE_TYPES`). The planner
 times a candidate's GPU work; here the host's share counts too (the bridge, the conversions, the
 launches), which decides small layers: a plan a few microseconds faster on the GPU can cost a
-hundred more on the host. There is no duel where the runtime's strategies leave PyTorch's out. The
+hundred more on the host. A gradient pass is timed where training runs it, inside a backward
+(:func:`~convtune.torch._duel.where_pass_runs`), and on a large layer PyTorch's search is run only where a
+floor under its time does not lose already (:data:`~convtune.torch._duel.DUEL_FLOOR_FLOPS`). There is no duel
+where the runtime's strategies leave PyTorch's out. The
 verdict is stored next to the plans (keyed by device, problem, plan and what the host cost depends on:
 :func:`~convtune.torch._duel.duel_conditions`), so a process that finds it runs no duel; one where those
 conditions changed duels again.
@@ -47,8 +50,8 @@ from ..strategies.pytorch import native_for, native_pass
 from ._autograd import eager_forward
 from ._bridge import bridge
 from ._capture import Captures, capturing
-from ._duel import (DUEL_DEVICE_TYPES, DUEL_MARGIN, Duel, duel_conditions, duel_key, duel_operands, per_call_seconds,
-                    trip_duel_conditions)
+from ._duel import (DUEL_DEVICE_TYPES, DUEL_FLOOR_FLOPS, DUEL_MARGIN, Duel, duel_conditions, duel_key, duel_operands,
+                    per_call_seconds, search_floor, trip_duel_conditions, where_pass_runs)
 from ._executors import ArrayPlan, Fallback, Native
 from ._formats import DTYPES, dense, in_result_format
 from ._kept import Trips
@@ -264,10 +267,14 @@ class Route:
         docstring); where the duel itself fails, the plan (its own failures fall back when it runs)."""
         flags = (True, problem.math == "tf32")
         native = Native(native_for(problem, benchmark=flags[0], tf32=flags[1]), "torch", flags)
+        floor = None
+        if problem.flops() >= DUEL_FLOOR_FLOPS:  # a search that can cost seconds: not where its floor loses already
+            def floor(a, b):
+                return search_floor(problem, a, b, self.device)
         try:
             (t_plan, t_native), hosts = self._per_call(plan.label, duel_conditions(plan.plan.strategy),
                                                        ("plan_us", "native_us"), [plan, native],
-                                                       lambda: duel_operands(problem, self.device), problem)
+                                                       lambda: duel_operands(problem, self.device), problem, floor)
         except Exception as exc:
             log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
                      self.device, type(exc).__name__, exc, plan.label)
@@ -281,12 +288,16 @@ class Route:
                  self.device, t_native * 1e6, t_plan * 1e6, plan.label, level=logging.INFO)
         return native
 
-    def _per_call(self, label: str, conditions: str, fields, contenders, operands, problem) -> tuple:
+    def _per_call(self, label: str, conditions: str, fields, contenders, operands, problem, floor=None) -> tuple:
         """Two contenders' seconds per call in the layer and the host's seconds per call to issue each
         (:func:`per_call_seconds` on ``operands()``; ``None`` for the host's where not measured), or their stored
         verdict: a duel's record in the plan store, keyed by device, ``problem``, ``label`` and ``conditions``, that
         ``fields`` name (in microseconds; the host's under the same names with ``_host``). A new verdict is stored;
-        raises where the duel itself fails."""
+        raises where the duel itself fails.
+
+        ``floor(a, b)``, where given, puts a floor under the second contender's seconds per call: where it is above
+        the first's by :data:`DUEL_MARGIN`, the second is not run and the floor stands for its time (the record says
+        so under ``bound``; the host's time is the first's alone)."""
         host_fields = [f.replace("_us", "_host_us") for f in fields]
         store, device_key, stored = self.runtime.store, None, None
         try:
@@ -295,22 +306,44 @@ class Route:
         except Exception as exc:  # a cache that fails: duel anyway
             log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
         if stored is not None:
-            hosts = tuple(stored[f] * 1e-6 for f in host_fields) if all(f in stored for f in host_fields) else None
+            hosts = tuple(stored[f] * 1e-6 if f in stored else None for f in host_fields) \
+                if any(f in stored for f in host_fields) else None
             return tuple(stored[f] * 1e-6 for f in fields), hosts
         a, b = operands()
         measured: list = []
-        times = per_call_seconds(contenders, a, b, self.device, hosts=measured)
+
+        def measure():
+            under = self._under_floor(problem, contenders[0], floor, a, b, measured) if floor is not None else None
+            if under is not None:
+                return under, True
+            return per_call_seconds(contenders, a, b, self.device, hosts=measured), False
+        times, bound = where_pass_runs(problem.pass_, measure, self.device)  # (on the thread that runs the pass)
         hosts = tuple(measured) if len(measured) == len(times) else None
         if device_key is not None:
             record = {"problem": problem.key(), "device_key": device_key, "plan": label, "conditions": conditions,
                       **{f: t * 1e6 for f, t in zip(fields, times)}}
-            if hosts is not None:
-                record.update({f: t * 1e6 for f, t in zip(host_fields, hosts)})
+            if bound:
+                record["bound"] = fields[1]
+            record.update({f: t * 1e6 for f, t in zip(host_fields, measured) if t is not None})
             try:
                 store.put_record("duel", duel_key(device_key, problem, label, conditions), record)
             except Exception as exc:
                 log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
         return tuple(times), hosts
+
+    def _under_floor(self, problem, first, floor, a, b, hosts: list):
+        """``[first's seconds per call, the floor]`` where ``floor(a, b)`` is above the first contender's time per
+        call by :data:`DUEL_MARGIN` (``hosts`` gets the first's host time and ``None``), else ``None``."""
+        under = floor(a, b)
+        t_first = per_call_seconds([first], a, b, self.device, hosts=hosts)[0]
+        if under > t_first * (1 + DUEL_MARGIN):
+            log.info("convtune: %s: PyTorch's algorithm search is not run in the layer: its pick cannot take under "
+                     "%.0f us per call, and the plan takes %.0f us", problem.describe(), under * 1e6,
+                     t_first * 1e6)
+            hosts.append(None)
+            return [t_first, under]
+        hosts.clear()
+        return None
 
     def duel_trip(self, trip, kept, per_pass):
         """``keep_spectra='auto'``: ``trip``, whose verdict was measured on the device alone, against the layer's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import torch
@@ -14,6 +15,7 @@ from ..direct import replay
 from ..problem import ConvProblem
 from ..roundtrip import VERSION as TRIP_VERSION
 from ..strategies import get_strategy
+from ..strategies.pytorch import SEARCH_GAIN, native_for
 from ._formats import DTYPES, channels_last_format
 
 #: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
@@ -31,6 +33,11 @@ DUEL_MARGIN = 0.05
 #: (the best of two: one hiccup does not decide it): no noise reverses a gap that wide, and the rounds
 #: of a slow layer cost most.
 DUEL_CLEAR = 1.5
+#: A duel of a problem of this many floating-point operations or more first puts a floor under PyTorch's time
+#: (:func:`search_floor`) and runs PyTorch's algorithm search only where that floor does not already lose to the plan:
+#: the search times every algorithm, and on a large layer that costs seconds (36 s of an H200's time for SLaK-T's
+#: 51x51 backward-data pass in bfloat16, at batch 16 about 10**11 operations); below it the search costs little.
+DUEL_FLOOR_FLOPS = 10**9
 TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 #: The duel's own method, part of every stored verdict's key: a verdict measured by another method is measured
 #: again (2: cuDNN plans and the 1x1 GEMMs launched from CUDA graphs per operand addresses, which took most of their
@@ -101,6 +108,68 @@ def duel_key(device_key: str, problem: ConvProblem, plan_label: str, conditions:
     """The key of a duel's record in a plan store: what its verdict depends on (``conditions``:
     :func:`duel_conditions`)."""
     return f"{device_key}|{problem.key()}|{plan_label}|{conditions}"
+
+
+def search_floor(problem: ConvProblem, a, b, device, runs: int = 3) -> float:
+    """A floor under the seconds per call of PyTorch's convolution with its algorithm search (``cudnn.benchmark``) on
+    ``problem``'s operands ``a`` and ``b``: cuDNN's heuristic pick (the benchmark off), the median of ``runs`` runs
+    after a first one timed with CUDA events, over the largest gain the search has been seen to make over that pick
+    (:data:`~convtune.strategies.pytorch.SEARCH_GAIN`, as the planner's floor:
+    :meth:`~convtune.strategies.pytorch.TorchStrategy.lower_bound`). The pick runs on a thread of its own: PyTorch
+    keeps the plan a shape first got in a cache per thread, the benchmark on or off, so a pick made on the caller's
+    thread would stand in for its later search there."""
+    pick = native_for(problem, benchmark=False, tf32=problem.math == "tf32")
+
+    def median() -> float:
+        with torch.cuda.device(device):
+            torch.cuda.synchronize()  # (the operands were made on the caller's stream)
+            pick(a, b)
+            times = []
+            for _ in range(runs):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                pick(a, b)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e-3)
+            return sorted(times)[runs // 2]
+    with ThreadPoolExecutor(1, thread_name_prefix="convtune-duel-pick") as thread:
+        return thread.submit(median).result() / SEARCH_GAIN
+
+
+class _Backward(torch.autograd.Function):
+    """An identity whose backward runs ``work`` (:func:`where_pass_runs`)."""
+
+    @staticmethod
+    def forward(ctx, x, work, out):
+        ctx.work, ctx.out = work, out
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        try:
+            ctx.out.append(ctx.work())
+        except BaseException as exc:  # (raised again on the caller's thread, as it was)
+            ctx.out.append(exc)
+        return grad, None, None
+
+
+def where_pass_runs(pass_: str, work, device):
+    """``work()``'s result, run on the thread where a training step runs ``pass_``: a gradient's on the autograd
+    engine's, inside a backward (its worker thread for ``device`` on CUDA), the forward pass's on the caller's. PyTorch
+    keeps the cuDNN plan a shape first got in a cache per thread: a pass timed on the thread that runs it in training
+    finds what that thread searched before (PyTorch's own steps, the weighing of the host's share) and leaves what it
+    searches to the steps that follow, rather than searching on a thread of its own (36 s of an H200's time, once
+    more, for SLaK-T's 51x51 backward-data pass in bfloat16)."""
+    if pass_ == "fwd":
+        return work()
+    out: list = []
+    with torch.enable_grad():
+        x = torch.zeros((), device=device, requires_grad=True)
+        _Backward.apply(x, work, out).backward()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
 
 
 def per_call_seconds(contenders, a, b, device, hosts: list | None = None) -> list[float]:

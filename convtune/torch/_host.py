@@ -17,7 +17,7 @@ from ..runtime import Runtime
 from ..strategies.pytorch import native_for
 from . import functional
 from ._dispatch import all_native, measured_once, route_for, seconds_per_call
-from ._duel import duel_operands, per_call_seconds
+from ._duel import duel_operands, per_call_seconds, where_pass_runs
 from ._formats import tensor_layout
 from .modules import Conv2d, restored_for_a_while
 
@@ -206,6 +206,9 @@ def pytorch_host_seconds(problem: ConvProblem, device) -> float:
     fn = native_for(problem, benchmark=True, tf32=problem.math == "tf32")
     a, b = duel_operands(problem, device)
     hosts: list = []
-    with torch.no_grad(), torch.autocast(device.type, enabled=False):
-        per_call_seconds([lambda x, y: fn(x, y, None)], a, b, device, hosts=hosts)
+
+    def measure():
+        with torch.no_grad(), torch.autocast(device.type, enabled=False):
+            per_call_seconds([lambda x, y: fn(x, y, None)], a, b, device, hosts=hosts)
+    where_pass_runs(problem.pass_, measure, device)  # (on the thread that runs the pass, as a duel)
     return hosts[0]
