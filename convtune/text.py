@@ -5,7 +5,7 @@ carry terminal escape sequences or spreadsheet formulas. :func:`printable` escap
 characters before anything reaches a terminal; :func:`spreadsheet_cell` neutralises a CSV cell that
 a spreadsheet would run as a formula, and :func:`from_spreadsheet_cell` undoes exactly that on
 import; :func:`control_characters` finds what an import refuses. :func:`human_bytes` writes sizes in
-binary units.
+binary units; :func:`time_went` says where the seconds of a piece of work went.
 
 >>> printable("fft[\\x1b]0;pwned\\x07]")
 'fft[\\\\x1b]0;pwned\\\\x07]'
@@ -59,3 +59,8 @@ def human_bytes(n) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+def time_went(phases: dict) -> str:
+    """``"name 1.2 s, other 0.3 s"``: the parts of a piece of work (name to seconds, in order) that took 0.05 s or more."""
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items() if seconds >= 0.05)

@@ -66,6 +66,34 @@ def test_tune_ahead_then_training_is_all_cache_hits(patched):
     assert runtime.tuned == report.tuned
 
 
+def test_tune_ahead_says_where_its_time_went(monkeypatch):
+    """Each part of a tune-ahead is timed (the parts in order, summing to its time) and the report says the ones that
+    took 0.05 s or more."""
+    from convtune.torch import tuning
+    factory, shape = MODELS["resnet_like"]
+    model = factory()
+    runtime = make_runtime()
+    ct.patch(model, runtime=runtime)
+    slow = type(runtime).decision_for
+
+    def slower(self, *args, **kwargs):  # (the plans' part made long enough to be said)
+        import time
+        time.sleep(0.01)
+        return slow(self, *args, **kwargs)
+    monkeypatch.setattr(type(runtime), "decision_for", slower)
+    report = ct.tune(model, torch.randn(shape), runtime=runtime, progress=False)
+    assert tuple(report.phases) == tuning.PHASES
+    assert report.phases["plans"] >= 0.01 * len(report.problems) >= 0.05
+    assert sum(report.phases.values()) == pytest.approx(report.seconds, abs=0.05)
+    assert f"plans {report.phases['plans']:.1f} s" in str(report)
+
+
+def test_time_went_names_the_parts_of_a_twentieth_of_a_second_or_more():
+    from convtune.text import time_went
+    assert time_went({"a": 1.25, "b": 0.049, "c": 0.05}) == "a 1.2 s, c 0.1 s"
+    assert time_went({}) == ""
+
+
 def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monkeypatch):
     """(The CPU standing in for CUDA.) Tune-ahead makes every patched layer's route and resolves the passes
     it will run: plans built, the duels run then; the first training step runs none and trains right."""
@@ -713,6 +741,9 @@ def test_cli_bench_model_on_the_cpu(tmp_path, fake_default_timer):
     # (no duels on a CPU: nothing weighed as host-bound, no step timed, every layer searched)
     assert ours["tuning"]["host_bound"] is None and ours["tuning"]["step_ms"] is None
     assert ours["tuning"]["not_searched"] == 0
+    from convtune.torch.tuning import PHASES
+    assert tuple(ours["tuning"]["phases"]) == PHASES  # where the tune-ahead's time went, said where it shows
+    assert ("[problems " in result.output) == (ours["tuning"]["phases"]["problems"] >= 0.05)
     assert ours["step_ms"] > 0 and ours["routes"]
     # Python's collections counted for every mode (maybe none), shown where there were some
     assert all(m["gc_collections"] >= m["gc_full"] >= 0 and m["gc_s"] >= 0 for m in doc["modes"])

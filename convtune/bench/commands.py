@@ -16,6 +16,7 @@ from ..commandline import (backend_named, busy_note, db_option, dtype_option, ec
                            input_shape_option, layout_option, parse_passes, parse_shapes, positive_ints, within_noise)
 from ..network import load_network
 from ..runtime import Runtime
+from ..text import time_went
 from ..timing import CpuTimer, CudaEventTimer
 from .dispatch import measure_dispatch_overhead
 from .peers import available_peers
@@ -206,6 +207,12 @@ def bench(network, db, sweep, sweep_kernels, sweep_inputs, sweep_settings, passe
                  + (f"; below: {below}{more}" if below else "") + noise)
 
 
+def _phases(phases) -> str:
+    """Where a tune-ahead's time went (its report's phases), for the table."""
+    went = time_went(phases or {})
+    return f" [{went}]" if went else ""
+
+
 @click.command(name="bench-model")
 @click.argument("model")
 @db_option
@@ -294,7 +301,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
                      + (f"; the whole step {tuning['step_ratio']:.2f}x with the layers left patched"
                         + (f", {tuning['step_handed_back']} handed back then" if tuning.get("step_handed_back") else "")
                         if tuning.get("step_ratio") is not None else "")
-                     + ")" if tuning else ""))
+                     + ")" + _phases(tuning.get("phases")) if tuning else ""))
     echo(f"{model}, input {'x'.join(map(str, doc['input_shape']))} on {doc['device_name']}")
     echo(format_table(("mode", "step ms", "spread ms", "host ms", "first step s", "peak GiB", ""), rows))
     echo("host ms: the host's time to issue a step (near the step's time: the device waited on the host)"

@@ -64,6 +64,7 @@ from ..compiling import CompileAhead
 from ..planner import Planner
 from ..problem import PASSES, ConvProblem
 from ..runtime import Runtime, _Held, default_runtime
+from ..text import time_went
 from ..worklist import rotated
 from . import _dispatch, _handback, functional
 from ._bridge import bridge
@@ -144,6 +145,14 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
     return found
 
 
+#: The parts of a tune-ahead, as :attr:`TuneReport.phases` names them: the model run once to find its problems,
+#: PyTorch's training steps timed (are they host-bound? their first step runs PyTorch's own algorithm search where
+#: ``cudnn.benchmark`` is on), which layers no plan could gain (host-bound steps), the plans (searched or read from the
+#: cache), the round trips of layers with kept spectra, the layers' routes (plans built, duels run) and the hand-back
+#: (with the whole-step check where it runs).
+PHASES = ("problems", "PyTorch's steps", "layers no plan could gain", "plans", "round trips", "routes", "hand-back")
+
+
 @dataclass
 class TuneReport:
     """What :func:`tune` did: every problem with the layers that share it, and how each was found."""
@@ -169,6 +178,8 @@ class TuneReport:
     #: back (in ``handed_back`` too)
     step_ratio: float | None = None
     step_handed_back: list[str] = field(default_factory=list)
+    #: where the time went: seconds per part, in the order they ran (:data:`PHASES`)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
@@ -185,8 +196,10 @@ class TuneReport:
         if self.step_ratio is not None:
             bound += (f", the whole step {self.step_ratio:.2f}x with the layers left patched against them handed back"
                       + (f" ({len(self.step_handed_back)} handed back then)" if self.step_handed_back else ""))
+        went = time_went(self.phases)
         text = (f"{len(self.problems)} problems: {self.tuned} tuned, {self.cached} from the plan cache, {others}"
-                f"{len(self.failed)} failed{trips}{routes}{back}{bound}, in {self.seconds:.1f} s")
+                f"{len(self.failed)} failed{trips}{routes}{back}{bound}, in {self.seconds:.1f} s"
+                + (f" ({went})" if went else ""))
         return text + "".join(f"\n  FAILED {p.describe()}: {reason}" for p, reason in self.failed)
 
 
@@ -285,6 +298,17 @@ def _compile_ahead(rt, items) -> CompileAhead:
     return br.call(device.index, ahead.start)
 
 
+def _laps(phases: dict) -> Callable[[str], None]:
+    """``lap(name)``: the seconds since the last lap (or since this call) go to ``phases[name]``."""
+    last = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        phases[name] = phases.get(name, 0.0) + now - last[0]
+        last[0] = now
+    return lap
+
+
 def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, host_bound) -> TuneReport:
     started = time.perf_counter()
     rt = runtime or default_runtime()
@@ -316,12 +340,16 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
                 distinct.setdefault((p.key(), str(item.device)), (p, item.device, []))[2].append(item.name)
                 owners.setdefault((p.key(), str(item.device)), set()).add(item.route_key)
     report = TuneReport()
+    report.phases[PHASES[0]] = time.perf_counter() - started
+    lap = _laps(report.phases)
     # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? Timed first (PyTorch's convolution
     # throughout), so that the layers no plan could keep there are not searched at all
     duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
     weigh = _handback.weigh_host(report, model, example_inputs, duelled[0][7], host_bound) if duelled else False
+    lap(PHASES[1])
     untuned = _handback.not_searched({k: routes[k] for k in duelled}, layer_calls, wanted) if weigh and hand_back \
         else set()
+    lap(PHASES[2])
     if untuned:
         report.not_searched = sorted({name for name, calls in layer_calls.items()
                                       if all(key in untuned for key, _p, _k in calls)})
@@ -368,6 +396,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         log.info("convtune.torch.tune: waiting for %d problem(s) other processes are tuning", len(held))
     for problem, device in held:
         settle(problem, device, wait=True)
+    lap(PHASES[3])
     for problem, device, name, auto in kept.values():  # (after the per-pass plans: each verdict is weighed on them)
         shown(len(items), f"{name} round trip")
         try:
@@ -379,6 +408,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         except Exception as exc:  # recorded; the layer runs its per-pass plans
             report.trips.append((problem, f"failed: {type(exc).__name__}: {exc}"))
             log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
+    lap(PHASES[4])
     for key, (route_passes, name, keep) in routes.items():  # the first step's one-time work, done here
         if key in untuned:
             continue  # (its layer goes back to PyTorch: resolving would tune it)
@@ -394,11 +424,13 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         if key not in untuned:
             # (before any weighing: settle runs in the hand-back, or at the first call)
             _handback.route_of(key).weigh_host(weigh)
+    lap(PHASES[5])
     if hand_back:
         _handback.hand_back(model, layer_calls, wanted, report, untuned)
         if _handback.host_shows(report):
             shown(len(items), "the whole step, patched and not")
             _handback.check_steps(model, example_inputs, duelled[0][7], layer_calls, report)
+    lap(PHASES[6])
     shown(len(items), "done")
     if torch.cuda.is_available() and (any(d.type == "cuda" for _p, d, _n in distinct.values()) or
                                       any(key[7].type == "cuda" for key in routes)):
