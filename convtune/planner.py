@@ -186,7 +186,8 @@ class Planner:
         (:class:`convtune.compiling.CompileAhead`)."""
         room = None if self.exhaustive else self._room(problem)
         for strategy in self._strategies():
-            if type(strategy).prepare is Strategy.prepare or strategy.supports(problem, self.backend) is not None:
+            if (type(strategy).prepare is Strategy.prepare and type(strategy).kernel_builds is Strategy.kernel_builds) \
+                    or strategy.supports(problem, self.backend) is not None:
                 continue
             strategy.prepare(problem, [c for c in strategy.candidates(problem, self.backend) if self.exhaustive or
                                        strategy.pruned(problem, c, self.backend, room) is None], self.backend)

@@ -348,6 +348,53 @@ def test_strategies_prepare_their_candidates_before_verification(extra_strategie
     assert any(o.strategy == "t-unprepared" and o.status == "ok" for o in d.outcomes)
 
 
+def test_a_strategy_prepares_by_compiling_its_kernel_builds_at_once(extra_strategies, monkeypatch):
+    """By default Strategy.prepare hands the configs' kernel_builds to build_concurrently, in one call; the planner
+    prepares ahead (prepare_ahead) a strategy that has kernel builds, and skips one that has neither."""
+    from convtune import compiling
+    handed, compiled = [], []
+    monkeypatch.setattr(compiling, "build_concurrently", lambda builds, backend: handed.append(list(builds)) or 0)
+
+    class Compiling(make_strategy("t-kernels", correct)):
+        def kernel_builds(self, p, configs, backend):
+            return [lambda c=c: compiled.append(c) for c in configs]
+    extra_strategies(Compiling)
+    p = problem("2d-odd")
+    get_strategy("t-kernels").prepare(p, [EmptyConfig(), EmptyConfig()], None)
+    assert len(handed) == 1 and len(handed[0]) == 2 and not compiled
+    handed.clear()
+    Planner("numpy", FakeTimer(), strategies=["t-kernels", "im2col"]).prepare_ahead(p)
+    assert len(handed) == 1 and len(handed[0]) == 1  # (im2col has nothing to compile: not prepared)
+
+
+def test_compile_ahead_compiles_the_kernels_of_stored_winners_at_once(extra_strategies, monkeypatch):
+    """convtune.building.compile_ahead: every decision's winner's kernel builds in one build_concurrently; a winner
+    whose strategy is not here is counted failed, the others compiled all the same."""
+    import dataclasses
+    from convtune import compiling
+    from convtune.building import compile_ahead
+    handed, compiled = [], []
+
+    def run_all(builds, backend):
+        handed.append(len(builds))
+        for build in builds:
+            build()
+        return 0
+    monkeypatch.setattr(compiling, "build_concurrently", run_all)
+
+    class Compiling(make_strategy("t-kernels", correct)):
+        def kernel_builds(self, p, configs, backend):
+            return [lambda: compiled.append(p.pass_) for _c in configs]
+    extra_strategies(Compiling)
+    planner = Planner("numpy", FakeTimer({"t-kernels": 0.001}, default=2.0), strategies=["t-kernels", "im2col"])
+    decisions = [planner.tune(problem("2d-odd").for_pass(pass_)) for pass_ in ("fwd", "dgrad", "wgrad")]
+    assert all(d.winner.strategy == "t-kernels" for d in decisions)
+    handed.clear(), compiled.clear()  # (the searches prepared their candidates)
+    gone = dataclasses.replace(decisions[0], winner=dataclasses.replace(decisions[0].winner, strategy="t-not-here"))
+    assert compile_ahead(decisions + [gone], planner.backend) == 1
+    assert handed == [3] and compiled == ["fwd", "dgrad", "wgrad"]
+
+
 def costly_strategy(name, behaviour, builds, workspace=0):
     """A test strategy whose builds are costly (verified at the full batch), each build noted in ``builds``."""
     class Costly(make_strategy(name, behaviour, workspace=workspace)):

@@ -88,6 +88,34 @@ def test_tune_ahead_says_where_its_time_went(monkeypatch):
     assert f"plans {report.phases['plans']:.1f} s" in str(report)
 
 
+def test_tune_ahead_compiles_the_kernels_of_its_routes_stored_plans_at_once_before_building_them(monkeypatch):
+    """(The CPU standing in for CUDA.) On plans already in the cache, the routes' kernels are compiled together
+    (convtune.building.compile_ahead, on several threads) before the first route is resolved, with every pass's
+    stored decision; a failure there costs nothing (each build compiles what it needs)."""
+    from convtune.torch import _dispatch, tuning
+    monkeypatch.setattr(tuning, "COMPILED_DEVICE_TYPES", {"cpu"})
+    factory, shape = MODELS["resnet_like"]
+    runtime = make_runtime()
+    ct.tune(factory(), torch.randn(shape), runtime=runtime, progress=False)  # (the plans, stored)
+    events = []
+    monkeypatch.setattr(tuning, "compile_ahead", lambda decisions, backend: events.append(
+        ("compile", sorted(d.problem.key() for d in decisions))) or 0)
+    resolve = _dispatch.Route.resolve
+    monkeypatch.setattr(_dispatch.Route, "resolve", lambda self, pass_: events.append(("resolve", pass_)) or
+                        resolve(self, pass_))
+    model = factory()
+    ct.patch(model, runtime=runtime)
+    report = ct.tune(model, torch.randn(shape), runtime=runtime, progress=False)
+    assert report.cached == len(report.problems) and events[0][0] == "compile"
+    assert events[0][1] == sorted(p.key() for p, _names in report.problems)  # every pass the routes need
+    assert [e for e in events if e[0] == "compile"] == events[:1] and len(events) > 1
+    monkeypatch.setattr(tuning, "compile_ahead", lambda decisions, backend: 1 / 0)
+    model = factory()
+    ct.patch(model, runtime=runtime)
+    runtime.clear_memo()
+    assert ct.tune(model, torch.randn(shape), runtime=runtime, progress=False).routes == report.routes
+
+
 def test_time_went_names_the_parts_of_a_twentieth_of_a_second_or_more():
     from convtune.text import time_went
     assert time_went({"a": 1.25, "b": 0.049, "c": 0.05}) == "a 1.2 s, c 0.1 s"

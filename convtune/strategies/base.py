@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, ClassVar
 
-from .. import precision
+from .. import compiling, precision
 from ..errors import UnsupportedProblem
 from ..executor import Executor, as_executor
 from ..problem import ConvProblem
@@ -123,11 +123,20 @@ class Strategy:
         each told once (a second call returns ``{}``). Nothing by default: the listing is one phase."""
         return {}
 
+    def kernel_builds(self, problem: ConvProblem, configs: list, backend) -> list[Callable[[], object]]:
+        """What building ``configs`` for ``problem`` would compile, as calls of no arguments that compile it and
+        allocate nothing on the device (their results are dropped; the kernels stay in their caches, so the builds
+        that follow find them compiled). Empty by default: nothing to compile."""
+        return []
+
     def prepare(self, problem: ConvProblem, configs: list, backend) -> None:
         """Before the planner verifies ``configs`` (this strategy's candidates for ``problem`` that it will
-        build), do at once what their builds would do one after another: compiling their kernels, say
-        (:func:`convtune.compiling.build_concurrently`). A failure here is left to the candidate's own
-        build, which the planner records. Nothing by default."""
+        build), do at once what their builds would do one after another. By default their :meth:`kernel_builds`
+        compiled on several threads (:func:`convtune.compiling.build_concurrently`). A failure here is left to the
+        candidate's own build, which the planner records."""
+        builds = self.kernel_builds(problem, configs, backend)
+        if builds:
+            compiling.build_concurrently(builds, backend)
 
     def verified_at_full_batch(self, problem: ConvProblem, config: Config) -> bool:
         """Is ``config`` costly to build for ``problem`` (a runtime compilation per shape), so that the planner should

@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 from .. import precision
-from ..compiling import build_concurrently
 from ..direct import depthwise3d, depthwise_nhwc, replay
 from ..direct.depthwise import (MAX_TAPS, TILE_W, TILED_ROWS, WINDOW_S, DepthwiseConv, tiled_reason, tiled_warps,
                                 window_layout, window_reason)
@@ -125,13 +124,14 @@ class DepthwiseStrategy(Strategy):
         return [DepthwiseConfig(threads=TILE_W * warps(problem, rows), variant="tiled", rows=rows)
                 for rows in sorted(TILED_ROWS, reverse=True) if reason(problem, rows) is None]
 
-    def prepare(self, problem, configs, backend):
-        """Every candidate's kernels compiled at once, on several threads (:mod:`convtune.compiling`): a
-        kernel per kernel size, variant, rows and block shape, 0.3 to 1 s of NVRTC each, one after another in
-        the candidates' builds otherwise. The kernels are made and dropped (not executors, which allocate their
-        workspace); the verification batch's builds then find them compiled."""
-        if getattr(backend, "name", "") == "cupy":
-            build_concurrently([functools.partial(self._conv, problem, c, backend) for c in configs], backend)
+    def kernel_builds(self, problem, configs, backend):
+        """Every candidate's kernels (compiled at once by :meth:`prepare`, on several threads: :mod:`convtune.compiling`):
+        a kernel per kernel size, variant, rows and block shape, 0.3 to 1 s of NVRTC each, one after another in the
+        candidates' builds otherwise. The kernels are made and dropped (not executors, which allocate their workspace);
+        the verification batch's builds then find them compiled."""
+        if getattr(backend, "name", "") != "cupy":
+            return []
+        return [functools.partial(self._conv, problem, c, backend) for c in configs]
 
     def workspace_bytes(self, problem, config) -> int:
         if _nhwc(config):

@@ -10,7 +10,6 @@ import functools
 from dataclasses import dataclass
 
 from .. import precision
-from ..compiling import build_concurrently
 from ..direct import replay
 from ..fft import planeconv
 from ..problem import ConvProblem
@@ -57,11 +56,12 @@ class PlaneFftStrategy(Strategy):
                 for sizes in planeconv.size_options(problem) for s in slices for t in planeconv.shape_options(sizes)
                 for r in planeconv.radix_options(sizes)]
 
-    def prepare(self, problem, configs, backend):
-        """The candidates' kernels (a module per dtype, sizes and pass) compiled at once, on several threads."""
-        if getattr(backend, "name", "") == "cupy":
-            # (the convolutions alone: an executor would allocate its workspace, see build)
-            build_concurrently([functools.partial(self._conv, problem, c, backend) for c in configs], backend)
+    def kernel_builds(self, problem, configs, backend):
+        """The candidates' kernels (a module per dtype, sizes and pass): the convolutions alone (an executor would
+        allocate its workspace, see build)."""
+        if getattr(backend, "name", "") != "cupy":
+            return []
+        return [functools.partial(self._conv, problem, c, backend) for c in configs]
 
     def workspace_bytes(self, problem, config) -> int:
         return planeconv.workspace_bytes(problem, config.sizes, config.slices)

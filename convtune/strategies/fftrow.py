@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from .. import compiling, precision
+from .. import precision
 from ..direct import replay
 from ..fft import rowconv
 from ..problem import ConvProblem
@@ -50,13 +50,12 @@ class RowFftStrategy(Strategy):
         return [RowFftConfig(size=L, radices=r) for L in rowconv.size_options(problem)
                 for r in rowconv.radix_options(L // 2)]
 
-    def prepare(self, problem, configs, backend):
-        """The candidates' kernels (a module per dtype, transform length, radices and pass) compiled at once, on several
-        threads: making an executor compiles its kernels and allocates nothing (its workspace is the plan's, see
-        build)."""
-        if getattr(backend, "name", "") == "cupy":
-            compiling.build_concurrently([functools.partial(rowconv.RowFftConv, backend.xp, problem, c.size,
-                                                            radix=c.radices) for c in configs], backend)
+    def kernel_builds(self, problem, configs, backend):
+        """The candidates' kernels (a module per dtype, transform length, radices and pass): making an executor
+        compiles its kernels and allocates nothing (its workspace is the plan's, see build)."""
+        if getattr(backend, "name", "") != "cupy":
+            return []
+        return [functools.partial(rowconv.RowFftConv, backend.xp, problem, c.size, radix=c.radices) for c in configs]
 
     def workspace_bytes(self, problem, config) -> int:
         return rowconv.workspace_bytes(problem, config.size)

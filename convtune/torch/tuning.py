@@ -60,6 +60,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..building import compile_ahead
 from ..compiling import CompileAhead
 from ..planner import Planner
 from ..problem import PASSES, ConvProblem
@@ -298,6 +299,34 @@ def _compile_ahead(rt, items) -> CompileAhead:
     return br.call(device.index, ahead.start)
 
 
+#: Device types whose plans' kernels compile at run time (NVRTC): the routes' kernels are compiled together, ahead.
+COMPILED_DEVICE_TYPES = {"cuda"}
+
+
+def _compile_routes(rt: Runtime, routes: dict, untuned: set) -> None:
+    """Before the routes are resolved one by one: the kernels of the plans they will read from the plan cache,
+    compiled at once on several threads (:func:`convtune.building.compile_ahead`), per device. Nothing where the
+    bridge or the cache does not answer (the builds compile what they need, said at debug level)."""
+    wanted: dict = {}
+    for key, (route_passes, _name, _keep) in routes.items():
+        if key in untuned or key[7].type not in COMPILED_DEVICE_TYPES:
+            continue
+        route = _handback.route_of(key)
+        wanted.setdefault(key[7], []).extend(route.problem.for_pass(p) for p in route_passes
+                                             if getattr(route, f"{p}_exec") is None)
+    for device, problems in wanted.items():
+        try:
+            br = bridge(device.type)
+
+            def compile_stored(br=br, problems=problems):
+                device_key = br.backend.device_info().key()
+                stored = [d for d in (rt.store.get(p, device_key) for p in problems) if d is not None]
+                return compile_ahead(stored, br.backend)
+            br.call(device.index, compile_stored)
+        except Exception as exc:
+            log.debug("convtune.torch.tune: the routes' kernels not compiled ahead: %s: %s", type(exc).__name__, exc)
+
+
 def _laps(phases: dict) -> Callable[[str], None]:
     """``lap(name)``: the seconds since the last lap (or since this call) go to ``phases[name]``."""
     last = [time.perf_counter()]
@@ -409,6 +438,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
             report.trips.append((problem, f"failed: {type(exc).__name__}: {exc}"))
             log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
     lap(PHASES[4])
+    _compile_routes(rt, routes, untuned)
     for key, (route_passes, name, keep) in routes.items():  # the first step's one-time work, done here
         if key in untuned:
             continue  # (its layer goes back to PyTorch: resolving would tune it)
