@@ -196,6 +196,41 @@ def _host_bound_tune(monkeypatch, ratios, steps=None):
     return model, report, asked
 
 
+def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(monkeypatch, tmp_path):
+    """(The CPU standing in for CUDA.) Weighing the steps runs PyTorch's own (its algorithm search on their first): the
+    figures are stored in the plan cache, and a later tune-ahead of the same model (a new process, say) reads them; a
+    model whose steps differ, or another PyTorch, or another host, is timed again."""
+    from convtune.cache import PlanCache
+    from convtune.torch import _dispatch
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    timed = []
+    monkeypatch.setattr(_handback, "step_times", lambda model, inputs, device: timed.append(1) or (0.003, 0.010))
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+
+    def tune(width=4, batch=2):
+        runtime = Runtime(store=PlanCache(url), planner_options={"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}),
+                                                                 "strategies": ["im2col", "torch"]})
+        model = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.Conv2d(width, 4, 3, padding=1))
+        ct.patch(model, runtime=runtime)
+        return ct.tune(model, torch.randn(batch, 3, 8, 8), runtime=runtime, progress=False)
+    first = tune()
+    assert timed == [1] and not first.steps_stored and (first.step_host_s, first.step_s) == (0.003, 0.010)
+    again = tune()
+    assert timed == [1] and again.steps_stored and (again.step_host_s, again.step_s) == pytest.approx((0.003, 0.010))
+    assert "host 3.0 ms of a 10.0 ms step, as stored" in str(again)
+    tune(width=5)  # other steps: timed
+    tune(batch=3)
+    assert len(timed) == 3
+    monkeypatch.setattr(_handback, "pytorch_versions", lambda: "torch-another-version")
+    tune()
+    monkeypatch.setattr(_handback, "host_fingerprint", lambda: "another host")
+    tune()
+    assert len(timed) == 5
+    tune()
+    assert len(timed) == 5
+
+
 def test_in_host_bound_steps_the_layers_left_patched_go_back_unless_the_whole_step_gains(monkeypatch, caplog):
     """The layers' duels keep them patched; the whole step, timed with them and without, decides: a step no faster
     by 2% (the median of the rounds) hands them all back, said at INFO; a faster one keeps them."""

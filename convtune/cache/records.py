@@ -10,6 +10,8 @@ broken    a stored plan that did not build where it was    :mod:`convtune.runtim
           looked up (damaged or edited)                    marks the plan)
 search    where a tuning run's own time went (its phases:  :class:`convtune.cache.PlanCache`
           listing, references, compiling), by run id       (``put``; ``explain`` shows it)
+steps     a model's training steps weighed: the host's     :mod:`convtune.torch._handback`
+          time to issue one and its whole time
 ========  ===============================================  ===================================
 
 A SQL store keeps a record as a row of its key/value table, keyed by the kind's prefix and a hash of the
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 #: kind -> (key prefix, hash digits)
 RECORD_KINDS = {"trip": ("trip:", 59), "duel": ("duel:", 59), "fft_cost": ("fft_cost:", 40), "broken": ("broken:", 57),
-                "search": ("search:", 57)}
+                "search": ("search:", 57), "steps": ("steps:", 58)}
 
 
 def broken_key(device_key: str, problem_key: str, plan_label: str) -> str:

@@ -15,9 +15,11 @@ from ..problem import ConvProblem
 from ..runtime import default_runtime
 from ..timing import HOST_BOUND
 from . import _dispatch, functional
+from ._bridge import bridge
 from ._dispatch import route_for
+from ._duel import pytorch_versions
 from ._executors import Native
-from ._host import dispatch_seconds, patched_step_ratios, pytorch_host_seconds, step_times
+from ._host import dispatch_seconds, host_fingerprint, patched_step_ratios, pytorch_host_seconds, step_times
 from .modules import _Convtune, restore
 
 log = logging.getLogger("convtune")
@@ -53,17 +55,50 @@ def pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
     return duel is not None and duel.gain(route.host_bound) <= dispatch_seconds(route.device)
 
 
-def weigh_host(report, model, example_inputs, device, host_bound: bool | None) -> bool:
+#: The weighing's own method, part of a stored weighing's key: one measured by another method is measured again.
+STEPS_METHOD = 1
+
+
+def steps_key(device_key: str, signature: str) -> str:
+    """The key of a ``steps`` record: the device, the host (:func:`~convtune.torch._host.host_fingerprint`), PyTorch's
+    and cuDNN's versions, the weighing's method and the model's ``signature`` (what its steps run)."""
+    return f"{device_key}|{host_fingerprint()}|{pytorch_versions()}|steps{STEPS_METHOD}|{signature}"
+
+
+def weigh_host(report, model, example_inputs, device, host_bound: bool | None, store=None,
+               signature: str = "") -> bool:
     """Whether the model's training steps are host-bound: ``host_bound`` where given, else timed
-    (:func:`step_times`); recorded in ``report``. Not where the steps cannot be timed (said at debug level)."""
+    (:func:`step_times`); recorded in ``report``. Not where the steps cannot be timed (said at debug level).
+
+    Timing them runs PyTorch's own steps, whose first step runs its algorithm search where ``cudnn.benchmark`` is on
+    (55.7 s of SLaK-T's tune-ahead under AMP on an H200, its plans all in the cache). So, with a plan ``store`` and the
+    model's ``signature``, the figures are stored (:func:`steps_key`) and a later tune-ahead of the same model on the
+    same device, host and PyTorch reads them (``report.steps_stored``)."""
     if host_bound is None:
-        try:
-            report.step_host_s, report.step_s = step_times(model, example_inputs, device)
-        except Exception as exc:
-            log.debug("convtune.torch.tune: training steps not timed (%s: %s); weighing device and host together",
-                      type(exc).__name__, exc)
-            report.host_bound = False
-            return False
+        key = stored = None
+        if store is not None and signature:
+            try:
+                key = steps_key(bridge(device.type).backend.device_info().key(), signature)
+                stored = store.get_record("steps", key)
+            except Exception as exc:  # (a cache that does not answer: the steps are timed)
+                log.debug("convtune.torch.tune: no stored weighing: %s: %s", type(exc).__name__, exc)
+        if stored is not None:
+            report.step_host_s, report.step_s = stored["host_us"] * 1e-6, stored["step_us"] * 1e-6
+            report.steps_stored = True
+        else:
+            try:
+                report.step_host_s, report.step_s = step_times(model, example_inputs, device)
+            except Exception as exc:
+                log.debug("convtune.torch.tune: training steps not timed (%s: %s); weighing device and host together",
+                          type(exc).__name__, exc)
+                report.host_bound = False
+                return False
+            if key is not None:
+                try:
+                    store.put_record("steps", key, {"signature": signature, "host_us": report.step_host_s * 1e6,
+                                                    "step_us": report.step_s * 1e6})
+                except Exception as exc:
+                    log.debug("convtune.torch.tune: the weighing not stored: %s: %s", type(exc).__name__, exc)
         host_bound = report.step_host_s >= HOST_BOUND * report.step_s
     report.host_bound = bool(host_bound)
     return report.host_bound

@@ -6,6 +6,8 @@ the host at most that; and what leaves a model as it was after tuning runs it (:
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
 import statistics
 import time
 
@@ -90,6 +92,18 @@ def _measure_dispatch(device, calls: int = DISPATCH_CALLS, rounds: int = DISPATC
 
 #: Training steps timed, after one untimed, to say whether a model's steps are host-bound (:func:`step_times`).
 HOST_STEPS = 3
+
+
+def host_fingerprint() -> str:
+    """The host a training step's host time was measured on: its architecture, CPU model and count (a shared plan
+    cache can serve GPUs of one kind on hosts of several)."""
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{platform.machine()}|{model}|{os.cpu_count()} cpus"
 
 
 def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS) -> tuple[float, float]:

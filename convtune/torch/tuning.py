@@ -51,6 +51,7 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
 import time
@@ -181,6 +182,8 @@ class TuneReport:
     step_handed_back: list[str] = field(default_factory=list)
     #: where the time went: seconds per part, in the order they ran (:data:`PHASES`)
     phases: dict[str, float] = field(default_factory=dict)
+    #: whether the steps' figures came from the plan cache (an earlier tune-ahead of the model timed them)
+    steps_stored: bool = False
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
@@ -189,8 +192,8 @@ class TuneReport:
         back = f", {len(self.handed_back)} layers handed back to PyTorch" if self.handed_back else ""
         bound = ""
         if self.host_bound is not None:
-            timed = (f" (host {self.step_host_s * 1e3:.1f} ms of a {self.step_s * 1e3:.1f} ms step)"
-                     if self.step_s else "")
+            timed = (f" (host {self.step_host_s * 1e3:.1f} ms of a {self.step_s * 1e3:.1f} ms step"
+                     f"{', as stored' if self.steps_stored else ''})" if self.step_s else "")
             bound = f", steps {'host-bound' if self.host_bound else 'not host-bound'}{timed}"
         if self.not_searched:
             bound += f", {len(self.not_searched)} layers not searched (no plan could gain their host time)"
@@ -299,6 +302,19 @@ def _compile_ahead(rt, items) -> CompileAhead:
     return br.call(device.index, ahead.start)
 
 
+def _signature(model: nn.Module, example_inputs, distinct: dict) -> str:
+    """What a model's training steps run, as far as their time goes: its class, its parameters' count, its inputs'
+    shapes, dtypes and layouts, and its convolutions' problems (their count and a digest of their keys)."""
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    shown = ",".join(f"{tuple(t.shape)}:{str(t.dtype).replace('torch.', '')}:{tensor_layout(t)}"
+                     if isinstance(t, torch.Tensor) else type(t).__name__ for t in inputs)
+    keys = sorted(f"{key}@{device}" for key, device in distinct)
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+    parameters = sum(p.numel() for p in model.parameters())
+    return (f"{type(model).__module__}.{type(model).__qualname__}|{parameters} parameters|inputs {shown}|"
+            f"{len(keys)} problems {digest}")
+
+
 #: Device types whose plans' kernels compile at run time (NVRTC): the routes' kernels are compiled together, ahead.
 COMPILED_DEVICE_TYPES = {"cuda"}
 
@@ -374,7 +390,8 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? Timed first (PyTorch's convolution
     # throughout), so that the layers no plan could keep there are not searched at all
     duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
-    weigh = _handback.weigh_host(report, model, example_inputs, duelled[0][7], host_bound) if duelled else False
+    weigh = _handback.weigh_host(report, model, example_inputs, duelled[0][7], host_bound, rt.store,
+                                 _signature(model, example_inputs, distinct)) if duelled else False
     lap(PHASES[1])
     untuned = _handback.not_searched({k: routes[k] for k in duelled}, layer_calls, wanted) if weigh and hand_back \
         else set()
