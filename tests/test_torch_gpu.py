@@ -752,8 +752,8 @@ def test_the_duels_floor_under_pytorchs_search_leaves_the_search_to_the_layers_t
         return len([e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA])
 
     p = depthwise(6)
-    floor = search_floor(p, *duel_operands(p, device), device)
-    assert 0 < floor < 1e-3, floor
+    floor, host = search_floor(p, *duel_operands(p, device), device)
+    assert 0 < floor < 1e-3 and 0 < host < 0.1, (floor, host)
     searched = kernels(p, benchmark=True)
     control = depthwise(5)
     kernels(control, benchmark=False)

@@ -295,9 +295,9 @@ class Route:
         ``fields`` name (in microseconds; the host's under the same names with ``_host``). A new verdict is stored;
         raises where the duel itself fails.
 
-        ``floor(a, b)``, where given, puts a floor under the second contender's seconds per call: where it is above
-        the first's by :data:`DUEL_MARGIN`, the second is not run and the floor stands for its time (the record says
-        so under ``bound``; the host's time is the first's alone)."""
+        ``floor(a, b)``, where given, puts a floor under the second contender's seconds per call and says its host
+        time per call (``(seconds, host seconds)``): where the floor is above the first's time by :data:`DUEL_MARGIN`,
+        the second is not run and the floor stands for its time (the record says so under ``bound``)."""
         host_fields = [f.replace("_us", "_host_us") for f in fields]
         store, device_key, stored = self.runtime.store, None, None
         try:
@@ -306,8 +306,7 @@ class Route:
         except Exception as exc:  # a cache that fails: duel anyway
             log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
         if stored is not None:
-            hosts = tuple(stored[f] * 1e-6 if f in stored else None for f in host_fields) \
-                if any(f in stored for f in host_fields) else None
+            hosts = tuple(stored[f] * 1e-6 for f in host_fields) if all(f in stored for f in host_fields) else None
             return tuple(stored[f] * 1e-6 for f in fields), hosts
         a, b = operands()
         measured: list = []
@@ -324,7 +323,8 @@ class Route:
                       **{f: t * 1e6 for f, t in zip(fields, times)}}
             if bound:
                 record["bound"] = fields[1]
-            record.update({f: t * 1e6 for f, t in zip(host_fields, measured) if t is not None})
+            if hosts is not None:
+                record.update({f: t * 1e6 for f, t in zip(host_fields, hosts)})
             try:
                 store.put_record("duel", duel_key(device_key, problem, label, conditions), record)
             except Exception as exc:
@@ -333,14 +333,14 @@ class Route:
 
     def _under_floor(self, problem, first, floor, a, b, hosts: list):
         """``[first's seconds per call, the floor]`` where ``floor(a, b)`` is above the first contender's time per
-        call by :data:`DUEL_MARGIN` (``hosts`` gets the first's host time and ``None``), else ``None``."""
-        under = floor(a, b)
+        call by :data:`DUEL_MARGIN` (``hosts`` gets both host times), else ``None``."""
+        under, under_host = floor(a, b)
         t_first = per_call_seconds([first], a, b, self.device, hosts=hosts)[0]
         if under > t_first * (1 + DUEL_MARGIN):
             log.info("convtune: %s: PyTorch's algorithm search is not run in the layer: its pick cannot take under "
                      "%.0f us per call, and the plan takes %.0f us", problem.describe(), under * 1e6,
                      t_first * 1e6)
-            hosts.append(None)
+            hosts.append(under_host)
             return [t_first, under]
         hosts.clear()
         return None

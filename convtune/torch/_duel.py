@@ -110,31 +110,35 @@ def duel_key(device_key: str, problem: ConvProblem, plan_label: str, conditions:
     return f"{device_key}|{problem.key()}|{plan_label}|{conditions}"
 
 
-def search_floor(problem: ConvProblem, a, b, device, runs: int = 3) -> float:
+def search_floor(problem: ConvProblem, a, b, device, runs: int = 3) -> tuple[float, float]:
     """A floor under the seconds per call of PyTorch's convolution with its algorithm search (``cudnn.benchmark``) on
-    ``problem``'s operands ``a`` and ``b``: cuDNN's heuristic pick (the benchmark off), the median of ``runs`` runs
-    after a first one timed with CUDA events, over the largest gain the search has been seen to make over that pick
-    (:data:`~convtune.strategies.pytorch.SEARCH_GAIN`, as the planner's floor:
-    :meth:`~convtune.strategies.pytorch.TorchStrategy.lower_bound`). The pick runs on a thread of its own: PyTorch
+    ``problem``'s operands ``a`` and ``b``, and the host's seconds to issue such a call: cuDNN's heuristic pick (the
+    benchmark off), the medians of ``runs`` runs after a first one, its time on the device (CUDA events) over the
+    largest gain the search has been seen to make over that pick (:data:`~convtune.strategies.pytorch.SEARCH_GAIN`, as
+    the planner's floor: :meth:`~convtune.strategies.pytorch.TorchStrategy.lower_bound`) and its host time (the
+    search's pick is called the same way, through the same plan cache). The pick runs on a thread of its own: PyTorch
     keeps the plan a shape first got in a cache per thread, the benchmark on or off, so a pick made on the caller's
     thread would stand in for its later search there."""
     pick = native_for(problem, benchmark=False, tf32=problem.math == "tf32")
 
-    def median() -> float:
+    def medians() -> tuple[float, float]:
         with torch.cuda.device(device):
             torch.cuda.synchronize()  # (the operands were made on the caller's stream)
             pick(a, b)
-            times = []
+            times, hosts = [], []
             for _ in range(runs):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
+                issued = time.perf_counter()
                 pick(a, b)
+                hosts.append(time.perf_counter() - issued)
                 end.record()
                 end.synchronize()
                 times.append(start.elapsed_time(end) * 1e-3)
-            return sorted(times)[runs // 2]
+            return sorted(times)[runs // 2], sorted(hosts)[runs // 2]
     with ThreadPoolExecutor(1, thread_name_prefix="convtune-duel-pick") as thread:
-        return thread.submit(median).result() / SEARCH_GAIN
+        device_s, host_s = thread.submit(medians).result()
+    return device_s / SEARCH_GAIN, host_s
 
 
 class _Backward(torch.autograd.Function):
