@@ -208,10 +208,11 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
     monkeypatch.setattr(_handback, "step_times", lambda model, inputs, device: timed.append(1) or (0.003, 0.010))
     url = f"sqlite:///{tmp_path / 'plans.db'}"
 
-    def tune(width=4, batch=2):
+    def tune(width=4, batch=2, training=True):
         runtime = Runtime(store=PlanCache(url), planner_options={"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}),
                                                                  "strategies": ["im2col", "torch"]})
         model = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.Conv2d(width, 4, 3, padding=1))
+        model.train(training)
         ct.patch(model, runtime=runtime)
         return ct.tune(model, torch.randn(batch, 3, 8, 8), runtime=runtime, progress=False)
     first = tune()
@@ -221,14 +222,17 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
     assert "host 3.0 ms of a 10.0 ms step, as stored" in str(again)
     tune(width=5)  # other steps: timed
     tune(batch=3)
-    assert len(timed) == 3
+    tune(training=False)
+    assert len(timed) == 4
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not torch.backends.cudnn.benchmark)
+    tune()
     monkeypatch.setattr(_handback, "pytorch_versions", lambda: "torch-another-version")
     tune()
     monkeypatch.setattr(_handback, "host_fingerprint", lambda: "another host")
     tune()
-    assert len(timed) == 5
+    assert len(timed) == 7
     tune()
-    assert len(timed) == 5
+    assert len(timed) == 7
 
 
 def test_in_host_bound_steps_the_layers_left_patched_go_back_unless_the_whole_step_gains(monkeypatch, caplog):

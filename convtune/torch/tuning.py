@@ -303,16 +303,19 @@ def _compile_ahead(rt, items) -> CompileAhead:
 
 
 def _signature(model: nn.Module, example_inputs, distinct: dict) -> str:
-    """What a model's training steps run, as far as their time goes: its class, its parameters' count, its inputs'
-    shapes, dtypes and layouts, and its convolutions' problems (their count and a digest of their keys)."""
+    """What a model's training steps run, as far as their time goes: its class, its parameters' count, training or
+    evaluation mode, its inputs' shapes, dtypes and layouts, its convolutions' problems (their count and a digest of
+    their keys) and the cuDNN settings PyTorch's convolutions run under (the benchmark, TF32)."""
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     shown = ",".join(f"{tuple(t.shape)}:{str(t.dtype).replace('torch.', '')}:{tensor_layout(t)}"
                      if isinstance(t, torch.Tensor) else type(t).__name__ for t in inputs)
     keys = sorted(f"{key}@{device}" for key, device in distinct)
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
     parameters = sum(p.numel() for p in model.parameters())
-    return (f"{type(model).__module__}.{type(model).__qualname__}|{parameters} parameters|inputs {shown}|"
-            f"{len(keys)} problems {digest}")
+    flags = (f"cudnn.benchmark={torch.backends.cudnn.benchmark},tf32={torch.backends.cudnn.allow_tf32}/"
+             f"{torch.backends.cuda.matmul.allow_tf32}")
+    return (f"{type(model).__module__}.{type(model).__qualname__}|{parameters} parameters|"
+            f"{'training' if model.training else 'evaluation'}|inputs {shown}|{len(keys)} problems {digest}|{flags}")
 
 
 #: Device types whose plans' kernels compile at run time (NVRTC): the routes' kernels are compiled together, ahead.
