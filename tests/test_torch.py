@@ -744,6 +744,7 @@ def test_a_large_layers_duel_runs_pytorchs_search_only_where_its_floor_does_not_
     (route,) = rt.layer_memo("torch").values()
     duel = route.fwd_exec.duel
     assert (duel.plan_s, duel.native_s) == pytest.approx((100e-6, 120e-6 if searched else floor_us * 1e-6))
+    assert duel.bound is not searched
     stored = _stored_duels(tmp_path)
     assert len(stored) == 3 and all(('"bound": "native_us"' in v) is not searched for v in stored)
     # (the host's time of PyTorch's call: measured in the duel, or its heuristic pick's where the floor decided)
@@ -757,6 +758,7 @@ def test_a_large_layers_duel_runs_pytorchs_search_only_where_its_floor_does_not_
     duel = route.fwd_exec.duel
     assert (duel.plan_s, duel.native_s, duel.plan_host_s, duel.native_host_s) == pytest.approx(
         (100e-6, 120e-6 if searched else floor_us * 1e-6, 30e-6, 20e-6 if searched else 25e-6))
+    assert duel.bound is not searched  # (read back from the store too: the gain by a floor is only a floor)
 
 
 def test_a_small_layers_duel_puts_no_floor_under_pytorchs_search(monkeypatch):

@@ -336,6 +336,33 @@ def test_plans_that_gain_less_than_the_autograd_detour_give_their_passes_to_pyto
     assert asked == ([] if times["dgrad"][0] is None else [True])  # (a backward pass's plan: the split detour)
 
 
+@pytest.mark.parametrize("host_bound", [False, True])
+def test_a_gain_known_only_by_a_floor_under_pytorchs_time_keeps_the_plans(monkeypatch, host_bound):
+    """Plans that gain 35 us per training call by measured duels go back to PyTorch against a 50 us detour (above);
+    where one of those duels was decided by a floor under PyTorch's time (its search not run), the gain may be far
+    larger and the plans stay. In a host-bound step the host's times decide, both measured: the floor does not count."""
+    from convtune.strategies.pytorch import native_for
+    from convtune.torch import _dispatch, _handback
+    from convtune.torch._dispatch import Native, Route, layer_problem
+    problem = layer_problem((2, 3, 7, 7), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")  # (said once: its own)
+    route = Route(problem, None, torch.device("cpu"))
+    route.fwd_exec = fwd = _dueled(problem, "fwd", 10e-6, 30e-6, 20e-6, 22e-6)
+    route.dgrad_exec = _dueled(problem, "dgrad", 10e-6, 25e-6, 20e-6, 22e-6)
+    route.dgrad_exec.duel = route.dgrad_exec.duel._replace(bound=True)
+    route.wgrad_exec = Native(native_for(problem.for_pass("wgrad")), "torch")
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 50e-6)
+    route.weigh_host(host_bound)
+    assert route.native_for_grads(True, True) is host_bound
+    # the same for a forward plan kept for calls without gradients (however much a patched call costs)
+    monkeypatch.setattr(_handback, "dispatch_seconds", lambda device: 1.0)
+    infer = Route(problem, None, torch.device("cpu"))
+    infer.fwd_exec = fwd
+    infer.weigh_host(host_bound)
+    assert _handback.pytorch_throughout(infer, ("fwd",), False) is True
+    fwd.duel = fwd.duel._replace(bound=True)
+    assert _handback.pytorch_throughout(infer, ("fwd",), False) is host_bound
+
+
 def test_in_host_bound_steps_settle_weighs_the_host_time_the_plans_save(monkeypatch, caplog):
     """Plans that save 60 us per training call in the layer (the device's time and the host's together) keep a layer's
     training calls against a 50 us detour; where its steps are host-bound, the device's time is hidden behind the

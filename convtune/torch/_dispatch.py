@@ -172,8 +172,8 @@ class Route:
         gain = sum(e.duel.gain(self.host_bound) for _, e in plans)
         # (a forward plan alone leaves both gradients to one call of PyTorch's: native_backward)
         detour = detour_seconds(self.device, split=any(p != "fwd" for p, _ in plans))
-        if gain >= detour:
-            return False
+        if gain >= detour or any(e.duel.gain_at_least(self.host_bound) for _, e in plans):
+            return False  # (a gain known only by a floor under PyTorch's time may be far larger: the plans stay)
         of = "host time " if self.host_bound else ""
         for p, e in plans:
             duel = e.duel
@@ -272,15 +272,16 @@ class Route:
             def floor(a, b):
                 return search_floor(problem, a, b, self.device)
         try:
-            (t_plan, t_native), hosts = self._per_call(plan.label, duel_conditions(plan.plan.strategy),
-                                                       ("plan_us", "native_us"), [plan, native],
-                                                       lambda: duel_operands(problem, self.device), problem, floor)
+            (t_plan, t_native), hosts, bound = self._per_call(plan.label, duel_conditions(plan.plan.strategy),
+                                                              ("plan_us", "native_us"), [plan, native],
+                                                              lambda: duel_operands(problem, self.device), problem,
+                                                              floor)
         except Exception as exc:
             log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
                      self.device, type(exc).__name__, exc, plan.label)
             return plan
         if t_native > t_plan * (1 + DUEL_MARGIN):
-            plan.duel = Duel(t_plan, t_native, native, *(hosts or (None, None)))
+            plan.duel = Duel(t_plan, t_native, native, *(hosts or (None, None)), bound)
             return plan
         native.label = f"torch (in the layer {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
         say_once(f"duel:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %.0f us "
@@ -289,8 +290,9 @@ class Route:
         return native
 
     def _per_call(self, label: str, conditions: str, fields, contenders, operands, problem, floor=None) -> tuple:
-        """Two contenders' seconds per call in the layer and the host's seconds per call to issue each
-        (:func:`per_call_seconds` on ``operands()``; ``None`` for the host's where not measured), or their stored
+        """Two contenders' seconds per call in the layer, the host's seconds per call to issue each
+        (:func:`per_call_seconds` on ``operands()``; ``None`` for the host's where not measured) and whether the second's
+        is a floor (below), or their stored
         verdict: a duel's record in the plan store, keyed by device, ``problem``, ``label`` and ``conditions``, that
         ``fields`` name (in microseconds; the host's under the same names with ``_host``). A new verdict is stored;
         raises where the duel itself fails.
@@ -307,7 +309,7 @@ class Route:
             log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
         if stored is not None:
             hosts = tuple(stored[f] * 1e-6 for f in host_fields) if all(f in stored for f in host_fields) else None
-            return tuple(stored[f] * 1e-6 for f in fields), hosts
+            return tuple(stored[f] * 1e-6 for f in fields), hosts, stored.get("bound") == fields[1]
         a, b = operands()
         measured: list = []
 
@@ -329,7 +331,7 @@ class Route:
                 store.put_record("duel", duel_key(device_key, problem, label, conditions), record)
             except Exception as exc:
                 log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
-        return tuple(times), hosts
+        return tuple(times), hosts, bound
 
     def _under_floor(self, problem, first, floor, a, b, hosts: list):
         """``[first's seconds per call, the floor]`` where ``floor(a, b)`` is above the first contender's time per
@@ -355,7 +357,7 @@ class Route:
             return trip
         problem = self.problem
         try:
-            (t_trip, t_plans), _hosts = self._per_call(
+            (t_trip, t_plans), _hosts, _bound = self._per_call(
                 f"{trip.config.label()}+kept-spectra", trip_duel_conditions(), ("trip_us", "per_pass_us"),
                 [kept, per_pass], lambda: [t.requires_grad_() for t in duel_operands(problem, self.device)], problem)
         except Exception as exc:

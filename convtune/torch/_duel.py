@@ -48,21 +48,33 @@ DUEL_METHOD = 3
 
 class Duel(NamedTuple):
     """A duel that a plan won against PyTorch's convolution (a tuple: seconds per call in the layer of the plan and
-    of PyTorch's, PyTorch's executor, then the host's time per call to issue each, ``None`` where not measured)."""
+    of PyTorch's, PyTorch's executor, then the host's time per call to issue each, ``None`` where not measured, and
+    whether PyTorch's seconds are a floor under its time, not a measure: :func:`search_floor`)."""
 
     plan_s: float
     native_s: float
     native: object
     plan_host_s: float | None = None
     native_host_s: float | None = None
+    bound: bool = False
 
     def gain(self, host_bound: bool = False) -> float:
         """Seconds per call the plan saves: in the layer (the host's work and the device's together), or, in a step
         that is host-bound (where the device's time is hidden behind the host's), the host's time alone (where
         measured)."""
-        if host_bound and self.plan_host_s is not None and self.native_host_s is not None:
+        if self._by_host(host_bound):
             return self.native_host_s - self.plan_host_s
         return self.native_s - self.plan_s
+
+    def gain_at_least(self, host_bound: bool = False) -> bool:
+        """Is :meth:`gain` only a floor under what the plan saves? So where PyTorch's time in the layer is a floor
+        (the search not run) and the gain is counted in it: the search's pick may be up to
+        :data:`~convtune.strategies.pytorch.SEARCH_GAIN` times faster than the heuristic pick, or no faster, so a
+        small gain by the floor is no reason to hand the layer back."""
+        return self.bound and not self._by_host(host_bound)
+
+    def _by_host(self, host_bound: bool) -> bool:
+        return host_bound and self.plan_host_s is not None and self.native_host_s is not None
 
 
 def duel_operands(problem: ConvProblem, device):

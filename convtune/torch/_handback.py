@@ -52,7 +52,8 @@ def pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
     # a forward plan that won its duel by less than what the patched layer costs every call, training calls included,
     # gains nothing even where no gradients are taken (in a host-bound step: by less host time)
     duel = getattr(infer, "duel", None)
-    return duel is not None and duel.gain(route.host_bound) <= dispatch_seconds(route.device)
+    return duel is not None and not duel.gain_at_least(route.host_bound) and \
+        duel.gain(route.host_bound) <= dispatch_seconds(route.device)
 
 
 #: The weighing's own method, part of a stored weighing's key: one measured by another method is measured again.
