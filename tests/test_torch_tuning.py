@@ -116,6 +116,13 @@ def test_tune_ahead_compiles_the_kernels_of_its_routes_stored_plans_at_once_befo
     assert ct.tune(model, torch.randn(shape), runtime=runtime, progress=False).routes == report.routes
 
 
+def test_the_default_progress_says_when_pytorchs_steps_are_timed(capsys):
+    from convtune.torch import tuning
+    tuning._announce(True, 3)
+    tuning._announce(False, 3)
+    assert capsys.readouterr().err == f"convtune: {tuning.STEPS_NOTE}\n"
+
+
 def test_time_went_names_the_parts_of_a_twentieth_of_a_second_or_more():
     from convtune.text import time_went
     assert time_went({"a": 1.25, "b": 0.049, "c": 0.05}) == "a 1.2 s, c 0.1 s"
@@ -201,12 +208,14 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
     figures are stored in the plan cache, and a later tune-ahead of the same model (a new process, say) reads them; a
     model whose steps differ, or another PyTorch, or another host, is timed again."""
     from convtune.cache import PlanCache
-    from convtune.torch import _dispatch
+    from convtune.torch import _dispatch, tuning
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
     timed = []
     monkeypatch.setattr(_handback, "step_times", lambda model, inputs, device: timed.append(1) or (0.003, 0.010))
     url = f"sqlite:///{tmp_path / 'plans.db'}"
+
+    said = []
 
     def tune(width=4, batch=2, training=True):
         runtime = Runtime(store=PlanCache(url), planner_options={"timer": FakeTimer({"im2col": 0.1, "torch": 1.0}),
@@ -214,11 +223,15 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
         model = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.Conv2d(width, 4, 3, padding=1))
         model.train(training)
         ct.patch(model, runtime=runtime)
-        return ct.tune(model, torch.randn(batch, 3, 8, 8), runtime=runtime, progress=False)
+        return ct.tune(model, torch.randn(batch, 3, 8, 8), runtime=runtime,
+                       progress=lambda done, total, label: said.append(label))
     first = tune()
     assert timed == [1] and not first.steps_stored and (first.step_host_s, first.step_s) == (0.003, 0.010)
+    assert said[0] == tuning.STEPS_NOTE  # (said before the steps are timed: they can take a minute)
+    said.clear()
     again = tune()
     assert timed == [1] and again.steps_stored and (again.step_host_s, again.step_s) == pytest.approx((0.003, 0.010))
+    assert tuning.STEPS_NOTE not in said
     assert "host 3.0 ms of a 10.0 ms step, as stored" in str(again)
     tune(width=5)  # other steps: timed
     tune(batch=3)

@@ -67,14 +67,15 @@ def steps_key(device_key: str, signature: str) -> str:
 
 
 def weigh_host(report, model, example_inputs, device, host_bound: bool | None, store=None,
-               signature: str = "") -> bool:
+               signature: str = "", timing=None) -> bool:
     """Whether the model's training steps are host-bound: ``host_bound`` where given, else timed
     (:func:`step_times`); recorded in ``report``. Not where the steps cannot be timed (said at debug level).
 
     Timing them runs PyTorch's own steps, whose first step runs its algorithm search where ``cudnn.benchmark`` is on
     (55.7 s of SLaK-T's tune-ahead under AMP on an H200, its plans all in the cache). So, with a plan ``store`` and the
     model's ``signature``, the figures are stored (:func:`steps_key`) and a later tune-ahead of the same model on the
-    same device, host and PyTorch reads them (``report.steps_stored``)."""
+    same device, host and PyTorch reads them (``report.steps_stored``). ``timing()``, where given, is called before
+    the steps are timed (to say so: they can take a minute)."""
     if host_bound is None:
         key = stored = None
         if store is not None and signature:
@@ -87,6 +88,8 @@ def weigh_host(report, model, example_inputs, device, host_bound: bool | None, s
             report.step_host_s, report.step_s = stored["host_us"] * 1e-6, stored["step_us"] * 1e-6
             report.steps_stored = True
         else:
+            if timing is not None:
+                timing()
             try:
                 report.step_host_s, report.step_s = step_times(model, example_inputs, device)
             except Exception as exc:

@@ -230,6 +230,20 @@ class _Progress:
         self.stream.flush()
 
 
+#: What a tune-ahead says before it times PyTorch's own training steps, which can take a minute.
+STEPS_NOTE = "PyTorch's training steps, timed first (the first runs PyTorch's algorithm search)"
+
+
+def _announce(progress, total: int) -> None:
+    """Say that PyTorch's steps are being timed: a line on stderr for the default progress, ``progress(0, total,
+    STEPS_NOTE)`` for a callable."""
+    if progress is True:
+        sys.stderr.write(f"convtune: {STEPS_NOTE}\n")
+        sys.stderr.flush()
+    elif progress:
+        progress(0, total, STEPS_NOTE)
+
+
 def _distributed() -> tuple[int, int]:
     """This process's rank and the world size under ``torch.distributed`` (``(0, 1)`` outside it)."""
     dist = torch.distributed
@@ -394,7 +408,8 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     # throughout), so that the layers no plan could keep there are not searched at all
     duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
     weigh = _handback.weigh_host(report, model, example_inputs, duelled[0][7], host_bound, rt.store,
-                                 _signature(model, example_inputs, distinct)) if duelled else False
+                                 _signature(model, example_inputs, distinct),
+                                 lambda: _announce(progress, len(distinct))) if duelled else False
     lap(PHASES[1])
     untuned = _handback.not_searched({k: routes[k] for k in duelled}, layer_calls, wanted) if weigh and hand_back \
         else set()
