@@ -360,9 +360,10 @@ def _compile_routes(rt: Runtime, routes: dict, untuned: set) -> None:
             log.debug("convtune.torch.tune: the routes' kernels not compiled ahead: %s: %s", type(exc).__name__, exc)
 
 
-def _laps(phases: dict) -> Callable[[str], None]:
-    """``lap(name)``: the seconds since the last lap (or since this call) go to ``phases[name]``."""
-    last = [time.perf_counter()]
+def _laps(phases: dict, started: float) -> Callable[[str], None]:
+    """``lap(name)``: the seconds since the last lap (or since ``started``, a ``time.perf_counter()``) go to
+    ``phases[name]``."""
+    last = [started]
 
     def lap(name: str) -> None:
         now = time.perf_counter()
@@ -402,8 +403,8 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
                 distinct.setdefault((p.key(), str(item.device)), (p, item.device, []))[2].append(item.name)
                 owners.setdefault((p.key(), str(item.device)), set()).add(item.route_key)
     report = TuneReport()
-    report.phases[PHASES[0]] = time.perf_counter() - started
-    lap = _laps(report.phases)
+    lap = _laps(report.phases, started)
+    lap(PHASES[0])
     # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? Timed first (PyTorch's convolution
     # throughout), so that the layers no plan could keep there are not searched at all
     duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
