@@ -517,9 +517,9 @@ def test_pytorchs_call_is_verified_without_its_algorithm_search():
 
 def test_pytorchs_search_is_floored_by_its_heuristic_pick_measured_on_a_thread_of_its_own(monkeypatch):
     """The torch strategy's floor (Strategy.lower_bound): only for its searched configuration on the GPU, only where
-    the heuristic pick's warm run, scaled to the full batch, is a quarter of SEARCH_GAIN times the best or more (else
-    nothing is measured), then the pick's median (measured on another thread, on the operands' device) over
-    SEARCH_GAIN."""
+    the heuristic pick's warm run, scaled to the full batch, is a quarter of the search's expected gain times the best
+    or more (else nothing is measured), then the pick's median (measured on another thread, on the operands' device)
+    over that gain (search_gain: the general bound here)."""
     import contextlib
     import threading
     import types
@@ -539,7 +539,8 @@ def test_pytorchs_search_is_floored_by_its_heuristic_pick_measured_on_a_thread_o
     cuda = types.SimpleNamespace(Device=lambda i: devices.append(i) or contextlib.nullcontext())
     gpu = types.SimpleNamespace(name="cupy", xp=types.SimpleNamespace(cuda=cuda), synchronize=lambda: None)
     p, a, b = problem("2d-odd"), Array(), Array()
-    gain = pytorch.SEARCH_GAIN
+    gain = pytorch.search_gain(p)
+    assert gain == pytorch.SEARCH_GAIN
     assert torch_strategy.lower_bound(p, pytorch.TorchConfig(benchmark=False), gpu, (a, b), 1e-3, 1.0) is None
     assert torch_strategy.lower_bound(p, searched, types.SimpleNamespace(name="numpy"),
                                       (a, b), 1e-3, 1.0) is None
@@ -548,6 +549,42 @@ def test_pytorchs_search_is_floored_by_its_heuristic_pick_measured_on_a_thread_o
     assert floor == pytest.approx(0.128 / gain) and "0.128" not in why and "128.000 ms" in why
     assert calls[0][0] != threading.get_ident() and calls[0][1:] == (p, a, b) and devices == [1]
     assert torch_strategy.lower_bound(p, searched, gpu, (a, b), 1e-3, None)[0] == pytest.approx(0.128 / gain)
+
+
+def test_pytorchs_search_is_expected_to_gain_less_on_large_depthwise_kernels_in_half_precision(monkeypatch):
+    """search_gain: the bound on what the search buys over cuDNN's heuristic pick is tighter on 2-D depthwise layers of
+    kernels 11x11 or more in bfloat16 (measured there: 3.1x at most), and the general one elsewhere: float32, smaller or
+    dense kernels, other ranks. The floor divides the heuristic pick's time by it."""
+    import contextlib
+    import types
+
+    from convtune.problem import ConvProblem
+    from convtune.strategies import pytorch
+
+    def make(**kw):
+        shape = dict(batch=16, in_channels=96, out_channels=96, input_size=(56, 56), kernel_size=51, padding=25,
+                     groups=96, dtype="bfloat16", layout="channels_last")
+        return ConvProblem.make(**{**shape, **kw})
+    large = make()
+    assert pytorch.search_gain(large) == pytorch.LARGE_DEPTHWISE_HALF_GAIN < pytorch.SEARCH_GAIN
+    assert pytorch.search_gain(make(kernel_size=11, padding=5)) == pytorch.LARGE_DEPTHWISE_HALF_GAIN
+    assert pytorch.search_gain(large.for_pass("dgrad")) == pytorch.LARGE_DEPTHWISE_HALF_GAIN
+    for other in (make(dtype="float32", layout="channels_first"), make(kernel_size=7, padding=3),
+                  make(kernel_size=(51, 7), padding=(25, 3)), make(groups=1), make(groups=48),
+                  make(input_size=(4096,), kernel_size=4095, padding=2047)):
+        assert pytorch.search_gain(other) == pytorch.SEARCH_GAIN, other.describe()
+
+    strategy, searched = get_strategy("torch"), pytorch.TorchConfig(benchmark=True)
+    cuda = types.SimpleNamespace(Device=lambda i: contextlib.nullcontext())
+    gpu = types.SimpleNamespace(name="cupy", synchronize=lambda: None, xp=types.SimpleNamespace(cuda=cuda))
+    array = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+    picks = []
+    monkeypatch.setattr(pytorch.TorchStrategy, "_heuristic_median",
+                        lambda self, p, backend, a, b: picks.append(p) or 0.016)
+    floor, why = strategy.lower_bound(large, searched, gpu, (array, array), 1e-3, None)
+    assert floor == pytest.approx(0.016 / pytorch.LARGE_DEPTHWISE_HALF_GAIN) and "8x faster" in why and picks == [large]
+    # (measured only where the scaled estimate is a quarter of that gain times the best or more)
+    assert strategy.lower_bound(large, searched, gpu, (array, array), 1e-3, 1.9e-3) is None
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,30 @@ def cupy_viewer(cp):
 #: cuDNN's heuristic pick (the benchmark off): in 364 problems on an H200 (PyTorch 2.11, cuDNN 9.19;
 #: ``benchmarks/torch_search.py`` on SLaK-T, RepLKNet-31B, ConvNeXt-T, ResNet-50 and the public suite, bfloat16
 #: channels-last and float32) the largest gain was 48x (RepLKNet-31B's 3x3 depthwise filter gradient in bfloat16), and
-#: this is a third more.
+#: this is a third more. The bound of problems in general: :func:`search_gain` has tighter ones for classes of them.
 SEARCH_GAIN = 64.0
+
+#: The search's largest gain on 2-D depthwise layers with kernels of 11x11 or more in half precision: on the 36 such
+#: problems of SLaK-T and RepLKNet-31B in bfloat16 channels-last and SLaK-T in float16 on an H200 (PyTorch 2.11,
+#: cuDNN 9.19; ``benchmarks/torch_search.py``) it was 3.1x at most (RepLKNet's 31x31 forward pass in bfloat16; 2.2x in
+#: float16, SLaK-T's 51x51 forward pass), and this is 2.5 times that.
+#: There the search is the costliest (36 s for SLaK-T's 51x51 backward-data pass, 10 s for its 49x49 one, 7 s for
+#: RepLKNet's 31x31) and buys the least; in float32 it gained up to 14x (SLaK-T's 51x51 filter gradient), so float32
+#: keeps the general bound.
+LARGE_DEPTHWISE_HALF_GAIN = 8.0
+
+#: Half precisions (see :data:`LARGE_DEPTHWISE_HALF_GAIN`).
+HALF_DTYPES = frozenset({"bfloat16", "float16"})
+
+
+def search_gain(problem: ConvProblem) -> float:
+    """The most PyTorch's algorithm search is expected to gain over cuDNN's heuristic pick on ``problem``: the largest
+    gain seen on its class of problems with a margin (:data:`LARGE_DEPTHWISE_HALF_GAIN`), else on any
+    (:data:`SEARCH_GAIN`). The floors under PyTorch's searched call divide the heuristic pick's time by it."""
+    if (problem.depthwise and problem.dtype in HALF_DTYPES and len(problem.kernel_size) == 2
+            and min(problem.kernel_size) >= 11):
+        return LARGE_DEPTHWISE_HALF_GAIN
+    return SEARCH_GAIN
 
 
 @dataclass(frozen=True)
@@ -243,17 +265,18 @@ class TorchStrategy(Strategy):
 
     def lower_bound(self, problem, config, backend, operands, best_s, estimate_s):
         """Where the search (``cudnn.benchmark``) would be timed but the heuristic pick may be far behind the best so
-        far: the heuristic pick's median on the full problem over ``SEARCH_GAIN``. The search can cost far more than the
-        pick: 36 s of an H200's time for SLaK-T's 51x51 backward-data pass in bfloat16, where the FFT path's plan runs
-        61x faster than the search's pick.
+        far: the heuristic pick's median on the full problem over the search's expected gain (:func:`search_gain`). The
+        search can cost far more than the pick: 36 s of an H200's time for SLaK-T's 51x51 backward-data pass in
+        bfloat16, where the FFT path's plan runs 61x faster than the search's pick.
 
         Measured only where the pick's warm run on the verification batch, scaled to the full batch, is a quarter of
-        ``SEARCH_GAIN`` times the best or more (at the full batch the pick can be slower than the scaling says: 13x its
+        that gain times the best or more (at the full batch the pick can be slower than the scaling says: 13x its
         time at 2 samples for 8x the samples on RepLKNet-31B's 31x31 backward-data pass). The pick is measured on a
         thread of its own: PyTorch keeps the plan a shape first got in a cache per thread, the benchmark on or off, so
         a pick made on the planner's thread would stand in for its search."""
+        gain = search_gain(problem)
         if not config.benchmark or getattr(backend, "name", "") != "cupy" or \
-                (estimate_s is not None and estimate_s < SEARCH_GAIN / 4 * best_s):
+                (estimate_s is not None and estimate_s < gain / 4 * best_s):
             return None
         backend.synchronize()  # (the operands are made on the planner's stream; the thread works on its own)
         device = backend.xp.cuda.Device(operands[0].device.id)  # (a new thread's current device is the first)
@@ -263,9 +286,10 @@ class TorchStrategy(Strategy):
                 return self._heuristic_median(problem, backend, *operands)
         with ThreadPoolExecutor(1, thread_name_prefix="convtune-torch-pick") as thread:
             pick_s = thread.submit(pick).result()
-        return pick_s / SEARCH_GAIN, (
+        return pick_s / gain, (
             f"cuDNN's heuristic pick (cudnn.benchmark off) took {pick_s * 1e3:.3f} ms, and PyTorch's algorithm search "
-            f"has not been seen to find a pick more than {SEARCH_GAIN:g}x faster than it; the search is not run")
+            f"has not been seen to find a pick more than {gain:g}x faster than it on such problems; the search is not "
+            "run")
 
     def _heuristic_median(self, problem, backend, a, b, runs: int = 3) -> float:
         """The median of ``runs`` runs of the pass with ``cudnn.benchmark`` off, after a first one, on the bfloat16

@@ -15,7 +15,7 @@ from ..direct import replay
 from ..problem import ConvProblem
 from ..roundtrip import VERSION as TRIP_VERSION
 from ..strategies import get_strategy
-from ..strategies.pytorch import SEARCH_GAIN, native_for
+from ..strategies.pytorch import native_for, search_gain
 from ._formats import DTYPES, channels_last_format
 
 #: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
@@ -69,7 +69,7 @@ class Duel(NamedTuple):
     def gain_at_least(self, host_bound: bool = False) -> bool:
         """Is :meth:`gain` only a floor under what the plan saves? So where PyTorch's time in the layer is a floor
         (the search not run) and the gain is counted in it: the search's pick may be up to
-        :data:`~convtune.strategies.pytorch.SEARCH_GAIN` times faster than the heuristic pick, or no faster, so a
+        :func:`~convtune.strategies.pytorch.search_gain` times faster than the heuristic pick, or no faster, so a
         small gain by the floor is no reason to hand the layer back."""
         return self.bound and not self._by_host(host_bound)
 
@@ -126,11 +126,12 @@ def search_floor(problem: ConvProblem, a, b, device, runs: int = 3) -> tuple[flo
     """A floor under the seconds per call of PyTorch's convolution with its algorithm search (``cudnn.benchmark``) on
     ``problem``'s operands ``a`` and ``b``, and the host's seconds to issue such a call: cuDNN's heuristic pick (the
     benchmark off), the medians of ``runs`` runs after a first one, its time on the device (CUDA events) over the
-    largest gain the search has been seen to make over that pick (:data:`~convtune.strategies.pytorch.SEARCH_GAIN`, as
-    the planner's floor: :meth:`~convtune.strategies.pytorch.TorchStrategy.lower_bound`) and its host time (the
-    search's pick is called the same way, through the same plan cache). The pick runs on a thread of its own: PyTorch
-    keeps the plan a shape first got in a cache per thread, the benchmark on or off, so a pick made on the caller's
-    thread would stand in for its later search there."""
+    largest gain the search has been seen to make over that pick on such problems
+    (:func:`~convtune.strategies.pytorch.search_gain`, as the planner's floor:
+    :meth:`~convtune.strategies.pytorch.TorchStrategy.lower_bound`) and its host time (the search's pick is called the
+    same way, through the same plan cache). The pick runs on a thread of its own: PyTorch keeps the plan a shape first
+    got in a cache per thread, the benchmark on or off, so a pick made on the caller's thread would stand in for its
+    later search there."""
     pick = native_for(problem, benchmark=False, tf32=problem.math == "tf32")
 
     def medians() -> tuple[float, float]:
@@ -150,7 +151,7 @@ def search_floor(problem: ConvProblem, a, b, device, runs: int = 3) -> tuple[flo
             return sorted(times)[runs // 2], sorted(hosts)[runs // 2]
     with ThreadPoolExecutor(1, thread_name_prefix="convtune-duel-pick") as thread:
         device_s, host_s = thread.submit(medians).result()
-    return device_s / SEARCH_GAIN, host_s
+    return device_s / search_gain(problem), host_s
 
 
 class _Backward(torch.autograd.Function):
