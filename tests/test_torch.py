@@ -720,6 +720,26 @@ def test_a_duels_host_times_are_stored_with_its_verdict(monkeypatch, tmp_path):
         (100e-6, 200e-6, 30e-6, 20e-6))
 
 
+def test_the_search_is_spared_on_large_layers_of_a_class_where_it_buys_little():
+    """floor_spares_search: a layer of DUEL_FLOOR_FLOPS or more whose class bounds the search's gain tightly (large
+    depthwise kernels in half precision: SLaK-T's 51x51 at batch 16), in any pass; not the same layer in float32 or
+    at a batch too small, nor a dense or small kernel."""
+    from convtune.problem import PASSES, ConvProblem
+    from convtune.torch._duel import DUEL_FLOOR_FLOPS, floor_spares_search
+
+    def make(**kw):
+        shape = dict(batch=16, in_channels=96, out_channels=96, input_size=(56, 56), kernel_size=51, padding=25,
+                     groups=96, dtype="bfloat16", layout="channels_last")
+        return ConvProblem.make(**{**shape, **kw})
+    slak = make()
+    assert slak.flops() >= DUEL_FLOOR_FLOPS and all(floor_spares_search(slak.for_pass(p)) for p in PASSES)
+    assert floor_spares_search(make(dtype="float16"))
+    small = make(batch=1, input_size=(14, 14))
+    assert small.flops() < DUEL_FLOOR_FLOPS and not floor_spares_search(small)
+    for other in (make(dtype="float32", layout="channels_first"), make(kernel_size=5, padding=2), make(groups=1)):
+        assert not floor_spares_search(other), other.describe()
+
+
 @pytest.mark.parametrize("floor_us, searched", [(1000.0, False), (104.0, True), (150.0, False)])
 def test_a_large_layers_duel_runs_pytorchs_search_only_where_its_floor_does_not_lose(monkeypatch, tmp_path, floor_us,
                                                                                      searched):

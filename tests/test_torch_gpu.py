@@ -760,6 +760,50 @@ def test_the_duels_floor_under_pytorchs_search_leaves_the_search_to_the_layers_t
     assert kernels(control, benchmark=True) <= 4 < searched
 
 
+def test_the_weighing_spares_pytorchs_search_on_a_large_depthwise_layer_in_bfloat16():
+    """A tune-ahead's weighing runs a layer whose search costs much and buys little (floor_spares_search: a large
+    depthwise kernel in bfloat16 channels-last) on cuDNN's heuristic pick: its steps run far fewer kernels than the same
+    steps searching (a shape of its own each, so that neither finds the other's plans), and its results and gradients
+    are PyTorch's."""
+    from convtune.torch import _host, tuning
+    from convtune.torch._duel import floor_spares_search
+
+    def case(size):
+        torch.manual_seed(0)
+        layer = nn.Conv2d(96, 96, 31, padding=15, groups=96, bias=True)
+        model = nn.Sequential(layer).cuda().to(memory_format=torch.channels_last)
+        ct.patch(model, runtime=make_runtime(["torch"]))
+        x = torch.randn(12, 96, size, size, device="cuda").to(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            [item] = tuning.collect(model, x)
+        assert floor_spares_search(item.problem), item.problem.describe()
+        return model, x, {item.route_key: item.problem}, item.problem
+
+    def kernels(model, x, spared):
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                _host.step_times(model, x, x.device, steps=1, spared=spared)
+            torch.cuda.synchronize()
+        assert all(p.grad is None for p in model.parameters())
+        return len([e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA])
+
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+        model, x, spared, problem = case(40)
+        searching = case(36)
+        assert 2 * kernels(model, x, spared) < kernels(searching[0], searching[1], {})
+        layer, spare = model[0], _host._heuristic_calls(spared)
+        xr = x.detach().to(torch.bfloat16).requires_grad_()
+        w = layer.weight.detach().to(torch.bfloat16).requires_grad_()
+        geom = ct.functional.geometry(2, layer.kernel_size, layer.stride, layer.padding, layer.dilation, "zeros")
+        y = spare(layer, xr, w, None, geom, 96, problem.math)
+        got = torch.autograd.grad(y.float().square().sum(), (xr, w))
+        want_y = nn.functional.conv2d(xr, w, None, padding=15, groups=96)
+        want = torch.autograd.grad(want_y.float().square().sum(), (xr, w))
+    assert torch.allclose(y.float(), want_y.float(), rtol=2e-2, atol=2e-2)
+    assert all(torch.allclose(g.float(), e.float(), rtol=5e-2, atol=5e-1) for g, e in zip(got, want))
+
+
 def test_a_gradients_duel_finds_what_pytorchs_training_step_searched():
     """A training step searches its gradients' cuDNN plans on the autograd engine's worker thread, and PyTorch keeps them
     per thread: the duel of a gradient pass, timed where that pass runs (:func:`convtune.torch._duel.where_pass_runs`),

@@ -197,7 +197,7 @@ def _host_bound_tune(monkeypatch, ratios, steps=None):
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
     if steps is not None:
-        monkeypatch.setattr(_handback, "step_times", lambda *args: steps)
+        monkeypatch.setattr(_handback, "step_times", lambda *args, **kw: steps)
     report = ct.tune(model, torch.randn(2, 3, 8, 8), runtime=runtime, progress=False,
                      host_bound=True if steps is None else None)
     return model, report, asked
@@ -212,7 +212,8 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
     timed = []
-    monkeypatch.setattr(_handback, "step_times", lambda model, inputs, device: timed.append(1) or (0.003, 0.010))
+    monkeypatch.setattr(_handback, "step_times",
+                        lambda model, inputs, device, spared=None: timed.append(1) or (0.003, 0.010))
     url = f"sqlite:///{tmp_path / 'plans.db'}"
 
     said = []
@@ -531,6 +532,70 @@ def test_pytorchs_host_time_per_call_is_measured_on_random_operands():
     problem = layer_problem((2, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32")
     assert all(0 < _host.pytorch_host_seconds(problem.for_pass(p), torch.device("cpu")) < 0.1
                for p in ("fwd", "dgrad", "wgrad"))
+
+
+def test_the_weighing_runs_the_layers_whose_search_costs_much_and_buys_little_on_cudnns_heuristic_pick(monkeypatch):
+    """(The CPU standing in for CUDA.) Weighing PyTorch's steps, a tune-ahead spares PyTorch's algorithm search the
+    patched layers where it costs much and is expected to buy little (floor_spares_search): their calls run PyTorch's
+    convolution with cudnn.benchmark off, forward and gradients (both in one call where both are needed, as PyTorch's
+    own autograd), with the same results; the other layers run PyTorch's own call as before."""
+    from convtune.strategies import pytorch
+    from convtune.torch import _dispatch, functional
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    monkeypatch.setattr(tuning_module, "floor_spares_search", lambda p: p.in_channels == 4)  # (the second layer)
+    weighed = []
+    monkeypatch.setattr(_handback, "step_times",
+                        lambda model, inputs, device, spared=None: weighed.append(spared) or (0.003, 0.010))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 5, padding=2))
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    x = torch.randn(2, 3, 8, 8)
+    ct.tune(model, x, runtime=runtime, progress=False)
+    [spared] = weighed
+    [(key, problem)] = spared.items()
+    assert problem.in_channels == 4 and problem.kernel_size == (5, 5) and problem.pass_ == "fwd"
+    assert key[:2] == ((2, 4, 8, 8), (4, 4, 5, 5))
+
+    made = []
+
+    def spy(name, make):
+        def made_with(*args, benchmark=None, tf32=None):
+            made.append((args[0] if name == "native_pass" else args[0].pass_, benchmark))
+            fn = make(*args, benchmark=benchmark, tf32=tf32)
+
+            def call(*a):
+                made.append(("call", args[0] if name == "native_pass" else args[0].pass_))
+                return fn(*a)
+            return call
+        monkeypatch.setattr(_host, name, made_with)
+    spy("native_for", pytorch.native_for)
+    spy("native_pass", pytorch.native_pass)
+    host, step = _host.step_times(model, x, torch.device("cpu"), spared=spared)
+    assert 0 < host <= step and functional._collect.spare is None and functional._collect.records is None
+    built = [m for m in made if m[0] != "call"]
+    assert built == [("fwd", False), ("dgrad", False), ("wgrad", False), ("both", False)]  # (once per layer call)
+    calls = [m[1] for m in made if m[0] == "call"]
+    assert calls == ["fwd", "both"] * (1 + _host.HOST_STEPS)  # (its input needs a gradient too: both in one call)
+    assert all(p.grad is None for p in model.parameters())
+
+    # the same results as PyTorch's own call, each gradient only where needed
+    layer = model[2]
+    spare = _host._heuristic_calls(spared)
+    geom = functional.geometry(2, layer.kernel_size, layer.stride, layer.padding, layer.dilation, layer.padding_mode)
+    assert spare(None, x, layer.weight, None, geom, 1, problem.math) is None  # (a functional call: not a layer's)
+    for needs_x in (True, False):
+        a = torch.randn(2, 4, 8, 8, requires_grad=needs_x)
+        y = spare(layer, a, layer.weight, layer.bias, geom, 1, problem.math)
+        want = nn.functional.conv2d(a, layer.weight, layer.bias, padding=2)
+        assert torch.allclose(y, want, atol=1e-5)
+        inputs = [a, layer.weight, layer.bias] if needs_x else [layer.weight, layer.bias]
+        got = torch.autograd.grad((y * y).sum(), inputs)
+        expected = torch.autograd.grad((want * want).sum(), inputs)
+        assert all(torch.allclose(g, e, atol=1e-4) for g, e in zip(got, expected))
+    other = torch.randn(2, 4, 6, 6)  # (another shape: not a spared call)
+    assert spare(layer, other, layer.weight, None, geom, 1, problem.math) is None
 
 
 def test_timing_training_steps_leaves_the_model_as_it_was():

@@ -15,7 +15,7 @@ from ..direct import replay
 from ..problem import ConvProblem
 from ..roundtrip import VERSION as TRIP_VERSION
 from ..strategies import get_strategy
-from ..strategies.pytorch import native_for, search_gain
+from ..strategies.pytorch import SEARCH_GAIN, native_for, search_gain
 from ._formats import DTYPES, channels_last_format
 
 #: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
@@ -38,6 +38,16 @@ DUEL_CLEAR = 1.5
 #: the search times every algorithm, and on a large layer that costs seconds (36 s of an H200's time for SLaK-T's
 #: 51x51 backward-data pass in bfloat16, at batch 16 about 10**11 operations); below it the search costs little.
 DUEL_FLOOR_FLOPS = 10**9
+
+
+def floor_spares_search(problem: ConvProblem) -> bool:
+    """Is ``problem`` (any pass of a layer's) one where PyTorch's algorithm search costs much and is expected to buy
+    little: a layer of :data:`DUEL_FLOOR_FLOPS` or more (where the duels put a floor under PyTorch's call first) whose
+    class of problems bounds the search's gain below the general bound
+    (:func:`~convtune.strategies.pytorch.search_gain`: the large depthwise kernels in half precision)? Its duels are
+    the likeliest to be decided by the floor, without the search, and a tune-ahead's weighing of PyTorch's steps runs
+    its layers on cuDNN's heuristic pick rather than search them (:func:`convtune.torch._host.step_times`)."""
+    return problem.flops() >= DUEL_FLOOR_FLOPS and search_gain(problem) < SEARCH_GAIN
 TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 #: The duel's own method, part of every stored verdict's key: a verdict measured by another method is measured
 #: again (2: cuDNN plans and the 1x1 GEMMs launched from CUDA graphs per operand addresses, which took most of their

@@ -56,8 +56,9 @@ def pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
         duel.gain(route.host_bound) <= dispatch_seconds(route.device)
 
 
-#: The weighing's own method, part of a stored weighing's key: one measured by another method is measured again.
-STEPS_METHOD = 1
+#: The weighing's own method, part of a stored weighing's key: one measured by another method is measured again (2: the
+#: layers where PyTorch's search costs much and buys little run on cuDNN's heuristic pick, not searched).
+STEPS_METHOD = 2
 
 
 def steps_key(device_key: str, signature: str) -> str:
@@ -67,7 +68,7 @@ def steps_key(device_key: str, signature: str) -> str:
 
 
 def weigh_host(report, model, example_inputs, device, host_bound: bool | None, store=None,
-               signature: str = "", timing=None) -> bool:
+               signature: str = "", timing=None, spared: dict | None = None) -> bool:
     """Whether the model's training steps are host-bound: ``host_bound`` where given, else timed
     (:func:`step_times`); recorded in ``report``. Not where the steps cannot be timed (said at debug level).
 
@@ -75,7 +76,8 @@ def weigh_host(report, model, example_inputs, device, host_bound: bool | None, s
     (55.7 s of SLaK-T's tune-ahead under AMP on an H200, its plans all in the cache). So, with a plan ``store`` and the
     model's ``signature``, the figures are stored (:func:`steps_key`) and a later tune-ahead of the same model on the
     same device, host and PyTorch reads them (``report.steps_stored``). ``timing()``, where given, is called before
-    the steps are timed (to say so: they can take a minute)."""
+    the steps are timed (to say so: they can take a minute). The patched layers' calls in ``spared`` run on cuDNN's
+    heuristic pick rather than be searched (:func:`~convtune.torch._host.step_times`)."""
     if host_bound is None:
         key = stored = None
         if store is not None and signature:
@@ -91,7 +93,7 @@ def weigh_host(report, model, example_inputs, device, host_bound: bool | None, s
             if timing is not None:
                 timing()
             try:
-                report.step_host_s, report.step_s = step_times(model, example_inputs, device)
+                report.step_host_s, report.step_s = step_times(model, example_inputs, device, spared=spared)
             except Exception as exc:
                 log.debug("convtune.torch.tune: training steps not timed (%s: %s); weighing device and host together",
                           type(exc).__name__, exc)

@@ -14,9 +14,9 @@ import time
 import torch
 from torch import nn
 
-from ..problem import ConvProblem
+from ..problem import PASSES, ConvProblem
 from ..runtime import Runtime
-from ..strategies.pytorch import native_for
+from ..strategies.pytorch import native_for, native_pass
 from . import functional
 from ._dispatch import all_native, measured_once, route_for, seconds_per_call
 from ._duel import duel_operands, per_call_seconds, where_pass_runs
@@ -106,17 +106,25 @@ def host_fingerprint() -> str:
     return f"{platform.machine()}|{model}|{os.cpu_count()} cpus"
 
 
-def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS) -> tuple[float, float]:
+def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS,
+               spared: dict | None = None) -> tuple[float, float]:
     """Medians over ``steps`` training steps of ``model`` on ``example_inputs`` (the forward, then the gradients of
     its parameters from the sum of its outputs, PyTorch's convolution throughout), after one untimed: the host's
     time to issue a step and the step's time, in seconds (the device synchronised before each step and after it).
     The model is left as it was: no gradient is accumulated, its buffers and the random number generators are
     restored. A model wrapped in ``DistributedDataParallel`` (or ``DataParallel``) is timed without the wrapper. Raises
-    ``ValueError`` where the outputs need no gradient."""
+    ``ValueError`` where the outputs need no gradient.
+
+    ``spared``: patched layers' calls (route keys, :attr:`~convtune.torch.tuning.Problem.route_key`, each with its
+    forward problem) whose convolutions run on cuDNN's heuristic pick (``cudnn.benchmark`` off, in the forward and the
+    gradients) rather than PyTorch's algorithm search: layers where the search costs seconds and buys little
+    (:func:`~convtune.torch._duel.floor_spares_search`), which a plan will run. The untimed first step would search
+    them (on SLaK-T under AMP on an H200, 51 of the 59 s its search took over all its problems)."""
     step = _training_step(model, example_inputs)
     hosts, walls = [], []
     records: list = []
     functional._collect.records = records  # (PyTorch's convolution in every layer, patched or not)
+    functional._collect.spare = _heuristic_calls(spared) if spared else None
     try:
         with torch.enable_grad(), left_as_it_was(_unwrapped(model)):
             for i in range(1 + steps):
@@ -126,8 +134,53 @@ def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS
                     hosts.append(host)
                     walls.append(wall)
     finally:
-        functional._collect.records = None
+        functional._collect.records = functional._collect.spare = None
     return statistics.median_low(hosts), statistics.median_low(walls)
+
+
+def _heuristic_calls(spared: dict):
+    """What :func:`step_times` runs a recorded call of a patched layer with (``functional._collect.spare``): the
+    convolution on cuDNN's heuristic pick where the call's route key is in ``spared``, else nothing (``None``)."""
+    passes: dict = {}
+
+    def spare(owner, x, weight, bias, geom, groups, math):
+        runtime = getattr(owner, "convtune_runtime", False)
+        if runtime is False:
+            return None  # (a functional call, not a patched layer's)
+        key = (tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation, groups, math, x.device,
+               x.dtype, tensor_layout(x, weight), runtime)
+        problem = spared.get(key)
+        if problem is None:
+            return None
+        if key not in passes:
+            tf32, p = problem.math == "tf32", problem
+            passes[key] = (*(native_for(p.for_pass(pass_), benchmark=False, tf32=tf32) for pass_ in PASSES),
+                           native_pass("both", p.x_shape, p.w_shape, p.stride, p.padding, p.dilation, p.groups,
+                                       benchmark=False, tf32=tf32))
+        return _HeuristicPick.apply(x, weight, bias, passes[key])
+    return spare
+
+
+class _HeuristicPick(torch.autograd.Function):
+    """A convolution whose forward and gradients run ``fns``: PyTorch's ``fwd(x, w, bias)``, ``dgrad(dy, w)``,
+    ``wgrad(x, dy)`` and ``both(dy, x, w, need_bias)`` (:func:`~convtune.strategies.pytorch.native_pass`), as PyTorch's
+    own autograd computes them: both gradients in one call where both are needed."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, fns):
+        ctx.save_for_backward(x, w)
+        ctx.fns = fns
+        return fns[0](x, w, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        _fwd, dgrad, wgrad, both = ctx.fns
+        needs = ctx.needs_input_grad
+        if needs[0] and needs[1]:
+            return (*both(grad, x, w, needs[2]), None)
+        return (dgrad(grad, w) if needs[0] else None, wgrad(x, grad) if needs[1] else None,
+                grad.sum(dim=(0, *range(2, grad.dim()))) if needs[2] else None, None)
 
 
 def _unwrapped(model: nn.Module) -> nn.Module:

@@ -54,9 +54,12 @@ MATH_MODES = ("auto", "fp32", "tf32")
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 #: While tune-ahead collects a model's problems (:mod:`convtune.torch.tuning`), the list it records
-#: them in; convolutions then run as PyTorch's.
+#: them in; convolutions then run as PyTorch's. ``spare``, where set (the weighing of PyTorch's steps:
+#: :func:`convtune.torch._host.step_times`), is called on each recorded call first and runs the ones it does not
+#: answer ``None`` for.
 class _Collecting(threading.local):
     records = None  # (a class default: reading it on the hot path costs no failed attribute lookup)
+    spare = None
 
 
 _collect = _Collecting()
@@ -289,7 +292,9 @@ def _dispatch(x, weight, bias, geom: Geometry, groups, math, runtime, owner, cas
     if records is not None:
         x, weight, bias = _cast(x, weight, bias, cast)
         records.append((owner, x, weight, geom, groups, math))
-        return _pytorch(x, weight, bias, geom, groups)
+        spare = _collect.spare
+        y = spare(owner, x, weight, bias, geom, groups, math) if spare is not None else None
+        return _pytorch(x, weight, bias, geom, groups) if y is None else y
     if x.numel() == 0 or weight.numel() == 0:
         return _pytorch(x, weight, bias, geom, groups)
     try:

@@ -71,6 +71,7 @@ from ..worklist import rotated
 from . import _dispatch, _handback, functional
 from ._bridge import bridge
 from ._dispatch import layer_problem
+from ._duel import floor_spares_search
 from ._formats import tensor_layout
 from ._host import left_as_it_was, rng_kept
 from .modules import _CONVS, _Convtune
@@ -386,7 +387,10 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     routes: dict[tuple, tuple[tuple[str, ...], str, object]] = {}  # patched layers: passes, name, keep_spectra
     layer_calls: dict[str, list] = {}  # a patched layer's name -> its calls: (route key, passes, keep_spectra)
     owners: dict[tuple, set] = {}  # a distinct problem -> the route keys of the calls that need it (None: plain modules)
+    spared: dict[tuple, ConvProblem] = {}  # patched layers' calls the weighing runs on cuDNN's heuristic pick
     for item in collect(model, example_inputs, math):
+        if item.route_key is not None and floor_spares_search(item.problem):
+            spared[item.route_key] = item.problem
         if item.route_key is not None:
             layer_calls.setdefault(item.name, []).append((item.route_key, item.passes, item.keep_spectra))
             needed = tuple(p for p in item.passes if p in wanted)
@@ -410,7 +414,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
     duelled = [key for key in routes if key[7].type in _dispatch.DUEL_DEVICE_TYPES]  # (a route key's 8th: the device)
     weigh = _handback.weigh_host(report, model, example_inputs, duelled[0][7], host_bound, rt.store,
                                  _signature(model, example_inputs, distinct),
-                                 lambda: _announce(progress, len(distinct))) if duelled else False
+                                 lambda: _announce(progress, len(distinct)), spared) if duelled else False
     lap(PHASES[1])
     untuned = _handback.not_searched({k: routes[k] for k in duelled}, layer_calls, wanted) if weigh and hand_back \
         else set()
