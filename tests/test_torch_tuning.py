@@ -598,6 +598,48 @@ def test_the_weighing_runs_the_layers_whose_search_costs_much_and_buys_little_on
     assert spare(layer, other, layer.weight, None, geom, 1, problem.math) is None
 
 
+def test_finding_a_models_problems_spares_pytorchs_search_where_it_buys_little(monkeypatch):
+    """collect runs the model's forward once, PyTorch's convolution in every layer: a patched layer whose search costs
+    much and buys little (floor_spares_search) runs on cuDNN's heuristic pick (cudnn.benchmark off), with the same
+    result; the others and a plain module as before; the problems found are the same."""
+    from convtune.strategies import pytorch
+    from convtune.torch import functional
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 5, padding=2),
+                          nn.Conv2d(4, 2, 5, padding=2))
+    ct.patch(model, runtime=make_runtime(["torch"]))
+    model[3] = nn.Conv2d(4, 2, 5, padding=2)  # (a plain module: PyTorch's call, recorded by its hook)
+    x = torch.randn(2, 3, 8, 8)
+    before = tuning_module.collect(model, x)
+    monkeypatch.setattr(tuning_module, "floor_spares_search", lambda p: p.in_channels == 4)
+    made, outputs = [], []
+
+    def native_for(problem, benchmark=None, tf32=None):
+        made.append((problem.in_channels, problem.out_channels, problem.pass_, benchmark))
+        fn = pytorch.native_for(problem, benchmark=benchmark, tf32=tf32)
+        return lambda *a: outputs.append(fn(*a)) or outputs[-1]
+    monkeypatch.setattr(tuning_module, "native_for", native_for)
+    found = tuning_module.collect(model, x)
+    assert made == [(4, 4, "fwd", False)] and functional._collect.spare is None
+    assert [(f.problem, f.passes, f.name) for f in found] == [(f.problem, f.passes, f.name) for f in before]
+    with torch.no_grad():
+        want = model[2](torch.relu(model[0](x)))
+    assert torch.allclose(outputs[0], want, atol=1e-5)
+
+
+def test_measuring_the_autograd_detour_imports_no_symbolic_shapes():
+    """The detour's measurement (once per device, in a tune-ahead's hand-back) takes the backward of a sum: a backward
+    given a gradient tensor has PyTorch import its symbolic shapes and SymPy on the first call (2.5 s of a tune-ahead
+    on an H200 host). In a fresh process, as a tune-ahead's is."""
+    import subprocess
+    code = ("import sys, torch; from convtune.torch import _dispatch; "
+            "assert _dispatch._measure_detour(torch.device('cpu'), calls=5, rounds=3) >= 0; "
+            "print('sympy' in sys.modules, 'torch.fx.experimental.symbolic_shapes' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+
+
 def test_timing_training_steps_leaves_the_model_as_it_was():
     """step_times runs the forward and the parameters' gradients a few times: no gradient is left behind, the running
     statistics are as they were; a model whose outputs need no gradient cannot be timed so."""

@@ -443,14 +443,15 @@ def _measure_detour(device, split: bool = True, calls: int = 100, rounds: int = 
         route.both = None
     x = torch.randn(problem.x_shape, device=device, requires_grad=True)
     w = torch.randn(problem.w_shape, device=device, requires_grad=True)
-    g = torch.ones(problem.y_shape, device=device)
     conv = torch.nn.functional.conv2d
 
+    # (the backward of a sum, as a training step's loss: a backward given a gradient tensor has PyTorch import its
+    # symbolic shapes, and SymPy with them, on its first call: seconds of a tune-ahead where that had not happened)
     def through():
-        eager_forward(x, w, None, route).backward(g)
+        eager_forward(x, w, None, route).sum().backward()
 
     def direct():
-        conv(x, w, None, 1, 1).backward(g)
+        conv(x, w, None, 1, 1).sum().backward()
     with torch.autocast(device.type, enabled=False), torch.enable_grad():  # (a training call may be under AMP)
         for fn in (through, direct):  # warm-up (cuDNN's choices, the allocator)
             for _ in range(5):
