@@ -9,8 +9,9 @@ network's dtype and layout:
   of its own: PyTorch keeps the plan a shape first got in a cache per thread whatever the flag, so a pick made on
   the measuring thread would stand for the other;
 * ``gain``: heuristic over searched. The planner's torch strategy skips the search where the heuristic pick is
-  further from the best candidate than the largest gain seen here allows (``SEARCH_GAIN`` in
-  ``convtune/strategies/pytorch.py``).
+  further from the best candidate than the largest gain seen here allows on its class of problems (``search_gain``
+  in ``convtune/strategies/pytorch.py``: ``SEARCH_GAIN`` in general, ``LARGE_DEPTHWISE_HALF_GAIN`` on large
+  depthwise kernels in half precision).
 
 Medians of CUDA-event timings, each run after a write of 256 MiB (L2 flushed), on random operands. Prints a table
 (largest gain first) and writes JSON.
