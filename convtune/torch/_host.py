@@ -147,8 +147,7 @@ def _heuristic_calls(spared: dict):
         runtime = getattr(owner, "convtune_runtime", False)
         if runtime is False:
             return None  # (a functional call, not a patched layer's)
-        key = (tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation, groups, math, x.device,
-               x.dtype, tensor_layout(x, weight), runtime)
+        key = functional.route_key(x, weight, geom, groups, math, runtime)
         problem = spared.get(key)
         if problem is None:
             return None

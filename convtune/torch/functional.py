@@ -236,6 +236,13 @@ def autocast(x, weight, bias):
     return _cast(x, weight, bias, autocast_dtype(x))
 
 
+def route_key(x, weight, geom: Geometry, groups: int, math: str, runtime) -> tuple:
+    """The key of a patched layer's call (a tune-ahead's ``Problem.route_key``): its route's arguments
+    (:func:`~convtune.torch._dispatch.route_for`), the layer's runtime last."""
+    return (tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation, groups, math, x.device,
+            x.dtype, tensor_layout(x, weight), runtime)
+
+
 def _pytorch(x, weight, bias, geom: Geometry, groups):
     conv_fn = (F.conv1d, F.conv2d, F.conv3d)[geom.rank - 1]
     return conv_fn(x, weight, bias, geom.stride, geom.padding, geom.dilation, groups)

@@ -142,11 +142,10 @@ def collect(model: nn.Module, example_inputs, math: str = "auto", device_check: 
         except ValueError:
             continue
         passes = ("fwd",) + (("dgrad",) if x.requires_grad else ()) + (("wgrad",) if weight.requires_grad else ())
-        route_key = (tuple(x.shape), tuple(weight.shape), geom.stride, geom.padding, geom.dilation, groups, math_mode,
-                     x.device, x.dtype, tensor_layout(x, weight), owner.convtune_runtime) \
+        key = functional.route_key(x, weight, geom, groups, math_mode, owner.convtune_runtime) \
             if isinstance(owner, _Convtune) else None
         found.append(Problem(problem, x.device, passes, names.get(id(owner), "?"),
-                             getattr(owner, "convtune_keep_spectra", False), route_key))
+                             getattr(owner, "convtune_keep_spectra", False), key))
     return found
 
 
