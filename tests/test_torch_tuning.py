@@ -211,6 +211,7 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
     from convtune.torch import _dispatch, tuning
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    monkeypatch.setattr(tuning, "floor_spares_search", lambda p: p.in_channels == 4)  # (the second layer's search)
     timed = []
     monkeypatch.setattr(_handback, "step_times",
                         lambda model, inputs, device, spared=None: timed.append(1) or (0.003, 0.010))
@@ -228,12 +229,13 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
                        progress=lambda done, total, label: said.append(label))
     first = tune()
     assert timed == [1] and not first.steps_stored and (first.step_host_s, first.step_s) == (0.003, 0.010)
+    assert first.steps_spared == 1
     assert said[0] == tuning.STEPS_NOTE  # (said before the steps are timed: they can take a minute)
     said.clear()
     again = tune()
     assert timed == [1] and again.steps_stored and (again.step_host_s, again.step_s) == pytest.approx((0.003, 0.010))
     assert tuning.STEPS_NOTE not in said
-    assert "host 3.0 ms of a 10.0 ms step, as stored" in str(again)
+    assert "host 3.0 ms of a 10.0 ms step, 1 layer shape on cuDNN's heuristic pick, as stored" in str(again)
     tune(width=5)  # other steps: timed
     tune(batch=3)
     tune(training=False)
@@ -552,8 +554,9 @@ def test_the_weighing_runs_the_layers_whose_search_costs_much_and_buys_little_on
     runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
     ct.patch(model, runtime=runtime)
     x = torch.randn(2, 3, 8, 8)
-    ct.tune(model, x, runtime=runtime, progress=False)
+    report = ct.tune(model, x, runtime=runtime, progress=False)
     [spared] = weighed
+    assert report.steps_spared == 1 and "10.0 ms step, 1 layer shape on cuDNN's heuristic pick)" in str(report)
     [(key, problem)] = spared.items()
     assert problem.in_channels == 4 and problem.kernel_size == (5, 5) and problem.pass_ == "fwd"
     assert key[:2] == ((2, 4, 8, 8), (4, 4, 5, 5))

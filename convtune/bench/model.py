@@ -215,7 +215,8 @@ def prepare_mode(mode, base, x, target, device, *, warmup, runtime=None, progres
                             "host_bound": report.host_bound, "not_searched": len(report.not_searched),
                             "step_ratio": report.step_ratio, "step_handed_back": len(report.step_handed_back),
                             "step_host_ms": _ms(report.step_host_s),
-                            "step_ms": _ms(report.step_s), "failed": [(p.key(), r) for p, r in report.failed],
+                            "step_ms": _ms(report.step_s), "steps_spared": report.steps_spared,
+                            "failed": [(p.key(), r) for p, r in report.failed],
                             "phases": dict(report.phases)}
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 

@@ -88,12 +88,13 @@ def weigh_host(report, model, example_inputs, device, host_bound: bool | None, s
                 log.debug("convtune.torch.tune: no stored weighing: %s: %s", type(exc).__name__, exc)
         if stored is not None:
             report.step_host_s, report.step_s = stored["host_us"] * 1e-6, stored["step_us"] * 1e-6
-            report.steps_stored = True
+            report.steps_stored, report.steps_spared = True, stored.get("spared", 0)
         else:
             if timing is not None:
                 timing()
             try:
                 report.step_host_s, report.step_s = step_times(model, example_inputs, device, spared=spared)
+                report.steps_spared = len(spared or ())
             except Exception as exc:
                 log.debug("convtune.torch.tune: training steps not timed (%s: %s); weighing device and host together",
                           type(exc).__name__, exc)
@@ -102,7 +103,7 @@ def weigh_host(report, model, example_inputs, device, host_bound: bool | None, s
             if key is not None:
                 try:
                     store.put_record("steps", key, {"signature": signature, "host_us": report.step_host_s * 1e6,
-                                                    "step_us": report.step_s * 1e6})
+                                                    "step_us": report.step_s * 1e6, "spared": report.steps_spared})
                 except Exception as exc:
                     log.debug("convtune.torch.tune: the weighing not stored: %s: %s", type(exc).__name__, exc)
         host_bound = report.step_host_s >= HOST_BOUND * report.step_s

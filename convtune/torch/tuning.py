@@ -202,6 +202,9 @@ class TuneReport:
     phases: dict[str, float] = field(default_factory=dict)
     #: whether the steps' figures came from the plan cache (an earlier tune-ahead of the model timed them)
     steps_stored: bool = False
+    #: patched layer calls (distinct shapes) that those steps ran on cuDNN's heuristic pick, not searched: where the
+    #: search costs much and buys little (see :func:`~convtune.torch._host.step_times`)
+    steps_spared: int = 0
 
     def __str__(self):
         others = f"{self.elsewhere} by other processes, " if self.elsewhere else ""
@@ -210,7 +213,9 @@ class TuneReport:
         back = f", {len(self.handed_back)} layers handed back to PyTorch" if self.handed_back else ""
         bound = ""
         if self.host_bound is not None:
-            timed = (f" (host {self.step_host_s * 1e3:.1f} ms of a {self.step_s * 1e3:.1f} ms step"
+            spared = (f", {self.steps_spared} layer shape{'s' if self.steps_spared != 1 else ''} on cuDNN's heuristic "
+                      "pick" if self.steps_spared else "")
+            timed = (f" (host {self.step_host_s * 1e3:.1f} ms of a {self.step_s * 1e3:.1f} ms step{spared}"
                      f"{', as stored' if self.steps_stored else ''})" if self.step_s else "")
             bound = f", steps {'host-bound' if self.host_bound else 'not host-bound'}{timed}"
         if self.not_searched:
