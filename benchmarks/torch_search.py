@@ -14,7 +14,8 @@ network's dtype and layout:
   depthwise kernels in half precision).
 
 Medians of CUDA-event timings, each run after a write of 256 MiB (L2 flushed), on random operands. Prints a table
-(largest gain first) and writes JSON.
+(largest gain first), then each bound of ``search_gain`` with the largest gain seen under it (a gain over its bound
+is said: the bound needs refitting), and writes JSON.
 
     python benchmarks/torch_search.py convtune:slak-t --batch 16 --dtype bfloat16 --layout channels_last -o s.json
 """
@@ -31,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from convtune.network import load_network, unique_problems
-from convtune.strategies.pytorch import native_for
+from convtune.strategies.pytorch import native_for, search_gain
 
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
 
@@ -80,6 +81,18 @@ def measure(problem, repeats: int, flush) -> dict:
             "gain": heuristic_ms / searched_ms}
 
 
+def bound_lines(rows) -> list[str]:
+    """Each bound of ``search_gain`` among ``rows`` (each with its ``bound``, ``gain`` and ``describe``), with how many
+    problems it holds for and the largest gain seen among them, said where that gain is over the bound."""
+    lines = []
+    for bound in sorted({r["bound"] for r in rows}):
+        held = [r for r in rows if r["bound"] == bound]
+        top = max(held, key=lambda r: r["gain"])
+        lines.append(f"search_gain {bound:g}x: {len(held)} problem{'s' if len(held) != 1 else ''}, the largest gain {top['gain']:.2f}x "
+                     f"({top['describe']}){'; OVER THE BOUND' if top['gain'] > bound else ''}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("network", help="a network: a file, a built-in network, torchvision:NAME, timm:NAME, convtune:NAME")
@@ -100,7 +113,7 @@ def main(argv=None) -> int:
     rows = []
     for i, problem in enumerate(problems, 1):
         try:
-            rows.append(measure(problem, args.repeats, flush))
+            rows.append(measure(problem, args.repeats, flush) | {"bound": search_gain(problem)})
         except Exception as exc:  # one problem PyTorch cannot run: said, and the others measured
             print(f"{problem.describe()}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
@@ -114,6 +127,8 @@ def main(argv=None) -> int:
               f"{r['describe']}")
     print(f"search total {sum(r['search_s'] for r in rows):.1f} s; heuristic first calls total "
           f"{sum(r['heuristic_first_s'] for r in rows):.2f} s")
+    for line in bound_lines(rows):
+        print(line)
     if args.output:
         with open(args.output, "w") as f:
             json.dump({"network": args.network, "batch": args.batch, "dtype": args.dtype, "layout": args.layout,

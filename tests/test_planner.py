@@ -587,6 +587,23 @@ def test_pytorchs_search_is_expected_to_gain_less_on_large_depthwise_kernels_in_
     assert strategy.lower_bound(large, searched, gpu, (array, array), 1e-3, 1.9e-3) is None
 
 
+def test_the_search_measurement_says_what_each_bound_holds_and_where_a_gain_is_over_it():
+    """benchmarks/torch_search.py ends with each bound of search_gain and the largest gain seen under it, and says so
+    where a gain is over its bound (the bound then needs refitting)."""
+    import importlib.util
+    from pathlib import Path
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "torch_search", Path(__file__).resolve().parent.parent / "benchmarks" / "torch_search.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rows = [{"bound": 64.0, "gain": 48.8, "describe": "3x3 wgrad"}, {"bound": 64.0, "gain": 1.0, "describe": "1x1"},
+            {"bound": 8.0, "gain": 3.1, "describe": "31x31 fwd"}, {"bound": 8.0, "gain": 9.5, "describe": "51x51"}]
+    assert script.bound_lines(rows) == ["search_gain 8x: 2 problems, the largest gain 9.50x (51x51); OVER THE BOUND",
+                                        "search_gain 64x: 2 problems, the largest gain 48.80x (3x3 wgrad)"]
+    assert script.bound_lines(rows[:3])[0] == "search_gain 8x: 1 problem, the largest gain 3.10x (31x31 fwd)"
+
+
 @dataclass(frozen=True)
 class SizeConfig(Config):
     size: int = 0
