@@ -88,7 +88,8 @@ def bound_lines(rows) -> list[str]:
     for bound in sorted({r["bound"] for r in rows}):
         held = [r for r in rows if r["bound"] == bound]
         top = max(held, key=lambda r: r["gain"])
-        lines.append(f"search_gain {bound:g}x: {len(held)} problem{'s' if len(held) != 1 else ''}, the largest gain {top['gain']:.2f}x "
+        plural = "s" if len(held) != 1 else ""
+        lines.append(f"search_gain {bound:g}x: {len(held)} problem{plural}, the largest gain {top['gain']:.2f}x "
                      f"({top['describe']}){'; OVER THE BOUND' if top['gain'] > bound else ''}")
     return lines
 
