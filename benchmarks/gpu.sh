@@ -26,6 +26,11 @@
 #                      bench-model NAME` in fp32 with each convtune mode also run on the exhaustive plans (--against),
 #                      interleaved over three rounds, PyTorch against itself for the noise; then layer by layer
 #                      (benchmarks/compare_plans.py: the two caches' winners re-timed side by side, A/A' the noise)
+#   tune-ahead:NAME[:BATCH] the drop-in's tune-ahead under AMP (`convtune bench-model NAME --modes
+#                      convtune-amp-bf16`, its mode alone): from an empty plan cache; then on plans `convtune tune`
+#                      stored (bfloat16 channels_last) in a process of its own, the model's first tune-ahead there;
+#                      then again in another process, which reads the weighed steps the first stored. Each says where
+#                      its time went
 # (NAME as the model specs take it, e.g. timm:convnext_tiny; a last field of digits is the batch)
 #
 # Each part runs under a time limit (LIMIT seconds, default 540) into $LOG_DIR/PART.log (default ./gpu-results),
@@ -95,6 +100,17 @@ for part in "$@"; do
         python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
           "/tmp/tune-$name-$dtype.db" "$O/tune-$name-$dtype.db"
       done ;;
+    tune-ahead)
+      name=${arg//[^A-Za-z0-9_-]/_} ahead="--modes convtune-amp-bf16 --rounds 1 --steps 5 --warmup 1"
+      rm -f "/tmp/ahead-$name-"*.db*
+      run "tune-ahead-$name-empty" python3 -m convtune bench-model "$arg" --batch "${batch:-16}" $ahead \
+        --db "/tmp/ahead-$name-empty.db" -o "$O/tune-ahead-$name-empty.json"
+      run "tune-ahead-$name-plans" python3 -m convtune tune "$arg" --batch "${batch:-16}" --dtype bfloat16 \
+        --layout channels_last --db "/tmp/ahead-$name-cached.db"
+      for turn in first later; do
+        run "tune-ahead-$name-cached-$turn" python3 -m convtune bench-model "$arg" --batch "${batch:-16}" $ahead \
+          --db "/tmp/ahead-$name-cached.db" -o "$O/tune-ahead-$name-cached-$turn.json"
+      done ;;
     profile)
       name=${arg//[^A-Za-z0-9_-]/_}
       run "profile-$name" python3 -m convtune bench-model "$arg" --rounds 3 --null --batch "${batch:-16}" \
@@ -112,6 +128,7 @@ for m in json.load(open(sys.argv[1]))["modes"]:
 PY
       ;;
     *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host[:NAME[:BATCH]] model:NAME[:BATCH]" \
-         "graph:NAME[:BATCH] kept:NAME[:BATCH] tune:NAME[:BATCH] profile:NAME[:BATCH] regret:NAME[:BATCH]" >&2; exit 2 ;;
+         "graph:NAME[:BATCH] kept:NAME[:BATCH] tune:NAME[:BATCH] tune-ahead:NAME[:BATCH] profile:NAME[:BATCH]" \
+         "regret:NAME[:BATCH]" >&2; exit 2 ;;
   esac
 done
