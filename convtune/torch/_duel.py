@@ -38,6 +38,12 @@ DUEL_CLEAR = 1.5
 #: the search times every algorithm, and on a large layer that costs seconds (36 s of an H200's time for SLaK-T's
 #: 51x51 backward-data pass in bfloat16, at batch 16 about 10**11 operations); below it the search costs little.
 DUEL_FLOOR_FLOPS = 10**9
+TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
+#: The duel's own method, part of every stored verdict's key: a verdict measured by another method is measured
+#: again (2: cuDNN plans and the 1x1 GEMMs launched from CUDA graphs per operand addresses, which took most of their
+#: host cost away; verdicts stored before kept that cost; 3: each contender's host time per call is kept beside its
+#: wall time, for training steps that are host-bound).
+DUEL_METHOD = 3
 
 
 def floor_spares_search(problem: ConvProblem) -> bool:
@@ -48,12 +54,6 @@ def floor_spares_search(problem: ConvProblem) -> bool:
     the likeliest to be decided by the floor, without the search, and a tune-ahead's weighing of PyTorch's steps runs
     its layers on cuDNN's heuristic pick rather than search them (:func:`convtune.torch._host.step_times`)."""
     return problem.flops() >= DUEL_FLOOR_FLOPS and search_gain(problem) < SEARCH_GAIN
-TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
-#: The duel's own method, part of every stored verdict's key: a verdict measured by another method is measured
-#: again (2: cuDNN plans and the 1x1 GEMMs launched from CUDA graphs per operand addresses, which took most of their
-#: host cost away; verdicts stored before kept that cost; 3: each contender's host time per call is kept beside its
-#: wall time, for training steps that are host-bound).
-DUEL_METHOD = 3
 
 
 class Duel(NamedTuple):

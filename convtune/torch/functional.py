@@ -54,9 +54,9 @@ MATH_MODES = ("auto", "fp32", "tf32")
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 #: While tune-ahead collects a model's problems (:mod:`convtune.torch.tuning`), the list it records
-#: them in; convolutions then run as PyTorch's. ``spare``, where set (the weighing of PyTorch's steps:
-#: :func:`convtune.torch._host.step_times`), is called on each recorded call first and runs the ones it does not
-#: answer ``None`` for.
+#: them in; convolutions then run as PyTorch's. ``spare``, where set (by the collection and by the weighing of
+#: PyTorch's steps, :func:`convtune.torch._host.step_times`), is asked first: a call it answers other than ``None``
+#: for (a convolution on cuDNN's heuristic pick) has that answer as its result.
 class _Collecting(threading.local):
     records = None  # (a class default: reading it on the hot path costs no failed attribute lookup)
     spare = None
