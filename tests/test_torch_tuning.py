@@ -572,7 +572,7 @@ def test_the_weighing_runs_the_layers_whose_search_costs_much_and_buys_little_on
                 made.append(("call", args[0] if name == "native_pass" else args[0].pass_))
                 return fn(*a)
             return call
-        monkeypatch.setattr(_host, name, made_with)
+        monkeypatch.setattr(_dispatch, name, made_with)
     spy("native_for", pytorch.native_for)
     spy("native_pass", pytorch.native_pass)
     host, step = _host.step_times(model, x, torch.device("cpu"), spared=spared)

@@ -416,11 +416,14 @@ def measured_once(memo: dict, key, measure, what: str) -> float:
     return value
 
 
-def all_native(route: Route) -> Route:
-    """``route`` with every pass PyTorch's own convolution, for good (a fresh route: what the drop-in's own costs are
-    measured on, where only the path around PyTorch's call differs)."""
+def all_native(route: Route, benchmark: bool | None = None, tf32: bool | None = None) -> Route:
+    """``route`` with every pass PyTorch's own convolution, for good, with the cuDNN settings ``benchmark`` and
+    ``tf32`` during its calls (``None``: the process's); a fresh route: what the drop-in's own costs are measured on,
+    where only the path around PyTorch's call differs, and what a tune-ahead's weighing runs spared layers on."""
+    flags = (benchmark, tf32)
     for p, name in _EXEC.items():
-        setattr(route, name, Native(native_for(route.problem.for_pass(p)), "torch"))
+        setattr(route, name, Native(native_for(route.problem.for_pass(p), benchmark=benchmark, tf32=tf32), "torch",
+                                    flags))
     return route
 
 

@@ -14,11 +14,12 @@ import time
 import torch
 from torch import nn
 
-from ..problem import PASSES, ConvProblem
+from ..problem import ConvProblem
 from ..runtime import Runtime
-from ..strategies.pytorch import native_for, native_pass
 from . import functional
-from ._dispatch import all_native, measured_once, route_for, seconds_per_call
+from ..strategies.pytorch import native_for
+from ._autograd import eager_forward
+from ._dispatch import Route, all_native, measured_once, route_for, seconds_per_call
 from ._duel import duel_operands, per_call_seconds, where_pass_runs
 from ._formats import tensor_layout
 from .modules import Conv2d, restored_for_a_while
@@ -140,8 +141,9 @@ def step_times(model: nn.Module, example_inputs, device, steps: int = HOST_STEPS
 
 def _heuristic_calls(spared: dict):
     """What :func:`step_times` runs a recorded call of a patched layer with (``functional._collect.spare``): the
-    convolution on cuDNN's heuristic pick where the call's route key is in ``spared``, else nothing (``None``)."""
-    passes: dict = {}
+    convolution on cuDNN's heuristic pick where the call's route key is in ``spared`` (a route of PyTorch's own passes,
+    ``cudnn.benchmark`` off: both gradients in one call, as PyTorch's autograd computes them), else nothing (``None``)."""
+    routes: dict = {}
 
     def spare(owner, x, weight, bias, geom, groups, math):
         runtime = getattr(owner, "convtune_runtime", False)
@@ -151,35 +153,12 @@ def _heuristic_calls(spared: dict):
         problem = spared.get(key)
         if problem is None:
             return None
-        if key not in passes:
-            tf32, p = problem.math == "tf32", problem
-            passes[key] = (*(native_for(p.for_pass(pass_), benchmark=False, tf32=tf32) for pass_ in PASSES),
-                           native_pass("both", p.x_shape, p.w_shape, p.stride, p.padding, p.dilation, p.groups,
-                                       benchmark=False, tf32=tf32))
-        return _HeuristicPick.apply(x, weight, bias, passes[key])
+        route = routes.get(key)
+        if route is None:
+            route = routes[key] = all_native(Route(problem, None, x.device), benchmark=False,
+                                             tf32=problem.math == "tf32")
+        return eager_forward(x, weight, bias, route)
     return spare
-
-
-class _HeuristicPick(torch.autograd.Function):
-    """A convolution whose forward and gradients run ``fns``: PyTorch's ``fwd(x, w, bias)``, ``dgrad(dy, w)``,
-    ``wgrad(x, dy)`` and ``both(dy, x, w, need_bias)`` (:func:`~convtune.strategies.pytorch.native_pass`), as PyTorch's
-    own autograd computes them: both gradients in one call where both are needed."""
-
-    @staticmethod
-    def forward(ctx, x, w, bias, fns):
-        ctx.save_for_backward(x, w)
-        ctx.fns = fns
-        return fns[0](x, w, bias)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, w = ctx.saved_tensors
-        _fwd, dgrad, wgrad, both = ctx.fns
-        needs = ctx.needs_input_grad
-        if needs[0] and needs[1]:
-            return (*both(grad, x, w, needs[2]), None)
-        return (dgrad(grad, w) if needs[0] else None, wgrad(x, grad) if needs[1] else None,
-                grad.sum(dim=(0, *range(2, grad.dim()))) if needs[2] else None, None)
 
 
 def _unwrapped(model: nn.Module) -> nn.Module:
