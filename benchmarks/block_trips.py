@@ -27,7 +27,7 @@ from convtune.bench import torchfft
 from convtune.bench.runner import copy_bandwidth
 from convtune.planner import relative_error
 from convtune.problem import ConvProblem
-from convtune.roundtrip import (RoundTrip, TripConfig, block_trip_configs, compile_block_trips, round_trip_operands,
+from convtune.roundtrip import (RoundTrip, block_trip_configs, compile_block_trips, round_trip_operands,
                                 round_trip_references, time_round_trip, trip_candidates)
 from convtune.timing import CudaEventTimer, paired_ratio
 
@@ -39,24 +39,24 @@ LAYERS = {
     "slak-dw51": (dict(batch=16, in_channels=96, input_size=(56, 56), kernel_size=51, padding=25), (81, 81)),
     "convnext-t-dw7": (dict(batch=64, in_channels=96, input_size=(56, 56), kernel_size=7, padding=3), (64, 64)),
 }
-#: the trip timed for a layer where one is named
-TRIPS = {"replknet-dw31": TripConfig(sizes=(72, 72), product="block", radices="16x9"),
-         "hyena-long-dw": TripConfig(sizes=(8192,), product="block", radices="16", fused=True),
-         "slak-dw51": TripConfig(sizes=(81, 96), product="block", radices="16x9", threads=512, fused=True),
-         "long-16k-dw": TripConfig(sizes=(32768,), product="block", threads=1024)}
-#: dense layers of the public suite and a trip the planner chooses for them (cuFFT, fused callbacks)
-DENSE = {"dense-k31": (dict(batch=8, in_channels=64, out_channels=64, input_size=(64, 64), kernel_size=31,
-                            padding=15), TripConfig(sizes=(80, 80), fused=True))}
+#: dense layers: the public suite's, and the class of dense 25-35-wide kernels on 64-256-pixel planes with 16-64
+#: channels (with --all: every candidate of the planner)
+DENSE = {"dense-k31": dict(batch=8, in_channels=64, out_channels=64, input_size=(64, 64), kernel_size=31, padding=15),
+         "dense-k25-p128-c32": dict(batch=8, in_channels=32, out_channels=32, input_size=(128, 128), kernel_size=25,
+                                    padding=12),
+         "dense-k27-p96-c48": dict(batch=8, in_channels=48, out_channels=48, input_size=(96, 96), kernel_size=27,
+                                   padding=13),
+         "dense-k35-p256-c16": dict(batch=4, in_channels=16, out_channels=16, input_size=(256, 256), kernel_size=35,
+                                    padding=17)}
 
 
-def layer(name):
-    """The forward problem of ``name`` and the trip timed for it (``None``: a layer of ``LAYERS`` without one)."""
+def layer(name) -> ConvProblem:
+    """The forward problem of ``name``."""
     if name in DENSE:
-        spec, config = DENSE[name]
-        return ConvProblem.make(**spec), config
+        return ConvProblem.make(**DENSE[name])
     spec = LAYERS[name][0]
     c = spec["in_channels"]
-    return ConvProblem.make(out_channels=c, groups=c, **spec), TRIPS.get(name)
+    return ConvProblem.make(out_channels=c, groups=c, **spec)
 
 
 def kernel_times(torch, fn, be, calls: int = 5) -> dict:
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     torch, be, timer, bandwidth = setup(args.repeats)
     rows = []
     for name in args.layers.split(","):
-        base = layer(name)[0]
+        base = layer(name)
         x, w, dy = round_trip_operands(be, base, seed=1)
         refs = round_trip_references(be, base, x, w, dy)
         row = {"layer": name, "problem": base.key(), "candidates": {}}

@@ -118,21 +118,27 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
                                                    kernel_size=3, groups=4)
     assert versions_agree(older, dense, "fft", current) and not versions_agree(older, depthwise, "fft", current)
     assert not versions_agree(older, dense, "depthwise", current)  # the winner's own version changed
-    assert not versions_agree(current.replace("fft12", "fft7"), dense, "im2col", current)  # FFT serves every shape
+    assert not versions_agree(current.replace("fft13", "fft7"), dense, "im2col", current)  # FFT serves every shape
     # fft 9 changed the transforms of candidates that only kernels wider than 3 get, fft 10 the 3-D problems'
-    # candidates, fft 11 half-precision and channels_last problems', fft 12 tf32 ones' (see FftStrategy.changes)
+    # candidates, fft 11 half-precision and channels_last problems', fft 12 tf32 ones', fft 13 small batches with
+    # many channels (see FftStrategy.changes)
     wide = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=(5, 3))
     cube = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(5, 5, 5), kernel_size=3)
     half = dense.replace(dtype="bfloat16", layout="channels_last")
-    assert versions_agree(current.replace("fft12", "fft8"), dense, "im2col", current)
-    assert not versions_agree(current.replace("fft12", "fft8"), wide, "im2col", current)
-    assert versions_agree(current.replace("fft12", "fft9"), wide, "im2col", current)
-    assert not versions_agree(current.replace("fft12", "fft9"), cube, "im2col", current)
-    assert versions_agree(current.replace("fft12", "fft10"), cube, "im2col", current)
-    assert not versions_agree(current.replace("fft12", "fft10"), half, "im2col", current)
+    assert versions_agree(current.replace("fft13", "fft8"), dense, "im2col", current)
+    assert not versions_agree(current.replace("fft13", "fft8"), wide, "im2col", current)
+    assert versions_agree(current.replace("fft13", "fft9"), wide, "im2col", current)
+    assert not versions_agree(current.replace("fft13", "fft9"), cube, "im2col", current)
+    assert versions_agree(current.replace("fft13", "fft10"), cube, "im2col", current)
+    assert not versions_agree(current.replace("fft13", "fft10"), half, "im2col", current)
     # fft 12: tf32 problems' candidates (the packed product's TF32 form)
-    assert versions_agree(current.replace("fft12", "fft11"), half, "im2col", current)
-    assert not versions_agree(current.replace("fft12", "fft11"), dense.replace(math="tf32"), "im2col", current)
+    assert versions_agree(current.replace("fft13", "fft11"), half, "im2col", current)
+    assert not versions_agree(current.replace("fft13", "fft11"), dense.replace(math="tf32"), "im2col", current)
+    # fft 13: the narrow product at a batch of 16 or less with many channels on both sides
+    assert versions_agree(current.replace("fft13", "fft12"), dense.replace(math="tf32"), "im2col", current)
+    many = ConvProblem.make(batch=8, in_channels=32, out_channels=32, input_size=(9, 9), kernel_size=5)
+    assert not versions_agree(current.replace("fft13", "fft12"), many, "im2col", current)
+    assert versions_agree(current.replace("fft13", "fft12"), many.replace(batch=17), "im2col", current)
     assert not versions_agree(older.replace(",torch", ",x").split(",x")[0], dense, "fft", current)  # torch added
     assert versions_agree(older + ",retired9", dense, "fft", current)  # a strategy no longer registered
     assert not versions_agree(older + ",retired9", dense, "retired", current)  # ... cannot have won it

@@ -17,9 +17,12 @@ def test_block_keeps_the_thin_side_whole():
     assert narrow.block(128, 96) == (4, 8)  # a forward pass: the reduction is the thin side
 
 
-def test_applies_to_few_channels_on_either_side():
+def test_applies_to_few_channels_on_either_side_or_few_images():
     assert narrow.unsupported_reason(3, 96) is None and narrow.unsupported_reason(512, 16) is None
     assert "at most 16" in narrow.unsupported_reason(17, 64)
+    assert narrow.unsupported_reason(64, 64, batch=8) is None  # (a dense layer at batch 8: images x channels)
+    assert "and a batch of 17: the narrow product is for at most 16" in narrow.unsupported_reason(64, 64, batch=17)
+    assert narrow.unsupported_reason(3, 96, batch=64) is None
 
 
 def test_narrow_is_a_gpu_candidate_for_few_channels(backend):
@@ -27,8 +30,19 @@ def test_narrow_is_a_gpu_candidate_for_few_channels(backend):
     thin = [c for c in fft.candidates(problem("2d-odd"), backend) if c.narrow]
     assert (len(thin) > 0) == (backend.name == "cupy")
     assert all(c.packed and c.product == "fgemm" for c in thin)
-    wide = problem("2d-odd").replace(in_channels=32, out_channels=32)
+    wide = problem("2d-odd").replace(in_channels=32, out_channels=32, batch=17)
     assert not [c for c in fft.candidates(wide, backend) if c.narrow]
+    few_images = wide.replace(batch=16)  # (many channels on both sides, few images: the thin side of the products)
+    assert bool([c for c in fft.candidates(few_images, backend) if c.narrow]) == (backend.name == "cupy")
+
+
+def test_a_stored_fft_plan_or_trip_decision_is_measured_again_where_the_narrow_product_became_a_candidate():
+    from convtune.roundtrip import trip
+    from convtune.strategies import fft
+    dense = problem("2d-odd").replace(in_channels=32, out_channels=32, batch=8)
+    for changed in (fft.FftStrategy.changes[13], trip.CHANGES[18]):
+        assert changed(dense) and not changed(dense.replace(batch=17)) and not changed(problem("2d-odd"))
+    assert trip.stale(17, dense) and not trip.stale(17, dense.replace(batch=17))
 
 
 def test_narrow_needs_the_packed_layout(backend):
@@ -75,7 +89,7 @@ def test_the_packed_cases_are_views_and_their_product_is_the_ops(ops):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ops", [("N", "C"), ("N", "N"), ("C", "N")])
-@pytest.mark.parametrize("mnk", [(37, 3, 20), (5, 40, 3), (130, 12, 7), (3, 17, 50)])
+@pytest.mark.parametrize("mnk", [(37, 3, 20), (5, 40, 3), (130, 12, 7), (3, 17, 50), (8, 64, 64), (64, 48, 8)])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
     """(F, rows, cols) views of (rows, cols, F) arrays, a column slice as the groups take, every op pair the

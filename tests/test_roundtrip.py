@@ -271,7 +271,8 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     13 (fused backward passes) float32 depthwise rows, version 14 (the same for images) 2-D ones, version 15 (radix-32
     passes) float32 depthwise rows whose transforms they shorten by a pass (long-16k's, not hyena's 4096 points),
     version 16 (the rows' first and last passes reading and writing memory) every float32 depthwise row, version 17
-    (bfloat16 trips timed on 16-bit memory) every bfloat16 layer."""
+    (bfloat16 trips timed on 16-bit memory) every bfloat16 layer, version 18 (the narrow product at a small batch)
+    layers of 16 images or fewer with more than 16 channels per group on both sides."""
     from convtune import roundtrip
     two, three = problem("2d-large-kernel"), problem("3d-basic")
     half = two.replace(dtype="bfloat16", layout="channels_last")
@@ -279,7 +280,7 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7")
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 17
+    assert roundtrip.VERSION == 18
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
@@ -299,7 +300,9 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     bf16 = two.replace(dtype="bfloat16")
     assert roundtrip.stale(16, half) and roundtrip.stale(16, bf16) and not roundtrip.stale(16, half16)
     assert not any(roundtrip.stale(16, p) for p in (two, three, tf32, depthwise))
-    assert roundtrip.stale(5, two) and roundtrip.stale(18, two)
+    dense = two.replace(batch=8, in_channels=32, out_channels=32)
+    assert roundtrip.stale(17, dense) and not any(roundtrip.stale(17, p) for p in (two, three, tf32, depthwise))
+    assert roundtrip.stale(5, two) and roundtrip.stale(19, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),

@@ -16,7 +16,7 @@ that is the whole inverse transform is written in place. ``packed`` skips the la
 altogether: spectra stay in cuFFT's (B, F) layout and are passed around as transposed views, and
 the product is convtune's own batched complex GEMM kernel, which reads and writes rows of F
 contiguous frequencies (on the H100 about two thirds of cuBLAS's speed; it wins where the
-transposes cost more than that); with ``narrow``, for few channels,
+transposes cost more than that); with ``narrow``, for few channels or images,
 the product on that layout is instead :mod:`convtune.fft.narrow`'s register-blocked kernel. ``own``
 replaces cuFFT with convtune's own one-pass 64x64 transforms (:mod:`convtune.fft.fft64`).
 

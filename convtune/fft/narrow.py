@@ -2,7 +2,9 @@
 frequency on the packed spectrum layout (GPU).
 
 With few channels on one side (an RGB first layer, a strided layer's few phases, a depthwise
-multiplier), the per-frequency matrices are thin: at most :data:`MAX_CHANNELS` rows or columns. A
+multiplier), or few images (the forward and backward-data products of a dense layer at a small batch: images x
+channels per frequency, while the filter's spectrum, read once, is what the product's time goes to), the
+per-frequency matrices are thin: at most :data:`MAX_CHANNELS` rows or columns. A
 shared-memory GEMM tile (:mod:`convtune.fft.freqmajor`'s packed kernel, 64 x 64 per frequency)
 then computes mostly padding, and cuBLAS's batched GEMM needs the spectra transposed first. Here
 each thread owns one frequency and an ``RM x RN`` block of the result, with the whole reduction in
@@ -30,10 +32,13 @@ MAX_ACC = 32
 THREADS = 128
 
 
-def unsupported_reason(in_per_group: int, out_per_group: int) -> str | None:
-    """Why the narrow product does not apply to these channel counts, or None."""
-    if min(in_per_group, out_per_group) > MAX_CHANNELS:
-        return (f"{in_per_group} -> {out_per_group} channels per group: the narrow product is for at most "
+def unsupported_reason(in_per_group: int, out_per_group: int, batch: int | None = None) -> str | None:
+    """Why the narrow product does not apply to these channel counts and this batch (the images one product call
+    takes; ``None``: not known), or None. A small batch is the thin side of the forward and backward-data products
+    (images x channels per frequency); the filter gradient's product then reduces over it."""
+    if min(in_per_group, out_per_group, MAX_CHANNELS + 1 if batch is None else batch) > MAX_CHANNELS:
+        images = "" if batch is None else f" and a batch of {batch}"
+        return (f"{in_per_group} -> {out_per_group} channels per group{images}: the narrow product is for at most "
                 f"{MAX_CHANNELS} on one side")
     return None
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .. import precision
 from ..backend import Backend, gemm_precision, get_backend
-from ..fft import blockkept, freqmajor, planeconv, rowconv, spectral
+from ..fft import blockkept, freqmajor, narrow, planeconv, rowconv, spectral
 from ..fft import sizes as fft_sizes
 from ..fft.cost import spectrum_elems
 from ..problem import ConvProblem
@@ -22,8 +22,9 @@ log = logging.getLogger("convtune")
 #: product's TF32 tensor-core form; 11: the one-block transforms' kept spectra for float32 depthwise 1-D and 2-D
 #: layers; 12: 1024-thread blocks for rows of over 8192 points as candidates too; 13: rows' fused backward passes;
 #: 14: images' too; 15: rows' radix-32 passes; 16: rows' first and last passes reading and writing memory; 17:
-#: bfloat16 trips that read its 16 bits timed on 16-bit memory, as the per-pass plans are, not on float32 storage).
-VERSION = 17
+#: bfloat16 trips that read its 16 bits timed on 16-bit memory, as the per-pass plans are, not on float32 storage;
+#: 18: the packed trips with the narrow product at a batch of 16 or less too, many channels on both sides).
+VERSION = 18
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -37,7 +38,8 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            15: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels
            and rowconv.offers(p, "32"),
            16: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
-           17: lambda p: p.dtype == "bfloat16"}
+           17: lambda p: p.dtype == "bfloat16",
+           18: lambda p: p.batch <= narrow.MAX_CHANNELS < min(p.in_per_group, p.out_per_group)}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:

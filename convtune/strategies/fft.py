@@ -156,9 +156,9 @@ def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftCo
 
 
 def narrow_variants(problem, configs) -> list:
-    """Each packed configuration (an :class:`FftConfig` or a round trip's) again with the narrow product,
-    where ``problem`` has few enough channels for it (:mod:`convtune.fft.narrow`)."""
-    if narrow.unsupported_reason(problem.in_per_group, problem.out_per_group) is not None:
+    """Each packed configuration (an :class:`FftConfig` or a round trip's: both take the whole batch) again with
+    the narrow product, where ``problem`` has few enough channels or images for it (:mod:`convtune.fft.narrow`)."""
+    if narrow.unsupported_reason(problem.in_per_group, problem.out_per_group, problem.batch) is not None:
         return []
     # (the narrow kernel is float32: a TF32 packed configuration's narrow form has float32 products)
     return list(dict.fromkeys(replace(c, narrow=True, tf32=False) for c in configs if c.packed))
@@ -168,7 +168,7 @@ def narrow_variants(problem, configs) -> list:
 class FftStrategy(Strategy):
     name = "fft"
     transforms = True
-    version = 12
+    version = 13
     config_type = FftConfig
     #: 9: the gemm and pointwise products' transforms on the GPU through cuFFT plans made once (one
     #: embedding kernel per operand) instead of ``cupy.fft`` (same results, less host and device time). Those
@@ -177,9 +177,10 @@ class FftStrategy(Strategy):
     #: callbacks of any rank), packed and strided variants too.
     #: 11: convtune's own transforms read and write half-precision and channels_last problems themselves
     #: (no conversions around them). 12: in tf32 mode the own transforms' packed product has a TF32 tensor-core
-    #: form too.
+    #: form too. 13: the narrow product is a candidate at a batch of 16 or less too (many channels on both sides).
     changes = {9: lambda p: any(k > 3 for k in p.kernel_size), 10: lambda p: p.rank == 3,
-               11: lambda p: p.dtype != "float32" or p.layout != "channels_first", 12: lambda p: p.math == "tf32"}
+               11: lambda p: p.dtype != "float32" or p.layout != "channels_first", 12: lambda p: p.math == "tf32",
+               13: lambda p: p.batch <= narrow.MAX_CHANNELS < min(p.in_per_group, p.out_per_group)}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
@@ -389,7 +390,8 @@ class FftStrategy(Strategy):
     @staticmethod
     def _executor(xp, problem, config):
         fft_sizes.check_sizes(problem, config.sizes)
-        reason = narrow.unsupported_reason(problem.in_per_group, problem.out_per_group) if config.narrow else None
+        reason = narrow.unsupported_reason(problem.in_per_group, problem.out_per_group, config.chunk) \
+            if config.narrow else None
         if reason is not None:  # the problem the product sees: a polyphase form has more channels
             raise ValueError(f"{config.label()}: {reason}")
         if config.product == "fgemm":
