@@ -10,11 +10,15 @@ from cases import problem
 
 
 def test_block_keeps_the_thin_side_whole():
-    assert narrow.block(128, 3) == (8, 3)  # backward-data of an RGB layer: all 3 input channels per thread
-    assert narrow.block(128, 12) == (2, 12)  # at most 32 accumulators
-    assert narrow.block(3, 96) == (3, 8)  # backward-filter with the thin side as rows
-    assert narrow.block(2, 2) == (2, 2)
-    assert narrow.block(128, 96) == (4, 8)  # a forward pass: the reduction is the thin side
+    T = narrow.THREADS
+    assert narrow.block(128, 3) == (8, 3, T)  # backward-data of an RGB layer: all 3 input channels per thread
+    assert narrow.block(128, 12) == (2, 12, T)  # at most 32 accumulators
+    assert narrow.block(3, 96) == (3, 8, T)  # backward-filter with the thin side as rows
+    assert narrow.block(8, 64) == (8, 4, T)  # a forward pass at batch 8: the images are the thin side
+    assert narrow.block(2, 2) == (2, 2, T)
+    # both sides wide (a forward pass whose reduction is the thin side, a small batch's filter gradient) or 9 to 16
+    # rows on the thin side: 8 x 8 blocks, one warp per block of threads
+    assert narrow.block(128, 96) == narrow.block(64, 64) == narrow.block(16, 64) == narrow.WIDE_BLOCK == (8, 8, 32)
 
 
 def test_applies_to_few_channels_on_either_side_or_few_images():
@@ -43,6 +47,10 @@ def test_a_stored_fft_plan_or_trip_decision_is_measured_again_where_the_narrow_p
     for changed in (fft.FftStrategy.changes[13], trip.CHANGES[18]):
         assert changed(dense) and not changed(dense.replace(batch=17)) and not changed(problem("2d-odd"))
     assert trip.stale(17, dense) and not trip.stale(17, dense.replace(batch=17))
+    # the new blocks: an RGB layer's forward pass (both sides of its product wide) takes them, a depthwise row not
+    rgb = problem("2d-odd").replace(in_channels=3, out_channels=64, batch=32)
+    assert narrow.changed_by_wide_block(3, 64, 32) and fft.FftStrategy.changes[13](rgb) and trip.stale(17, rgb)
+    assert not narrow.changed_by_wide_block(1, 1, 2) and not narrow.changed_by_wide_block(3, 5, 2)
 
 
 def test_narrow_needs_the_packed_layout(backend):
@@ -89,7 +97,8 @@ def test_the_packed_cases_are_views_and_their_product_is_the_ops(ops):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ops", [("N", "C"), ("N", "N"), ("C", "N")])
-@pytest.mark.parametrize("mnk", [(37, 3, 20), (5, 40, 3), (130, 12, 7), (3, 17, 50), (8, 64, 64), (64, 48, 8)])
+@pytest.mark.parametrize("mnk", [(37, 3, 20), (5, 40, 3), (130, 12, 7), (3, 17, 50), (8, 64, 64), (64, 48, 8),
+                                 (12, 40, 20), (70, 45, 3)])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
     """(F, rows, cols) views of (rows, cols, F) arrays, a column slice as the groups take, every op pair the

@@ -26,10 +26,15 @@ import numpy
 
 #: The product applies where the groups' input or output channels are at most this many.
 MAX_CHANNELS = 16
-#: At most this many complex accumulators per thread (more spill registers).
+#: At most this many complex accumulators per thread (more spill registers), except in :data:`WIDE_BLOCK`.
 MAX_ACC = 32
 #: Threads per block: consecutive frequencies.
 THREADS = 128
+#: The block of a thread (and the threads per block) where the thin side is the reduction (both sides of the result
+#: over :data:`MAX_CHANNELS`: a small batch's filter gradient, an RGB layer's forward pass) or 9 to 16 images: an
+#: 8 x 8 block, one warp per block of threads (on an H200 the filter gradient of 64 -> 64 channels at batch 8 took
+#: 77 against 96 µs, and at batch 16 the forward pass 125 against 447 µs).
+WIDE_BLOCK = (8, 8, 32)
 
 
 def unsupported_reason(in_per_group: int, out_per_group: int, batch: int | None = None) -> str | None:
@@ -43,28 +48,39 @@ def unsupported_reason(in_per_group: int, out_per_group: int, batch: int | None 
     return None
 
 
-def block(m: int, n: int) -> tuple[int, int]:
-    """The register block ``(RM, RN)`` of a thread for an ``m x n`` result: the thin side whole, the wide
-    side in blocks that keep at most :data:`MAX_ACC` complex accumulators."""
+def block(m: int, n: int) -> tuple[int, int, int]:
+    """The register block ``(RM, RN)`` of a thread for an ``m x n`` result, and the threads per block: the thin
+    side whole, the wide side in blocks that keep at most :data:`MAX_ACC` complex accumulators; where both sides
+    are wide or the thin one has 9 to 16 rows, :data:`WIDE_BLOCK`."""
     if n <= MAX_CHANNELS:
-        return max(1, min(m, 8, MAX_ACC // n)), n
-    if m <= MAX_CHANNELS:
-        return m, max(1, min(n, 8, MAX_ACC // m))
-    return 4, 8
+        return max(1, min(m, 8, MAX_ACC // n)), n, THREADS
+    if m <= 8:
+        return m, max(1, min(n, 8, MAX_ACC // m)), THREADS
+    return WIDE_BLOCK
+
+
+def changed_by_wide_block(in_per_group: int, out_per_group: int, batch: int) -> bool:
+    """Does the narrow product apply to a layer of these channels per group and this batch, and does one of its
+    passes' products (images x output channels, images x input channels, output x input channels) take
+    :data:`WIDE_BLOCK`, which earlier versions did not have?"""
+    if unsupported_reason(in_per_group, out_per_group, batch) is not None:
+        return False
+    return any(block(m, n) == WIDE_BLOCK for m, n in ((batch, out_per_group), (batch, in_per_group),
+                                                       (out_per_group, in_per_group)))
 
 
 _SOURCE = r"""
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(NT)
 convtune_narrow_cgemm(const float2* __restrict__ A, const float2* __restrict__ B, float2* __restrict__ C,
                       int M, int N, int K, int F, long long sAm, long long sAk, long long sBk, long long sBn,
                       long long sCm, long long sCn, int conjA, int conjB, float alpha, int accumulate,
                       int mblocks, int nblocks)
 {
     // C[m, n, f] = alpha * sum_k opA[m, k, f] * opB[k, n, f] (+ C); one frequency and an RM x RN block
-    // per thread, the blocks of one set of 128 frequencies next to each other in the grid
+    // per thread, the blocks of one set of NT frequencies next to each other in the grid
     const int tiles = mblocks * nblocks;
     const int tile = blockIdx.x % tiles;
-    const int f = (blockIdx.x / tiles) * 128 + threadIdx.x;
+    const int f = (blockIdx.x / tiles) * NT + threadIdx.x;
     if (f >= F) return;
     const int m0 = (tile % mblocks) * RM, n0 = (tile / mblocks) * RN;
     const float sa = conjA ? -1.f : 1.f, sb = conjB ? -1.f : 1.f;
@@ -110,20 +126,22 @@ convtune_narrow_cgemm(const float2* __restrict__ A, const float2* __restrict__ B
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(rm: int, rn: int):
+def _kernel(rm: int, rn: int, threads: int):
     import cupy
-    return cupy.RawKernel(f"#define RM {rm}\n#define RN {rn}\n" + _SOURCE, "convtune_narrow_cgemm")
+    return cupy.RawKernel(f"#define RM {rm}\n#define RN {rn}\n#define NT {threads}\n" + _SOURCE,
+                          "convtune_narrow_cgemm")
 
 
 def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate):
     """``c = alpha op(a) op(b) (+ c)`` per frequency; ``strides`` are the row strides (in rows of F
     elements) ``(s_am, s_ak, s_bk, s_bn, s_cm, s_cn)`` of the operands as multiplied (after any
     transpose), as :meth:`convtune.fft.arrayops.CupyOps.gemm` computes them for the packed layout."""
-    rm, rn = block(m, n)
+    rm, rn, threads = block(m, n)
+    rm, rn = min(rm, m), min(rn, n)
     mblocks, nblocks = -(-m // rm), -(-n // rn)
-    grid = (mblocks * nblocks * (-(-F // THREADS)),)
+    grid = (mblocks * nblocks * (-(-F // threads)),)
     i32, i64 = numpy.int32, numpy.int64
-    _kernel(rm, rn)(grid, (THREADS,), (a, b, c, i32(m), i32(n), i32(k), i32(F)) +
+    _kernel(rm, rn, threads)(grid, (threads,), (a, b, c, i32(m), i32(n), i32(k), i32(F)) +
                     tuple(i64(s) for s in strides) +
                     (i32(conj_a), i32(conj_b), numpy.float32(alpha), i32(1 if accumulate else 0), i32(mblocks),
                      i32(nblocks)))
