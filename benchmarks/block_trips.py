@@ -42,6 +42,7 @@ LAYERS = {
 #: dense layers: the public suite's, and the class of dense 25-35-wide kernels on 64-256-pixel planes with 16-64
 #: channels (with --all: every candidate of the planner)
 DENSE = {"dense-k31": dict(batch=8, in_channels=64, out_channels=64, input_size=(64, 64), kernel_size=31, padding=15),
+         "fbfft-L1": dict(batch=128, in_channels=3, out_channels=96, input_size=(128, 128), kernel_size=11),
          "dense-k25-p128-c32": dict(batch=8, in_channels=32, out_channels=32, input_size=(128, 128), kernel_size=25,
                                     padding=12),
          "dense-k27-p96-c48": dict(batch=8, in_channels=48, out_channels=48, input_size=(96, 96), kernel_size=27,

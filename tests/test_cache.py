@@ -121,9 +121,13 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     assert not versions_agree(current.replace("fft13", "fft7"), dense, "im2col", current)  # FFT serves every shape
     # fft 9 changed the transforms of candidates that only kernels wider than 3 get, fft 10 the 3-D problems'
     # candidates, fft 11 half-precision and channels_last problems', fft 12 tf32 ones', fft 13 small batches with
-    # many channels (see FftStrategy.changes)
-    wide = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=(5, 3))
-    cube = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(5, 5, 5), kernel_size=3)
+    # many channels and the narrow product's blocks (see FftStrategy.changes); the shapes below have channels and
+    # a batch the narrow product does not take, but few: fft 13 changed their blocks
+    many_images = dict(batch=17, in_channels=32, out_channels=32)
+    few, dense = dense, dense.replace(**many_images)
+    assert not versions_agree(current.replace("fft13", "fft12"), few, "im2col", current)
+    wide = ConvProblem.make(**many_images, input_size=(9, 9), kernel_size=(5, 3))
+    cube = ConvProblem.make(**many_images, input_size=(5, 5, 5), kernel_size=3)
     half = dense.replace(dtype="bfloat16", layout="channels_last")
     assert versions_agree(current.replace("fft13", "fft8"), dense, "im2col", current)
     assert not versions_agree(current.replace("fft13", "fft8"), wide, "im2col", current)

@@ -9,16 +9,19 @@ from convtune.strategies import get_strategy
 from cases import problem
 
 
-def test_block_keeps_the_thin_side_whole():
-    T = narrow.THREADS
-    assert narrow.block(128, 3) == (8, 3, T)  # backward-data of an RGB layer: all 3 input channels per thread
-    assert narrow.block(128, 12) == (2, 12, T)  # at most 32 accumulators
+def test_blocks_of_a_thread_and_threads_per_block():
+    T, W = narrow.THREADS, narrow.WARP
+    # few columns: up to 8 x 8 (8 x 4 for fewer than 8 rows), one warp per block of threads
+    assert narrow.block(128, 3) == (8, 3, W)  # backward-data of an RGB layer: all 3 input channels per thread
+    assert narrow.block(128, 12) == (8, 8, W)
+    assert narrow.block(4, 16) == (4, 4, W)
+    assert narrow.block(2, 2) == (2, 2, W)
+    # at most 8 rows against a wide side: the rows whole, at most 32 accumulators, 128 threads
     assert narrow.block(3, 96) == (3, 8, T)  # backward-filter with the thin side as rows
     assert narrow.block(8, 64) == (8, 4, T)  # a forward pass at batch 8: the images are the thin side
-    assert narrow.block(2, 2) == (2, 2, T)
     # both sides wide (a forward pass whose reduction is the thin side, a small batch's filter gradient) or 9 to 16
-    # rows on the thin side: 8 x 8 blocks, one warp per block of threads
-    assert narrow.block(128, 96) == narrow.block(64, 64) == narrow.block(16, 64) == narrow.WIDE_BLOCK == (8, 8, 32)
+    # rows against a wide side: 8 x 8 blocks, one warp per block of threads
+    assert narrow.block(128, 96) == narrow.block(64, 64) == narrow.block(16, 64) == narrow.WIDE_BLOCK == (8, 8, W)
 
 
 def test_applies_to_few_channels_on_either_side_or_few_images():
@@ -45,12 +48,14 @@ def test_a_stored_fft_plan_or_trip_decision_is_measured_again_where_the_narrow_p
     from convtune.strategies import fft
     dense = problem("2d-odd").replace(in_channels=32, out_channels=32, batch=8)
     for changed in (fft.FftStrategy.changes[13], trip.CHANGES[18]):
-        assert changed(dense) and not changed(dense.replace(batch=17)) and not changed(problem("2d-odd"))
+        assert changed(dense) and not changed(dense.replace(batch=17))
     assert trip.stale(17, dense) and not trip.stale(17, dense.replace(batch=17))
-    # the new blocks: an RGB layer's forward pass (both sides of its product wide) takes them, a depthwise row not
+    # the new blocks: an RGB layer's (and 2d-odd's) take them; 3 rows against 96 columns as before
     rgb = problem("2d-odd").replace(in_channels=3, out_channels=64, batch=32)
-    assert narrow.changed_by_wide_block(3, 64, 32) and fft.FftStrategy.changes[13](rgb) and trip.stale(17, rgb)
-    assert not narrow.changed_by_wide_block(1, 1, 2) and not narrow.changed_by_wide_block(3, 5, 2)
+    assert narrow.blocks_changed(3, 64, 32) and fft.FftStrategy.changes[13](rgb) and trip.stale(17, rgb)
+    assert narrow.blocks_changed(3, 5, 2) and trip.CHANGES[18](problem("2d-odd"))
+    assert narrow.block(3, 96) == narrow._block_before(3, 96) and narrow.block(2, 1) != narrow._block_before(2, 1)
+    assert not narrow.blocks_changed(64, 64, 17)  # (the narrow product does not apply)
 
 
 def test_narrow_needs_the_packed_layout(backend):

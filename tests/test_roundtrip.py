@@ -272,17 +272,20 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     passes) float32 depthwise rows whose transforms they shorten by a pass (long-16k's, not hyena's 4096 points),
     version 16 (the rows' first and last passes reading and writing memory) every float32 depthwise row, version 17
     (bfloat16 trips timed on 16-bit memory) every bfloat16 layer, version 18 (the narrow product at a small batch)
-    layers of 16 images or fewer with more than 16 channels per group on both sides."""
+    layers of 16 images or fewer with more than 16 channels per group on both sides, and those whose narrow products
+    take other blocks now (few channels on one side)."""
     from convtune import roundtrip
-    two, three = problem("2d-large-kernel"), problem("3d-basic")
+    # (channels and a batch the narrow product does not take, nor the frequency-major product's groups: version 18)
+    wide = dict(in_channels=32, out_channels=32, batch=17)
+    two, three = problem("2d-large-kernel", **wide), problem("3d-basic", **wide)
     half = two.replace(dtype="bfloat16", layout="channels_last")
     half16 = half.replace(dtype="float16")  # (version 17 changed every bfloat16 layer)
     tf32 = two.replace(math="tf32")
-    depthwise = problem("2d-depthwise-7x7")
+    depthwise = problem("2d-depthwise-7x7", in_channels=32, out_channels=32, groups=32)
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
     assert roundtrip.VERSION == 18
     from convtune import ConvProblem
-    long_row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, groups=8, input_size=(16384,),
+    long_row = ConvProblem.make(batch=2, in_channels=32, out_channels=32, groups=32, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
     hyena = long_row.replace(input_size=(4096,), kernel_size=(4096,), padding=(4095,))
     assert roundtrip.stale(11, long_row) and roundtrip.stale(12, hyena) and roundtrip.stale(13, depthwise)
@@ -300,8 +303,9 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     bf16 = two.replace(dtype="bfloat16")
     assert roundtrip.stale(16, half) and roundtrip.stale(16, bf16) and not roundtrip.stale(16, half16)
     assert not any(roundtrip.stale(16, p) for p in (two, three, tf32, depthwise))
-    dense = two.replace(batch=8, in_channels=32, out_channels=32)
-    assert roundtrip.stale(17, dense) and not any(roundtrip.stale(17, p) for p in (two, three, tf32, depthwise))
+    dense, few = two.replace(batch=8), problem("2d-large-kernel")  # (the narrow product's new candidates, blocks)
+    assert roundtrip.stale(17, dense) and roundtrip.stale(17, few)
+    assert not any(roundtrip.stale(17, p) for p in (two, three, tf32, depthwise, long_row))
     assert roundtrip.stale(5, two) and roundtrip.stale(19, two)
 
 

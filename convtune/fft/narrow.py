@@ -26,15 +26,18 @@ import numpy
 
 #: The product applies where the groups' input or output channels are at most this many.
 MAX_CHANNELS = 16
-#: At most this many complex accumulators per thread (more spill registers), except in :data:`WIDE_BLOCK`.
+#: At most this many complex accumulators per thread where a few rows meet a wide side (more spill registers).
 MAX_ACC = 32
-#: Threads per block: consecutive frequencies.
+#: Threads per block where at most 8 rows meet a wide side (a forward pass at batch 8): consecutive frequencies.
 THREADS = 128
-#: The block of a thread (and the threads per block) where the thin side is the reduction (both sides of the result
-#: over :data:`MAX_CHANNELS`: a small batch's filter gradient, an RGB layer's forward pass) or 9 to 16 images: an
-#: 8 x 8 block, one warp per block of threads (on an H200 the filter gradient of 64 -> 64 channels at batch 8 took
-#: 77 against 96 µs, and at batch 16 the forward pass 125 against 447 µs).
-WIDE_BLOCK = (8, 8, 32)
+#: Threads per block elsewhere: one warp (its blocks of consecutive frequencies spread over more of the device; on an
+#: H200 an RGB layer's backward-data product at batch 32 took 150 against 232 µs with 8 x 3 blocks either way).
+WARP = 32
+#: The block of a thread (and the threads per block) where both sides of the result are wide (over
+#: :data:`MAX_CHANNELS`: a small batch's filter gradient, an RGB layer's forward pass) or the rows are 9 to 16 images:
+#: 8 x 8 (on an H200 the filter gradient of 64 -> 64 channels at batch 8 took 77 against 96 µs, and at batch 16 the
+#: forward pass 125 against 447 µs).
+WIDE_BLOCK = (8, 8, WARP)
 
 
 def unsupported_reason(in_per_group: int, out_per_group: int, batch: int | None = None) -> str | None:
@@ -49,24 +52,35 @@ def unsupported_reason(in_per_group: int, out_per_group: int, batch: int | None 
 
 
 def block(m: int, n: int) -> tuple[int, int, int]:
-    """The register block ``(RM, RN)`` of a thread for an ``m x n`` result, and the threads per block: the thin
-    side whole, the wide side in blocks that keep at most :data:`MAX_ACC` complex accumulators; where both sides
-    are wide or the thin one has 9 to 16 rows, :data:`WIDE_BLOCK`."""
+    """The register block ``(RM, RN)`` of a thread for an ``m x n`` result, and the threads per block: where the
+    columns are few (at most :data:`MAX_CHANNELS`), blocks of up to 8 x 8 (8 x 4 for fewer than 8 rows), one warp per
+    block of threads; where at most 8 rows meet a wide side, the rows whole and at most :data:`MAX_ACC` complex
+    accumulators; elsewhere :data:`WIDE_BLOCK`."""
     if n <= MAX_CHANNELS:
-        return max(1, min(m, 8, MAX_ACC // n)), n, THREADS
+        return min(m, 8), min(n, 8 if m >= 8 else 4), WARP
     if m <= 8:
         return m, max(1, min(n, 8, MAX_ACC // m)), THREADS
     return WIDE_BLOCK
 
 
-def changed_by_wide_block(in_per_group: int, out_per_group: int, batch: int) -> bool:
+def _block_before(m: int, n: int) -> tuple[int, int, int]:
+    """:func:`block` before the fft strategy's version 13 and the round trips' version 18 (what plans stored under
+    earlier versions were timed with): the thin side whole, at most 32 accumulators, 128 threads."""
+    if n <= MAX_CHANNELS:
+        return max(1, min(m, 8, 32 // n)), n, 128
+    if m <= MAX_CHANNELS:
+        return m, max(1, min(n, 8, 32 // m)), 128
+    return 4, 8, 128
+
+
+def blocks_changed(in_per_group: int, out_per_group: int, batch: int) -> bool:
     """Does the narrow product apply to a layer of these channels per group and this batch, and does one of its
-    passes' products (images x output channels, images x input channels, output x input channels) take
-    :data:`WIDE_BLOCK`, which earlier versions did not have?"""
+    passes' products (images x output channels, images x input channels, output x input channels) take a block
+    other than the one earlier versions took (:func:`_block_before`)?"""
     if unsupported_reason(in_per_group, out_per_group, batch) is not None:
         return False
-    return any(block(m, n) == WIDE_BLOCK for m, n in ((batch, out_per_group), (batch, in_per_group),
-                                                       (out_per_group, in_per_group)))
+    return any(block(m, n) != _block_before(m, n) for m, n in ((batch, out_per_group), (batch, in_per_group),
+                                                                (out_per_group, in_per_group)))
 
 
 _SOURCE = r"""

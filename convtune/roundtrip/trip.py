@@ -24,7 +24,7 @@ log = logging.getLogger("convtune")
 #: 14: images' too; 15: rows' radix-32 passes; 16: rows' first and last passes reading and writing memory; 17:
 #: bfloat16 trips that read its 16 bits timed on 16-bit memory, as the per-pass plans are, not on float32 storage;
 #: 18: the packed trips with the narrow product at a batch of 16 or less too, many channels on both sides, and the
-#: narrow product's new blocks, narrow.WIDE_BLOCK).
+#: narrow product's new blocks, narrow.block).
 VERSION = 18
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
@@ -42,7 +42,7 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            17: lambda p: p.dtype == "bfloat16",
            18: lambda p: (freqmajor.unsupported_reason(p) is None and
                (p.batch <= narrow.MAX_CHANNELS < min(p.in_per_group, p.out_per_group) or
-                narrow.changed_by_wide_block(p.in_per_group, p.out_per_group, p.batch)))}
+                narrow.blocks_changed(p.in_per_group, p.out_per_group, p.batch)))}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:

@@ -178,13 +178,12 @@ class FftStrategy(Strategy):
     #: 11: convtune's own transforms read and write half-precision and channels_last problems themselves
     #: (no conversions around them). 12: in tf32 mode the own transforms' packed product has a TF32 tensor-core
     #: form too. 13: the narrow product is a candidate at a batch of 16 or less too (many channels on both sides),
-    #: and its blocks changed where both sides of its result are wide or the thin one has 9 to 16 rows
-    #: (``narrow.WIDE_BLOCK``).
+    #: and its blocks changed (one warp per block of threads where the columns are few or both sides are wide).
     changes = {9: lambda p: any(k > 3 for k in p.kernel_size), 10: lambda p: p.rank == 3,
                11: lambda p: p.dtype != "float32" or p.layout != "channels_first", 12: lambda p: p.math == "tf32",
                13: lambda p: (freqmajor.unsupported_reason(p) is None and
                    (p.batch <= narrow.MAX_CHANNELS < min(p.in_per_group, p.out_per_group) or
-                    narrow.changed_by_wide_block(p.in_per_group, p.out_per_group, p.batch)))}
+                    narrow.blocks_changed(p.in_per_group, p.out_per_group, p.batch)))}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
