@@ -122,6 +122,23 @@ def test_narrow_gemm_on_packed_views(ops, mnk, accumulate):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [(8, 8, 32), (8, 3, 32), (4, 4, 128), (1, 5, 64), (3, 8, 32)])
+@pytest.mark.parametrize("mnk", [(37, 3, 20), (12, 40, 7)])
+def test_narrow_gemm_at_blocks_other_than_its_own(blocks, mnk):
+    """The blocks benchmarks/narrow_blocks.py times (any RM x RN and threads per block; edges in both directions),
+    through CupyOps.narrow_blocks: against NumPy, with accumulation."""
+    import cupy
+    from convtune.fft.arrayops import CupyOps
+    F = 300
+    a, b, c, product, before = _packed_case(cupy, ("N", "C"), mnk, F, 2)
+    gemm = CupyOps(cupy, (2 * (F - 1),), packed=True, narrow=True)
+    gemm.narrow_blocks = blocks
+    gemm.gemm(a, "N", b, "C", c, 0.5, beta=1.0)
+    want = product + before
+    assert numpy.abs(cupy.asnumpy(c) - want).max() <= 1e-5 * numpy.abs(want).max()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("ops", [("N", "C"), ("N", "N"), ("C", "N")])
 @pytest.mark.parametrize("mnk", [(37, 3, 20), (130, 70, 9), (64, 64, 64), (3, 17, 50)])
 @pytest.mark.parametrize("accumulate", [False, True])

@@ -143,6 +143,9 @@ class CupyOps(_Ops):
             raise ValueError("the narrow product has no TF32 form (it is float32)")
         # the packed product on TF32 tensor cores (cuBLAS's products follow gemm_precision instead)
         self.packed, self.own, self.narrow, self.tf32 = packed, own, narrow, tf32 and packed
+        #: the narrow product's ``(RM, RN, threads)`` for every call (``None``: ``convtune.fft.narrow.block``'s;
+        #: benchmarks/narrow_blocks.py times others)
+        self.narrow_blocks = None
         if fused and not callbacks_available():
             raise ValueError(f"fused transforms need cuFFT JIT callbacks: {callbacks_unavailable_reason()}")
         super().__init__(xp, sizes)
@@ -363,7 +366,7 @@ class CupyOps(_Ops):
         s_bk, s_bn = sb if op_b == "N" else sb[::-1]
         if self.narrow:
             return narrow_product.gemm(a, b, c, m, n, k, self.F, (s_am, s_ak, s_bk, s_bn) + sc, op_a == "C",
-                                       op_b == "C", alpha, beta)
+                                       op_b == "C", alpha, beta, self.narrow_blocks)
         tiles = ((m + PG_TILE - 1) // PG_TILE) * ((n + PG_TILE - 1) // PG_TILE)
         grid = (tiles * ((self.F + PG_FREQS - 1) // PG_FREQS),)
         i64, i32 = numpy.int64, numpy.int32

@@ -30,8 +30,8 @@ MAX_CHANNELS = 16
 MAX_ACC = 32
 #: Threads per block where at most 8 rows meet a wide side (a forward pass at batch 8): consecutive frequencies.
 THREADS = 128
-#: Threads per block elsewhere: one warp (its blocks of consecutive frequencies spread over more of the device; on an
-#: H200 an RGB layer's backward-data product at batch 32 took 150 against 232 µs with 8 x 3 blocks either way).
+#: Threads per block elsewhere: one warp (the blocks found fastest on an H200 ran so, ``benchmarks/narrow_blocks.py``;
+#: an RGB layer's backward-data product at batch 32 took the same 235 µs with 8 x 3 blocks on one warp or four).
 WARP = 32
 #: The block of a thread (and the threads per block) where both sides of the result are wide (over
 #: :data:`MAX_CHANNELS`: a small batch's filter gradient, an RGB layer's forward pass) or the rows are 9 to 16 images:
@@ -146,11 +146,12 @@ def _kernel(rm: int, rn: int, threads: int):
                           "convtune_narrow_cgemm")
 
 
-def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate):
+def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, blocks=None):
     """``c = alpha op(a) op(b) (+ c)`` per frequency; ``strides`` are the row strides (in rows of F
     elements) ``(s_am, s_ak, s_bk, s_bn, s_cm, s_cn)`` of the operands as multiplied (after any
-    transpose), as :meth:`convtune.fft.arrayops.CupyOps.gemm` computes them for the packed layout."""
-    rm, rn, threads = block(m, n)
+    transpose), as :meth:`convtune.fft.arrayops.CupyOps.gemm` computes them for the packed layout.
+    ``blocks``: ``(RM, RN, threads)`` instead of :func:`block`'s (``benchmarks/narrow_blocks.py`` times others)."""
+    rm, rn, threads = blocks or block(m, n)
     rm, rn = min(rm, m), min(rn, n)
     mblocks, nblocks = -(-m // rm), -(-n // rn)
     grid = (mblocks * nblocks * (-(-F // threads)),)
