@@ -9,6 +9,8 @@
 #   half               the same in bfloat16 channels_last, tf32 math (PyTorch's defaults under AMP)
 #   fft-class          `convtune bench` on benchmarks/fft_class.yaml, round trips against the torch.fft recipe
 #   trips              benchmarks/block_trips.py: the large depthwise layers' round trips against torch.fft, paired
+#   dense-trips        the same for the dense layers (benchmarks/block_trips.py --all: every trip candidate)
+#   narrow-blocks      benchmarks/narrow_blocks.py: the narrow product's blocks per pass, its own against others
 #   host[:NAME[:BATCH]] benchmarks/torch_overhead.py: host time per call of the drop-in against PyTorch (default
 #                      ResNet-50, batch 32; STRATEGIES=S,... in the environment: those strategies' plans only)
 #   model:NAME[:BATCH] `convtune bench-model NAME` (fp32 and AMP, eager, fresh cache, PyTorch against itself too)
@@ -69,6 +71,10 @@ for part in "$@"; do
             -o "$O/half.json" ;;
     fft-class) run fft-class python3 -m convtune bench benchmarks/fft_class.yaml --db "$DB" -o "$O/fft-class.json" ;;
     trips) run trips python3 benchmarks/block_trips.py -o "$O/trips.json" ;;
+    dense-trips) run dense-trips python3 benchmarks/block_trips.py --all \
+                   --layers dense-k31,dense-k25-p128-c32,dense-k27-p96-c48,dense-k35-p256-c16,fbfft-L1 \
+                   -o "$O/dense-trips.json" ;;
+    narrow-blocks) run narrow-blocks python3 benchmarks/narrow_blocks.py -o "$O/narrow-blocks.json" ;;
     host) name="host${arg:+-${arg//[^A-Za-z0-9_-]/_}}${STRATEGIES:+-${STRATEGIES//,/_}}"
           run "$name" python3 benchmarks/torch_overhead.py "${arg:-torchvision:resnet50}" --batch "${batch:-32}" \
             ${STRATEGIES:+--strategies "$STRATEGIES"} --db "$DB" -o "$O/$name.json" ;;
@@ -127,7 +133,7 @@ for m in json.load(open(sys.argv[1]))["modes"]:
         print(f"   host {op['ms_per_step']:7.3f} ms per step  {op['calls_per_step']:7.1f} calls  {op['name'][:90]}")
 PY
       ;;
-    *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips host[:NAME[:BATCH]] model:NAME[:BATCH]" \
+    *) echo "unknown part '$part'; parts: tests suite[:fp32|tf32] half fft-class trips dense-trips narrow-blocks host[:NAME[:BATCH]] model:NAME[:BATCH]" \
          "graph:NAME[:BATCH] kept:NAME[:BATCH] tune:NAME[:BATCH] tune-ahead:NAME[:BATCH] profile:NAME[:BATCH]" \
          "regret:NAME[:BATCH]" >&2; exit 2 ;;
   esac
