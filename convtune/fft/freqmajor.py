@@ -41,6 +41,7 @@ import math
 
 from ..direct.geometry import batch_chunks
 from ..problem import ConvProblem
+from . import narrow
 from .arrayops import CupyOps, NumpyOps, is_cupy
 from .cost import spectrum_elems
 from .placement import filter_gather, forward_gather, gather_blocks, gather_positions, input_gather
@@ -57,6 +58,16 @@ def unsupported_reason(problem: ConvProblem) -> str | None:
         return (f"{problem.groups} groups: the frequency-major product runs one GEMM per group and takes at "
                 f"most {MAX_GROUPS}")
     return None
+
+
+def narrow_changed(problem: ConvProblem) -> bool:
+    """Did the narrow product change for ``problem``'s shape (the ``fft`` strategy's version 13, the round trips'
+    version 18)? Where this executor runs it: a new candidate at a batch of 16 or less with more than 16 channels per
+    group on both sides, or other blocks for one of its passes' products (:func:`convtune.fft.narrow.blocks_changed`)."""
+    if unsupported_reason(problem) is not None:
+        return False
+    return (problem.batch <= narrow.MAX_CHANNELS < min(problem.in_per_group, problem.out_per_group) or
+            narrow.blocks_changed(problem.in_per_group, problem.out_per_group, problem.batch))
 
 
 class FreqMajorConv:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .. import precision
 from ..backend import Backend, gemm_precision, get_backend
-from ..fft import blockkept, freqmajor, narrow, planeconv, rowconv, spectral
+from ..fft import blockkept, freqmajor, planeconv, rowconv, spectral
 from ..fft import sizes as fft_sizes
 from ..fft.cost import spectrum_elems
 from ..problem import ConvProblem
@@ -40,9 +40,7 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            and rowconv.offers(p, "32"),
            16: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
            17: lambda p: p.dtype == "bfloat16",
-           18: lambda p: (freqmajor.unsupported_reason(p) is None and
-               (p.batch <= narrow.MAX_CHANNELS < min(p.in_per_group, p.out_per_group) or
-                narrow.blocks_changed(p.in_per_group, p.out_per_group, p.batch)))}
+           18: freqmajor.narrow_changed}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:

@@ -181,9 +181,7 @@ class FftStrategy(Strategy):
     #: and its blocks changed (one warp per block of threads where the columns are few or both sides are wide).
     changes = {9: lambda p: any(k > 3 for k in p.kernel_size), 10: lambda p: p.rank == 3,
                11: lambda p: p.dtype != "float32" or p.layout != "channels_first", 12: lambda p: p.math == "tf32",
-               13: lambda p: (freqmajor.unsupported_reason(p) is None and
-                   (p.batch <= narrow.MAX_CHANNELS < min(p.in_per_group, p.out_per_group) or
-                    narrow.blocks_changed(p.in_per_group, p.out_per_group, p.batch)))}
+               13: freqmajor.narrow_changed}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         return None
