@@ -1,0 +1,57 @@
+"""The narrow product (convtune.fft.narrow) with its CUDA source run on the CPU (tests/cuda_cpu.py) through its own
+dispatch, ``narrow.gemm``: every block :func:`~convtune.fft.narrow.block` gives (few columns, a few rows against a
+wide side, both sides wide) and blocks given explicitly, every op pair the passes use, partial blocks and frequency
+blocks, accumulation; against float64 products. The GPU tests (test_narrow.py) run it on the device; these guard
+its indexing and its launch (grid, threads per block) in CI."""
+
+import numpy
+import pytest
+
+from convtune.fft import narrow
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """narrow.gemm launching the kernel compiled for the CPU, with the block's defines it would compile on CUDA."""
+    import cuda_cpu
+
+    def kernel(rm, rn, threads):
+        source = f"#define RM {rm}\n#define RN {rn}\n#define NT {threads}\n" + narrow._SOURCE
+        return cuda_cpu.kernels(source, ["convtune_narrow_cgemm"])["convtune_narrow_cgemm"]
+    monkeypatch.setattr(narrow, "_kernel", kernel)
+
+
+def _case(ops, mnk, F, seed):
+    """Packed operands (rows, cols, F) of op(a) (m x k) and op(b) (k x n), their row strides in rows of F as the
+    dispatch hands them, and the float64 product per frequency (m, n, F)."""
+    m, n, k = mnk
+    rng = numpy.random.default_rng(seed)
+
+    def packed(rows, cols):
+        return (rng.standard_normal((rows, cols, F)) + 1j * rng.standard_normal((rows, cols, F))).astype(numpy.complex64)
+    a = packed(*((m, k) if ops[0] == "N" else (k, m)))
+    b = packed(*((k, n) if ops[1] == "N" else (n, k)))
+    s_am, s_ak = (k, 1) if ops[0] == "N" else (1, m)
+    s_bk, s_bn = (n, 1) if ops[1] == "N" else (1, k)
+    op = {"N": lambda x: x, "C": lambda x: numpy.conj(x.transpose(1, 0, 2))}
+    product = numpy.einsum("ikf,kjf->ijf", op[ops[0]](a.astype(numpy.complex128)), op[ops[1]](b.astype(numpy.complex128)))
+    return a, b, (s_am, s_ak, s_bk, s_bn), product
+
+
+@pytest.mark.parametrize("ops, mnk, F, accumulate, blocks", [
+    (("N", "C"), (6, 20, 5), 37, False, None),     # a few rows against a wide side: rows whole, 128 threads
+    (("N", "N"), (19, 11, 7), 40, True, None),     # few columns: 8 x 8 blocks on one warp, partial in both
+    (("C", "N"), (18, 17, 4), 33, False, None),    # both sides wide (a filter gradient): 8 x 8 on one warp
+    (("N", "N"), (12, 40, 9), 65, True, None),     # 9 to 16 rows against a wide side
+    (("N", "C"), (5, 9, 3), 70, False, (3, 2, 64)),  # blocks given: partial rows, columns and frequencies
+    (("C", "N"), (9, 3, 6), 31, True, (4, 8, 32)),   # blocks wider than the result
+])
+def test_narrow_gemm_against_float64(on_cpu, ops, mnk, F, accumulate, blocks):
+    m, n, k = mnk
+    a, b, strides, product = _case(ops, mnk, F, 5)
+    rng = numpy.random.default_rng(6)
+    before = (rng.standard_normal((m, n, F)) + 1j * rng.standard_normal((m, n, F))).astype(numpy.complex64)
+    c = before.copy()
+    narrow.gemm(a, b, c, m, n, k, F, strides + (n, 1), ops[0] == "C", ops[1] == "C", 0.5, accumulate, blocks)
+    want = 0.5 * product + (before if accumulate else 0)
+    assert numpy.linalg.norm(c - want) / numpy.linalg.norm(0.5 * product) <= 1e-6
