@@ -643,6 +643,23 @@ def test_measuring_the_autograd_detour_imports_no_symbolic_shapes():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_the_round_trip_duels_gradients_import_no_symbolic_shapes():
+    """keep_spectra='auto' duels a layer's round trip against its per-pass plans on whole training calls; their
+    gradients come from a random gradient of the result through the backward of a scalar, not a backward given that
+    gradient (which imports PyTorch's symbolic shapes and SymPy on the first call): the same gradients, in a fresh
+    process nothing imported."""
+    import subprocess
+    code = ("import sys, torch; from convtune.torch import functional; "
+            "a = torch.randn(2, 3, 8, 8, requires_grad=True); b = torch.randn(4, 3, 3, 3, requires_grad=True); "
+            "grads = {}; got = functional._duel_gradients(torch.nn.functional.conv2d(a, b), a, b, grads); "
+            "imported = ('sympy' in sys.modules, 'torch.fx.experimental.symbolic_shapes' in sys.modules); "
+            "want = torch.autograd.grad(torch.nn.functional.conv2d(a, b), (a, b), grads['dy']); "
+            "assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want)); print(*imported)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+
+
 def test_timing_training_steps_leaves_the_model_as_it_was():
     """step_times runs the forward and the parameters' gradients a few times: no gradient is left behind, the running
     statistics are as they were; a model whose outputs need no gradient cannot be timed so."""

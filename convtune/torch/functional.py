@@ -396,25 +396,30 @@ def _duel_trip(route, trip, geom: Geometry, groups, math, runtime):
     """``keep_spectra='auto'``, the first training call: the round trip against the per-pass plans, each a whole
     training call of the layer (:meth:`~convtune.torch._dispatch.Route.duel_trip`); the trip, or ``None``, kept for
     the layer's later calls."""
-    grads = {}
-
-    def backward(y, a, b):
-        if y is None:
-            raise RuntimeError("the round trip did not run")
-        if "dy" not in grads:
-            grads["dy"] = torch.randn_like(y)
-        torch.autograd.grad(y, (a, b), grads["dy"])
+    grads: dict = {}
 
     def kept(a, b):
-        backward(_kept(route, trip, a, b, None, geom, groups, False), a, b)
+        _duel_gradients(_kept(route, trip, a, b, None, geom, groups, False), a, b, grads)
 
     def per_pass(a, b):
-        backward(_dispatch(a, b, None, geom, groups, math, runtime, _PerPass), a, b)
+        _duel_gradients(_dispatch(a, b, None, geom, groups, math, runtime, _PerPass), a, b, grads)
     with torch.autocast(route.device.type, enabled=False):  # (the operands are in the layer's dtype already)
         trip = route.duel_trip(trip, kept, per_pass)
     route.trips.duelled = True
     route.trips["auto"] = trip
     return trip
+
+
+def _duel_gradients(y, a, b, grads: dict) -> tuple:
+    """The gradients of a training call's result ``y`` with respect to its operands ``a`` and ``b``, as a duel of
+    round trip and per-pass plans takes them: from a random gradient of ``y``, made once (``grads``), through the
+    backward of a scalar (a backward given a gradient tensor has PyTorch import its symbolic shapes and SymPy on its
+    first call: seconds, once per process)."""
+    if y is None:
+        raise RuntimeError("the round trip did not run")
+    if "dy" not in grads:
+        grads["dy"] = torch.randn_like(y)
+    return torch.autograd.grad((y * grads["dy"]).sum(), (a, b))
 
 
 def _not_captured(x, weight, bias, geom: Geometry, groups):
