@@ -53,14 +53,18 @@ _KERNELS = {
 
 
 def _launch(label, a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate):
+    """Through the packed product's own launch (packedgemm.gemm: grid, threads, arguments), its kernels compiled
+    for the CPU."""
     import cuda_cpu
-    source, name, smem, _ = _KERNELS[label]
-    kernel = cuda_cpu.kernels(_STANDINS + source, [name])[name]
-    items = ((m + 63) // 64) * ((n + 63) // 64) * ((F + 3) // 4)
-    i32, i64 = numpy.int32, numpy.int64
-    args = (a, b, c, i32(m), i32(n), i32(k), i32(F), *map(i64, strides), i32(conj_a), i32(conj_b),
-            numpy.float32(alpha), i32(accumulate))
-    kernel((items,), (256,), args, shared_mem=smem)
+    getters = {}
+    for which, (source, name, _smem, _tf32) in _KERNELS.items():
+        getters[which] = lambda source=source, name=name: cuda_cpu.kernels(_STANDINS + source, [name])[name]
+    saved = fm.packed_gemm_kernel, fm.packed_tf32_kernel
+    fm.packed_gemm_kernel, fm.packed_tf32_kernel = getters["float32"], getters["tf32"]
+    try:
+        fm.gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, tf32=_KERNELS[label][3])
+    finally:
+        fm.packed_gemm_kernel, fm.packed_tf32_kernel = saved
 
 
 def _case(ops, mnk, F, seed):

@@ -15,7 +15,7 @@ from . import fft64
 from . import narrow as narrow_product
 from .callbacks import (EMBED_THREADS, callbacks_available, callbacks_unavailable_reason, embed_kernel, load_callback,
                         set_jit_callback, store_callback)
-from .packedgemm import PG_FREQS, PG_THREADS, PG_TILE, PGT_SMEM, packed_gemm_kernel, packed_tf32_kernel
+from . import packedgemm
 from .placement import fft_aligned, gather, is_fft_aligned
 from .spectral_kernels import row_launch
 
@@ -367,15 +367,8 @@ class CupyOps(_Ops):
         if self.narrow:
             return narrow_product.gemm(a, b, c, m, n, k, self.F, (s_am, s_ak, s_bk, s_bn) + sc, op_a == "C",
                                        op_b == "C", alpha, beta, self.narrow_blocks)
-        tiles = ((m + PG_TILE - 1) // PG_TILE) * ((n + PG_TILE - 1) // PG_TILE)
-        grid = (tiles * ((self.F + PG_FREQS - 1) // PG_FREQS),)
-        i64, i32 = numpy.int64, numpy.int32
-        args = (a, b, c, i32(m), i32(n), i32(k), i32(self.F), i64(s_am), i64(s_ak), i64(s_bk), i64(s_bn),
-                i64(sc[0]), i64(sc[1]), i32(op_a == "C"), i32(op_b == "C"), numpy.float32(alpha), i32(1 if beta else 0))
-        if self.tf32:  # TF32 tensor cores (tf32 math)
-            packed_tf32_kernel()(grid, (PG_THREADS,), args, shared_mem=PGT_SMEM)
-        else:
-            packed_gemm_kernel()(grid, (PG_THREADS,), args)
+        packedgemm.gemm(a, b, c, m, n, k, self.F, (s_am, s_ak, s_bk, s_bn) + sc, op_a == "C", op_b == "C", alpha,
+                        beta, self.tf32)  # (TF32 tensor cores in tf32 math)
 
 
 def is_cupy(xp) -> bool:

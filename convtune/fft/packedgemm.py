@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy
+
 # Tile of the packed-layout GEMM: 4 frequencies x (64 x 64) outputs per block of 256 threads, each
 # thread one frequency and an 8 x 8 block of outputs; the reduction runs 4 at a time through two
 # shared-memory buffers that cp.async fills (the next 4 arrive while the current ones are multiplied).
@@ -272,3 +274,18 @@ def packed_available(backend) -> bool:
 def packed_gemm_kernel():
     import cupy
     return cupy.RawKernel(PACKED_GEMM_SOURCE, "convtune_packed_cgemm", options=("--std=c++17",))
+
+
+def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, tf32=False):
+    """``c = alpha op(a) op(b) (+ c)`` per frequency on the packed layout, in 64 x 64 tiles of 4 frequencies (with
+    ``tf32``, on TF32 tensor cores); ``strides`` as :func:`convtune.fft.narrow.gemm` takes them: the row strides in
+    rows of F elements ``(s_am, s_ak, s_bk, s_bn, s_cm, s_cn)`` of the operands as multiplied."""
+    tiles = ((m + PG_TILE - 1) // PG_TILE) * ((n + PG_TILE - 1) // PG_TILE)
+    grid = (tiles * ((F + PG_FREQS - 1) // PG_FREQS),)
+    i64, i32 = numpy.int64, numpy.int32
+    args = (a, b, c, i32(m), i32(n), i32(k), i32(F), *map(i64, strides), i32(conj_a), i32(conj_b),
+            numpy.float32(alpha), i32(1 if accumulate else 0))
+    if tf32:
+        packed_tf32_kernel()(grid, (PG_THREADS,), args, shared_mem=PGT_SMEM)
+    else:
+        packed_gemm_kernel()(grid, (PG_THREADS,), args)
