@@ -811,7 +811,10 @@ def test_a_gradients_duel_is_timed_inside_a_backward_where_training_runs_that_pa
     plain = nn.Conv2d(3, 5, 3, padding=1)
     patched = patched_copy(plain, rt)
     x = torch.randn(2, 3, 9, 9, requires_grad=True)  # (all three passes)
-    ct.tune(patched, x, runtime=rt, progress=False)  # (its duels run here, outside a backward)
+    # (its duels run here, outside a backward; the steps said not host-bound: in host-bound steps a layer whose calls
+    # cost PyTorch's convolution less host time than the autograd detour is left unsearched, with no duel, and on a
+    # loaded CPU those two timings can come out either way)
+    ct.tune(patched, x, runtime=rt, progress=False, host_bound=False)
     assert inside == {"fwd": False, "dgrad": True, "wgrad": True}
     assert_same_training(plain, patched, torch.randn(2, 3, 9, 9))
 
