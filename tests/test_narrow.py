@@ -49,10 +49,10 @@ def test_a_stored_fft_plan_or_trip_decision_is_measured_again_where_the_narrow_p
     dense = problem("2d-odd").replace(in_channels=32, out_channels=32, batch=8)
     for changed in (fft.FftStrategy.changes[13], trip.CHANGES[18]):
         assert changed(dense) and not changed(dense.replace(batch=17))
-    assert trip.stale(17, dense) and not trip.stale(17, dense.replace(batch=17))
+    assert trip.stale(17, dense) and not trip.CHANGES[18](dense.replace(batch=17))
     # the new blocks: an RGB layer's (and 2d-odd's) take them; 3 rows against 96 columns as before
     rgb = problem("2d-odd").replace(in_channels=3, out_channels=64, batch=32)
-    assert narrow.blocks_changed(3, 64, 32) and fft.FftStrategy.changes[13](rgb) and trip.stale(17, rgb)
+    assert narrow.blocks_changed(3, 64, 32) and fft.FftStrategy.changes[13](rgb) and trip.CHANGES[18](rgb)
     assert narrow.blocks_changed(3, 5, 2) and trip.CHANGES[18](problem("2d-odd"))
     assert narrow.block(3, 96) == narrow._block_before(3, 96) and narrow.block(2, 1) != narrow._block_before(2, 1)
     assert not narrow.blocks_changed(64, 64, 17)  # (the narrow product does not apply)

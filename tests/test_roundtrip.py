@@ -273,17 +273,19 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     version 16 (the rows' first and last passes reading and writing memory) every float32 depthwise row, version 17
     (bfloat16 trips timed on 16-bit memory) every bfloat16 layer, version 18 (the narrow product at a small batch)
     layers of 16 images or fewer with more than 16 channels per group on both sides, and those whose narrow products
-    take other blocks now (few channels on one side)."""
+    take other blocks now (few channels on one side), version 19 (block trips of dense layers) float32 dense 2-D
+    layers of stride and dilation 1 whose images fit a block."""
     from convtune import roundtrip
-    # (channels and a batch the narrow product does not take, nor the frequency-major product's groups: version 18)
-    wide = dict(in_channels=32, out_channels=32, batch=17)
+    # (channels and a batch the narrow product does not take, nor the frequency-major product's groups: version 18;
+    # two groups: not the dense layers' block trips of version 19)
+    wide = dict(in_channels=64, out_channels=64, groups=2, batch=17)
     two, three = problem("2d-large-kernel", **wide), problem("3d-basic", **wide)
     half = two.replace(dtype="bfloat16", layout="channels_last")
     half16 = half.replace(dtype="float16")  # (version 17 changed every bfloat16 layer)
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7", in_channels=32, out_channels=32, groups=32)
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 18
+    assert roundtrip.VERSION == 19
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=32, out_channels=32, groups=32, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
@@ -304,9 +306,14 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     assert roundtrip.stale(16, half) and roundtrip.stale(16, bf16) and not roundtrip.stale(16, half16)
     assert not any(roundtrip.stale(16, p) for p in (two, three, tf32, depthwise))
     dense, few = two.replace(batch=8), problem("2d-large-kernel")  # (the narrow product's new candidates, blocks)
-    assert roundtrip.stale(17, dense) and roundtrip.stale(17, few)
-    assert not any(roundtrip.stale(17, p) for p in (two, three, tf32, depthwise, long_row))
-    assert roundtrip.stale(5, two) and roundtrip.stale(19, two)
+    assert roundtrip.CHANGES[18](dense) and roundtrip.CHANGES[18](few)
+    assert not any(roundtrip.CHANGES[18](p) for p in (two, three, tf32, depthwise, long_row))
+    # (version 19: dense float32 2-D layers of one group, at the sizes their images take)
+    one_group = two.replace(groups=1)
+    assert roundtrip.stale(18, one_group) and roundtrip.stale(18, one_group.replace(math="tf32"))
+    assert not any(roundtrip.stale(18, p) for p in (two, three, half, depthwise, long_row,
+                                                     one_group.replace(stride=(2, 2))))
+    assert roundtrip.stale(5, two) and roundtrip.stale(20, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -381,7 +388,9 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
     assert [c.fused for c in block_trip_configs(replk, gpu)] == ([False] * 4 + [True] * 4) * 2
     assert block_trip_configs(replk, gpu)[7].label() == "fft-trip[sizes=128x128,fused,block,radices=16,threads=256]"
     assert block_trip_configs(replk, cpu) == [] and block_trip_configs(replk.replace(dtype="bfloat16"), gpu) == []
-    assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
+    # (a dense layer: one candidate per size, convtune.fft.blockdense's; a layer of a few groups: none)
+    assert {c.fused for c in block_trip_configs(replk.replace(groups=1, out_channels=8), gpu)} == {False}
+    assert block_trip_configs(replk.replace(groups=2, out_channels=8), gpu) == []
     long_row = hyena.replace(input_size=(16384,), kernel_size=(16384,), padding=(16383,))
     assert [(c.radices, c.threads, c.fused) for c in block_trip_configs(long_row, gpu)] == [
         ("8", 0, False), ("16", 0, False), ("32", 0, False), ("8", 1024, False),

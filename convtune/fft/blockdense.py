@@ -1,0 +1,135 @@
+"""Round trips with kept spectra of dense 2-D layers on the one-block image transforms (:mod:`convtune.fft.planeconv`):
+the executor of :class:`convtune.roundtrip.RoundTrip`'s ``block`` product for float32 channels-first layers of one
+group, stride and dilation 1.
+
+The depthwise kernels of :class:`convtune.fft.blockkept.PlaneKept` transform every image of an operand once and write
+its spectrum (``L0 x (L1 / 2 + 1)`` complex64 in the kernels' own frequency order, rows of them one after another:
+the packed layout, frequencies contiguous); a dense layer's operands are such stacks of images (x: ``n x C``, dy:
+``n x K``, w: ``K x C`` images of the kernel's size). The channels are mixed per frequency by a batched complex
+product on that layout (:func:`convtune.fft.narrow.gemm` where a side has at most 16 rows or columns, else
+:func:`convtune.fft.packedgemm.gemm`):
+
+* forward: ``Y[n, k] = sum_c X[n, c] conj(W[k, c])``;
+* backward-data: ``DX[n, c] = sum_k DY[n, k] W[k, c]``;
+* filter gradient: ``DW[k, c] = sum_n conj(DY[n, k]) X[n, c]``;
+
+and each result's inverse is the depthwise kernels' pass against a filter spectrum of ones (one kernel: the inverse,
+the crop and the scale, the result written in the layer's layout), the filter gradient's over a batch of one.
+"""
+
+from __future__ import annotations
+
+from ..problem import ConvProblem
+from . import narrow, packedgemm, planeconv
+from .blockkept import PlaneKept
+
+
+def image_problem(p: ConvProblem, batch: int, channels: int) -> ConvProblem:
+    """The depthwise problem whose images are ``batch x channels`` images of dense ``p``'s geometry (float32,
+    channels-first): what :class:`PlaneKept` transforms for an operand of ``p``."""
+    return ConvProblem.make(batch=batch, in_channels=channels, out_channels=channels, groups=channels,
+                            input_size=p.input_size, kernel_size=p.kernel_size, padding=p.padding)
+
+
+def _stacks(p: ConvProblem) -> tuple[ConvProblem, ConvProblem, ConvProblem]:
+    """The image problems of x (and dx), dy (and y) and w (and dw)."""
+    return (image_problem(p, p.batch, p.in_channels), image_problem(p, p.batch, p.out_channels),
+            image_problem(p, 1, p.out_channels * p.in_channels))
+
+
+def unsupported_reason(problem: ConvProblem, sizes=None) -> str | None:
+    """Why :class:`DenseBlockKept` cannot run ``problem`` (its forward problem) at transform ``sizes`` (default
+    :func:`convtune.fft.planeconv.transform_sizes` of its images), or ``None``."""
+    p = problem.for_pass("fwd")
+    if p.rank != 2:
+        return f"the dense image FFT round trip is 2-D, not rank {p.rank}"
+    if p.groups != 1:
+        return f"{p.groups} groups: the dense image FFT round trip takes one"
+    if any(v != 1 for v in p.stride + p.dilation):
+        return "stride and dilation must be 1"
+    if p.dtype != "float32" or p.layout != "channels_first":
+        return f"{p.dtype} {p.layout}: the dense image FFT round trip reads float32 channels-first layers"
+    for q in _stacks(p):
+        for pass_ in ("fwd", "dgrad", "wgrad"):
+            why = planeconv.reason(q.for_pass(pass_), sizes)
+            if why:
+                return why
+    return None
+
+
+def size_options(problem: ConvProblem) -> list[tuple[int, int]]:
+    """The transform sizes of ``problem``'s images (:func:`convtune.fft.planeconv.size_options`) it runs at."""
+    p = problem.for_pass("fwd")
+    if p.rank != 2 or p.groups != 1:
+        return []
+    return [s for s in planeconv.size_options(_stacks(p)[0]) if unsupported_reason(p, s) is None]
+
+
+class DenseBlockKept:
+    """The kept-spectra executor of a dense 2-D layer on the one-block image transforms (see the module docstring):
+    ``x_spectrum``, ``w_spectrum``, ``dy_spectrum``, then ``forward_from``, ``backward_data_from`` and
+    ``backward_filter_from``, as :class:`convtune.fft.blockkept.KeptBlockFft`'s. ``kernels``: the image transforms'
+    launchables (default: compiled for the current device; the CPU tests pass stand-ins)."""
+
+    what = "the dense image FFT round trip"
+    fused = False  # (both backward passes from one transform of dy: the depthwise trips' only)
+
+    def __init__(self, xp, problem: ConvProblem, sizes, radix: str = "8", shape=None, kernels=None, stream=None):
+        self.xp, self.p = xp, problem.for_pass("fwd")
+        self.sizes = sizes = tuple(sizes)
+        why = unsupported_reason(self.p, sizes)
+        if why:
+            raise ValueError(f"{self.what}: {why}")
+        # (the three stacks share one compiled module: the same sizes, radices and launch shape)
+        self._x, self._y, self._w = (PlaneKept(xp, q, sizes, radix, shape, kernels=kernels, stream=stream)
+                                     for q in _stacks(self.p))
+        self.F = self._x.spectrum_elems
+        p = self.p
+        thin = narrow.unsupported_reason(p.in_channels, p.out_channels, p.batch) is None
+        self._product = narrow.gemm if thin else packedgemm.gemm
+        self._ones: dict[int, object] = {}  # channels -> their filter spectra of ones (made once)
+
+    def _ones_for(self, channels: int):
+        got = self._ones.get(channels)
+        if got is None:
+            got = self._ones[channels] = self.xp.ones(channels * self.F, dtype=self.xp.complex64)
+        return got
+
+    def _mix(self, a, b, rows: int, cols: int, k: int, strides, conj_a: bool, conj_b: bool):
+        """The ``rows x cols`` spectra of ``op(a) op(b)`` per frequency (``strides``: of op(a) and op(b), in rows of
+        F elements)."""
+        out = self.xp.empty(rows * cols * self.F, dtype=self.xp.complex64)
+        self._product(a, b, out, rows, cols, k, self.F, tuple(strides) + (cols, 1), conj_a, conj_b, 1.0, False)
+        return out
+
+    def x_spectrum(self, x):
+        return self._x.x_spectrum(x)
+
+    def w_spectrum(self, w):
+        p = self.p
+        return self._w.w_spectrum(w.reshape((p.out_channels * p.in_channels, 1) + tuple(p.kernel_size)))
+
+    def dy_spectrum(self, dy):
+        return self._y.dy_spectrum(dy)
+
+    def forward_from(self, xs, ws, out):
+        p = self.p
+        n, C, K = p.batch, p.in_channels, p.out_channels
+        ys = self._mix(xs, ws, n, K, C, (C, 1, 1, C), False, True)  # X (n x C) conj(W)^T (C x K)
+        return self._y.forward_from(ys, self._ones_for(K), out)
+
+    def backward_data_from(self, dys, ws, out):
+        p = self.p
+        n, C, K = p.batch, p.in_channels, p.out_channels
+        dxs = self._mix(dys, ws, n, C, K, (K, 1, C, 1), False, False)  # DY (n x K) W (K x C)
+        return self._x.backward_data_from(dxs, self._ones_for(C), out)
+
+    def backward_filter_from(self, pairs, out):
+        """``out`` = the filter gradient from ``[(dy spectra, x spectra)]`` (one pair: the whole batch)."""
+        (dys, xs), = pairs
+        p = self.p
+        n, C, K = p.batch, p.in_channels, p.out_channels
+        dws = self._mix(dys, xs, K, C, n, (1, K, C, 1), True, False)  # conj(DY)^T (K x n) X (n x C)
+        images = out.reshape((K * C, 1) + tuple(p.kernel_size))
+        self._w.backward_filter_from([(self._ones_for(K * C), dws)], images)
+        return out
