@@ -67,7 +67,9 @@ def test_dense_round_trip_against_float64(products_on_cpu, case, product):
     x, w, dy = (rng.standard_normal(s).astype(numpy.float32) for s in (p.x_shape, p.w_shape, p.y_shape))
     xs, ws, dys = kept.x_spectrum(x), kept.w_spectrum(w), kept.dy_spectrum(dy)
     y = kept.forward_from(xs, ws, numpy.empty(p.y_shape, numpy.float32))
-    dx = kept.backward_data_from(dys, ws, numpy.empty(p.x_shape, numpy.float32))
+    wider = numpy.zeros(p.x_shape[:-1] + (p.x_shape[-1] + 3,), numpy.float32)
+    dx = kept.backward_data_from(dys, ws, wider[..., 1:-2])  # (a result that is not contiguous: through a copy)
+    assert dx.base is wider and not wider[..., 0].any() and not wider[..., -2:].any()
     dw = kept.backward_filter_from([(dys, xs)], numpy.empty(p.w_shape, numpy.float32))
     want = _dense(p, *(a.astype(numpy.float64) for a in (x, w, dy)))
     for got, ref in zip((y, dx, dw), want):
@@ -78,6 +80,18 @@ def test_the_packed_product_mixes_where_no_side_is_thin():
     p = ConvProblem.make(batch=17, in_channels=17, out_channels=18, input_size=(5, 4), kernel_size=3, padding=1)
     assert _kept(p)._product is packedgemm.gemm
     assert _kept(p.replace(batch=16))._product is narrow.gemm
+
+
+def test_the_filter_gradients_crop_is_a_forward_pass_with_the_kernels_output():
+    """The filter gradient's K x C spectra are inverted as the forward pass of one-channel images whose output has
+    the kernel's size, at the layer's padding (the fewest taps that leave an input sample)."""
+    same = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(64, 64), kernel_size=31, padding=15)
+    crop = blockdense.crop_problem(same)
+    assert crop.output_size == same.kernel_size and crop.padding == same.padding and crop.kernel_size == (1, 1)
+    assert crop.batch == 12 and crop.in_channels == crop.groups == 1
+    past = same.replace(kernel_size=(3, 5), padding=(4, 0))  # (padding past the kernel's reach; none)
+    crop = blockdense.crop_problem(past)
+    assert crop.output_size == (3, 5) and crop.kernel_size == (7, 1) and crop.input_size == (1, 5)
 
 
 def test_what_the_dense_image_round_trip_takes():

@@ -13,8 +13,10 @@ product on that layout (:func:`convtune.fft.narrow.gemm` where a side has at mos
 * backward-data: ``DX[n, c] = sum_k DY[n, k] W[k, c]``;
 * filter gradient: ``DW[k, c] = sum_n conj(DY[n, k]) X[n, c]``;
 
-and each result's inverse is the depthwise kernels' pass against a filter spectrum of ones (one kernel: the inverse,
-the crop and the scale, the result written in the layer's layout), the filter gradient's over a batch of one.
+and each result's inverse is the depthwise kernels' forward or backward-data pass over a stack of one-channel images
+against one filter spectrum of ones (one kernel: the inverse, the crop and the scale, the result written in place).
+The filter gradient's crop (the kernel's extent, at the forward pass's shift) is the forward pass of a stand-in image
+problem whose output has the kernel's size (:func:`crop_problem`).
 """
 
 from __future__ import annotations
@@ -24,17 +26,27 @@ from . import narrow, packedgemm, planeconv
 from .blockkept import PlaneKept
 
 
-def image_problem(p: ConvProblem, batch: int, channels: int) -> ConvProblem:
-    """The depthwise problem whose images are ``batch x channels`` images of dense ``p``'s geometry (float32,
-    channels-first): what :class:`PlaneKept` transforms for an operand of ``p``."""
+def image_problem(p: ConvProblem, batch: int, channels: int = 1, input_size=None, kernel_size=None) -> ConvProblem:
+    """The depthwise problem of ``batch x channels`` images of dense ``p``'s geometry (float32, channels-first; or of
+    ``input_size`` and ``kernel_size`` at ``p``'s padding): what :class:`PlaneKept` transforms or inverts for ``p``."""
     return ConvProblem.make(batch=batch, in_channels=channels, out_channels=channels, groups=channels,
-                            input_size=p.input_size, kernel_size=p.kernel_size, padding=p.padding)
+                            input_size=input_size or p.input_size, kernel_size=kernel_size or p.kernel_size,
+                            padding=p.padding)
 
 
-def _stacks(p: ConvProblem) -> tuple[ConvProblem, ConvProblem, ConvProblem]:
-    """The image problems of x (and dx), dy (and y) and w (and dw)."""
-    return (image_problem(p, p.batch, p.in_channels), image_problem(p, p.batch, p.out_channels),
-            image_problem(p, 1, p.out_channels * p.in_channels))
+def crop_problem(p: ConvProblem) -> ConvProblem:
+    """The image problem whose forward pass inverts a filter gradient's ``K x C`` spectra into ``p``'s kernel: an
+    output of the kernel's size at ``p``'s padding (the filter gradient's crop starts where the forward pass's does,
+    ``-padding`` cyclically), from a kernel of the fewest taps that leaves an input of at least one sample."""
+    taps = tuple(max(1, 2 * pad - k + 2) for pad, k in zip(p.padding, p.kernel_size))
+    size = tuple(k - 2 * pad + t - 1 for k, pad, t in zip(p.kernel_size, p.padding, taps))
+    return image_problem(p, p.out_channels * p.in_channels, 1, size, taps)
+
+
+def _stacks(p: ConvProblem) -> tuple[ConvProblem, ...]:
+    """The image problems of x (and dx), dy (and y), w (its transform) and dw (its inverse)."""
+    return (image_problem(p, p.batch * p.in_channels), image_problem(p, p.batch * p.out_channels),
+            image_problem(p, 1, p.out_channels * p.in_channels), crop_problem(p))
 
 
 def unsupported_reason(problem: ConvProblem, sizes=None) -> str | None:
@@ -80,20 +92,14 @@ class DenseBlockKept:
         why = unsupported_reason(self.p, sizes)
         if why:
             raise ValueError(f"{self.what}: {why}")
-        # (the three stacks share one compiled module: the same sizes, radices and launch shape)
-        self._x, self._y, self._w = (PlaneKept(xp, q, sizes, radix, shape, kernels=kernels, stream=stream)
-                                     for q in _stacks(self.p))
+        # (the stacks share one compiled module: the same sizes, radices and launch shape)
+        self._x, self._y, self._w, self._dw = (PlaneKept(xp, q, sizes, radix, shape, kernels=kernels, stream=stream)
+                                               for q in _stacks(self.p))
         self.F = self._x.spectrum_elems
+        self._ones = xp.ones(self.F, dtype=xp.complex64)  # (the filter spectrum every inverse is taken against)
         p = self.p
         thin = narrow.unsupported_reason(p.in_channels, p.out_channels, p.batch) is None
         self._product = narrow.gemm if thin else packedgemm.gemm
-        self._ones: dict[int, object] = {}  # channels -> their filter spectra of ones (made once)
-
-    def _ones_for(self, channels: int):
-        got = self._ones.get(channels)
-        if got is None:
-            got = self._ones[channels] = self.xp.ones(channels * self.F, dtype=self.xp.complex64)
-        return got
 
     def _mix(self, a, b, rows: int, cols: int, k: int, strides, conj_a: bool, conj_b: bool):
         """The ``rows x cols`` spectra of ``op(a) op(b)`` per frequency (``strides``: of op(a) and op(b), in rows of
@@ -102,27 +108,35 @@ class DenseBlockKept:
         self._product(a, b, out, rows, cols, k, self.F, tuple(strides) + (cols, 1), conj_a, conj_b, 1.0, False)
         return out
 
+    def _into(self, out, shape, run):
+        """``run(view)`` writes a result of ``shape`` (its images' stack) into ``out`` (through a copy where ``out``
+        is not contiguous, so no view of it has that shape)."""
+        if out.flags.c_contiguous:
+            run(out.reshape(shape))
+        else:
+            out[...] = run(self.xp.empty(shape, dtype=out.dtype)).reshape(out.shape)
+        return out
+
     def x_spectrum(self, x):
-        return self._x.x_spectrum(x)
+        return self._x.x_spectrum(x.reshape(self._x.p.x_shape))
 
     def w_spectrum(self, w):
-        p = self.p
-        return self._w.w_spectrum(w.reshape((p.out_channels * p.in_channels, 1) + tuple(p.kernel_size)))
+        return self._w.w_spectrum(w.reshape(self._w.p.w_shape))
 
     def dy_spectrum(self, dy):
-        return self._y.dy_spectrum(dy)
+        return self._y.dy_spectrum(dy.reshape(self._y.p.y_shape))
 
     def forward_from(self, xs, ws, out):
         p = self.p
         n, C, K = p.batch, p.in_channels, p.out_channels
         ys = self._mix(xs, ws, n, K, C, (C, 1, 1, C), False, True)  # X (n x C) conj(W)^T (C x K)
-        return self._y.forward_from(ys, self._ones_for(K), out)
+        return self._into(out, self._y.p.y_shape, lambda view: self._y.forward_from(ys, self._ones, view))
 
     def backward_data_from(self, dys, ws, out):
         p = self.p
         n, C, K = p.batch, p.in_channels, p.out_channels
         dxs = self._mix(dys, ws, n, C, K, (K, 1, C, 1), False, False)  # DY (n x K) W (K x C)
-        return self._x.backward_data_from(dxs, self._ones_for(C), out)
+        return self._into(out, self._x.p.x_shape, lambda view: self._x.backward_data_from(dxs, self._ones, view))
 
     def backward_filter_from(self, pairs, out):
         """``out`` = the filter gradient from ``[(dy spectra, x spectra)]`` (one pair: the whole batch)."""
@@ -130,6 +144,4 @@ class DenseBlockKept:
         p = self.p
         n, C, K = p.batch, p.in_channels, p.out_channels
         dws = self._mix(dys, xs, K, C, n, (1, K, C, 1), True, False)  # conj(DY)^T (K x n) X (n x C)
-        images = out.reshape((K * C, 1) + tuple(p.kernel_size))
-        self._w.backward_filter_from([(self._ones_for(K * C), dws)], images)
-        return out
+        return self._into(out, self._dw.p.y_shape, lambda view: self._dw.forward_from(dws, self._ones, view))
