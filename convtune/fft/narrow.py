@@ -10,9 +10,10 @@ then computes mostly padding, and cuBLAS's batched GEMM needs the spectra transp
 each thread owns one frequency and an ``RM x RN`` block of the result, with the whole reduction in
 registers: every operand element it needs is one coalesced 8-byte load (a warp reads 32
 consecutive frequencies of one matrix element), nothing goes through shared memory, and the
-result is written once. The thin side is one block (``RN = N`` or ``RM = M``), so no thread
-computes padding, and the wide operand is read once; the thin one is re-read from L2 once per
-block of the wide side (the blocks of one set of frequencies run next to each other).
+result is written once. Where at most 8 rows meet a wide side, the rows are one block (``RM = M``),
+so the wide operand is read once and the thin one re-read from L2 once per block of the wide side
+(the blocks of one set of frequencies run next to each other); elsewhere blocks of up to 8 x 8 on
+one warp per block of threads (:func:`block`, as measured by ``benchmarks/narrow_blocks.py``).
 
 Operands are (F, rows, cols) views whose frequency axis is contiguous, as the packed product's:
 element (r, c) of a matrix is at ``(r * s_r + c * s_c) * F + f``.
