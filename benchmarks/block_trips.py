@@ -1,5 +1,6 @@
-"""Large depthwise layers (and, with ``--all``, dense ones) through the block round trips (``fft-trip[...,block]``: kept spectra on the one-block
-transforms, :mod:`convtune.fft.blockkept`), in one process: every candidate of
+"""Large depthwise and dense layers through the block round trips (``fft-trip[...,block]``: kept spectra on the
+one-block transforms, :mod:`convtune.fft.blockkept`, and for dense layers :mod:`convtune.fft.blockdense`), in one
+process: every candidate of
 :func:`convtune.roundtrip.block_trip_configs` checked against float64 in all three passes, then timed as the planner
 times a trip (each pass after its own L2 flush, CUDA events, median of the summed passes), beside the torch-fft
 peer's round trip timed as a whole; the best candidate's kernels get their device times (torch.profiler), so the trip
@@ -8,7 +9,7 @@ side by side (``CudaEventTimer.interleaved``: in turns, the order rotated) and c
 own time moved by up to 30% between processes on long-16k-dw, so only the paired ratio is a claim.
 
 With ``--all`` every round-trip candidate of the planner (:func:`convtune.roundtrip.trip_candidates`: the cuFFT
-trips with and without callbacks, packed, own transforms) is timed instead, dense layers too (``DENSE``),
+trips with and without callbacks, packed, narrow, own transforms, and the block ones) is timed instead,
 and each candidate also whole (one call after one L2 flush) with its host time per call (the GPU not waited for): a
 trip the planner ranks first by its summed passes may lose timed whole, where its host time shows.
 

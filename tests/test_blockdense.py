@@ -158,3 +158,27 @@ def test_dense_block_trips_are_candidates_of_float32_dense_layers_on_the_gpu():
     wide = dense.replace(batch=32)  # (no thin side: the packed product, compute capability 8.0 or newer)
     assert block_trip_configs(wide, _Gpu("9.0")) and not block_trip_configs(wide, _Gpu("7.5"))
     assert not [c for c in trip_candidates(dense, get_backend("numpy")) if c.product == "block"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [
+    dict(batch=2, in_channels=8, out_channels=12, input_size=(64, 64), kernel_size=31, padding=15),  # narrow
+    dict(batch=17, in_channels=17, out_channels=18, input_size=(32, 32), kernel_size=9, padding=4),  # packed
+])
+def test_dense_block_trips_match_float64_on_the_gpu(case):
+    """Every dense block round trip of a layer (each transform size of its images), all three passes against float64
+    on the GPU, through the round trip and its stateless form."""
+    from convtune.backend import get_backend
+    from convtune.roundtrip import (RoundTrip, block_trip_configs, round_trip_operands, round_trip_references)
+    backend = get_backend("cupy")
+    p = ConvProblem.make(**case)
+    x, w, dy = round_trip_operands(backend, p, seed=3)
+    refs = round_trip_references(backend, p, x, w, dy)
+    configs = block_trip_configs(p, backend)
+    assert configs and all(c.product == "block" and not c.fused for c in configs)
+    for config in configs:
+        trip = RoundTrip(p, config, backend)
+        assert isinstance(trip._ex, blockdense.DenseBlockKept) and trip.recordable
+        for got in (trip(x, w, dy), (lambda y, s: (y, *trip.kept_backward(s, dy)))(*trip.kept_forward(x, w))):
+            errors = [float(backend.xp.linalg.norm(a - r) / backend.xp.linalg.norm(r)) for a, r in zip(got, refs)]
+            assert max(errors) <= 1e-5, (config.label(), errors)
