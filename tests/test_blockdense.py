@@ -61,8 +61,8 @@ def test_dense_round_trip_against_float64(products_on_cpu, case, product):
     """Both products (the packed one forced here: it runs where every side has more than 16 rows or columns)."""
     p = ConvProblem.make(**case)
     kept = _kept(p)
-    assert kept._product is narrow.gemm  # (few images and channels)
-    kept._product = narrow.gemm if product == "narrow" else packedgemm.gemm
+    assert kept.product is narrow.product  # (few images and channels)
+    kept._mixes = kept.mixes(narrow.product if product == "narrow" else packedgemm.product)
     rng = numpy.random.default_rng(p.batch)
     x, w, dy = (rng.standard_normal(s).astype(numpy.float32) for s in (p.x_shape, p.w_shape, p.y_shape))
     xs, ws, dys = kept.x_spectrum(x), kept.w_spectrum(w), kept.dy_spectrum(dy)
@@ -76,10 +76,10 @@ def test_dense_round_trip_against_float64(products_on_cpu, case, product):
         assert _relative(got, ref) <= 1e-6
 
 
-def test_the_packed_product_mixes_where_no_side_is_thin():
+def test_the_packed_product_mixes_where_no_side_is_thin(products_on_cpu):
     p = ConvProblem.make(batch=17, in_channels=17, out_channels=18, input_size=(5, 4), kernel_size=3, padding=1)
-    assert _kept(p)._product is packedgemm.gemm
-    assert _kept(p.replace(batch=16))._product is narrow.gemm
+    assert _kept(p).product is packedgemm.product
+    assert _kept(p.replace(batch=16)).product is narrow.product
 
 
 def test_the_filter_gradients_crop_is_a_forward_pass_with_the_kernels_output():

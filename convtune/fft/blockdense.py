@@ -99,13 +99,23 @@ class DenseBlockKept:
         self._ones = xp.ones(self.F, dtype=xp.complex64)  # (the filter spectrum every inverse is taken against)
         p = self.p
         thin = narrow.unsupported_reason(p.in_channels, p.out_channels, p.batch) is None
-        self._product = narrow.gemm if thin else packedgemm.gemm
+        self.product = narrow.product if thin else packedgemm.product
+        self._mixes = self.mixes(self.product)
 
-    def _mix(self, a, b, rows: int, cols: int, k: int, strides, conj_a: bool, conj_b: bool):
-        """The ``rows x cols`` spectra of ``op(a) op(b)`` per frequency (``strides``: of op(a) and op(b), in rows of
-        F elements)."""
+    def mixes(self, product) -> dict:
+        """Per pass, ``(rows, cols, run)``: its channel mixing's launch by ``product`` (:func:`convtune.fft.narrow.
+        product` or :func:`convtune.fft.packedgemm.product`), made once (operands as the pass hands them, in rows of
+        F frequencies: x's n x C, dy's n x K, w's K x C)."""
+        n, C, K, F = self.p.batch, self.p.in_channels, self.p.out_channels, self.F
+        return {"fwd": (n, K, product(n, K, C, F, (C, 1, 1, C, K, 1), False, True, 1.0, False)),  # X conj(W)^T
+                "dgrad": (n, C, product(n, C, K, F, (K, 1, C, 1, C, 1), False, False, 1.0, False)),  # DY W
+                "wgrad": (K, C, product(K, C, n, F, (1, K, C, 1, C, 1), True, False, 1.0, False))}  # conj(DY)^T X
+
+    def _mix(self, pass_: str, a, b):
+        """The pass's mixed spectra (``rows x cols`` of them) of the spectra ``a`` and ``b``."""
+        rows, cols, run = self._mixes[pass_]
         out = self.xp.empty(rows * cols * self.F, dtype=self.xp.complex64)
-        self._product(a, b, out, rows, cols, k, self.F, tuple(strides) + (cols, 1), conj_a, conj_b, 1.0, False)
+        run(a, b, out)
         return out
 
     def _into(self, out, shape, run):
@@ -127,21 +137,15 @@ class DenseBlockKept:
         return self._y.dy_spectrum(dy.reshape(self._y.p.y_shape))
 
     def forward_from(self, xs, ws, out):
-        p = self.p
-        n, C, K = p.batch, p.in_channels, p.out_channels
-        ys = self._mix(xs, ws, n, K, C, (C, 1, 1, C), False, True)  # X (n x C) conj(W)^T (C x K)
+        ys = self._mix("fwd", xs, ws)
         return self._into(out, self._y.p.y_shape, lambda view: self._y.forward_from(ys, self._ones, view))
 
     def backward_data_from(self, dys, ws, out):
-        p = self.p
-        n, C, K = p.batch, p.in_channels, p.out_channels
-        dxs = self._mix(dys, ws, n, C, K, (K, 1, C, 1), False, False)  # DY (n x K) W (K x C)
+        dxs = self._mix("dgrad", dys, ws)
         return self._into(out, self._x.p.x_shape, lambda view: self._x.backward_data_from(dxs, self._ones, view))
 
     def backward_filter_from(self, pairs, out):
         """``out`` = the filter gradient from ``[(dy spectra, x spectra)]`` (one pair: the whole batch)."""
         (dys, xs), = pairs
-        p = self.p
-        n, C, K = p.batch, p.in_channels, p.out_channels
-        dws = self._mix(dys, xs, K, C, n, (1, K, C, 1), True, False)  # conj(DY)^T (K x n) X (n x C)
+        dws = self._mix("wgrad", dys, xs)
         return self._into(out, self._dw.p.y_shape, lambda view: self._dw.forward_from(dws, self._ones, view))
