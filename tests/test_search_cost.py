@@ -174,6 +174,26 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     assert fft.pruned(one_d, pointwise, cpu) is None
 
 
+def test_the_fft_gemm_product_is_pruned_on_the_gpu_where_fgemm_or_pointwise_runs_the_problem():
+    from dataclasses import replace
+    from convtune.strategies import get_strategy
+    from convtune.strategies.fft import FftConfig
+    fft, cpu, gpu = get_strategy("fft"), _Named("numpy"), _Named("cupy")
+    gemm = FftConfig(sizes=(64, 64), product="gemm", chunk=8)
+    big = _layer(kernel_size=9, padding=4)
+    assert "gemm product" in fft.pruned(big, gemm, gpu)  # (dense: fgemm runs it)
+    assert "gemm product" in fft.pruned(big, replace(gemm, tiled=True), gpu)
+    assert "gemm product" in fft.pruned(_layer(kernel_size=9, padding=4, groups=64), gemm, gpu)  # (pointwise)
+    assert fft.pruned(big, replace(gemm, product="fgemm"), gpu) is None
+    assert fft.pruned(big, gemm, cpu) is None  # (the CPU: not measured so)
+    # 32 groups of 8 -> 8 channels: neither fgemm (at most 16 groups) nor pointwise (at most 16 channel pairs)
+    grouped = _layer(in_channels=256, out_channels=256, kernel_size=9, padding=4, groups=32)
+    assert fft.pruned(grouped, gemm, gpu) is None
+    # a strided layer's phases: as the polyphase configuration runs it (four phases of 64 channels: fgemm runs them)
+    strided = _layer(kernel_size=11, padding=5, stride=2)
+    assert "gemm product" in fft.pruned(strided, replace(gemm, polyphase=True), gpu)
+
+
 def test_the_im2col_rule_prunes_depthwise_layers_on_the_gpu_only():
     from convtune.strategies import get_strategy
     from convtune.strategies.im2col import Im2colConfig
@@ -232,6 +252,8 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
            "closest took 1.68x" in said
     assert "engine N on a float32 depthwise layer (14 rules)\n    pruned 272 candidates in 59 problems; the closest " \
            "took 4.02x" in said
+    assert ("fft: the gemm product on the GPU where fgemm or pointwise runs the problem\n    pruned 953 candidates in "
+            "166 problems; the closest took 1.32x") in said
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
 
 

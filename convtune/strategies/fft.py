@@ -226,6 +226,15 @@ class FftStrategy(Strategy):
           the other 17 per pass took 3.6 s of the search's 35 s, their best 1.63x
           (h100-resnet50-b32-rules-2.db.gz). Strided layers of an earlier search: best 1.07x; the fp32 suite:
           1.12x. (At stride 1 FFT has won: the suite's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
+        * GPU, the ``gemm`` product (batched matmul on the FFT library's layout, with transposed copies) where the
+          ``fgemm`` or ``pointwise`` product runs the problem (as the configuration runs it: its phases, its
+          tiles): never. In the 672 stored GPU searches that listed it (H100 and H200, tests/data/searches: dense
+          and depthwise, 1-D and 2-D, float32 and bfloat16; fgemm or pointwise beside it in every one) it won
+          nothing and came no closer than 1.25x the winner (hyena-long-dw's filter gradient) in the 307 where it
+          was timed; the others were skipped as slow or over the budget, after its verification. Replayed
+          after the other rules on every committed search and explain log (``benchmarks/check_rules.py``, as
+          tests/test_search_cost.py runs it): 953 candidates in 166 problems, the closest 1.32x, 39.4 s of the
+          searches' 1,246 s.
         * GPU, strided dense kernels of at most twice the stride on every axis (each input read by at most
           two windows): no FFT. H100, the public suite's wav2vec2-conv0 (kernel 10, stride 5, 16000 samples,
           2026-11-23): 99 FFT candidates took 22 s of the search, the best 1.93x the winner (wgrad), 5.4x and
@@ -242,6 +251,9 @@ class FftStrategy(Strategy):
         if backend.name == "cupy":
             if small and not config.own:
                 return "kernel of at most 3 per axis on the GPU: only convtune's own transforms have won there"
+            if config.product == "gemm" and self._other_products(problem, config):
+                return ("the gemm product on the GPU where fgemm or pointwise runs the problem: it has never come "
+                        "within 1.25x of the best there")
             if problem.groups == 1 and all((k - 1) * d + 1 <= 2 * st for k, st, d in
                                            zip(kernel, problem.stride, problem.dilation)) and max(problem.stride) > 1:
                 return ("dense kernel of at most twice its stride on the GPU (each input read by at most two windows): "
@@ -259,6 +271,13 @@ class FftStrategy(Strategy):
             return (f"{'x'.join(map(str, kernel))} kernel on the CPU: FFT starts winning at larger kernels "
                     "(depthwise 5x5, dense 9x9)")
         return None
+
+    @staticmethod
+    def _other_products(problem, config) -> bool:
+        """Does the ``fgemm`` or ``pointwise`` product run ``problem`` as ``config`` runs it (its phases where
+        polyphase; tiles have the problem's channels and groups)?"""
+        q = polyphase.Polyphase(problem).inner if config.polyphase else problem
+        return freqmajor.unsupported_reason(q) is None or q.in_per_group * q.out_per_group <= POINTWISE_MAX_PAIRS
 
     def _tiled_configs(self, problem, backend):
         """Overlap-save tilings of a stride-1 problem: the cheapest :data:`KEEP_TILES` tile lengths within
