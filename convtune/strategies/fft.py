@@ -228,13 +228,14 @@ class FftStrategy(Strategy):
           1.12x. (At stride 1 FFT has won: the suite's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
         * GPU, the ``gemm`` product (batched matmul on the FFT library's layout, with transposed copies) where the
           ``fgemm`` or ``pointwise`` product runs the problem (as the configuration runs it: its phases, its
-          tiles): never. In the 672 stored GPU searches that listed it (H100 and H200, tests/data/searches: dense
-          and depthwise, 1-D and 2-D, float32 and bfloat16; fgemm or pointwise beside it in every one) it won
-          nothing and came no closer than 1.25x the winner (hyena-long-dw's filter gradient) in the 307 where it
+          tiles): never. In the 672 problems of the stored GPU searches that listed it (H100 and H200,
+          tests/data/searches: dense and depthwise, 1-D and 2-D, float32 and bfloat16; fgemm or pointwise beside it
+          in every one) it won nothing and came no closer than 1.25x the winner (hyena-long-dw's filter gradient) in the 307 where it
           was timed; the others were skipped as slow or over the budget, after its verification. Replayed
           after the other rules on every committed search and explain log (``benchmarks/check_rules.py``, as
           tests/test_search_cost.py runs it): 953 candidates in 166 problems, the closest 1.32x, 39.4 s of the
-          searches' 1,246 s.
+          searches' 1,246 s; of the normal (not exhaustive) searches' candidate costs, 3.3 of RepLKNet-31B's 21.0 s
+          and 2.6 of SLaK-T's 19.4 s in float32, 3.0 of SLaK-T's 91.8 s in bfloat16 (H200).
         * GPU, strided dense kernels of at most twice the stride on every axis (each input read by at most
           two windows): no FFT. H100, the public suite's wav2vec2-conv0 (kernel 10, stride 5, 16000 samples,
           2026-11-23): 99 FFT candidates took 22 s of the search, the best 1.93x the winner (wgrad), 5.4x and
