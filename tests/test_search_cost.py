@@ -252,6 +252,8 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
            "closest took 1.68x" in said
     assert "engine N on a float32 depthwise layer (14 rules)\n    pruned 272 candidates in 59 problems; the closest " \
            "took 4.02x" in said
+    assert ("cudnn: engine 0 on a float32 layer of one group\n    pruned 399 candidates in 165 problems; the closest "
+            "took 3.93x") in said
     assert ("fft: the gemm product on the GPU where fgemm or pointwise runs the problem\n    pruned 953 candidates in "
             "166 problems; the closest took 1.32x") in said
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
@@ -496,6 +498,20 @@ def test_the_cudnn_engine_rule_leaves_out_engine_1_on_float32_depthwise_layers_o
     assert cudnn.pruned(_layer(out_channels=128, groups=64), CudnnConfig(1), gpu) is None  # a channel multiplier
     assert cudnn.pruned(_layer(), CudnnConfig(1), gpu) is None
     assert CudnnConfig.from_label(CudnnConfig(1, (("TILE_SIZE", 4),)).label()) == CudnnConfig(1, (("TILE_SIZE", 4),))
+
+
+def test_the_cudnn_engine_rule_leaves_out_engine_0_on_float32_layers_of_one_group():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.cudnn import CudnnConfig
+    cudnn, gpu = get_strategy("cudnn"), _Named("cupy")
+    dense = _layer(kernel_size=3, padding=1)
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        assert "float32 layer of one group" in cudnn.pruned(dense.for_pass(pass_), CudnnConfig(0), gpu)
+        assert cudnn.pruned(dense.for_pass(pass_), CudnnConfig(1), gpu) is None
+    assert "one group" in cudnn.pruned(_layer(input_size=(512,), kernel_size=5, padding=2), CudnnConfig(0), gpu)
+    for other in (dense.replace(math="tf32"), dense.replace(layout="channels_last"), dense.replace(groups=2),
+                  dense.replace(dtype="bfloat16", layout="channels_last", math="tf32")):  # (not measured so)
+        assert "one group" not in (cudnn.pruned(other, CudnnConfig(0), gpu) or "")
 
 
 def test_the_cudnn_engine_rule_tries_five_engines_on_bfloat16_depthwise_layers():

@@ -53,6 +53,8 @@ DEPTHWISE_SLOW_ENGINES = frozenset({1})
 LARGE_DEPTHWISE_TAPS, LARGE_DEPTHWISE_ENGINES = 49, frozenset({0})
 #: Engines not tried on bfloat16 channels_last 2-D layers of one group (:func:`fixed_rule`).
 DENSE_BFLOAT16_SLOW_ENGINES = frozenset({0, 1, 15, 17, 19, 24, 25, 30, 33, 34, 35, 49, 50, 53, 56, 60, 68, 69, 74, 76})
+#: Engines not tried on float32 channels-first layers of one group in fp32 math (:func:`fixed_rule`).
+DENSE_FLOAT32_SLOW_ENGINES = frozenset({0})
 #: On depthwise layers of these dtypes (bfloat16: channels_last ones), only these engines are tried (fixed_rule).
 DEPTHWISE_ENGINES = {"float32": frozenset({0, 5, 6, 25, 61, 80}), "bfloat16": frozenset({0, 5, 6, 16, 19})}
 
@@ -170,6 +172,12 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
       h200-*-bf16-*.db.gz) their 983 plans timed (in 102 of them) never came within 1.68x of the winner and cost 78
       of the 314 s the problems' candidates cost (engine 69's runtime-compiled plans 1.3 s a build). In ResNet-50's
       search on the H200 (2026-11-29, not stored) the closest came within 1.57x.
+    * Engine 0 (the general fallback) on float32 channels-first layers of one group in fp32 math: not tried. In 165
+      such problems of the stored searches (1-D and 2-D, 1x1 to 31x31; ResNet-50, ConvNeXt-T and the public suite
+      on the H100, RepLKNet-31B and SLaK-T on the H200: tests/data/searches, with the explain logs there) its 399
+      plans timed never came within 3.9x of the winner and cost 55.8 s of the searches' 1,246 s: 2.4
+      to 2.7 s of ResNet-50's normal searches on the H100 (26.5 and 40.7 s of candidate costs), 1.3 of
+      RepLKNet-31B's 21.0 s on the H200.
     * On bfloat16 channels_last depthwise layers, every engine but 0, 5, 6, 16 and 19. H200 (2026-11-29), 61 such
       problems whose cuDNN plans were timed, of SLaK-T's, ConvNeXt-T's and RepLKNet-31B's searches
       (tests/data/searches/h200-*-bf16-*.db.gz; 3x3 to 31x31, stride 1 and 2): the other engines' 913 plans timed
@@ -179,6 +187,10 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
     if (problem.groups == 1 and problem.dtype == "bfloat16" and problem.layout == "channels_last"
             and problem.rank == 2 and config.engine in DENSE_BFLOAT16_SLOW_ENGINES):
         return (f"engine {config.engine} on a bfloat16 channels_last layer: never within 1.6x of the winner in 136 "
+                "stored problems")
+    if (problem.groups == 1 and problem.dtype == "float32" and problem.layout == "channels_first"
+            and problem.math == "fp32" and config.engine in DENSE_FLOAT32_SLOW_ENGINES):
+        return (f"engine {config.engine} on a float32 layer of one group: never within 3.9x of the winner in 165 "
                 "stored problems")
     if not problem.depthwise or problem.out_per_group != 1 or problem.dtype not in DEPTHWISE_ENGINES:
         return None
