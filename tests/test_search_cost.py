@@ -194,7 +194,7 @@ def test_the_fft_gemm_product_is_pruned_on_the_gpu_where_fgemm_or_pointwise_runs
     assert "gemm product" in fft.pruned(strided, replace(gemm, polyphase=True), gpu)
 
 
-def test_the_im2col_rule_prunes_depthwise_layers_on_the_gpu_only():
+def test_the_im2col_rules_prune_depthwise_and_bfloat16_channels_last_layers_on_the_gpu_only():
     from convtune.strategies import get_strategy
     from convtune.strategies.im2col import Im2colConfig
     im2col, cpu, gpu, cfg = get_strategy("im2col"), _Named("numpy"), _Named("cupy"), Im2colConfig(chunk=8)
@@ -204,6 +204,10 @@ def test_the_im2col_rule_prunes_depthwise_layers_on_the_gpu_only():
     assert im2col.pruned(depthwise, cfg, cpu) is None
     assert im2col.pruned(_layer(groups=32), cfg, gpu) is None  # two input channels per group: not measured
     assert im2col.pruned(_layer(), cfg, gpu) is None
+    half = _layer(dtype="bfloat16", layout="channels_last", math="tf32")
+    assert "bfloat16 channels_last" in im2col.pruned(half, cfg, gpu)
+    assert im2col.pruned(half, cfg, cpu) is None
+    assert im2col.pruned(half.replace(layout="channels_first"), cfg, gpu) is None  # (not measured)
 
 
 def _stored_search(tmp_path, name):
@@ -252,6 +256,8 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
            "closest took 1.68x" in said
     assert "engine N on a float32 depthwise layer (14 rules)\n    pruned 272 candidates in 59 problems; the closest " \
            "took 4.02x" in said
+    assert ("im2col: a bfloat16 channels_last layer on the GPU\n    pruned 408 candidates in 136 problems; the "
+            "closest took 3.37x") in said
     assert ("cudnn: engine 0 on a float32 layer of one group\n    pruned 399 candidates in 165 problems; the closest "
             "took 3.93x") in said
     assert ("fft: the gemm product on the GPU where fgemm or pointwise runs the problem\n    pruned 953 candidates in "

@@ -46,7 +46,7 @@ class Im2colStrategy(Strategy):
         return [Im2colConfig(chunk=c, tf32=tf32) for c in _chunk_options(problem.batch)]
 
     def pruned(self, problem, config, backend, room=None):
-        """The rule fitted on measured searches (``benchmarks/check_rules.py`` replays it):
+        """The rules fitted on measured searches (``benchmarks/check_rules.py`` replays them):
 
         * GPU, one input channel per group (depthwise layers, channel multipliers): no im2col. Its GEMMs are one
           row deep per group. H100 and H200, every such problem of six stored searches (ConvNeXt-T exhaustive,
@@ -54,10 +54,17 @@ class Im2colStrategy(Strategy):
           ConvNeXt-T tunes and one of SLaK-T on the H200; 86 problems, 242 candidates): im2col never came within
           10.9x of the best, and on SLaK-T its candidates took 20.3 s of an 80.6 s tune (51x51 backward-data
           passes: 11,500x the winner).
+        * GPU, bfloat16 channels_last layers: no im2col (its float32 GEMMs between conversions). H100 and H200, the
+          stored searches of ResNet-50 under AMP, SLaK-T, ConvNeXt-T and RepLKNet-31B in bfloat16 channels_last
+          (tests/data/searches/h*-amp-search.db.gz, h200-*-bf16-*.db.gz): in 136 such problems (1x1 to 7x7, every
+          pass) it never came within 3.3x of the winner, and it cost 0.4 to 1.5 s of each model's normal search.
         """
         if backend.name == "cupy" and problem.groups > 1 and problem.in_per_group == 1:
             return ("one input channel per group on the GPU (depthwise): im2col's GEMMs are one row deep per group, "
                     "and it has never come within 10x of the best there")
+        if backend.name == "cupy" and problem.dtype == "bfloat16" and problem.layout == "channels_last":
+            return ("a bfloat16 channels_last layer on the GPU: im2col's float32 GEMMs between conversions have "
+                    "never come within 3x of the best there")
         return None
 
     def workspace_bytes(self, problem, config) -> int:
