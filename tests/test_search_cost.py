@@ -256,6 +256,8 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
            "closest took 1.68x" in said
     assert "engine N on a float32 depthwise layer (14 rules)\n    pruned 272 candidates in 59 problems; the closest " \
            "took 4.02x" in said
+    assert ("depthwise: the channels-first tiled kernels on a bfloat16 channels_last layer on the GPU (between "
+            "conversions)\n    pruned 68 candidates in 34 problems; the closest took 1.64x") in said
     assert ("im2col: a bfloat16 channels_last layer on the GPU\n    pruned 408 candidates in 136 problems; the "
             "closest took 3.37x") in said
     assert ("cudnn: engine 0 on a float32 layer of one group\n    pruned 399 candidates in 165 problems; the closest "
@@ -490,6 +492,25 @@ def test_check_rules_says_which_python_to_run_it_with_where_convtune_is_missing(
             f"runpy.run_path({str(script)!r}, run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1 and "run it with .venv/bin/python" in result.stderr
+
+
+def test_the_depthwise_rule_leaves_the_channels_first_kernels_out_of_bfloat16_channels_last_layers_on_the_gpu():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.depthwise import DepthwiseConfig
+    dw, cpu, gpu = get_strategy("depthwise"), _Named("numpy"), _Named("cupy")
+    half = _layer(kernel_size=7, padding=3, groups=64, dtype="bfloat16", layout="channels_last", math="tf32")
+    kept = [c for c in dw.candidates(half, gpu) if dw.pruned(half, c, gpu) is None]
+    assert kept and {c.variant for c in kept} <= {"nhwc", "nhwc-tiled", "window"}  # (its own kernels and window)
+    assert {c.variant for c in dw.candidates(half, gpu)} & {"tiled", "simple"}  # (listed, then pruned)
+    for variant in ("tiled", "simple"):
+        assert "channels-first" in dw.pruned(half, DepthwiseConfig(variant=variant), gpu)
+        assert dw.pruned(half, DepthwiseConfig(variant=variant), cpu) is None
+        assert dw.pruned(half.replace(layout="channels_first"), DepthwiseConfig(variant=variant), gpu) is None
+        assert dw.pruned(half.replace(dtype="float32", math="fp32"), DepthwiseConfig(variant=variant), gpu) is None
+    for variant in ("window", "nhwc", "nhwc-tiled"):
+        assert dw.pruned(half, DepthwiseConfig(variant=variant), gpu) is None
+    cube = _layer(input_size=(8, 8, 8), kernel_size=3, padding=1, groups=64, dtype="bfloat16", layout="channels_last")
+    assert dw.pruned(cube, DepthwiseConfig(variant="tiled"), gpu) is None  # (3-D: not measured)
 
 
 def test_the_cudnn_engine_rule_leaves_out_engine_1_on_float32_depthwise_layers_only():

@@ -106,6 +106,22 @@ class DepthwiseStrategy(Strategy):
             if depthwise_nhwc.reason(problem) is None else []
         return tiled + nhwc + self._channels_first(problem)
 
+    def pruned(self, problem, config, backend, room=None):
+        """The rule fitted on measured searches (``benchmarks/check_rules.py`` replays it):
+
+        * GPU, bfloat16 channels_last 2-D layers: not the channels-first ``tiled`` and ``simple`` kernels (between
+          conversions). H200, SLaK-T's, ConvNeXt-T's and RepLKNet-31B's searches under AMP
+          (tests/data/searches/h200-*-bf16-*.db.gz): in 46 such problems they won nothing, ``tiled`` never within
+          1.64x of the winner (34 problems), ``simple`` within 3.08x (46), and they cost 3.6 of ConvNeXt-T's 33.2 s
+          of candidate costs, 3.6 of SLaK-T's 91.8 s. The ``window`` kernels (7 wins there) and the channels-last
+          ones stay.
+        """
+        if (backend.name == "cupy" and problem.rank == 2 and problem.dtype == "bfloat16"
+                and problem.layout == "channels_last" and config.variant in ("tiled", "simple")):
+            return (f"the channels-first {config.variant} kernels on a bfloat16 channels_last layer on the GPU "
+                    "(between conversions): they have never come within 1.6x of the best there")
+        return None
+
     def _channels_first(self, problem):
         window = [DepthwiseConfig(threads=window_layout(problem, s)[1], variant="window", rows=s)
                   for s in WINDOW_S if math.prod(problem.kernel_size) >= WINDOW_MIN_TAPS
