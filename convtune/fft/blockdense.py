@@ -6,8 +6,8 @@ The depthwise kernels of :class:`convtune.fft.blockkept.PlaneKept` transform eve
 its spectrum (``L0 x (L1 / 2 + 1)`` complex64 in the kernels' own frequency order, rows of them one after another:
 the packed layout, frequencies contiguous); a dense layer's operands are such stacks of images (x: ``n x C``, dy:
 ``n x K``, w: ``K x C`` images of the kernel's size). The channels are mixed per frequency by a batched complex
-product on that layout (:func:`convtune.fft.narrow.gemm` where a side has at most 16 rows or columns, else
-:func:`convtune.fft.packedgemm.gemm`):
+product on that layout (:func:`convtune.fft.narrow.product` where a side has at most 16 rows or columns, else
+:func:`convtune.fft.packedgemm.product`; their launches made once per executor):
 
 * forward: ``Y[n, k] = sum_c X[n, c] conj(W[k, c])``;
 * backward-data: ``DX[n, c] = sum_k DY[n, k] W[k, c]``;
