@@ -30,6 +30,11 @@ PRODUCTS = ("gemm", "pointwise")
 POINTWISE_MAX_PAIRS = 16
 
 
+def pointwise_applies(problem: ConvProblem) -> bool:
+    """Does the ``pointwise`` product take ``problem`` (at most :data:`POINTWISE_MAX_PAIRS` channel pairs a group)?"""
+    return problem.in_per_group * problem.out_per_group <= POINTWISE_MAX_PAIRS
+
+
 def consuming_irfftn(xp):
     """``irfftn(spec, s=, axes=, norm=)`` that may overwrite ``spec``, for spectra the caller made and
     drops (every product and sum here): on CuPy, ``cupyx.scipy.fft.irfftn`` with ``overwrite_x``,

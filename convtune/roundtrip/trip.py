@@ -11,6 +11,7 @@ from ..backend import Backend, gemm_precision, get_backend
 from ..fft import blockdense, blockkept, freqmajor, narrow, packedgemm, planeconv, rowconv, spectral
 from ..fft import sizes as fft_sizes
 from ..fft.cost import spectrum_elems
+from ..fft.spectral import pointwise_applies
 from ..problem import ConvProblem
 from ..versioning import changed_since
 
@@ -158,10 +159,6 @@ def unsupported_reason(problem: ConvProblem) -> str | None:
     return (f"{problem.groups} groups of {problem.in_per_group}->{problem.out_per_group} channels: too many groups "
             f"for the frequency-major GEMMs (at most {freqmajor.MAX_GROUPS}) and too many channel pairs for the "
             f"pointwise product (at most {spectral.POINTWISE_MAX_PAIRS})")
-
-
-def pointwise_applies(problem: ConvProblem) -> bool:
-    return problem.in_per_group * problem.out_per_group <= spectral.POINTWISE_MAX_PAIRS
 
 
 class RoundTrip:

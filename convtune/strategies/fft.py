@@ -22,7 +22,7 @@ from .. import precision
 from ..backend import gemm_precision
 from ..fft import callbacks, cost, fft64, freqmajor, narrow, overlap, packedgemm, polyphase, spectral
 from ..fft import sizes as fft_sizes
-from ..fft.spectral import POINTWISE_MAX_PAIRS, SpectralConv
+from ..fft.spectral import SpectralConv, pointwise_applies
 from ..executor import Executor
 from ..problem import ConvProblem
 from .base import Config, Strategy, check_tf32, register
@@ -230,8 +230,8 @@ class FftStrategy(Strategy):
           ``fgemm`` or ``pointwise`` product runs the problem (as the configuration runs it: its phases, its
           tiles): never. In the 672 problems of the stored GPU searches that listed it (H100 and H200,
           tests/data/searches: dense and depthwise, 1-D and 2-D, float32 and bfloat16; fgemm or pointwise beside it
-          in every one) it won nothing and came no closer than 1.25x the winner (hyena-long-dw's filter gradient) in the 307 where it
-          was timed; the others were skipped as slow or over the budget, after its verification. Replayed
+          in every one) it won nothing and came no closer than 1.25x the winner (hyena-long-dw's filter gradient)
+          in the 307 where it was timed; the others were skipped as slow or over the budget, after its verification. Replayed
           after the other rules on every committed search and explain log (``benchmarks/check_rules.py``, as
           tests/test_search_cost.py runs it): 953 candidates in 166 problems, the closest 1.32x, 39.4 s of the
           searches' 1,246 s; of the normal (not exhaustive) searches' candidate costs, 3.3 of RepLKNet-31B's 21.0 s
@@ -274,11 +274,17 @@ class FftStrategy(Strategy):
         return None
 
     @staticmethod
-    def _other_products(problem, config) -> bool:
+    def _products(problem) -> list[str]:
+        """The products that run ``problem``: ``gemm`` always, ``fgemm`` and ``pointwise`` where they take it."""
+        return ["gemm"] + (["fgemm"] if freqmajor.unsupported_reason(problem) is None else []) + \
+            (["pointwise"] if pointwise_applies(problem) else [])
+
+    @classmethod
+    def _other_products(cls, problem, config) -> bool:
         """Does the ``fgemm`` or ``pointwise`` product run ``problem`` as ``config`` runs it (its phases where
         polyphase; tiles have the problem's channels and groups)?"""
         q = polyphase.Polyphase(problem).inner if config.polyphase else problem
-        return freqmajor.unsupported_reason(q) is None or q.in_per_group * q.out_per_group <= POINTWISE_MAX_PAIRS
+        return len(cls._products(q)) > 1
 
     def _tiled_configs(self, problem, backend):
         """Overlap-save tilings of a stride-1 problem: the cheapest :data:`KEEP_TILES` tile lengths within
@@ -310,11 +316,7 @@ class FftStrategy(Strategy):
     def _configs(self, problem, backend, keep, variants=True):
         calibration = cost.calibration_for(backend.device_info().key())  # the device's own, if measured
         ranked = sorted(fft_sizes.size_candidates(problem), key=lambda s: cost.estimate(problem, s, calibration))
-        products = ["gemm"]
-        if freqmajor.unsupported_reason(problem) is None:
-            products.append("fgemm")
-        if problem.in_per_group * problem.out_per_group <= POINTWISE_MAX_PAIRS:
-            products.append("pointwise")
+        products = self._products(problem)
         tf32 = problem.math == "tf32"
         configs = [FftConfig(sizes=s, product=prod, chunk=problem.batch, tf32=tf32 and prod in GEMMS)
                    for s in ranked[:keep] for prod in products]
