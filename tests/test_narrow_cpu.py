@@ -8,6 +8,7 @@ import numpy
 import pytest
 
 from convtune.fft import narrow
+from test_packed_cpu import _case
 
 
 @pytest.fixture
@@ -19,23 +20,6 @@ def on_cpu(monkeypatch):
         source = f"#define RM {rm}\n#define RN {rn}\n#define NT {threads}\n" + narrow._SOURCE
         return cuda_cpu.kernels(source, ["convtune_narrow_cgemm"])["convtune_narrow_cgemm"]
     monkeypatch.setattr(narrow, "_kernel", kernel)
-
-
-def _case(ops, mnk, F, seed):
-    """Packed operands (rows, cols, F) of op(a) (m x k) and op(b) (k x n), their row strides in rows of F as the
-    dispatch hands them, and the float64 product per frequency (m, n, F)."""
-    m, n, k = mnk
-    rng = numpy.random.default_rng(seed)
-
-    def packed(rows, cols):
-        return (rng.standard_normal((rows, cols, F)) + 1j * rng.standard_normal((rows, cols, F))).astype(numpy.complex64)
-    a = packed(*((m, k) if ops[0] == "N" else (k, m)))
-    b = packed(*((k, n) if ops[1] == "N" else (n, k)))
-    s_am, s_ak = (k, 1) if ops[0] == "N" else (1, m)
-    s_bk, s_bn = (n, 1) if ops[1] == "N" else (1, k)
-    op = {"N": lambda x: x, "C": lambda x: numpy.conj(x.transpose(1, 0, 2))}
-    product = numpy.einsum("ikf,kjf->ijf", op[ops[0]](a.astype(numpy.complex128)), op[ops[1]](b.astype(numpy.complex128)))
-    return a, b, (s_am, s_ak, s_bk, s_bn), product
 
 
 @pytest.mark.parametrize("ops, mnk, F, accumulate, blocks", [

@@ -630,17 +630,22 @@ def test_finding_a_models_problems_spares_pytorchs_search_where_it_buys_little(m
     assert torch.allclose(outputs[0], want, atol=1e-5)
 
 
+def _imports_in_a_fresh_process(code: str) -> list[str]:
+    """What ``code`` prints, run by this Python in a process of its own (it must succeed), split into words."""
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_measuring_the_autograd_detour_imports_no_symbolic_shapes():
     """The detour's measurement (once per device, in a tune-ahead's hand-back) takes the backward of a sum: a backward
     given a gradient tensor has PyTorch import its symbolic shapes and SymPy on the first call (2.5 s of a tune-ahead
     on an H200 host). In a fresh process, as a tune-ahead's is."""
-    import subprocess
     code = ("import sys, torch; from convtune.torch import _dispatch; "
             "assert _dispatch._measure_detour(torch.device('cpu'), calls=5, rounds=3) >= 0; "
             "print('sympy' in sys.modules, 'torch.fx.experimental.symbolic_shapes' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "False"]
+    assert _imports_in_a_fresh_process(code) == ["False", "False"]
 
 
 def test_the_round_trip_duels_gradients_import_no_symbolic_shapes():
@@ -648,16 +653,13 @@ def test_the_round_trip_duels_gradients_import_no_symbolic_shapes():
     gradients come from a random gradient of the result through the backward of a scalar, not a backward given that
     gradient (which imports PyTorch's symbolic shapes and SymPy on the first call): the same gradients, in a fresh
     process nothing imported."""
-    import subprocess
     code = ("import sys, torch; from convtune.torch import functional; "
             "a = torch.randn(2, 3, 8, 8, requires_grad=True); b = torch.randn(4, 3, 3, 3, requires_grad=True); "
             "grads = {}; got = functional._duel_gradients(torch.nn.functional.conv2d(a, b), a, b, grads); "
             "imported = ('sympy' in sys.modules, 'torch.fx.experimental.symbolic_shapes' in sys.modules); "
             "want = torch.autograd.grad(torch.nn.functional.conv2d(a, b), (a, b), grads['dy']); "
             "assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want)); print(*imported)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "False"]
+    assert _imports_in_a_fresh_process(code) == ["False", "False"]
 
 
 def test_timing_training_steps_leaves_the_model_as_it_was():
