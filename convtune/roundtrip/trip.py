@@ -95,13 +95,19 @@ class TripConfig:
                    threads=int(data.get("threads", 0)))
 
 
+def _dense(p: ConvProblem) -> bool:
+    """Is ``p`` a dense layer to the block round trips (one group, not one channel each way): its images' stacks
+    (:mod:`convtune.fft.blockdense`), not the depthwise kernels' channels?"""
+    return p.groups == 1 and not p.in_channels == p.out_channels == 1
+
+
 def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     """The kept-spectra executor of the one-block transforms for ``config`` (``block`` product)."""
     if problem.rank == 1:
         return blockkept.RowKept(xp, problem, config.sizes[0], config.radices, config.threads, fused=config.fused)
     if problem.rank == 2:
         shape = (config.threads, 1) if config.threads else None
-        if not problem.groups == problem.in_channels == problem.out_channels:  # (a dense layer's stacks of images)
+        if _dense(problem):
             if config.fused:
                 raise ValueError(f"{config.label()}: a dense layer's block round trip has no fused backward passes")
             return blockdense.DenseBlockKept(xp, problem, config.sizes, config.radices, shape)
@@ -121,7 +127,7 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
         return []
-    if p.rank == 2 and p.groups == 1 and not p.in_channels == p.out_channels == 1:
+    if p.rank == 2 and _dense(p):
         # a dense layer: each size its images' transforms take, at the launch shape and radices of the policy (its
         # channels mixed by the narrow product, or where no side is thin by the packed one, which needs sm_80)
         thin = narrow.unsupported_reason(p.in_channels, p.out_channels, p.batch) is None

@@ -16,8 +16,8 @@ from torch import nn
 
 from ..problem import ConvProblem
 from ..runtime import Runtime
-from . import functional
 from ..strategies.pytorch import native_for
+from . import functional
 from ._autograd import eager_forward
 from ._dispatch import Route, all_native, measured_once, route_for, seconds_per_call
 from ._duel import duel_operands, per_call_seconds, where_pass_runs
