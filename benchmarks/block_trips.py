@@ -1,5 +1,5 @@
-"""Large depthwise and dense layers through the block round trips (``fft-trip[...,block]``: kept spectra on the
-one-block transforms, :mod:`convtune.fft.blockkept`, and for dense layers :mod:`convtune.fft.blockdense`), in one
+"""Large depthwise layers through the block round trips (``fft-trip[...,block]``: kept spectra on the one-block
+transforms, :mod:`convtune.fft.blockkept`), and dense ones through the planner's other trips (``--all``), in one
 process: every candidate of
 :func:`convtune.roundtrip.block_trip_configs` checked against float64 in all three passes, then timed as the planner
 times a trip (each pass after its own L2 flush, CUDA events, median of the summed passes), beside the torch-fft

@@ -273,11 +273,11 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     version 16 (the rows' first and last passes reading and writing memory) every float32 depthwise row, version 17
     (bfloat16 trips timed on 16-bit memory) every bfloat16 layer, version 18 (the narrow product at a small batch)
     layers of 16 images or fewer with more than 16 channels per group on both sides, and those whose narrow products
-    take other blocks now (few channels on one side), version 19 (block trips of dense layers) float32 dense 2-D
-    layers of stride and dilation 1 whose images fit a block."""
+    take other blocks now (few channels on one side), versions 19 and 20 (block trips of dense layers offered, then
+    withdrawn) float32 dense 2-D layers of one group, stride and dilation 1."""
     from convtune import roundtrip
     # (channels and a batch the narrow product does not take, nor the frequency-major product's groups: version 18;
-    # two groups: not the dense layers' block trips of version 19)
+    # two groups: not the dense layers' block trips of versions 19 and 20)
     wide = dict(in_channels=64, out_channels=64, groups=2, batch=17)
     two, three = problem("2d-large-kernel", **wide), problem("3d-basic", **wide)
     half = two.replace(dtype="bfloat16", layout="channels_last")
@@ -285,7 +285,7 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     tf32 = two.replace(math="tf32")
     depthwise = problem("2d-depthwise-7x7", in_channels=32, out_channels=32, groups=32)
     assert depthwise.groups == depthwise.in_channels == depthwise.out_channels and depthwise.dtype == "float32"
-    assert roundtrip.VERSION == 19
+    assert roundtrip.VERSION == 20
     from convtune import ConvProblem
     long_row = ConvProblem.make(batch=2, in_channels=32, out_channels=32, groups=32, input_size=(16384,),
                                 kernel_size=16384, padding=16383)
@@ -308,12 +308,15 @@ def test_a_stored_trip_decision_of_an_older_version_stands_where_no_later_versio
     dense, few = two.replace(batch=8), problem("2d-large-kernel")  # (the narrow product's new candidates, blocks)
     assert roundtrip.CHANGES[18](dense) and roundtrip.CHANGES[18](few)
     assert not any(roundtrip.CHANGES[18](p) for p in (two, three, tf32, depthwise, long_row))
-    # (version 19: dense float32 2-D layers of one group, at the sizes their images take)
+    # (versions 19 and 20: dense float32 2-D layers of one group, stride and dilation 1: a decision of 19 may name a
+    # block trip of one, which 20 no longer builds)
     one_group = two.replace(groups=1)
-    assert roundtrip.stale(18, one_group) and roundtrip.stale(18, one_group.replace(math="tf32"))
-    assert not any(roundtrip.stale(18, p) for p in (two, three, half, depthwise, long_row,
-                                                     one_group.replace(stride=(2, 2))))
-    assert roundtrip.stale(5, two) and roundtrip.stale(20, two)
+    for version in (18, 19):
+        assert roundtrip.stale(version, one_group) and roundtrip.stale(version, one_group.replace(math="tf32"))
+        assert not any(roundtrip.stale(version, p) for p in (two, three, half, depthwise, long_row,
+                                                              one_group.replace(stride=(2, 2))))
+    assert not roundtrip.stale(20, one_group)
+    assert roundtrip.stale(5, two) and roundtrip.stale(21, two)
 
 
 HALF_KINDS = [("bfloat16", "channels_last"), ("bfloat16", "channels_first"), ("float16", "channels_last"),
@@ -388,8 +391,8 @@ def test_block_trips_are_candidates_of_float32_depthwise_layers_on_the_gpu():
     assert [c.fused for c in block_trip_configs(replk, gpu)] == ([False] * 4 + [True] * 4) * 2
     assert block_trip_configs(replk, gpu)[7].label() == "fft-trip[sizes=128x128,fused,block,radices=16,threads=256]"
     assert block_trip_configs(replk, cpu) == [] and block_trip_configs(replk.replace(dtype="bfloat16"), gpu) == []
-    # (a dense layer: one candidate per size, convtune.fft.blockdense's; a layer of a few groups: none)
-    assert {c.fused for c in block_trip_configs(replk.replace(groups=1, out_channels=8), gpu)} == {False}
+    # (a dense layer, or one of a few groups: none)
+    assert block_trip_configs(replk.replace(groups=1, out_channels=8), gpu) == []
     assert block_trip_configs(replk.replace(groups=2, out_channels=8), gpu) == []
     long_row = hyena.replace(input_size=(16384,), kernel_size=(16384,), padding=(16383,))
     assert [(c.radices, c.threads, c.fused) for c in block_trip_configs(long_row, gpu)] == [

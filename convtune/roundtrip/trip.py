@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .. import precision
 from ..backend import Backend, gemm_precision, get_backend
-from ..fft import blockdense, blockkept, freqmajor, narrow, packedgemm, planeconv, rowconv, spectral
+from ..fft import blockkept, freqmajor, planeconv, rowconv, spectral
 from ..fft import sizes as fft_sizes
 from ..fft.cost import spectrum_elems
 from ..fft.spectral import pointwise_applies
@@ -25,8 +25,10 @@ log = logging.getLogger("convtune")
 #: 14: images' too; 15: rows' radix-32 passes; 16: rows' first and last passes reading and writing memory; 17:
 #: bfloat16 trips that read its 16 bits timed on 16-bit memory, as the per-pass plans are, not on float32 storage;
 #: 18: the packed trips with the narrow product at a batch of 16 or less too, many channels on both sides, and the
-#: narrow product's new blocks, narrow.block; 19: block trips of dense float32 2-D layers too, convtune.fft.blockdense).
-VERSION = 19
+#: narrow product's new blocks, narrow.block; 19: block trips of dense float32 2-D layers too, on the one-block image
+#: transforms; 20: those trips no longer offered: on an H200 they lost to the cuFFT trips by 1.27x to 1.38x on every
+#: dense layer measured, their transforms slower than cuFFT's at the same size).
+VERSION = 20
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -41,7 +43,7 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            and rowconv.offers(p, "32"),
            16: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
            17: lambda p: p.dtype == "bfloat16",
-           18: freqmajor.narrow_changed, 19: lambda p: blockdense.unsupported_reason(p) is None}
+           18: freqmajor.narrow_changed, 19: lambda p: _dense_plane(p), 20: lambda p: _dense_plane(p)}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -95,10 +97,11 @@ class TripConfig:
                    threads=int(data.get("threads", 0)))
 
 
-def _dense(p: ConvProblem) -> bool:
-    """Is ``p`` a dense layer to the block round trips (one group, not one channel each way): its images' stacks
-    (:mod:`convtune.fft.blockdense`), not the depthwise kernels' channels?"""
-    return p.groups == 1 and not p.in_channels == p.out_channels == 1
+def _dense_plane(p: ConvProblem) -> bool:
+    """Is ``p`` a float32 channels-first dense 2-D layer of one group, stride and dilation 1: one that versions 19 and
+    20 changed (block round trips offered, then withdrawn)?"""
+    return (p.rank == 2 and p.groups == 1 and not p.in_channels == p.out_channels == 1 and p.dtype == "float32"
+            and p.layout == "channels_first" and all(v == 1 for v in p.stride + p.dilation))
 
 
 def _block_kept(xp, problem: ConvProblem, config: TripConfig):
@@ -106,20 +109,14 @@ def _block_kept(xp, problem: ConvProblem, config: TripConfig):
     if problem.rank == 1:
         return blockkept.RowKept(xp, problem, config.sizes[0], config.radices, config.threads, fused=config.fused)
     if problem.rank == 2:
-        shape = (config.threads, 1) if config.threads else None
-        if _dense(problem):
-            if config.fused:
-                raise ValueError(f"{config.label()}: a dense layer's block round trip has no fused backward passes")
-            return blockdense.DenseBlockKept(xp, problem, config.sizes, config.radices, shape)
-        return blockkept.PlaneKept(xp, problem, config.sizes, config.radices, shape=shape, fused=config.fused)
+        return blockkept.PlaneKept(xp, problem, config.sizes, config.radices,
+                                   shape=(config.threads, 1) if config.threads else None, fused=config.fused)
     raise ValueError(f"{config.label()}: the block round trip is 1-D or 2-D, not rank {problem.rank}")
 
 
 def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfig]:
-    """The ``block`` round trips of the forward ``problem``: on the GPU, for float32 dense 2-D layers of one group
-    (:mod:`convtune.fft.blockdense`: each transform size of their images, one candidate each), and for float32
-    depthwise 1-D and 2-D layers, each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all
-    three passes, with each of its
+    """The ``block`` round trips of the forward ``problem``: on the GPU, for float32 depthwise 1-D and 2-D layers,
+    each transform size of the ``fft-row`` or ``fft-plane`` strategy that serves all three passes, with each of its
     radix sets and block sizes, as the strategies' candidates (:func:`convtune.fft.planeconv.shape_options`: the
     policy's register cap spills, ``benchmarks/kernel_registers.py``; :func:`convtune.fft.rowconv.launch_options`);
     each also ``fused``, both backward passes from one transform of dy (no spectra of dy written or read back), for
@@ -127,13 +124,6 @@ def block_trip_configs(problem: ConvProblem, backend: Backend) -> list[TripConfi
     p = problem.for_pass("fwd")
     if backend.name != "cupy" or p.dtype != "float32" or p.rank not in (1, 2):
         return []
-    if p.rank == 2 and _dense(p):
-        # a dense layer: each size its images' transforms take, at the launch shape and radices of the policy (its
-        # channels mixed by the narrow product, or where no side is thin by the packed one, which needs sm_80)
-        thin = narrow.unsupported_reason(p.in_channels, p.out_channels, p.batch) is None
-        if not thin and not packedgemm.packed_available(backend):
-            return []
-        return [TripConfig(sizes=tuple(s), product="block") for s in blockdense.size_options(p)]
     mod = rowconv if p.rank == 1 else planeconv
     out = []
     for size in mod.size_options(p):
