@@ -81,6 +81,7 @@ static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __align__(n) alignas(n)
 #define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static

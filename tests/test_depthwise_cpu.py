@@ -1,5 +1,5 @@
 """The direct depthwise kernels' CUDA source run on the CPU (tests/cuda_cpu.py): the channels-first kernels of 1-D, 2-D
-and 3-D problems (simple, tiled, window) and the channels-last ones (nhwc, nhwc-tiled), every pass, float32 and
+and 3-D problems (simple, tiled, window) and the channels-last ones (nhwc, nhwc-tiled, nhwc-vec), every pass, float32 and
 bfloat16 read and written in place (a half-precision filter gradient's float32 sums rounded once), against the float64
 reference. The executors' own launches drive them, so their grids and arguments are tested too."""
 
@@ -117,6 +117,54 @@ def test_1d_and_2d_depthwise_kernels_on_the_cpu(emulated, dtype, pass_, case):
             assert err <= (1e-6 if dtype == "float32" else 4e-3), (layout, config.label(), err)
             tried.add(config.variant)
     assert tried >= {"simple", "nhwc"}, tried
+
+
+VEC_CASES = [dict(input_size=(9, 11), kernel_size=7, padding=3), dict(input_size=(6, 7), kernel_size=(3, 5),
+                                                                    padding=(0, 4)),
+             dict(input_size=(21,), kernel_size=5, padding=2)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+@pytest.mark.parametrize("case", range(len(VEC_CASES)))
+def test_the_vectorized_channels_last_kernel_on_the_cpu(emulated, dtype, pass_, case):
+    """The vectorized channels-last kernel (nhwc-vecV), each of the strategy's configurations: V channels a thread
+    (its taps in registers, or 4 x 49 of them in shared memory), channel groups past a block's threads (the last
+    block's idle ones), output rows and row segments that overhang the image, padding past the kernel's reach; and
+    operands one element off the vector's alignment, which the plain kernel takes instead."""
+    from convtune.strategies.depthwise import _vec
+    strategy = get_strategy("depthwise")
+    rng = numpy.random.default_rng(case)
+    channels = 136 if case == 0 else 8  # (136: 68 vectors of 2, past a block of 64 threads' channel groups)
+    p = ConvProblem.make(batch=2, in_channels=channels, out_channels=channels, groups=channels, dtype=dtype,
+                         pass_=pass_, layout="channels_last", **VEC_CASES[case])
+    a, b = (rng.standard_normal(s) for s in p.operand_shapes)
+    ref = get_strategy("reference").build(p, None, get_backend("numpy"))
+    bound = 1e-6 if dtype == "float32" else 4e-3
+    configs = [c for c in strategy.candidates(p, None) if _vec(c)]
+    assert {(_vec(c), c.threads) for c in configs} == {(4, 256), (2, 256), (2, 64), (4, 64)}
+    for config in configs:
+        conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, config.threads, 4, config.rows, vec=_vec(config))
+        assert conv.fallback is None
+        got, a64, b64 = emulated.run_launch(conv, p, a, b)
+        want = ref(a64, b64)
+        err = numpy.linalg.norm(got - want) / numpy.linalg.norm(want)
+        assert err <= bound, (config.label(), err)
+        if case == 0:  # (the second block along the channels: 4 of its 64 threads' vectors are channels)
+            assert conv.grid[0] == (2 if (_vec(config), config.threads) == (2, 64) else 1), config.label()
+    # one element off: the plain kernel, made on first need
+    conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 256, 4, 4, vec=2)
+    ma, a64 = emulated.launch_memory(a, dtype, "channels_last")
+    mb, b64 = emulated.launch_memory(b, dtype, "channels_last")
+    from convtune import precision
+    res = precision.launch_result(numpy, p.result_shape, dtype, "channels_last")
+    shifted = numpy.zeros(ma.size + 1, ma.dtype)
+    shifted[1:] = ma.reshape(-1)
+    conv.launch(shifted[1:].ctypes.data, mb.ctypes.data, res.ctypes.data, emulated.Stream())
+    assert conv.fallback is not None
+    got = precision.from_launch(numpy, res, dtype, "channels_last").astype(numpy.float64)
+    want = ref(a64, b64)
+    assert numpy.linalg.norm(got - want) / numpy.linalg.norm(want) <= bound
 
 
 @pytest.mark.gpu

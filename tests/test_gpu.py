@@ -248,7 +248,9 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     nhwc = [cfg for cfg in strategy.candidates(p, be) if cfg.variant.startswith("nhwc")]
     tiled = depthwise_nhwc.tiled_reason(p, 4) is None
     assert tiled or p.stride != (1,) * p.rank or math.prod(kernel) > 81 or (p.rank == 1 and pass_ == "wgrad")
-    assert sorted((cfg.variant, cfg.rows) for cfg in nhwc) == \
+    vec = sorted({cfg.variant for cfg in nhwc} - {"nhwc", "nhwc-tiled"})
+    assert vec == [f"nhwc-vec{v}" for v in (2, 4) if depthwise_nhwc.vec_reason(p, v) is None]
+    assert sorted((cfg.variant, cfg.rows) for cfg in nhwc if not cfg.variant.startswith("nhwc-vec")) == \
         [("nhwc", 2), ("nhwc", 4), ("nhwc", 8)] + ([("nhwc-tiled", 4), ("nhwc-tiled", 8)] if tiled else [])
     bound = 1e-5 if dtype == "float32" else precision.UNIT_ROUNDOFF[dtype]
     for cfg in nhwc:

@@ -19,6 +19,11 @@ every product and sum is float32.
   ``dil * (k - 1) - pad``. Strided: a gather, one input pixel per thread.
 * Backward-filter, tiled (stride 1, 2-D): a block copies a tile's dy and input into shared memory;
   warp ``ty`` sums kernel rows ``ty, ty + 8, ...`` over it, its sums kept across the block's tiles.
+* Forward and stride-1 backward-data, vectorized (``vec``: stride and dilation 1, channels a multiple of ``V``): a
+  thread owns ``V`` adjacent channels, read and written ``V`` at a time (one 4- to 16-byte access), and a block of
+  :data:`VEC_ROWS` x ``R`` outputs; each input row of its window is loaded once and added into every output row it
+  belongs to. The taps sit in registers where ``V`` x taps fit :data:`VEC_REGISTER_TAPS`, else in shared memory.
+  Operands whose addresses are not multiples of the vector's bytes take the plain forward kernel instead.
 * Backward-filter: a block owns 32 channels, a group of kernel rows (at most
   :data:`REGISTER_TAPS` sums per thread, in registers) and a slice of the output rows; the warps of
   a block add their sums in shared memory, then one float32 atomic add per block and tap. A
@@ -30,6 +35,7 @@ from __future__ import annotations
 import math
 
 from ..compiling import compiled_once
+from ..precision import ITEMSIZE
 from ..problem import ConvProblem
 from .depthwise_nhwc_source import CAST, SOURCES
 from .elements import ELEMENT_TYPES
@@ -42,17 +48,28 @@ MAX_KW = REGISTER_TAPS
 LANES = 32
 
 
+#: Output rows per thread of the vectorized kernel (the rows of its window each input row is added into).
+VEC_ROWS = 2
+#: The vectorized kernel keeps its ``V`` x taps in registers up to this many, else in shared memory.
+VEC_REGISTER_TAPS = 128
+#: Blocks per multiprocessor the vectorized kernel launches (each loops over its share of the outputs, its taps read
+#: once): 2 was the best of 2, 8 and 32 on most of ConvNeXt-T's 7x7 and 3x3 layers in bfloat16 on an H200.
+VEC_BLOCKS_PER_SM = 2
+
+
 def source(which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int = 1, r: int = 1, flip: int = 0,
-           khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1) -> str:
-    """The CUDA source of kernel ``which`` (:func:`_kernels`'s arguments)."""
-    return ELEMENT_TYPES[dtype] + SOURCES[which][0].format(kh=kh, kw=kw, sw=sw, dwl=dwl, r=r, flip=flip, khg=khg, by=by,
-                                                           th=th, tw=tw, dh=dh, register_taps=REGISTER_TAPS)
+           khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1, v: int = 1) -> str:
+    """The CUDA source of kernel ``which`` (:func:`_kernels`'s arguments; ``v``: the vectorized kernel's channels per
+    thread)."""
+    return ELEMENT_TYPES[dtype] + SOURCES[which][0].format(
+        kh=kh, kw=kw, sw=sw, dwl=dwl, r=r, flip=flip, khg=khg, by=by, th=th, tw=tw, dh=dh, register_taps=REGISTER_TAPS,
+        v=v, rh=VEC_ROWS, wsh=int(v * kh * kw > VEC_REGISTER_TAPS))
 
 
 @compiled_once
 def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int = 1, r: int = 1, flip: int = 0,
-             khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1):
-    code = source(which, dtype, kh, kw, sw, dwl, r, flip, khg, by, th, tw, dh)
+             khg: int = 1, by: int = 1, th: int = 1, tw: int = 1, dh: int = 1, v: int = 1):
+    code = source(which, dtype, kh, kw, sw, dwl, r, flip, khg, by, th, tw, dh, v)
     module = cp.RawModule(code=code, options=("--std=c++14",))
     # the launchable functions, compiled here at build time: no first call pays for NVRTC
     return tuple(module.get_function(name).kernel for name in SOURCES[which][1])
@@ -141,6 +158,22 @@ def tiled_reason(p: ConvProblem, rows: int) -> str | None:
     return None
 
 
+def vec_reason(p: ConvProblem, v: int) -> str | None:
+    """Why the vectorized kernel cannot run ``p`` with ``v`` channels per thread (``None`` when it can)."""
+    why = reason(p)
+    if why:
+        return why
+    if p.pass_ == "wgrad":
+        return "the vectorized kernel runs the forward and backward-data passes"
+    if any(s != 1 for s in p.stride + p.dilation):
+        return "the vectorized kernel needs stride and dilation 1"
+    if p.in_channels % v:
+        return f"{p.in_channels} channels are not a multiple of the vector's {v}"
+    if math.prod(p.kernel_size) > REGISTER_TAPS:
+        return f"the vectorized kernel unrolls every tap: at most {REGISTER_TAPS}"
+    return None
+
+
 def workspace_bytes(p: ConvProblem) -> int:
     """The float32 sums of a half-precision filter gradient (none otherwise)."""
     return 4 * p.in_channels * math.prod(p.kernel_size) if p.pass_ == "wgrad" and p.dtype != "float32" else 0
@@ -153,8 +186,9 @@ class NhwcDepthwiseConv:
     :meth:`launch` runs on channels-last memory of the problem's dtype (bfloat16 as 16-bit numbers) by address:
     the PyTorch bridge's path; :func:`convtune.precision.launched` makes the array executor of it."""
 
-    def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, rows: int = 1, tiled: bool = False):
-        why = tiled_reason(p, rows) if tiled else reason(p)
+    def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, rows: int = 1, tiled: bool = False,
+                 vec: int = 0):
+        why = tiled_reason(p, rows) if tiled else vec_reason(p, vec) if vec else reason(p)
         if why:
             raise ValueError(f"channels-last depthwise kernel: {why}")
         if threads % LANES or not LANES <= threads <= 1024:
@@ -165,9 +199,13 @@ class NhwcDepthwiseConv:
         C = p.in_channels
         cx = math.ceil(C / LANES)
         self.workspace = workspace_bytes(p)
-        self.cast = None
+        self.cast = self.fallback = self.vec_sms = None  # (vec_sms: the vectorized kernel's multiprocessors)
+        self.shared = 0
         self.result_bytes = 4 * C * KH * KW
         i32 = cp.int32
+        if vec:
+            self._set_vec(threads, sm_count, vec)
+            return
         if p.pass_ == "dgrad" and not SH == SW == 1:  # the gather: one input pixel per thread
             by = threads // LANES
             (self.kernel,) = _kernels(cp, "dgrad", p.dtype, KH, KW)
@@ -224,6 +262,41 @@ class NhwcDepthwiseConv:
         # rows per block: enough blocks to fill the device several times over, each reading its taps once
         self.grid = (cx, max(1, min(rows_total, math.ceil(32 * sm_count / cx), 65535)))
 
+    def _set_vec(self, threads: int, sm_count: int, v: int) -> None:
+        """The vectorized kernel's launch: ``v`` channels per thread, ``threads`` per block (along the channels first,
+        the rest along the outputs), :data:`VEC_BLOCKS_PER_SM` blocks per multiprocessor."""
+        p, cp = self.p, self.cp
+        H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = dims(p)
+        C, flip = p.in_channels, int(p.pass_ == "dgrad")
+        groups = C // v
+        gx = min(groups, threads)
+        taps = KH * KW
+        shared = 4 * taps * gx * v if v * taps > VEC_REGISTER_TAPS else 0
+        while shared > SMEM_LIMIT:  # fewer channels a block (one vector's taps fit: at most 81 of them)
+            gx = max(1, gx // 2)
+            shared = 4 * taps * gx * v
+        by = max(1, threads // gx)
+        (self.kernel,) = _kernels(cp, "fwd-vec", p.dtype, KH, KW, 1, 1, self.rows, flip=flip, v=v)
+        out_h, out_w = (H, W) if flip else (OH, OW)
+        items = p.batch * math.ceil(out_h / VEC_ROWS) * math.ceil(out_w / self.rows)
+        gxs = math.ceil(groups / gx)
+        self.block, self.shared = (gx, by), shared
+        self.grid = (gxs, max(1, min(math.ceil(items / by), math.ceil(VEC_BLOCKS_PER_SM * sm_count / gxs), 65535)))
+        if flip:  # backward-data: the forward of dy, filter reversed, padding k - 1 - pad
+            geometry = (p.batch, C, OH, OW, H, W, KH - 1 - PH, KW - 1 - PW)
+        else:
+            geometry = (p.batch, C, H, W, OH, OW, PH, PW)
+        self.args = tuple(cp.int32(g) for g in geometry)
+        self.align = v * ITEMSIZE[p.dtype]
+        self.vec_sms = sm_count
+
+    def _plain(self) -> "NhwcDepthwiseConv":
+        """The plain forward kernel in place of the vectorized one, for operands whose addresses are not multiples of
+        its vector's bytes (made on first need)."""
+        if self.fallback is None:
+            self.fallback = NhwcDepthwiseConv(self.cp, self.p, 256, self.vec_sms, 4)
+        return self.fallback
+
     def _set_cast(self) -> None:
         """A half-precision filter gradient's rounding of its float32 sums (float32: none, the sums are it)."""
         if self.p.dtype == "float32":
@@ -236,10 +309,13 @@ class NhwcDepthwiseConv:
         """The pass on dense channels-last operands and result of the problem's dtype (bfloat16 as 16-bit
         numbers) given by device address, on ``stream``; a half-precision filter gradient needs
         :attr:`workspace` bytes of device memory at ``workspace``. Nothing is allocated."""
+        if self.vec_sms is not None and (a % self.align or out % self.align):
+            self._plain().launch(a, b, out, stream, workspace)
+            return
         if self.cast is None:
             if self.p.pass_ == "wgrad":  # float32: the sums go straight into the zeroed result
                 self.cp.cuda.runtime.memsetAsync(out, 0, self.result_bytes, stream.ptr)
-            self.kernel(self.grid, self.block, (a, b, out, *self.args), 0, stream)
+            self.kernel(self.grid, self.block, (a, b, out, *self.args), self.shared, stream)
             return
         if workspace is None:
             raise ValueError(f"a half-precision filter gradient needs a workspace of {self.workspace} bytes")

@@ -368,6 +368,118 @@ extern "C" __global__ void __launch_bounds__(32 * BY) dwl_wgrad_tiled(
 }}
 """
 
+_FWD_VEC = r"""
+#define KH {kh}
+#define KW {kw}
+#define R {r}
+#define RH {rh}
+#define V {v}
+#define FLIP {flip}
+#define WSH {wsh}
+#define KK (KH * KW)
+#define SPAN (R + KW - 1)
+// V adjacent channels of one pixel, loaded and stored as one vector
+struct __align__(V * sizeof(T)) VecT {{ T e[V]; }};
+// Stride and dilation 1: y[n, oh, ow, c] = sum over taps of x[n, oh - ph + kh, ow - pw + kw, c] * w[c, kh, kw]
+// (FLIP: the filter reversed, which with dy in and padding k - 1 - pad is backward-data). A thread owns V adjacent
+// channels (threadIdx.x along the channels: a warp's loads are runs of whole pixels) and blocks of RH x R outputs
+// (threadIdx.y, then blockIdx.y, over the image rows' groups and row segments); each input row of the block's
+// window is loaded once, V channels a load, and added into every output row it belongs to. The taps sit in
+// registers (WSH 0) or, where V x KK would not fit there, in shared memory, read V at a time.
+extern "C" __global__ void dwv_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                   int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
+  const int G = C / V;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = g * V;
+#if WSH
+  extern __shared__ float wsh[];  // [KK][blockDim.x * V]
+  const int cw = blockDim.x * V, c0 = blockIdx.x * blockDim.x * V;
+  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < KK * cw; i += blockDim.x * blockDim.y) {{
+    const int cc = i / KK, k = i % KK;  // consecutive threads read consecutive taps
+    wsh[k * cw + cc] = c0 + cc < C ? ld(w + (long long)(c0 + cc) * KK + (FLIP ? KK - 1 - k : k)) : 0.f;
+  }}
+  __syncthreads();
+  const float* wl = wsh + threadIdx.x * V;
+#else
+  float wr[KK][V];
+#pragma unroll
+  for (int k = 0; k < KK; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) wr[k][v] = g < G ? ld(w + (long long)(c + v) * KK + (FLIP ? KK - 1 - k : k)) : 0.f;
+#endif
+  if (g >= G) return;
+  const int segs = (OW + R - 1) / R, hgroups = (OH + RH - 1) / RH;
+  const long long items = (long long)N * hgroups * segs;
+  for (long long it = blockIdx.y * (long long)blockDim.y + threadIdx.y; it < items;
+       it += (long long)gridDim.y * blockDim.y) {{
+    const int seg = it % segs;
+    const long long hg = it / segs;
+    const int n = hg / hgroups, oh0 = (hg - (long long)n * hgroups) * RH;
+    const int ow0 = seg * R, iw0 = ow0 - pw;
+    float acc[RH][R][V];
+#pragma unroll
+    for (int q = 0; q < RH; ++q)
+#pragma unroll
+      for (int o = 0; o < R; ++o)
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[q][o][v] = 0.f;
+#pragma unroll
+    for (int kr = 0; kr < KH + RH - 1; ++kr) {{
+      const int ih = oh0 - ph + kr;
+      if (ih < 0 || ih >= H) continue;
+      const T* xr = x + ((long long)n * H + ih) * W * C + c;
+      float xs[SPAN][V];
+#pragma unroll
+      for (int j = 0; j < SPAN; ++j) {{
+        const int iw = iw0 + j;
+        if (iw >= 0 && iw < W) {{
+          const VecT u = *reinterpret_cast<const VecT*>(xr + (long long)iw * C);
+#pragma unroll
+          for (int v = 0; v < V; ++v) xs[j][v] = cv(u.e[v]);
+        }} else {{
+#pragma unroll
+          for (int v = 0; v < V; ++v) xs[j][v] = 0.f;
+        }}
+      }}
+#pragma unroll
+      for (int q = 0; q < RH; ++q) {{
+        const int kh = kr - q;  // this input row's kernel row for output row oh0 + q
+        if (kh < 0 || kh >= KH) continue;
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) {{
+          float wv[V];
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+#if WSH
+            wv[v] = wl[(kh * KW + kw) * cw + v];
+#else
+            wv[v] = wr[kh * KW + kw][v];
+#endif
+#pragma unroll
+          for (int o = 0; o < R; ++o)
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[q][o][v] += xs[o + kw][v] * wv[v];
+        }}
+      }}
+    }}
+#pragma unroll
+    for (int q = 0; q < RH; ++q) {{
+      if (oh0 + q >= OH) break;
+      T* yp = y + (((long long)n * OH + oh0 + q) * OW + ow0) * C + c;
+#pragma unroll
+      for (int o = 0; o < R; ++o) {{
+        if (ow0 + o < OW) {{
+          VecT u;
+#pragma unroll
+          for (int v = 0; v < V; ++v) u.e[v] = st(acc[q][o][v]);
+          *reinterpret_cast<VecT*>(yp + (long long)o * C) = u;
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
 CAST = r"""
 // float32 sums rounded into a half-precision filter gradient's memory
 extern "C" __global__ void dw_cast(const float* __restrict__ s, T* __restrict__ out, long long n) {
@@ -378,4 +490,5 @@ extern "C" __global__ void dw_cast(const float* __restrict__ s, T* __restrict__ 
 
 #: kernel -> (its source template, its functions' names)
 SOURCES = {"fwd": (_FWD, ("dwl_fwd",)), "fwd-tiled": (_FWD_TILED, ("dwl_fwd_tiled",)), "dgrad": (_DGRAD, ("dwl_dgrad",)),
-            "wgrad": (_WGRAD, ("dwl_wgrad",)), "wgrad-tiled": (_WGRAD_TILED, ("dwl_wgrad_tiled",))}
+            "wgrad": (_WGRAD, ("dwl_wgrad",)), "wgrad-tiled": (_WGRAD_TILED, ("dwl_wgrad_tiled",)),
+           "fwd-vec": (_FWD_VEC, ("dwv_fwd",))}
