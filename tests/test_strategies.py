@@ -445,6 +445,7 @@ def test_3d_depthwise_problems_get_the_3d_tiled_kernels():
 def test_strategies_say_which_plans_a_cuda_graph_records():
     """Kernel launches and cuFFT work record in a CUDA graph; CuPy refuses cuBLAS calls while capturing, so
     plans that call it (im2col, the FFT's GEMM products) and plans not known to record (cuDNN's) say no."""
+    from types import SimpleNamespace
     from convtune.backend import get_backend
     from convtune.problem import ConvProblem
     from convtune.roundtrip import RoundTrip, TripConfig
@@ -455,7 +456,12 @@ def test_strategies_say_which_plans_a_cuda_graph_records():
     assert fft.recordable(p, FftConfig(sizes=(16, 16), product="pointwise"))
     assert not fft.recordable(p, FftConfig(sizes=(16, 16), product="gemm"))
     assert not fft.recordable(p, FftConfig(sizes=(16, 16), product="fgemm", packed=True))
-    assert get_strategy("depthwise").recordable(p, get_strategy("depthwise").candidates(p, get_backend("numpy"))[0])
+    dw = get_strategy("depthwise")
+    assert dw.recordable(p, dw.candidates(p, get_backend("numpy"))[0])
+    # (a channels-first kernel between conversions does not say so: one failed inside a capture on the GPU)
+    half, gpu = p.replace(dtype="bfloat16", layout="channels_last"), SimpleNamespace(name="cupy")
+    assert {dw.recordable(half, c) for c in dw.candidates(half, gpu) if not c.variant.startswith("nhwc")} == {False}
+    assert {dw.recordable(half, c) for c in dw.candidates(half, gpu) if c.variant.startswith("nhwc")} == {True}
     assert not get_strategy("im2col").recordable(p, get_strategy("im2col").candidates(p, get_backend("numpy"))[0])
     assert not get_strategy("cudnn").recordable(p, None)
     assert RoundTrip(p, TripConfig(sizes=(16, 16), product="pointwise"), "numpy").recordable

@@ -185,7 +185,12 @@ class DepthwiseStrategy(Strategy):
         return problem.layout == "channels_first"
 
     def recordable(self, problem, config) -> bool:
-        return True  # one kernel launch per pass (and a memset for the filter gradient)
+        """One kernel launch per pass (and a memset for the filter gradient), where ``config`` reads the problem's dtype
+        and layout itself. Not a channels-first kernel between conversions (a half-precision or channels-last layer):
+        on an H200 such a plan (``window``, a bfloat16 channels-last 7x7 forward) failed inside a caller's CUDA graph
+        capture with cudaErrorStreamCaptureUnsupported, which invalidates the whole capture, so recording PyTorch's
+        convolution instead came too late; the cause is not known. PyTorch's convolution is recorded for those."""
+        return self.reads(problem, config)
 
     @staticmethod
     def _conv(problem, config, backend):
