@@ -199,8 +199,9 @@ class NhwcDepthwiseConv:
         C = p.in_channels
         cx = math.ceil(C / LANES)
         self.workspace = workspace_bytes(p)
-        self.cast = self.fallback = self.vec_sms = None  # (vec_sms: the vectorized kernel's multiprocessors)
-        self.shared = 0
+        self.cast = self.fallback = None
+        self.sm_count, self.shared = sm_count, 0
+        self.align = 0  # (the vectorized kernel's: the bytes its operands' addresses are multiples of)
         self.result_bytes = 4 * C * KH * KW
         i32 = cp.int32
         if vec:
@@ -288,13 +289,12 @@ class NhwcDepthwiseConv:
             geometry = (p.batch, C, H, W, OH, OW, PH, PW)
         self.args = tuple(cp.int32(g) for g in geometry)
         self.align = v * ITEMSIZE[p.dtype]
-        self.vec_sms = sm_count
 
     def _plain(self) -> "NhwcDepthwiseConv":
         """The plain forward kernel in place of the vectorized one, for operands whose addresses are not multiples of
         its vector's bytes (made on first need)."""
         if self.fallback is None:
-            self.fallback = NhwcDepthwiseConv(self.cp, self.p, 256, self.vec_sms, 4)
+            self.fallback = NhwcDepthwiseConv(self.cp, self.p, 256, self.sm_count, 4)
         return self.fallback
 
     def _set_cast(self) -> None:
@@ -309,7 +309,7 @@ class NhwcDepthwiseConv:
         """The pass on dense channels-last operands and result of the problem's dtype (bfloat16 as 16-bit
         numbers) given by device address, on ``stream``; a half-precision filter gradient needs
         :attr:`workspace` bytes of device memory at ``workspace``. Nothing is allocated."""
-        if self.vec_sms is not None and (a % self.align or out % self.align):
+        if self.align and (a % self.align or out % self.align):
             self._plain().launch(a, b, out, stream, workspace)
             return
         if self.cast is None:

@@ -147,26 +147,17 @@ def _kernel(rm: int, rn: int, threads: int):
                           "convtune_narrow_cgemm")
 
 
-def product(m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, blocks=None):
-    """``run(a, b, c)``: ``c = alpha op(a) op(b) (+ c)`` per frequency, its launch made once (the kernel, the grid
-    and every argument but the three operands); ``strides`` are the row strides (in rows of F elements)
+def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, blocks=None):
+    """``c = alpha op(a) op(b) (+ c)`` per frequency; ``strides`` are the row strides (in rows of F elements)
     ``(s_am, s_ak, s_bk, s_bn, s_cm, s_cn)`` of the operands as multiplied (after any transpose), as
     :meth:`convtune.fft.arrayops.CupyOps.gemm` computes them for the packed layout. ``blocks``: ``(RM, RN,
     threads)`` instead of :func:`block`'s (``benchmarks/narrow_blocks.py`` times others)."""
     rm, rn, threads = blocks or block(m, n)
     rm, rn = min(rm, m), min(rn, n)
     mblocks, nblocks = -(-m // rm), -(-n // rn)
-    grid, threads_ = (mblocks * nblocks * (-(-F // threads)),), (threads,)
+    grid = (mblocks * nblocks * (-(-F // threads)),)
     i32, i64 = numpy.int32, numpy.int64
-    rest = ((i32(m), i32(n), i32(k), i32(F)) + tuple(i64(s) for s in strides) +
-            (i32(conj_a), i32(conj_b), numpy.float32(alpha), i32(1 if accumulate else 0), i32(mblocks), i32(nblocks)))
-    kernel = _kernel(rm, rn, threads)
-
-    def run(a, b, c) -> None:
-        kernel(grid, threads_, (a, b, c) + rest)
-    return run
-
-
-def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, blocks=None):
-    """:func:`product`'s launch, made and run once."""
-    product(m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, blocks)(a, b, c)
+    _kernel(rm, rn, threads)(grid, (threads,), (a, b, c, i32(m), i32(n), i32(k), i32(F)) +
+                             tuple(i64(s) for s in strides) +
+                             (i32(conj_a), i32(conj_b), numpy.float32(alpha), i32(1 if accumulate else 0),
+                              i32(mblocks), i32(nblocks)))

@@ -29,6 +29,15 @@ log = logging.getLogger("convtune")
 #: transforms; 20: those trips no longer offered: on an H200 they lost to the cuFFT trips by 1.27x to 1.38x on every
 #: dense layer measured, their transforms slower than cuFFT's at the same size).
 VERSION = 20
+
+
+def _dense_plane(p: ConvProblem) -> bool:
+    """Is ``p`` a float32 channels-first dense 2-D layer of one group, stride and dilation 1: one that versions 19 and
+    20 changed (block round trips offered, then withdrawn)?"""
+    return (p.rank == 2 and p.groups == 1 and not p.in_channels == p.out_channels == 1 and p.dtype == "float32"
+            and p.layout == "channels_first" and all(v == 1 for v in p.stride + p.dilation))
+
+
 #: version -> the shapes that version changed (a predicate of the forward problem), as a strategy's
 #: ``changes``: a stored decision of an older version stands for a shape that no later version changed; a
 #: version not listed here changed every shape.
@@ -43,7 +52,7 @@ CHANGES = {7: lambda p: p.rank == 3, 8: lambda p: p.dtype != "float32" or p.layo
            and rowconv.offers(p, "32"),
            16: lambda p: p.dtype == "float32" and p.rank == 1 and p.groups == p.in_channels == p.out_channels,
            17: lambda p: p.dtype == "bfloat16",
-           18: freqmajor.narrow_changed, 19: lambda p: _dense_plane(p), 20: lambda p: _dense_plane(p)}
+           18: freqmajor.narrow_changed, 19: _dense_plane, 20: _dense_plane}
 
 
 def stale(decision_version: int, problem: ConvProblem) -> bool:
@@ -95,13 +104,6 @@ class TripConfig:
                    own=bool(data.get("own", False)), narrow=bool(data.get("narrow", False)),
                    product=str(data.get("product", "fgemm")), radices=str(data.get("radices", "8")),
                    threads=int(data.get("threads", 0)))
-
-
-def _dense_plane(p: ConvProblem) -> bool:
-    """Is ``p`` a float32 channels-first dense 2-D layer of one group, stride and dilation 1: one that versions 19 and
-    20 changed (block round trips offered, then withdrawn)?"""
-    return (p.rank == 2 and p.groups == 1 and not p.in_channels == p.out_channels == 1 and p.dtype == "float32"
-            and p.layout == "channels_first" and all(v == 1 for v in p.stride + p.dilation))
 
 
 def _block_kept(xp, problem: ConvProblem, config: TripConfig):
