@@ -584,7 +584,7 @@ def test_a_plan_duels_pytorchs_convolution_before_the_route_takes_it(monkeypatch
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     seen = []
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         seen.append((type(contenders[0]).__name__, tuple(a.shape), tuple(b.shape)))
         return [200e-6, 150e-6] if native_faster else [150e-6, 200e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -608,7 +608,7 @@ def test_a_plan_must_win_its_duel_by_the_margin(monkeypatch, plan_us, plan_wins)
     """PyTorch takes 200 us per call; a plan within DUEL_MARGIN of that is a tie, and a tie goes to PyTorch."""
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     assert _dispatch.DUEL_MARGIN == 0.05
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [plan_us * 1e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda *args, **kwargs: [plan_us * 1e-6, 200e-6])
     rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
     patched_copy(nn.Conv2d(3, 5, 3, padding=1), rt)(torch.randn(2, 3, 9, 9))
     (route,) = rt.layer_memo("torch").values()
@@ -666,7 +666,7 @@ def test_a_duels_verdict_is_stored_and_a_later_process_runs_no_duel(monkeypatch,
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     duels = []
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         duels.append(1)
         return [200e-6, 150e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -702,7 +702,7 @@ def test_a_duels_host_times_are_stored_with_its_verdict(monkeypatch, tmp_path):
     """Each contender's host time per call is kept beside its time in the layer, and a later process finds both."""
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         hosts[:] = [30e-6, 20e-6]
         return [100e-6, 200e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -752,7 +752,7 @@ def test_a_large_layers_duel_runs_pytorchs_search_only_where_its_floor_does_not_
     monkeypatch.setattr(_dispatch, "search_floor", lambda problem, a, b, device: floors.append(problem.pass_) or
                         (floor_us * 1e-6, 25e-6))
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         runs.append([type(c).__name__ for c in contenders])
         hosts[:] = [30e-6, 20e-6][:len(contenders)]
         return [100e-6, 120e-6][:len(contenders)]
@@ -789,7 +789,7 @@ def test_a_small_layers_duel_puts_no_floor_under_pytorchs_search(monkeypatch):
     def no_floor(*args, **kwargs):
         raise AssertionError("no floor expected")
     monkeypatch.setattr(_dispatch, "search_floor", no_floor)
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda *args, **kwargs: [100e-6, 200e-6])
     rt = make_runtime(["im2col", "torch"], FakeTimer({"im2col": 0.1, "torch": 1.0}))
     patched_copy(nn.Conv2d(3, 5, 3, padding=1), rt)(torch.randn(2, 3, 9, 9))
     (route,) = rt.layer_memo("torch").values()
@@ -803,7 +803,7 @@ def test_a_gradients_duel_is_timed_inside_a_backward_where_training_runs_that_pa
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     inside = {}
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         inside[contenders[0].plan.problem.pass_] = torch._C._current_autograd_node() is not None
         return [100e-6, 200e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -1023,7 +1023,7 @@ def test_a_paying_round_trip_duels_the_per_pass_plans_in_the_layer(monkeypatch, 
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     seen = []
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         names = [getattr(fn, "__name__", "") for fn in contenders]
         if names == ["kept", "per_pass"]:
             for fn in contenders:  # both contenders run a training call of the layer
@@ -1051,7 +1051,7 @@ def test_a_round_trips_duel_is_stored_and_a_later_process_runs_none(monkeypatch,
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     duels = []
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         duels.append([getattr(fn, "__name__", "") for fn in contenders])
         return [100e-6, 200e-6]
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)

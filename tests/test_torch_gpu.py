@@ -416,6 +416,34 @@ def test_tune_ahead_on_cuda_then_cache_hits():
     assert rt.tuned == report.tuned
 
 
+def test_a_duel_times_each_contender_on_the_device_alone_too():
+    """A contender whose calls cost the host 200 us each but the device a few (an addition of 4 MB) takes its host's
+    time per call in the layer and a few microseconds on the device alone; one whose calls are the device's work (a
+    matrix product of 2 x 2048^3 operations, fp32) takes about as long either way."""
+    import time
+
+    from convtune.torch._duel import per_call_seconds
+
+    def host_heavy(a, b):
+        start = time.perf_counter()
+        while time.perf_counter() - start < 200e-6:
+            pass
+        return a.add(b)
+
+    def device_heavy(a, b):
+        return a @ b
+    device = torch.device("cuda")
+    a, b = (torch.randn(2048, 2048, device=device) for _ in range(2))
+    hosts, devices = [], []
+    tf32, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, False
+    try:
+        wall = per_call_seconds([host_heavy, device_heavy], a, b, device, hosts=hosts, devices=devices)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    assert wall[0] >= 200e-6 and hosts[0] >= 200e-6 and devices[0] < 40e-6, (wall, hosts, devices)
+    assert 0.7 * wall[1] <= devices[1] <= 1.1 * wall[1] and devices[1] > 5 * devices[0], (wall, hosts, devices)
+
+
 def test_tune_ahead_on_cuda_leaves_the_model_and_both_generators_as_they_were():
     """ct.tune on a CUDA model in train mode (BatchNorm, dropout drawing from the CUDA generator) leaves every
     buffer, the CPU generator and the CUDA generator exactly as they were: a seeded training run does not notice."""
@@ -459,7 +487,7 @@ def test_kept_spectra_on_cuda_train_like_pytorch(keep, monkeypatch):
     from convtune.torch import _dispatch
     real = _dispatch.per_call_seconds
 
-    def trip_wins(contenders, a, b, device, hosts=None):
+    def trip_wins(contenders, a, b, device, hosts=None, devices=None):
         if [getattr(fn, "__name__", "") for fn in contenders] == ["kept", "per_pass"]:
             return [1e-6, 1.0]
         return real(contenders, a, b, device, hosts=hosts)

@@ -136,7 +136,7 @@ def test_tune_ahead_resolves_the_patched_layers_routes_and_runs_their_duels(monk
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
     duels = []
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         duels.append(tuple(a.shape))
         return [100e-6, 200e-6]  # the plan wins: its route keeps it
     monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
@@ -176,7 +176,7 @@ def _host_bound_tune(monkeypatch, ratios, steps=None):
     ``ratios`` (or raising, where ``ratios`` is an exception)."""
     from convtune.torch import _dispatch
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         if hosts is not None:
             hosts[:] = [10e-6, 200e-6]  # the plan saves the host 190 us a call
         return [100e-6, 200e-6]
@@ -210,7 +210,7 @@ def test_a_models_weighed_steps_are_stored_and_a_later_tune_ahead_reads_them(mon
     from convtune.cache import PlanCache
     from convtune.torch import _dispatch, tuning
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda *args, **kwargs: [100e-6, 200e-6])
     monkeypatch.setattr(tuning, "floor_spares_search", lambda p: p.in_channels == 4)  # (the second layer's search)
     timed = []
     monkeypatch.setattr(_handback, "step_times",
@@ -361,7 +361,7 @@ def test_tune_keeps_a_layer_patched_whose_calls_without_gradients_keep_a_plan(mo
     test_in_host_bound_steps_a_forward_plan_for_calls_without_gradients_keeps_no_layer_patched)."""
     from convtune.torch import _dispatch
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda *args, **kwargs: [100e-6, 200e-6])
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)  # more than any gain
     monkeypatch.setattr(_handback, "dispatch_seconds", lambda device: 5e-6)  # less than its forward plan's gain
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
@@ -386,7 +386,7 @@ def test_tune_hands_back_a_layer_whose_plan_without_gradients_gains_less_than_a_
     what every call of a patched layer costs the host."""
     from convtune.torch import _dispatch
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [190e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda *args, **kwargs: [190e-6, 200e-6])
     monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)
     monkeypatch.setattr(_handback, "dispatch_seconds", lambda device: dispatch_us * 1e-6)
     plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1))
@@ -409,7 +409,7 @@ def _duels_on_the_cpu(monkeypatch, host_us, detour_s):
     ``host_us`` the two's host time per call; the autograd detour ``detour_s``, a patched call's cost 5 us."""
     from convtune.torch import _dispatch
 
-    def fake_times(contenders, a, b, device, hosts=None):
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
         if hosts is not None:
             hosts[:] = [t * 1e-6 for t in host_us]
         return [100e-6, 200e-6]
@@ -439,6 +439,62 @@ def test_in_host_bound_steps_tune_weighs_the_plans_host_time_alone(monkeypatch, 
         assert 0 < report.step_host_s <= report.step_s and "steps host-bound (host" in str(report)
     assert report.handed_back == (["0"] if weighed_on_host else [])
     assert (type(model[0]) is nn.Conv2d) is weighed_on_host
+    from test_torch import assert_same_training
+    assert_same_training(plain, model, x)
+
+
+@pytest.mark.parametrize("graphed", [False, True])
+def test_for_steps_in_cuda_graphs_tune_decides_the_duels_on_the_devices_time_alone(monkeypatch, caplog, graphed):
+    """(The CPU standing in for CUDA.) Every pass's plan takes 200 us per call in the layer against PyTorch's 150 (its
+    host work), but 50 us on the device against PyTorch's 100, and the autograd detour costs more than any gain. In
+    steps replayed from CUDA graphs the host is out of the step: the plans win on the device's time, no detour is
+    weighed, and the layer stays patched; elsewhere PyTorch's convolution wins each duel and the layer goes back. The
+    verdicts are stored with both measures: a later route decides again from the record, without a duel."""
+    from convtune.torch import _dispatch
+    duels = []
+
+    def fake_times(contenders, a, b, device, hosts=None, devices=None):
+        duels.append(tuple(a.shape))
+        if devices is not None:
+            devices[:] = [50e-6, 100e-6]
+        return [200e-6, 150e-6]
+    monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
+    monkeypatch.setattr(_dispatch, "per_call_seconds", fake_times)
+    monkeypatch.setattr(_dispatch, "detour_seconds", lambda device, split=True: 1.0)
+    monkeypatch.setattr(_handback, "dispatch_seconds", lambda device: 1.0)
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+    model = copy.deepcopy(plain)
+    runtime = make_runtime(timer=FakeTimer({"im2col": 0.1, "torch": 1.0}))
+    ct.patch(model, runtime=runtime)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger="convtune"):
+        report = ct.tune(model, x, runtime=runtime, progress=False, graphed=graphed, host_bound=False)
+    assert report.graphed is graphed and report.host_bound is False and report.step_s is None  # (not timed)
+    assert ("steps in CUDA graphs" in str(report)) is graphed
+    (route,) = runtime.layer_memo("torch").values()
+    labels = route.labels()
+    assert len(duels) == 3 and len(labels) == 3
+    if graphed:
+        assert all(label.startswith("im2col") for label in labels.values()), labels
+        assert route.fwd_exec.duel.gain(graphed=True) == pytest.approx(50e-6)
+        assert report.handed_back == [] and isinstance(model[0], ct.Conv2d)
+    else:
+        assert all(label.startswith("torch (in the layer 150 us per call") for label in labels.values()), labels
+        said = [r.getMessage() for r in caplog.records if "150 us per call in the layer against 200 us" in
+                r.getMessage()]
+        assert said and "host work included" in said[0]
+        assert report.handed_back == ["0"] and type(model[0]) is nn.Conv2d
+    # the other weighing on a fresh route of the same layer: decided from the stored records, no duel run
+    runtime.clear_memo()
+    fresh = _dispatch.route_for((2, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "fp32", torch.device("cpu"),
+                                runtime)
+    assert fresh is not route and fresh.problem == route.problem
+    fresh.weigh_host(False, graphed=not graphed)
+    for p in ("fwd", "dgrad", "wgrad"):
+        fresh.resolve(p)
+    assert len(duels) == 3
+    expect = "torch" if graphed else "im2col"
+    assert all(label.startswith(expect) for label in fresh.labels().values()), fresh.labels()
     from test_torch import assert_same_training
     assert_same_training(plain, model, x)
 
@@ -544,7 +600,7 @@ def test_the_weighing_runs_the_layers_whose_search_costs_much_and_buys_little_on
     from convtune.strategies import pytorch
     from convtune.torch import _dispatch, functional
     monkeypatch.setattr(_dispatch, "DUEL_DEVICE_TYPES", {"cpu"})
-    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda contenders, a, b, device, hosts=None: [100e-6, 200e-6])
+    monkeypatch.setattr(_dispatch, "per_call_seconds", lambda *args, **kwargs: [100e-6, 200e-6])
     monkeypatch.setattr(tuning_module, "floor_spares_search", lambda p: p.in_channels == 4)  # (the second layer)
     weighed = []
     monkeypatch.setattr(_handback, "step_times",

@@ -297,6 +297,7 @@ def bench_model_cmd(model, db, batch, input_shape, modes, steps, warmup, device_
                      + (f"; {tuning['handed_back']} of {m['patched_layers']} layers handed back to PyTorch"
                         if tuning.get("handed_back") else "")
                      + ("; weighed as host-bound steps" if tuning.get("host_bound") else "")
+                     + ("; weighed on the device's time (steps in CUDA graphs)" if tuning.get("graphed") else "")
                      + (f", {tuning['not_searched']} layers not searched" if tuning.get("not_searched") else "")
                      + (f"; the whole step {tuning['step_ratio']:.2f}x with the layers left patched"
                         + (f", {tuning['step_handed_back']} handed back then" if tuning.get("step_handed_back") else "")

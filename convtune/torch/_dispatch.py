@@ -68,7 +68,7 @@ class Route:
     """One layer signature's executors, one per pass, resolved on first use (see the module docstring)."""
 
     __slots__ = ("problem", "runtime", "device", "fwd_exec", "dgrad_exec", "wgrad_exec", "fwd_infer", "trips",
-                 "verdicts", "capture", "both", "host_bound")
+                 "verdicts", "capture", "both", "host_bound", "graphed")
 
     def __init__(self, problem: ConvProblem, runtime: Runtime, device):
         self.problem, self.runtime, self.device = problem, runtime, device
@@ -87,12 +87,24 @@ class Route:
         self.both = {}
         # the training steps this layer runs in are host-bound (see weigh_host): settle counts the host's time alone
         self.host_bound = False
+        # they run as CUDA graphs (see weigh_host): duels and settle count the device's time alone
+        self.graphed = False
 
-    def weigh_host(self, host_bound: bool) -> None:
+    def weigh_host(self, host_bound: bool, graphed: bool = False) -> None:
         """Say whether the training steps that this layer's calls run in are host-bound (the host's time to issue a
         step near the step's time: the device waits on the host), as :func:`convtune.torch.tune` measures it. There a
         plan's faster device work shortens no step, so :meth:`settle` weighs what its duels gained in host time alone
-        against the autograd detour; elsewhere in time per call in the layer. A change forgets the weighings made."""
+        against the autograd detour; elsewhere in time per call in the layer. A change forgets the weighings made.
+
+        ``graphed``: the steps run as CUDA graphs (a captured step, ``torch.compile(mode="reduce-overhead")``), where
+        the host's work is out of the step and only the device's counts: each duel is decided by the two contenders'
+        time on the device alone, and settle weighs no detour (the autograd functions' cost is the host's). A change
+        of it forgets the passes' executors too: their duels are decided again (from their stored records)."""
+        graphed = bool(graphed) and not host_bound
+        if graphed != self.graphed:
+            self.graphed = graphed
+            self.fwd_exec = self.dgrad_exec = self.wgrad_exec = self.fwd_infer = None
+            self.verdicts = {}
         if host_bound != self.host_bound:
             self.host_bound = host_bound
             self.verdicts = {}
@@ -169,9 +181,10 @@ class Route:
         plans = [(p, e) for p in passes if not isinstance(e := getattr(self, _EXEC[p]), Native)]
         if not plans or not all(isinstance(e, ArrayPlan) and e.duel is not None for _, e in plans):
             return False  # no verdict to weigh (no duels here, or a plan served for want of its own)
-        gain = sum(e.duel.gain(self.host_bound) for _, e in plans)
-        # (a forward plan alone leaves both gradients to one call of PyTorch's: native_backward)
-        detour = detour_seconds(self.device, split=any(p != "fwd" for p, _ in plans))
+        gain = sum(e.duel.gain(self.host_bound, self.graphed) for _, e in plans)
+        # (a forward plan alone leaves both gradients to one call of PyTorch's: native_backward; no detour in a
+        # step replayed from a CUDA graph, where the host's work is out of the step)
+        detour = 0.0 if self.graphed else detour_seconds(self.device, split=any(p != "fwd" for p, _ in plans))
         if gain >= detour or any(e.duel.gain_at_least(self.host_bound) for _, e in plans):
             return False  # (a gain known only by a floor under PyTorch's time may be far larger: the plans stay)
         of = "host time " if self.host_bound else ""
@@ -272,35 +285,43 @@ class Route:
             def floor(a, b):
                 return search_floor(problem, a, b, self.device)
         try:
-            (t_plan, t_native), hosts, bound = self._per_call(plan.label, duel_conditions(plan.plan.strategy),
-                                                              ("plan_us", "native_us"), [plan, native],
-                                                              lambda: duel_operands(problem, self.device), problem,
-                                                              floor)
+            times, hosts, bound, devices = self._per_call(plan.label, duel_conditions(plan.plan.strategy),
+                                                          ("plan_us", "native_us"), [plan, native],
+                                                          lambda: duel_operands(problem, self.device), problem, floor)
         except Exception as exc:
             log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
                      self.device, type(exc).__name__, exc, plan.label)
             return plan
+        t_plan, t_native = self._decisive(times, devices)
         if t_native > t_plan * (1 + DUEL_MARGIN):
-            plan.duel = Duel(t_plan, t_native, native, *(hosts or (None, None)), bound)
+            plan.duel = Duel(*times, native, *(hosts or (None, None)), bound, *(devices or (None, None)))
             return plan
-        native.label = f"torch (in the layer {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
-        say_once(f"duel:{problem.key()}:{self.device}", "convtune: PyTorch's convolution runs %s on %s: %.0f us "
-                 "per call in the layer against %.0f us for the plan %s (host work included)", problem.describe(),
-                 self.device, t_native * 1e6, t_plan * 1e6, plan.label, level=logging.INFO)
+        where, note = ("on the device alone", "steps in CUDA graphs") if self.graphed and devices else \
+            ("in the layer", "host work included")
+        native.label = f"torch ({where} {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
+        say_once(f"duel:{problem.key()}:{self.device}:{self.graphed}", "convtune: PyTorch's convolution runs %s on %s: "
+                 "%.0f us per call %s against %.0f us for the plan %s (%s)", problem.describe(), self.device,
+                 t_native * 1e6, where, t_plan * 1e6, plan.label, note, level=logging.INFO)
         return native
+
+    def _decisive(self, times, devices):
+        """The two contenders' seconds per call that decide their duel: on the device alone in steps replayed from CUDA
+        graphs (where measured), else in the layer."""
+        return tuple(devices) if self.graphed and devices else tuple(times)
 
     def _per_call(self, label: str, conditions: str, fields, contenders, operands, problem, floor=None) -> tuple:
         """Two contenders' seconds per call in the layer, the host's seconds per call to issue each
-        (:func:`per_call_seconds` on ``operands()``; ``None`` for the host's where not measured) and whether the second's
-        is a floor (below), or their stored
+        (:func:`per_call_seconds` on ``operands()``; ``None`` for the host's where not measured), whether the second's
+        is a floor (below) and their seconds per call on the device alone (``None`` where not measured), or their stored
         verdict: a duel's record in the plan store, keyed by device, ``problem``, ``label`` and ``conditions``, that
-        ``fields`` name (in microseconds; the host's under the same names with ``_host``). A new verdict is stored;
-        raises where the duel itself fails.
+        ``fields`` name (in microseconds; the host's under the same names with ``_host``, the device's with
+        ``_device``). A new verdict is stored; raises where the duel itself fails.
 
         ``floor(a, b)``, where given, puts a floor under the second contender's seconds per call and says its host
         time per call (``(seconds, host seconds)``): where the floor is above the first's time by :data:`DUEL_MARGIN`,
         the second is not run and the floor stands for its time (the record says so under ``bound``)."""
         host_fields = [f.replace("_us", "_host_us") for f in fields]
+        device_fields = [f.replace("_us", "_device_us") for f in fields]
         store, device_key, stored = self.runtime.store, None, None
         try:
             device_key = bridge(self.device.type).backend.device_info().key()
@@ -308,18 +329,23 @@ class Route:
         except Exception as exc:  # a cache that fails: duel anyway
             log.debug("convtune: no stored duel for %s: %s", problem.key(), exc)
         if stored is not None:
-            hosts = tuple(stored[f] * 1e-6 for f in host_fields) if all(f in stored for f in host_fields) else None
-            return tuple(stored[f] * 1e-6 for f in fields), hosts, stored.get("bound") == fields[1]
+            def read(names):
+                return tuple(stored[f] * 1e-6 for f in names) if all(f in stored for f in names) else None
+            return tuple(stored[f] * 1e-6 for f in fields), read(host_fields), stored.get("bound") == fields[1], \
+                read(device_fields)
         a, b = operands()
         measured: list = []
+        on_device: list = []
 
         def measure():
-            under = self._under_floor(problem, contenders[0], floor, a, b, measured) if floor is not None else None
+            under = self._under_floor(problem, contenders[0], floor, a, b, measured, on_device) \
+                if floor is not None else None
             if under is not None:
                 return under, True
-            return per_call_seconds(contenders, a, b, self.device, hosts=measured), False
+            return per_call_seconds(contenders, a, b, self.device, hosts=measured, devices=on_device), False
         times, bound = where_pass_runs(problem.pass_, measure, self.device)  # (on the thread that runs the pass)
         hosts = tuple(measured) if len(measured) == len(times) else None
+        devices = tuple(on_device) if len(on_device) == len(times) else None
         if device_key is not None:
             record = {"problem": problem.key(), "device_key": device_key, "plan": label, "conditions": conditions,
                       **{f: t * 1e6 for f, t in zip(fields, times)}}
@@ -327,17 +353,22 @@ class Route:
                 record["bound"] = fields[1]
             if hosts is not None:
                 record.update({f: t * 1e6 for f, t in zip(host_fields, hosts)})
+            if devices is not None:
+                record.update({f: t * 1e6 for f, t in zip(device_fields, devices)})
             try:
                 store.put_record("duel", duel_key(device_key, problem, label, conditions), record)
             except Exception as exc:
                 log.debug("convtune: the duel of %s not stored: %s", problem.key(), exc)
-        return tuple(times), hosts, bound
+        return tuple(times), hosts, bound, devices
 
-    def _under_floor(self, problem, first, floor, a, b, hosts: list):
+    def _under_floor(self, problem, first, floor, a, b, hosts: list, devices: list):
         """``[first's seconds per call, the floor]`` where ``floor(a, b)`` is above the first contender's time per
-        call by :data:`DUEL_MARGIN` (``hosts`` gets both host times), else ``None``."""
+        call by :data:`DUEL_MARGIN` (``hosts`` gets both host times, ``devices`` both device times where measured: the
+        floor is one on the device), else ``None``."""
         under, under_host = floor(a, b)
-        t_first = per_call_seconds([first], a, b, self.device, hosts=hosts)[0]
+        t_first = per_call_seconds([first], a, b, self.device, hosts=hosts, devices=devices)[0]
+        if devices:
+            devices.append(under)
         if under > t_first * (1 + DUEL_MARGIN):
             log.info("convtune: %s: PyTorch's algorithm search is not run in the layer: its pick cannot take under "
                      "%.0f us per call, and the plan takes %.0f us", problem.describe(), under * 1e6,
@@ -345,6 +376,7 @@ class Route:
             hosts.append(under_host)
             return [t_first, under]
         hosts.clear()
+        devices.clear()
         return None
 
     def duel_trip(self, trip, kept, per_pass):
@@ -357,19 +389,21 @@ class Route:
             return trip
         problem = self.problem
         try:
-            (t_trip, t_plans), _hosts, _bound = self._per_call(
+            times, _hosts, _bound, devices = self._per_call(
                 f"{trip.config.label()}+kept-spectra", trip_duel_conditions(), ("trip_us", "per_pass_us"),
                 [kept, per_pass], lambda: [t.requires_grad_() for t in duel_operands(problem, self.device)], problem)
         except Exception as exc:
             log.info("convtune: no round-trip duel for %s on %s (%s: %s); its round trip runs", problem.describe(),
                      self.device, type(exc).__name__, exc)
             return trip
+        t_trip, t_plans = self._decisive(times, devices)
         if t_plans > t_trip * (1 + DUEL_MARGIN):
             return trip
-        say_once(f"trip-duel:{problem.key()}:{self.device}", "convtune: %s on %s runs its per-pass plans, not the "
-                 "round trip %s: %.0f us per training call in the layer against %.0f us (host work included)",
-                 problem.describe(), self.device, trip.config.label(), t_plans * 1e6, t_trip * 1e6,
-                 level=logging.INFO)
+        where, note = ("on the device alone", "steps in CUDA graphs") if self.graphed and devices else \
+            ("in the layer", "host work included")
+        say_once(f"trip-duel:{problem.key()}:{self.device}:{self.graphed}", "convtune: %s on %s runs its per-pass "
+                 "plans, not the round trip %s: %.0f us per training call %s against %.0f us (%s)", problem.describe(),
+                 self.device, trip.config.label(), t_plans * 1e6, where, t_trip * 1e6, note, level=logging.INFO)
         return None
 
     def _fall_back(self, pass_: str, reason: str, retry: bool = False):

@@ -1,5 +1,6 @@
 """A plan's duel with PyTorch's own convolution in the layer: random operands of the pass, both timed per call with
-the host's work included, and the key of the verdict in the plan store (see :class:`~convtune.torch._dispatch.Route`)."""
+the host's work included (and on the device alone, for steps in CUDA graphs), and the key of the verdict in the plan
+store (see :class:`~convtune.torch._dispatch.Route`)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,10 @@ TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 #: The duel's own method, part of every stored verdict's key: a verdict measured by another method is measured
 #: again (2: cuDNN plans and the 1x1 GEMMs launched from CUDA graphs per operand addresses, which took most of their
 #: host cost away; verdicts stored before kept that cost; 3: each contender's host time per call is kept beside its
-#: wall time, for training steps that are host-bound).
-DUEL_METHOD = 3
+#: wall time, for training steps that are host-bound; 4: and its time on the device alone, for steps in CUDA graphs).
+DUEL_METHOD = 4
+#: Rounds of a contender's timing on the device alone (:func:`device_seconds`), the best counting.
+DEVICE_ROUNDS = 2
 
 
 def floor_spares_search(problem: ConvProblem) -> bool:
@@ -58,8 +61,9 @@ def floor_spares_search(problem: ConvProblem) -> bool:
 
 class Duel(NamedTuple):
     """A duel that a plan won against PyTorch's convolution (a tuple: seconds per call in the layer of the plan and
-    of PyTorch's, PyTorch's executor, then the host's time per call to issue each, ``None`` where not measured, and
-    whether PyTorch's seconds are a floor under its time, not a measure: :func:`search_floor`)."""
+    of PyTorch's, PyTorch's executor, then the host's time per call to issue each, ``None`` where not measured,
+    whether PyTorch's seconds are a floor under its time, not a measure (:func:`search_floor`), and each one's time
+    per call on the device alone, ``None`` where not measured)."""
 
     plan_s: float
     native_s: float
@@ -67,11 +71,15 @@ class Duel(NamedTuple):
     plan_host_s: float | None = None
     native_host_s: float | None = None
     bound: bool = False
+    plan_device_s: float | None = None
+    native_device_s: float | None = None
 
-    def gain(self, host_bound: bool = False) -> float:
-        """Seconds per call the plan saves: in the layer (the host's work and the device's together), or, in a step
-        that is host-bound (where the device's time is hidden behind the host's), the host's time alone (where
-        measured)."""
+    def gain(self, host_bound: bool = False, graphed: bool = False) -> float:
+        """Seconds per call the plan saves: in the layer (the host's work and the device's together); in a step
+        that is host-bound (where the device's time is hidden behind the host's), the host's time alone; in a step
+        that runs as a CUDA graph (``graphed``: no host work in it), the device's time alone (each where measured)."""
+        if graphed and self.plan_device_s is not None and self.native_device_s is not None:
+            return self.native_device_s - self.plan_device_s
         if self._by_host(host_bound):
             return self.native_host_s - self.plan_host_s
         return self.native_s - self.plan_s
@@ -199,11 +207,12 @@ def where_pass_runs(pass_: str, work, device):
     return out[0]
 
 
-def per_call_seconds(contenders, a, b, device, hosts: list | None = None) -> list[float]:
+def per_call_seconds(contenders, a, b, device, hosts: list | None = None, devices: list | None = None) -> list[float]:
     """Each contender's wall time per call, issued back to back and synchronised per round (the host's
     work and the device's together, as a training step sees them), best of :data:`DUEL_ROUNDS` (of
     two, where those are clear by :data:`DUEL_CLEAR`). ``hosts``, a list, gets each contender's host time per
-    call: the time to issue a round's calls, before its synchronisation (best of the rounds too)."""
+    call: the time to issue a round's calls, before its synchronisation (best of the rounds too); ``devices``, a
+    list, each one's time per call on the device alone (:func:`device_seconds`; on CUDA only, else left empty)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for fn in contenders:  # warm: cuDNN's benchmark, first-call allocations, lazy builds
         fn(a, b), fn(a, b)
@@ -228,4 +237,46 @@ def per_call_seconds(contenders, a, b, device, hosts: list | None = None) -> lis
             break
     if hosts is not None:
         hosts[:] = host
+    if devices is not None and device.type == "cuda":
+        devices[:] = device_seconds(contenders, a, b, device, calls, host)
     return best
+
+
+def device_seconds(contenders, a, b, device, calls: int, hosts) -> list[float]:
+    """Each contender's time per call on the device alone, as a step replayed from a CUDA graph sees it: ``calls``
+    calls issued while the device waits on a spin kernel long enough for the host to issue them all (``hosts``: each
+    one's host time per call), timed by CUDA events from the spin's end, so that no call waits on the host; best of
+    :data:`DEVICE_ROUNDS`. A contender that waits on the device itself is timed with its waits (never less than its
+    device time)."""
+    rate = spin_rate(device)
+    best = [float("inf")] * len(contenders)
+    for _ in range(DEVICE_ROUNDS):
+        for i, fn in enumerate(contenders):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(int(rate * (2 * hosts[i] * calls + 1e-4)))
+            start.record()
+            for _ in range(calls):
+                fn(a, b)
+            end.record()
+            end.synchronize()
+            best[i] = min(best[i], start.elapsed_time(end) * 1e-3 / calls)
+    return best
+
+
+_spin_rates: dict = {}
+
+
+def spin_rate(device) -> float:
+    """Cycles per second of ``torch.cuda._sleep``'s spin on ``device`` (measured once: its clock)."""
+    rate = _spin_rates.get(device)
+    if rate is None:
+        cycles, times = 2_000_000, []
+        for _ in range(3):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        rate = _spin_rates[device] = cycles / max(min(times[1:]), 1e-6)  # (the first: the kernel's loading)
+    return rate

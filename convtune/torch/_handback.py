@@ -52,8 +52,9 @@ def pytorch_throughout(route, passes: tuple[str, ...], keep) -> bool:
     # a forward plan that won its duel by less than what the patched layer costs every call, training calls included,
     # gains nothing even where no gradients are taken (in a host-bound step: by less host time)
     duel = getattr(infer, "duel", None)
+    # (in steps replayed from CUDA graphs, that cost is the host's, out of the step)
     return duel is not None and not duel.gain_at_least(route.host_bound) and \
-        duel.gain(route.host_bound) <= dispatch_seconds(route.device)
+        duel.gain(route.host_bound, route.graphed) <= (0.0 if route.graphed else dispatch_seconds(route.device))
 
 
 #: The weighing's own method, part of a stored weighing's key: one measured by another method is measured again (2: the

@@ -28,12 +28,16 @@ all that counts: each route weighs what its plans' duels gained in host time alo
 PyTorch's own call costs it, so a patched layer whose training calls cost PyTorch's convolution less host time than
 convtune's autograd detour is not searched at all (:func:`~convtune.torch._handback.cannot_gain`: one short measurement
 per layer shape) and goes back to PyTorch: :attr:`TuneReport.not_searched`. ``host_bound=False`` weighs device and host
-together as each duel measured them (the steps run in CUDA graphs, ``torch.compile(mode="reduce-overhead")``, where the
-host is out of the step); ``True`` takes the steps as host-bound without timing them. Where the host's time is half the
-step or more (host-bound steps included), the layers still patched after the hand-back are then checked on the whole
-step (:func:`~convtune.torch._handback.check_steps`): a few training steps with them patched and with them handed back,
-in turns, and they all go back to PyTorch unless the patched step is the faster by 2% (and in all rounds but one): what
-a layer's duels measured on the layer alone does not always add up to the step (``TuneReport.step_ratio``).
+together as each duel measured them, without timing the steps; ``True`` takes the steps as host-bound without timing
+them. ``graphed=True`` says the steps will run as CUDA graphs (a captured step,
+``torch.compile(mode="reduce-overhead")``), where the host is out of the step: each duel is then decided by the two
+contenders' time on the device alone (a spin kernel holds the device while the host issues the calls, so none waits on
+the host) and no autograd detour is weighed, so a layer whose plans do less device work stays patched however much
+host time its calls take. Where the host's time is half the step or more (host-bound steps included), the layers still
+patched after the hand-back are then checked on the whole step (:func:`~convtune.torch._handback.check_steps`): a few
+training steps with them patched and with them handed back, in turns, and they all go back to PyTorch unless the
+patched step is the faster by 2% (and in all rounds but one): what a layer's duels measured on the layer alone does not
+always add up to the step (``TuneReport.step_ratio``).
 
 Under ``torch.distributed`` the ranks split the work: each starts ``rank/world`` of the way into the
 list and takes a lease in the plan cache on each problem it tunes (:mod:`convtune.worklist`), so a
@@ -189,6 +193,8 @@ class TuneReport:
     #: whether the model's training steps are host-bound (see the module docstring; None: not asked, off CUDA), and
     #: the medians that said so (seconds: the host's time to issue a step, and the step's), where timed
     host_bound: bool | None = None
+    #: whether the plans were weighed for training steps replayed from CUDA graphs (``tune(graphed=True)``)
+    graphed: bool = False
     step_host_s: float | None = None
     step_s: float | None = None
     #: patched layers whose problems were not searched: in host-bound steps no plan would keep them (handed back)
@@ -217,7 +223,8 @@ class TuneReport:
                       "pick" if self.steps_spared else "")
             timed = (f" (host {self.step_host_s * 1e3:.1f} ms of a {self.step_s * 1e3:.1f} ms step{spared}"
                      f"{', as stored' if self.steps_stored else ''})" if self.step_s else "")
-            bound = f", steps {'host-bound' if self.host_bound else 'not host-bound'}{timed}"
+            kind = "in CUDA graphs" if self.graphed else "host-bound" if self.host_bound else "not host-bound"
+            bound = f", steps {kind}{timed}"
         if self.not_searched:
             bound += f", {len(self.not_searched)} layers not searched (no plan could gain their host time)"
         if self.step_ratio is not None:
@@ -277,7 +284,7 @@ def _distributed() -> tuple[int, int]:
 
 def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto", runtime: Runtime | None = None,
          progress: bool | Callable[[int, int, str], None] = True, hand_back: bool = True,
-         host_bound: bool | None = None) -> TuneReport:
+         host_bound: bool | None = None, graphed: bool = False) -> TuneReport:
     """Tune every convolution problem of ``model`` (see :func:`collect`) that the plan cache lacks.
 
     Parameters
@@ -300,8 +307,12 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
         docstring): :attr:`TuneReport.handed_back`.
     host_bound : bool, optional
         Whether the training steps are host-bound, where a plan's gains count in host time alone (see the module
-        docstring). ``None`` (the default) times a few training steps on CUDA to find out; pass ``False`` where the
-        steps will run in CUDA graphs (``torch.compile(mode="reduce-overhead")``, a captured step).
+        docstring). ``None`` (the default) times a few training steps on CUDA to find out; ``False`` weighs device
+        and host together without timing them.
+    graphed : bool
+        The training steps will run as CUDA graphs (a captured step, ``torch.compile(mode="reduce-overhead")``): the
+        host's work is out of them, so each plan's duel with PyTorch's convolution is decided by their time on the
+        device alone and no autograd detour is weighed (see the module docstring). Implies ``host_bound=False``.
 
     Patched layers with ``keep_spectra`` get their round-trip verdicts too (after the per-pass plans they
     are measured against), where all three passes are tuned: :attr:`TuneReport.trips`.
@@ -311,7 +322,7 @@ def tune(model: nn.Module, example_inputs, passes=PASSES, *, math: str = "auto",
     """
     with rng_kept():
         return _tune(model, example_inputs, passes, math=math, runtime=runtime, progress=progress,
-                     hand_back=hand_back, host_bound=host_bound)
+                     hand_back=hand_back, host_bound=False if graphed else host_bound, graphed=graphed)
 
 
 def _compile_ahead(rt, items) -> CompileAhead:
@@ -395,7 +406,7 @@ def _laps(phases: dict, started: float) -> Callable[[str], None]:
     return lap
 
 
-def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, host_bound) -> TuneReport:
+def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, host_bound, graphed) -> TuneReport:
     started = time.perf_counter()
     rt = runtime or default_runtime()
     wanted = tuple(p for p in PASSES if p in set(passes))
@@ -428,7 +439,7 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
                 p = item.problem.for_pass(pass_)
                 distinct.setdefault((p.key(), str(item.device)), (p, item.device, []))[2].append(item.name)
                 owners.setdefault((p.key(), str(item.device)), set()).add(item.route_key)
-    report = TuneReport()
+    report = TuneReport(graphed=graphed)
     lap = _laps(report.phases, started)
     lap(PHASES[0])
     # where plans duel PyTorch's convolution (CUDA): are the steps host-bound? Timed first (PyTorch's convolution
@@ -501,6 +512,11 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
             log.warning("convtune.torch.tune: the round trip of %s: %s", problem.describe(), exc)
     lap(PHASES[4])
     _compile_routes(rt, routes, untuned)
+    for key in duelled:
+        if key not in untuned:
+            # (before the duels, which the steps in CUDA graphs decide on the device's time, and any weighing: settle
+            # runs in the hand-back, or at the first call)
+            _handback.route_of(key).weigh_host(weigh, graphed)
     for key, (route_passes, name, keep) in routes.items():  # the first step's one-time work, done here
         if key in untuned:
             continue  # (its layer goes back to PyTorch: resolving would tune it)
@@ -512,10 +528,6 @@ def _tune(model, example_inputs, passes, *, math, runtime, progress, hand_back, 
         if keep and len(route_passes) == len(PASSES):
             route.trips.resolve(keep)  # its round trip built (or None: the per-pass plans, the reason said once)
         report.routes += 1
-    for key in duelled:
-        if key not in untuned:
-            # (before any weighing: settle runs in the hand-back, or at the first call)
-            _handback.route_of(key).weigh_host(weigh)
     lap(PHASES[5])
     if hand_back:
         _handback.hand_back(model, layer_calls, wanted, report, untuned)
