@@ -92,24 +92,29 @@ def test_strategy_version_change_is_a_miss(cache_url, monkeypatch):
 def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
     """Versions whose launches replay from CUDA graphs (depthwise 9, fft-row 5, fft-plane 3) changed no kernel and
     no time: plans those strategies won under the version before still hold, where a version that changed kernels
-    (fft-row 4; depthwise 10, the vectorized channels-last kernel, for channels-last layers only) does not."""
+    (fft-row 4; depthwise 10, the vectorized channels-last kernel, for channels-last layers' forward and
+    backward-data passes only, 11 for their filter gradient) does not."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
     row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(4096,), kernel_size=1001, padding=500,
                            groups=8)
     plane = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(56, 56), kernel_size=31, padding=15,
                              groups=8)
-    for winner, problem, new, old in (("depthwise", plane, "depthwise10", "depthwise8"), ("fft-row", row, "fft-row5",
+    for winner, problem, new, old in (("depthwise", plane, "depthwise11", "depthwise8"), ("fft-row", row, "fft-row5",
                                       "fft-row4"), ("fft-plane", plane, "fft-plane3", "fft-plane2")):
         assert new in current, current
         assert versions_agree(current.replace(new, old), problem, winner, current), (winner, old)
     assert not versions_agree(current.replace("fft-row5", "fft-row3"), row, "fft-row", current)
     last = plane.replace(layout="channels_last", kernel_size=(7, 7), padding=(3, 3))
-    assert not versions_agree(current.replace("depthwise10", "depthwise9"), last, "depthwise", current)
-    assert versions_agree(current.replace("depthwise10", "depthwise9"), plane.replace(layout="channels_last"),
+    assert not versions_agree(current.replace("depthwise11", "depthwise9"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise11", "depthwise9"), plane.replace(layout="channels_last"),
                           "depthwise", current)  # (31x31: over the vectorized kernel's 81 taps)
-    assert versions_agree(current.replace("depthwise10", "depthwise9"), last.replace(pass_="wgrad"), "depthwise",
-                          current)  # (its filter gradient: not the vectorized kernel's)
+    # version 11 changed the filter gradient's candidates alone
+    assert versions_agree(current.replace("depthwise11", "depthwise10"), last, "depthwise", current)
+    assert not versions_agree(current.replace("depthwise11", "depthwise10"), last.replace(pass_="wgrad"), "depthwise",
+                              current)
+    assert versions_agree(current.replace("depthwise11", "depthwise10"), last.replace(pass_="wgrad", stride=(2, 2)),
+                          "depthwise", current)  # (strided: not the vectorized kernel's)
 
 
 def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_plan(cache_url, monkeypatch):
@@ -118,7 +123,7 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     this convtune's plan. Where they can, or the winner's own version changed, it is a miss."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
-    older = current.replace("depthwise10", "depthwise3")
+    older = current.replace("depthwise11", "depthwise3")
     assert older != current
     dense, depthwise = problem(), ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(9, 9),
                                                    kernel_size=3, groups=4)

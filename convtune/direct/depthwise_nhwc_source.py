@@ -368,18 +368,73 @@ extern "C" __global__ void __launch_bounds__(32 * BY) dwl_wgrad_tiled(
 }}
 """
 
-_FWD_VEC = r"""
+_VEC_COMMON = r"""
 #define KH {kh}
 #define KW {kw}
 #define R {r}
 #define RH {rh}
 #define V {v}
-#define FLIP {flip}
-#define WSH {wsh}
 #define KK (KH * KW)
 #define SPAN (R + KW - 1)
 // V adjacent channels of one pixel, loaded and stored as one vector
 struct __align__(V * sizeof(T)) VecT {{ T e[V]; }};
+
+// f(n, oh0, ow0) for each of the thread's blocks of RH x R outputs (threadIdx.y, then blockIdx.y, over the images'
+// groups of RH rows and their segments of R outputs): its image, first row and first column
+template <typename F>
+__device__ __forceinline__ void vec_blocks(int N, int OH, int OW, F f) {{
+  const int segs = (OW + R - 1) / R, hgroups = (OH + RH - 1) / RH;
+  const long long items = (long long)N * hgroups * segs;
+  for (long long it = blockIdx.y * (long long)blockDim.y + threadIdx.y; it < items;
+       it += (long long)gridDim.y * blockDim.y) {{
+    const int seg = it % segs;
+    const long long hg = it / segs;
+    const int n = hg / hgroups;
+    f(n, (int)(hg - (long long)n * hgroups) * RH, seg * R);
+  }}
+}}
+
+// xs[j] = the V channels of input row xr's column iw0 + j, for the SPAN columns of R adjacent outputs (zeros outside
+// the image)
+__device__ __forceinline__ void vec_span(const T* __restrict__ xr, int iw0, int W, int C, float (&xs)[SPAN][V]) {{
+#pragma unroll
+  for (int j = 0; j < SPAN; ++j) {{
+    const int iw = iw0 + j;
+    if (iw >= 0 && iw < W) {{
+      const VecT u = *reinterpret_cast<const VecT*>(xr + (long long)iw * C);
+#pragma unroll
+      for (int v = 0; v < V; ++v) xs[j][v] = cv(u.e[v]);
+    }} else {{
+#pragma unroll
+      for (int v = 0; v < V; ++v) xs[j][v] = 0.f;
+    }}
+  }}
+}}
+
+// f(q, kh, xs) for each output row oh0 + q of a block of RH x R outputs and each kernel row kh that meets it: xs the
+// input row oh0 + q - ph + kh's SPAN x V inputs of the block's columns (from iw0), each input row loaded once for
+// every output row it meets (rows outside the image skipped); xn: the image's first pixel at the thread's channels
+template <typename F>
+__device__ __forceinline__ void vec_window(const T* __restrict__ xn, int oh0, int ph, int iw0, int H, int W, int C,
+                                           F f) {{
+#pragma unroll
+  for (int kr = 0; kr < KH + RH - 1; ++kr) {{
+    const int ih = oh0 - ph + kr;
+    if (ih < 0 || ih >= H) continue;
+    float xs[SPAN][V];
+    vec_span(xn + (long long)ih * W * C, iw0, W, C, xs);
+#pragma unroll
+    for (int q = 0; q < RH; ++q) {{
+      const int kh = kr - q;
+      if (kh >= 0 && kh < KH) f(q, kh, xs);
+    }}
+  }}
+}}
+"""
+
+_FWD_VEC = _VEC_COMMON + r"""
+#define FLIP {flip}
+#define WSH {wsh}
 // Stride and dilation 1: y[n, oh, ow, c] = sum over taps of x[n, oh - ph + kh, ow - pw + kw, c] * w[c, kh, kw]
 // (FLIP: the filter reversed, which with dy in and padding k - 1 - pad is backward-data). A thread owns V adjacent
 // channels (threadIdx.x along the channels: a warp's loads are runs of whole pixels) and blocks of RH x R outputs
@@ -408,14 +463,7 @@ extern "C" __global__ void dwv_fwd(const T* __restrict__ x, const T* __restrict_
     for (int v = 0; v < V; ++v) wr[k][v] = g < G ? ld(w + (long long)(c + v) * KK + (FLIP ? KK - 1 - k : k)) : 0.f;
 #endif
   if (g >= G) return;
-  const int segs = (OW + R - 1) / R, hgroups = (OH + RH - 1) / RH;
-  const long long items = (long long)N * hgroups * segs;
-  for (long long it = blockIdx.y * (long long)blockDim.y + threadIdx.y; it < items;
-       it += (long long)gridDim.y * blockDim.y) {{
-    const int seg = it % segs;
-    const long long hg = it / segs;
-    const int n = hg / hgroups, oh0 = (hg - (long long)n * hgroups) * RH;
-    const int ow0 = seg * R, iw0 = ow0 - pw;
+  vec_blocks(N, OH, OW, [&](int n, int oh0, int ow0) {{
     float acc[RH][R][V];
 #pragma unroll
     for (int q = 0; q < RH; ++q)
@@ -423,45 +471,24 @@ extern "C" __global__ void dwv_fwd(const T* __restrict__ x, const T* __restrict_
       for (int o = 0; o < R; ++o)
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[q][o][v] = 0.f;
+    const T* xn = x + (long long)n * H * W * C + c;
+    vec_window(xn, oh0, ph, ow0 - pw, H, W, C, [&](int q, int kh, const float (&xs)[SPAN][V]) {{
 #pragma unroll
-    for (int kr = 0; kr < KH + RH - 1; ++kr) {{
-      const int ih = oh0 - ph + kr;
-      if (ih < 0 || ih >= H) continue;
-      const T* xr = x + ((long long)n * H + ih) * W * C + c;
-      float xs[SPAN][V];
+      for (int kw = 0; kw < KW; ++kw) {{
+        float wv[V];
 #pragma unroll
-      for (int j = 0; j < SPAN; ++j) {{
-        const int iw = iw0 + j;
-        if (iw >= 0 && iw < W) {{
-          const VecT u = *reinterpret_cast<const VecT*>(xr + (long long)iw * C);
-#pragma unroll
-          for (int v = 0; v < V; ++v) xs[j][v] = cv(u.e[v]);
-        }} else {{
-#pragma unroll
-          for (int v = 0; v < V; ++v) xs[j][v] = 0.f;
-        }}
-      }}
-#pragma unroll
-      for (int q = 0; q < RH; ++q) {{
-        const int kh = kr - q;  // this input row's kernel row for output row oh0 + q
-        if (kh < 0 || kh >= KH) continue;
-#pragma unroll
-        for (int kw = 0; kw < KW; ++kw) {{
-          float wv[V];
-#pragma unroll
-          for (int v = 0; v < V; ++v)
+        for (int v = 0; v < V; ++v)
 #if WSH
-            wv[v] = wl[(kh * KW + kw) * cw + v];
+          wv[v] = wl[(kh * KW + kw) * cw + v];
 #else
-            wv[v] = wr[kh * KW + kw][v];
+          wv[v] = wr[kh * KW + kw][v];
 #endif
 #pragma unroll
-          for (int o = 0; o < R; ++o)
+        for (int o = 0; o < R; ++o)
 #pragma unroll
-            for (int v = 0; v < V; ++v) acc[q][o][v] += xs[o + kw][v] * wv[v];
-        }}
+          for (int v = 0; v < V; ++v) acc[q][o][v] += xs[o + kw][v] * wv[v];
       }}
-    }}
+    }});
 #pragma unroll
     for (int q = 0; q < RH; ++q) {{
       if (oh0 + q >= OH) break;
@@ -476,6 +503,67 @@ extern "C" __global__ void dwv_fwd(const T* __restrict__ x, const T* __restrict_
         }}
       }}
     }}
+  }});
+}}
+"""
+
+_WGRAD_VEC = _VEC_COMMON + r"""
+// Stride and dilation 1: dw[c, kh, kw] = sum over n, oh, ow of dy[n, oh, ow, c] * x[n, oh - ph + kh, ow - pw + kw, c],
+// summed into float32 dwt (zeroed before). A thread owns V adjacent channels (threadIdx.x along the channels) and
+// blocks of RH x R outputs (threadIdx.y, then blockIdx.y, as dwv_fwd's): their dy in registers, each input row of
+// the block's window loaded once, V channels a load, and multiplied into every kernel row it meets; its KK x V sums
+// stay in registers across its blocks, are added in shared memory over the block's threads of the same channels,
+// then one float32 atomic add per block, channel and tap.
+extern "C" __global__ void dwv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dwt,
+                                     int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
+  extern __shared__ float red[];  // [KK][blockDim.x * V]
+  const int G = C / V;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = g * V;
+  const int cw = blockDim.x * V, c0 = blockIdx.x * cw;
+  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < KK * cw; i += blockDim.x * blockDim.y) red[i] = 0.f;
+  __syncthreads();
+  if (g < G) {{
+    float acc[KK][V];
+#pragma unroll
+    for (int k = 0; k < KK; ++k)
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[k][v] = 0.f;
+    vec_blocks(N, OH, OW, [&](int n, int oh0, int ow0) {{
+      float gy[RH][R][V];
+#pragma unroll
+      for (int q = 0; q < RH; ++q)
+#pragma unroll
+        for (int o = 0; o < R; ++o) {{
+          const T* d = dy + (((long long)n * OH + oh0 + q) * OW + ow0 + o) * C + c;
+          if (oh0 + q < OH && ow0 + o < OW) {{
+            const VecT u = *reinterpret_cast<const VecT*>(d);
+#pragma unroll
+            for (int v = 0; v < V; ++v) gy[q][o][v] = cv(u.e[v]);
+          }} else {{
+#pragma unroll
+            for (int v = 0; v < V; ++v) gy[q][o][v] = 0.f;
+          }}
+        }}
+      const T* xn = x + (long long)n * H * W * C + c;
+      vec_window(xn, oh0, ph, ow0 - pw, H, W, C, [&](int q, int kh, const float (&xs)[SPAN][V]) {{
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw)
+#pragma unroll
+          for (int o = 0; o < R; ++o)
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[kh * KW + kw][v] += gy[q][o][v] * xs[o + kw][v];
+      }});
+    }});
+#pragma unroll
+    for (int k = 0; k < KK; ++k)
+#pragma unroll
+      for (int v = 0; v < V; ++v) atomicAdd(&red[k * cw + threadIdx.x * V + v], acc[k][v]);
+  }}
+  __syncthreads();
+  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < KK * cw; i += blockDim.x * blockDim.y) {{
+    const int k = i / cw, cc = c0 + i % cw;
+    if (cc < C) atomicAdd(dwt + (long long)cc * KK + k, red[i]);
   }}
 }}
 """
@@ -491,4 +579,4 @@ extern "C" __global__ void dw_cast(const float* __restrict__ s, T* __restrict__ 
 #: kernel -> (its source template, its functions' names)
 SOURCES = {"fwd": (_FWD, ("dwl_fwd",)), "fwd-tiled": (_FWD_TILED, ("dwl_fwd_tiled",)), "dgrad": (_DGRAD, ("dwl_dgrad",)),
             "wgrad": (_WGRAD, ("dwl_wgrad",)), "wgrad-tiled": (_WGRAD_TILED, ("dwl_wgrad_tiled",)),
-           "fwd-vec": (_FWD_VEC, ("dwv_fwd",))}
+           "fwd-vec": (_FWD_VEC, ("dwv_fwd",)), "wgrad-vec": (_WGRAD_VEC, ("dwv_wgrad",))}

@@ -47,6 +47,8 @@ NHWC_TILED_ROWS = (4, 8)
 #: found these four, at 2 rows and 2 blocks per multiprocessor, best on four of five 7x7 layers of ConvNeXt-T's shapes
 #: and 2x to 2.8x faster than the ``nhwc-tiled`` kernel on every 7x7 and 3x3 one.
 NHWC_VEC = ((4, 256), (2, 256), (2, 64), (4, 64))
+#: The same for the vectorized filter gradient (its ``V`` x taps sums in registers: ``V`` 2 for 7x7 kernels).
+NHWC_VEC_WGRAD = ((2, 256), (2, 128), (4, 256), (8, 128))
 
 
 def _nhwc(config: DepthwiseConfig) -> bool:
@@ -60,8 +62,15 @@ def _vec(config: DepthwiseConfig) -> int:
 
 
 def _vectorized(problem: ConvProblem) -> bool:
-    """Does the vectorized channels-last kernel take ``problem`` (version 10's shapes)?"""
-    return any(depthwise_nhwc.vec_reason(problem, v) is None for v, _threads in NHWC_VEC)
+    """Does the vectorized channels-last kernel take ``problem``, a forward or backward-data pass (version 10's
+    shapes)?"""
+    return problem.pass_ != "wgrad" and any(depthwise_nhwc.vec_reason(problem, v) is None for v, _threads in NHWC_VEC)
+
+
+def _vectorized_wgrad(problem: ConvProblem) -> bool:
+    """Does the vectorized channels-last filter gradient take ``problem`` (version 11's shapes)?"""
+    return problem.pass_ == "wgrad" and any(depthwise_nhwc.vec_reason(problem, v) is None
+                                            for v, _threads in NHWC_VEC_WGRAD)
 
 
 def _channels_last_depthwise(problem: ConvProblem) -> bool:
@@ -85,14 +94,15 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 10
+    version = 11
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
     # are the same, so every plan stands, and the duels against PyTorch's call, which weigh the host's time too,
-    # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel
+    # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel, 11 its
+    # filter gradient
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
-               9: no_shape, 10: _vectorized}
+               9: no_shape, 10: _vectorized, 11: _vectorized_wgrad}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -120,7 +130,8 @@ class DepthwiseStrategy(Strategy):
                  if depthwise_nhwc.tiled_reason(problem, r) is None]
         nhwc = [DepthwiseConfig(threads=256, variant="nhwc", rows=r) for r in NHWC_ROWS] \
             if depthwise_nhwc.reason(problem) is None else []
-        vec = [DepthwiseConfig(threads=t, variant=f"nhwc-vec{v}", rows=4) for v, t in NHWC_VEC
+        vec = [DepthwiseConfig(threads=t, variant=f"nhwc-vec{v}", rows=4)
+               for v, t in (NHWC_VEC_WGRAD if problem.pass_ == "wgrad" else NHWC_VEC)
                if depthwise_nhwc.vec_reason(problem, v) is None]
         return vec + tiled + nhwc + self._channels_first(problem)
 

@@ -1,0 +1,127 @@
+"""The vectorized channels-last depthwise kernel's configurations, swept: for each layer and pass, every combination
+of channels per thread (V), threads per block, outputs per thread along a row (R) and blocks per multiprocessor that
+the kernel takes, each checked against float64 and timed with the bench timer (L2 flushed, median), beside PyTorch's
+call of the same pass (cuDNN's benchmark on, same dtype and layout) and the ``nhwc-tiled`` kernel. The strategy's
+own configurations (``convtune.strategies.depthwise.NHWC_VEC`` and ``NHWC_VEC_WGRAD``) are marked.
+
+    python3 benchmarks/depthwise_vec.py [--layers convnext-dw7-s1,dw3-56-c96] [--passes wgrad] [--dtype bfloat16]
+        [-o sweep.json]
+
+The layers are those of ``benchmarks/depthwise_half.yaml`` (ConvNeXt-T's 7x7 depthwise layers at batch 32, 3x3 and
+5x5 ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+#: name -> (batch, channels, plane side, kernel side)
+LAYERS = {
+    "convnext-dw7-s1": (32, 96, 56, 7),
+    "convnext-dw7-s2": (32, 192, 28, 7),
+    "convnext-dw7-s3": (32, 384, 14, 7),
+    "convnext-dw7-s4": (32, 768, 7, 7),
+    "dw3-56-c96": (32, 96, 56, 3),
+    "dw3-28-c192": (32, 192, 28, 3),
+    "dw5-14-c384": (32, 384, 14, 5),
+}
+#: the axes swept
+VECTORS, THREADS, ROWS, BLOCKS_PER_SM = (2, 4, 8), (64, 128, 256), (2, 4), (1, 2, 4, 8)
+#: relative error (max-norm) past which a configuration is reported wrong, not timed
+BOUND = 1e-2
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default=",".join(LAYERS))
+    ap.add_argument("--passes", default="fwd,dgrad,wgrad")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("-o", "--output")
+    args = ap.parse_args(argv)
+    import cupy
+    import torch
+
+    from convtune.backend import get_backend
+    from convtune.direct import depthwise_nhwc
+    from convtune.problem import ConvProblem
+    from convtune.strategies.depthwise import NHWC_VEC, NHWC_VEC_WGRAD
+    from convtune.timing import CudaEventTimer
+    be = get_backend("cupy")
+    timer = CudaEventTimer(warmup=3, repeats=args.repeats)
+    torch.backends.cudnn.benchmark = True
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    dtype = getattr(torch, args.dtype)
+    cl = torch.channels_last
+    stream = cupy.cuda.get_current_stream()
+    rows = []
+    for name in args.layers.split(","):
+        n, C, side, k = LAYERS[name]
+        pad = k // 2
+        x = torch.randn(n, C, side, side, device="cuda").to(dtype).contiguous(memory_format=cl)
+        w = torch.randn(C, 1, k, k, device="cuda").to(dtype)
+        dy = torch.randn(n, C, side, side, device="cuda").to(dtype).contiguous(memory_format=cl)
+        geometry = ((1, 1), (pad, pad), (1, 1), False, (0, 0), C)
+
+        def pytorch(mask, a=x, b=w, g=dy):
+            return torch.ops.aten.convolution_backward(g, a, b, None, *geometry, mask)
+        # each pass: (its operands a, b, its result's shape and format, PyTorch's call, the float64 reference)
+        d = {t: t.double() for t in (x, w, dy)}
+        passes = {
+            "fwd": (x, w, x.shape, cl, lambda: torch.nn.functional.conv2d(x, w, padding=pad, groups=C),
+                    torch.nn.functional.conv2d(d[x], d[w], padding=pad, groups=C)),
+            "dgrad": (dy, w, x.shape, cl, lambda: pytorch([True, False, False]),
+                      torch.nn.grad.conv2d_input(x.shape, d[w], d[dy], padding=pad, groups=C)),
+            "wgrad": (x, dy, w.shape, torch.contiguous_format, lambda: pytorch([False, True, False]),
+                      torch.nn.grad.conv2d_weight(d[x], w.shape, d[dy], padding=pad, groups=C)),
+        }
+        for pass_ in args.passes.split(","):
+            a, b, shape, fmt, native, want = passes[pass_]
+            p = ConvProblem.make(batch=n, in_channels=C, out_channels=C, groups=C, input_size=(side, side),
+                                 kernel_size=k, padding=pad, dtype=args.dtype, layout="channels_last", pass_=pass_)
+            out = torch.empty(shape, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
+            scale = float(want.abs().max())
+            torch_us = timer(native, be).median_s * 1e6
+            results = {}
+
+            def measure(label, conv):
+                ws = torch.empty(max(1, conv.workspace), device="cuda", dtype=torch.uint8)
+
+                def run():
+                    conv.launch(a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, ws.data_ptr())
+                out.zero_()
+                run()
+                torch.cuda.synchronize()
+                error = float((out.double() - want).abs().max()) / scale
+                us = timer(run, be).median_s * 1e6 if error <= BOUND else None
+                results[label] = {"us": us, "error": error}
+            if depthwise_nhwc.tiled_reason(p, 4) is None:
+                measure("nhwc-tiled r4", depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 256, sm_count, 4, tiled=True))
+            offered = NHWC_VEC_WGRAD if pass_ == "wgrad" else NHWC_VEC
+            for v, threads, r, per_sm in itertools.product(VECTORS, THREADS, ROWS, BLOCKS_PER_SM):
+                if depthwise_nhwc.vec_reason(p, v) is not None:
+                    continue
+                label = f"vec{v} t{threads} r{r} b{per_sm}" + (" *" if (v, threads) in offered and r == 4 and
+                                                                   per_sm == depthwise_nhwc.VEC_BLOCKS_PER_SM else "")
+                measure(label, depthwise_nhwc.NhwcDepthwiseConv(cupy, p, threads, sm_count, r, vec=v,
+                                                                 blocks_per_sm=per_sm))
+            timed = {label: r for label, r in results.items() if r["us"] is not None}
+            wrong = sorted(label for label, r in results.items() if r["us"] is None)
+            ranked = sorted(timed.items(), key=lambda kv: kv[1]["us"])
+            print(f"== {name} {pass_} ({args.dtype} channels_last, batch {n}, {C} x {side}x{side}, {k}x{k}): "
+                  f"PyTorch {torch_us:.1f} us" + (f"; WRONG: {', '.join(wrong)}" if wrong else ""), flush=True)
+            for label, r in ranked[:6] + [kv for kv in ranked[6:] if kv[0].endswith("*") or "tiled" in kv[0]]:
+                print(f"   {label:24s} {r['us']:8.1f} us  {torch_us / r['us']:5.2f}x PyTorch's speed  "
+                      f"error {r['error']:.1e}", flush=True)
+            rows.append({"layer": name, "pass": pass_, "dtype": args.dtype, "torch_us": torch_us,
+                         "configs": results})
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
