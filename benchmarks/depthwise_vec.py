@@ -2,9 +2,10 @@
 of channels per thread (V), threads per block, outputs per thread along a row (R) and blocks per multiprocessor that
 the kernel takes, each checked against float64 and timed with the bench timer (L2 flushed, median), beside PyTorch's
 call of the same pass (cuDNN's benchmark on, same dtype and layout) and the ``nhwc-tiled`` kernel. The strategy's
-own configurations (``convtune.strategies.depthwise.NHWC_VEC`` and ``NHWC_VEC_WGRAD``) are marked.
+own configurations (``convtune.strategies.depthwise.NHWC_VEC``) are marked. The kernel runs the forward and
+backward-data passes; ``--passes wgrad`` times the filter gradient's ``nhwc-tiled`` kernel against PyTorch's.
 
-    python3 benchmarks/depthwise_vec.py [--layers convnext-dw7-s1,dw3-56-c96] [--passes wgrad] [--dtype bfloat16]
+    python3 benchmarks/depthwise_vec.py [--layers convnext-dw7-s1,dw3-56-c96] [--passes fwd] [--dtype bfloat16]
         [-o sweep.json]
 
 The layers are those of ``benchmarks/depthwise_half.yaml`` (ConvNeXt-T's 7x7 depthwise layers at batch 32, 3x3 and
@@ -28,7 +29,7 @@ LAYERS = {
     "dw5-14-c384": (32, 384, 14, 5),
 }
 #: the axes swept
-VECTORS, THREADS, ROWS, BLOCKS_PER_SM = (2, 4, 8), (64, 128, 256), (2, 4), (1, 2, 4, 8)
+VECTORS, THREADS, ROWS, BLOCKS_PER_SM = (2, 4, 8), (64, 128, 256), (2, 4), (1, 2, 4, 8, 16)
 #: relative error (max-norm) past which a configuration is reported wrong, not timed
 BOUND = 1e-2
 
@@ -36,7 +37,7 @@ BOUND = 1e-2
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=",".join(LAYERS))
-    ap.add_argument("--passes", default="fwd,dgrad,wgrad")
+    ap.add_argument("--passes", default="fwd,dgrad")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("-o", "--output")
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     from convtune.backend import get_backend
     from convtune.direct import depthwise_nhwc
     from convtune.problem import ConvProblem
-    from convtune.strategies.depthwise import NHWC_VEC, NHWC_VEC_WGRAD
+    from convtune.strategies.depthwise import NHWC_VEC
     from convtune.timing import CudaEventTimer
     be = get_backend("cupy")
     timer = CudaEventTimer(warmup=3, repeats=args.repeats)
@@ -99,11 +100,10 @@ def main(argv=None) -> int:
                 results[label] = {"us": us, "error": error}
             if depthwise_nhwc.tiled_reason(p, 4) is None:
                 measure("nhwc-tiled r4", depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 256, sm_count, 4, tiled=True))
-            offered = NHWC_VEC_WGRAD if pass_ == "wgrad" else NHWC_VEC
             for v, threads, r, per_sm in itertools.product(VECTORS, THREADS, ROWS, BLOCKS_PER_SM):
                 if depthwise_nhwc.vec_reason(p, v) is not None:
                     continue
-                label = f"vec{v} t{threads} r{r} b{per_sm}" + (" *" if (v, threads) in offered and r == 4 and
+                label = f"vec{v} t{threads} r{r} b{per_sm}" + (" *" if (v, threads) in NHWC_VEC and r == 4 and
                                                                    per_sm == depthwise_nhwc.VEC_BLOCKS_PER_SM else "")
                 measure(label, depthwise_nhwc.NhwcDepthwiseConv(cupy, p, threads, sm_count, r, vec=v,
                                                                  blocks_per_sm=per_sm))

@@ -92,8 +92,8 @@ def test_strategy_version_change_is_a_miss(cache_url, monkeypatch):
 def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
     """Versions whose launches replay from CUDA graphs (depthwise 9, fft-row 5, fft-plane 3) changed no kernel and
     no time: plans those strategies won under the version before still hold, where a version that changed kernels
-    (fft-row 4; depthwise 10, the vectorized channels-last kernel, for channels-last layers' forward and
-    backward-data passes only, 11 for their filter gradient) does not."""
+    (fft-row 4; depthwise 10, the vectorized channels-last kernel, and 11, its loads and configurations, for
+    channels-last layers' forward and backward-data passes only) does not."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
     row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(4096,), kernel_size=1001, padding=500,
@@ -109,12 +109,12 @@ def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
     assert not versions_agree(current.replace("depthwise11", "depthwise9"), last, "depthwise", current)
     assert versions_agree(current.replace("depthwise11", "depthwise9"), plane.replace(layout="channels_last"),
                           "depthwise", current)  # (31x31: over the vectorized kernel's 81 taps)
-    # version 11 changed the filter gradient's candidates alone
-    assert versions_agree(current.replace("depthwise11", "depthwise10"), last, "depthwise", current)
-    assert not versions_agree(current.replace("depthwise11", "depthwise10"), last.replace(pass_="wgrad"), "depthwise",
-                              current)
-    assert versions_agree(current.replace("depthwise11", "depthwise10"), last.replace(pass_="wgrad", stride=(2, 2)),
-                          "depthwise", current)  # (strided: not the vectorized kernel's)
+    # version 11 changed the vectorized kernel's candidates alone
+    assert not versions_agree(current.replace("depthwise11", "depthwise10"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise11", "depthwise10"), last.replace(pass_="wgrad"), "depthwise",
+                          current)
+    assert versions_agree(current.replace("depthwise11", "depthwise10"), last.replace(stride=(2, 2)), "depthwise",
+                          current)  # (strided: not the vectorized kernel's)
 
 
 def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_plan(cache_url, monkeypatch):

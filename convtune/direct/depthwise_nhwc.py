@@ -23,12 +23,7 @@ every product and sum is float32.
   thread owns ``V`` adjacent channels, read and written ``V`` at a time (one 4- to 16-byte access), and a block of
   :data:`VEC_ROWS` x ``R`` outputs; each input row of its window is loaded once and added into every output row it
   belongs to. The taps sit in registers where ``V`` x taps fit :data:`VEC_REGISTER_TAPS`, else in shared memory.
-  Operands whose addresses are not multiples of the vector's bytes take the plain kernel instead.
-* Backward-filter, vectorized (the same conditions, ``V`` x taps at most :data:`VEC_REGISTER_TAPS`): a thread owns
-  ``V`` adjacent channels and blocks of :data:`VEC_ROWS` x ``R`` outputs, their dy in registers; each input row of
-  the block's window is loaded once and multiplied into every kernel row it meets, the ``V`` x taps sums in
-  registers across the thread's blocks; then added in shared memory over the block, and one float32 atomic add per
-  block, channel and tap.
+  Operands whose addresses are not multiples of the vector's bytes take the plain forward kernel instead.
 * Backward-filter: a block owns 32 channels, a group of kernel rows (at most
   :data:`REGISTER_TAPS` sums per thread, in registers) and a slice of the output rows; the warps of
   a block add their sums in shared memory, then one float32 atomic add per block and tap. A
@@ -168,15 +163,14 @@ def vec_reason(p: ConvProblem, v: int) -> str | None:
     why = reason(p)
     if why:
         return why
+    if p.pass_ == "wgrad":
+        return "the vectorized kernel runs the forward and backward-data passes"
     if any(s != 1 for s in p.stride + p.dilation):
         return "the vectorized kernel needs stride and dilation 1"
     if p.in_channels % v:
         return f"{p.in_channels} channels are not a multiple of the vector's {v}"
     if math.prod(p.kernel_size) > REGISTER_TAPS:
         return f"the vectorized kernel unrolls every tap: at most {REGISTER_TAPS}"
-    if p.pass_ == "wgrad" and v * math.prod(p.kernel_size) > VEC_REGISTER_TAPS:
-        return (f"the vectorized filter gradient keeps its {v} x {math.prod(p.kernel_size)} sums in registers: at "
-                f"most {VEC_REGISTER_TAPS}")
     return None
 
 
@@ -208,7 +202,6 @@ class NhwcDepthwiseConv:
         self.cast = self.fallback = None
         self.sm_count, self.shared = sm_count, 0
         self.align = 0  # (the vectorized kernel's: the bytes its operands' addresses are multiples of)
-        self.vec_reads_b = False  # (its vector operands: the input and the result, or the filter gradient's inputs)
         self.result_bytes = 4 * C * KH * KW
         i32 = cp.int32
         if vec:
@@ -275,22 +268,16 @@ class NhwcDepthwiseConv:
         the rest along the outputs), ``blocks_per_sm`` blocks per multiprocessor (each loops over its share)."""
         p, cp = self.p, self.cp
         H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = dims(p)
-        C, flip, wgrad = p.in_channels, int(p.pass_ == "dgrad"), p.pass_ == "wgrad"
+        C, flip = p.in_channels, int(p.pass_ == "dgrad")
         groups = C // v
         gx = min(groups, threads)
         taps = KH * KW
-        # shared memory: the taps where they do not fit in registers; the filter gradient's sums, added over a block
-        shared = 4 * taps * gx * v if wgrad or v * taps > VEC_REGISTER_TAPS else 0
+        shared = 4 * taps * gx * v if v * taps > VEC_REGISTER_TAPS else 0
         while shared > SMEM_LIMIT:  # fewer channels a block (one vector's taps fit: at most 81 of them)
             gx = max(1, gx // 2)
             shared = 4 * taps * gx * v
         by = max(1, threads // gx)
-        if wgrad:
-            (self.kernel,) = _kernels(cp, "wgrad-vec", p.dtype, KH, KW, 1, 1, self.rows, v=v)
-            self._set_cast()
-            self.vec_reads_b = True
-        else:
-            (self.kernel,) = _kernels(cp, "fwd-vec", p.dtype, KH, KW, 1, 1, self.rows, flip=flip, v=v)
+        (self.kernel,) = _kernels(cp, "fwd-vec", p.dtype, KH, KW, 1, 1, self.rows, flip=flip, v=v)
         out_h, out_w = (H, W) if flip else (OH, OW)
         items = p.batch * math.ceil(out_h / VEC_ROWS) * math.ceil(out_w / self.rows)
         gxs = math.ceil(groups / gx)
@@ -304,7 +291,7 @@ class NhwcDepthwiseConv:
         self.align = v * ITEMSIZE[p.dtype]
 
     def _plain(self) -> "NhwcDepthwiseConv":
-        """The pass's plain kernel in place of the vectorized one, for operands whose addresses are not multiples of
+        """The plain forward kernel in place of the vectorized one, for operands whose addresses are not multiples of
         its vector's bytes (made on first need)."""
         if self.fallback is None:
             self.fallback = NhwcDepthwiseConv(self.cp, self.p, 256, self.sm_count, 4)
@@ -322,7 +309,7 @@ class NhwcDepthwiseConv:
         """The pass on dense channels-last operands and result of the problem's dtype (bfloat16 as 16-bit
         numbers) given by device address, on ``stream``; a half-precision filter gradient needs
         :attr:`workspace` bytes of device memory at ``workspace``. Nothing is allocated."""
-        if self.align and (a % self.align or (b if self.vec_reads_b else out) % self.align):
+        if self.align and (a % self.align or out % self.align):
             self._plain().launch(a, b, out, stream, workspace)
             return
         if self.cast is None:
@@ -333,5 +320,5 @@ class NhwcDepthwiseConv:
         if workspace is None:
             raise ValueError(f"a half-precision filter gradient needs a workspace of {self.workspace} bytes")
         self.cp.cuda.runtime.memsetAsync(workspace, 0, self.result_bytes, stream.ptr)
-        self.kernel(self.grid, self.block, (a, b, workspace, *self.args), self.shared, stream)
+        self.kernel(self.grid, self.block, (a, b, workspace, *self.args), 0, stream)
         self.cast(self.cast_grid, (256,), (workspace, out, *self.cast_args), 0, stream)

@@ -399,15 +399,13 @@ __device__ __forceinline__ void vec_blocks(int N, int OH, int OW, F f) {{
 __device__ __forceinline__ void vec_span(const T* __restrict__ xr, int iw0, int W, int C, float (&xs)[SPAN][V]) {{
 #pragma unroll
   for (int j = 0; j < SPAN; ++j) {{
+    // (every column loaded, one outside the image from column 0 and dropped: the loads issue together, none waits
+    // on a branch)
     const int iw = iw0 + j;
-    if (iw >= 0 && iw < W) {{
-      const VecT u = *reinterpret_cast<const VecT*>(xr + (long long)iw * C);
+    const bool in = iw >= 0 && iw < W;
+    const VecT u = *reinterpret_cast<const VecT*>(xr + (long long)(in ? iw : 0) * C);
 #pragma unroll
-      for (int v = 0; v < V; ++v) xs[j][v] = cv(u.e[v]);
-    }} else {{
-#pragma unroll
-      for (int v = 0; v < V; ++v) xs[j][v] = 0.f;
-    }}
+    for (int v = 0; v < V; ++v) xs[j][v] = in ? cv(u.e[v]) : 0.f;
   }}
 }}
 
@@ -507,67 +505,6 @@ extern "C" __global__ void dwv_fwd(const T* __restrict__ x, const T* __restrict_
 }}
 """
 
-_WGRAD_VEC = _VEC_COMMON + r"""
-// Stride and dilation 1: dw[c, kh, kw] = sum over n, oh, ow of dy[n, oh, ow, c] * x[n, oh - ph + kh, ow - pw + kw, c],
-// summed into float32 dwt (zeroed before). A thread owns V adjacent channels (threadIdx.x along the channels) and
-// blocks of RH x R outputs (threadIdx.y, then blockIdx.y, as dwv_fwd's): their dy in registers, each input row of
-// the block's window loaded once, V channels a load, and multiplied into every kernel row it meets; its KK x V sums
-// stay in registers across its blocks, are added in shared memory over the block's threads of the same channels,
-// then one float32 atomic add per block, channel and tap.
-extern "C" __global__ void dwv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dwt,
-                                     int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
-  extern __shared__ float red[];  // [KK][blockDim.x * V]
-  const int G = C / V;
-  const int g = blockIdx.x * blockDim.x + threadIdx.x;
-  const int c = g * V;
-  const int cw = blockDim.x * V, c0 = blockIdx.x * cw;
-  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < KK * cw; i += blockDim.x * blockDim.y) red[i] = 0.f;
-  __syncthreads();
-  if (g < G) {{
-    float acc[KK][V];
-#pragma unroll
-    for (int k = 0; k < KK; ++k)
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[k][v] = 0.f;
-    vec_blocks(N, OH, OW, [&](int n, int oh0, int ow0) {{
-      float gy[RH][R][V];
-#pragma unroll
-      for (int q = 0; q < RH; ++q)
-#pragma unroll
-        for (int o = 0; o < R; ++o) {{
-          const T* d = dy + (((long long)n * OH + oh0 + q) * OW + ow0 + o) * C + c;
-          if (oh0 + q < OH && ow0 + o < OW) {{
-            const VecT u = *reinterpret_cast<const VecT*>(d);
-#pragma unroll
-            for (int v = 0; v < V; ++v) gy[q][o][v] = cv(u.e[v]);
-          }} else {{
-#pragma unroll
-            for (int v = 0; v < V; ++v) gy[q][o][v] = 0.f;
-          }}
-        }}
-      const T* xn = x + (long long)n * H * W * C + c;
-      vec_window(xn, oh0, ph, ow0 - pw, H, W, C, [&](int q, int kh, const float (&xs)[SPAN][V]) {{
-#pragma unroll
-        for (int kw = 0; kw < KW; ++kw)
-#pragma unroll
-          for (int o = 0; o < R; ++o)
-#pragma unroll
-            for (int v = 0; v < V; ++v) acc[kh * KW + kw][v] += gy[q][o][v] * xs[o + kw][v];
-      }});
-    }});
-#pragma unroll
-    for (int k = 0; k < KK; ++k)
-#pragma unroll
-      for (int v = 0; v < V; ++v) atomicAdd(&red[k * cw + threadIdx.x * V + v], acc[k][v]);
-  }}
-  __syncthreads();
-  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < KK * cw; i += blockDim.x * blockDim.y) {{
-    const int k = i / cw, cc = c0 + i % cw;
-    if (cc < C) atomicAdd(dwt + (long long)cc * KK + k, red[i]);
-  }}
-}}
-"""
-
 CAST = r"""
 // float32 sums rounded into a half-precision filter gradient's memory
 extern "C" __global__ void dw_cast(const float* __restrict__ s, T* __restrict__ out, long long n) {
@@ -579,4 +516,4 @@ extern "C" __global__ void dw_cast(const float* __restrict__ s, T* __restrict__ 
 #: kernel -> (its source template, its functions' names)
 SOURCES = {"fwd": (_FWD, ("dwl_fwd",)), "fwd-tiled": (_FWD_TILED, ("dwl_fwd_tiled",)), "dgrad": (_DGRAD, ("dwl_dgrad",)),
             "wgrad": (_WGRAD, ("dwl_wgrad",)), "wgrad-tiled": (_WGRAD_TILED, ("dwl_wgrad_tiled",)),
-           "fwd-vec": (_FWD_VEC, ("dwv_fwd",)), "wgrad-vec": (_WGRAD_VEC, ("dwv_wgrad",))}
+           "fwd-vec": (_FWD_VEC, ("dwv_fwd",))}

@@ -44,11 +44,11 @@ NHWC_TILED_ROWS = (4, 8)
 #: Channels per thread (``nhwc-vecV``) and threads per block of the channels-last vectorized kernel (forward and
 #: backward-data at stride and dilation 1), at 4 outputs a row. A sweep on an H200 in bfloat16 at batch 32 (V 2, 4
 #: and 8; 4 and 8 outputs a row; 1, 2 and 4 rows; 64, 128 and 256 threads; 2, 8 and 32 blocks per multiprocessor)
-#: found these four, at 2 rows and 2 blocks per multiprocessor, best on four of five 7x7 layers of ConvNeXt-T's shapes
-#: and 2x to 2.8x faster than the ``nhwc-tiled`` kernel on every 7x7 and 3x3 one.
-NHWC_VEC = ((4, 256), (2, 256), (2, 64), (4, 64))
-#: The same for the vectorized filter gradient (its ``V`` x taps sums in registers: ``V`` 2 for 7x7 kernels).
-NHWC_VEC_WGRAD = ((2, 256), (2, 128), (4, 256), (8, 128))
+#: found these, at 2 rows and 2 blocks per multiprocessor, best on four of five 7x7 layers of ConvNeXt-T's shapes
+#: and 2x to 2.8x faster than the ``nhwc-tiled`` kernel on every 7x7 and 3x3 one; with the loads issued together,
+#: ``benchmarks/depthwise_vec.py`` then found 128 threads (not 64) best on the 7x7 layer of 7x7 pixels (22.7 against
+#: 29.4 us a call) and as good elsewhere.
+NHWC_VEC = ((4, 256), (2, 256), (2, 128), (4, 128))
 
 
 def _nhwc(config: DepthwiseConfig) -> bool:
@@ -62,15 +62,8 @@ def _vec(config: DepthwiseConfig) -> int:
 
 
 def _vectorized(problem: ConvProblem) -> bool:
-    """Does the vectorized channels-last kernel take ``problem``, a forward or backward-data pass (version 10's
-    shapes)?"""
-    return problem.pass_ != "wgrad" and any(depthwise_nhwc.vec_reason(problem, v) is None for v, _threads in NHWC_VEC)
-
-
-def _vectorized_wgrad(problem: ConvProblem) -> bool:
-    """Does the vectorized channels-last filter gradient take ``problem`` (version 11's shapes)?"""
-    return problem.pass_ == "wgrad" and any(depthwise_nhwc.vec_reason(problem, v) is None
-                                            for v, _threads in NHWC_VEC_WGRAD)
+    """Does the vectorized channels-last kernel take ``problem`` (version 10's and 11's shapes)?"""
+    return any(depthwise_nhwc.vec_reason(problem, v) is None for v, _threads in NHWC_VEC)
 
 
 def _channels_last_depthwise(problem: ConvProblem) -> bool:
@@ -99,10 +92,10 @@ class DepthwiseStrategy(Strategy):
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
     # are the same, so every plan stands, and the duels against PyTorch's call, which weigh the host's time too,
-    # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel, 11 its
-    # filter gradient
+    # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel, 11
+    # changed its loads (issued together, none behind a branch) and its configurations
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
-               9: no_shape, 10: _vectorized, 11: _vectorized_wgrad}
+               9: no_shape, 10: _vectorized, 11: _vectorized}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -130,8 +123,7 @@ class DepthwiseStrategy(Strategy):
                  if depthwise_nhwc.tiled_reason(problem, r) is None]
         nhwc = [DepthwiseConfig(threads=256, variant="nhwc", rows=r) for r in NHWC_ROWS] \
             if depthwise_nhwc.reason(problem) is None else []
-        vec = [DepthwiseConfig(threads=t, variant=f"nhwc-vec{v}", rows=4)
-               for v, t in (NHWC_VEC_WGRAD if problem.pass_ == "wgrad" else NHWC_VEC)
+        vec = [DepthwiseConfig(threads=t, variant=f"nhwc-vec{v}", rows=4) for v, t in NHWC_VEC
                if depthwise_nhwc.vec_reason(problem, v) is None]
         return vec + tiled + nhwc + self._channels_first(problem)
 
