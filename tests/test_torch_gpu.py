@@ -444,6 +444,21 @@ def test_a_duel_times_each_contender_on_the_device_alone_too():
     assert 0.7 * wall[1] <= devices[1] <= 1.1 * wall[1] and devices[1] > 5 * devices[0], (wall, hosts, devices)
 
 
+def test_a_duel_whose_device_times_fail_stands_on_its_times_in_the_layer(monkeypatch):
+    """Where timing the contenders on the device alone fails, the duel keeps its times in the layer (and no device
+    times: steps in CUDA graphs weigh the layer's); it is not lost."""
+    from convtune.torch import _duel
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no spin kernel")
+    monkeypatch.setattr(_duel, "device_seconds", broken)
+    device = torch.device("cuda")
+    a, b = (torch.randn(256, 256, device=device) for _ in range(2))
+    devices = [1.0]
+    wall = _duel.per_call_seconds([torch.add, torch.mul], a, b, device, hosts=[], devices=devices)
+    assert len(wall) == 2 and all(t > 0 for t in wall) and devices == []
+
+
 def test_tune_ahead_on_cuda_leaves_the_model_and_both_generators_as_they_were():
     """ct.tune on a CUDA model in train mode (BatchNorm, dropout drawing from the CUDA generator) leaves every
     buffer, the CPU generator and the CUDA generator exactly as they were: a seeded training run does not notice."""

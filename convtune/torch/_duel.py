@@ -4,6 +4,7 @@ store (see :class:`~convtune.torch._dispatch.Route`)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -18,6 +19,8 @@ from ..roundtrip import VERSION as TRIP_VERSION
 from ..strategies import get_strategy
 from ..strategies.pytorch import SEARCH_GAIN, native_for, search_gain
 from ._formats import DTYPES, channels_last_format
+
+log = logging.getLogger("convtune")
 
 #: Device types where a plan of another strategy duels PyTorch's convolution before a route takes it
 #: (on the CPU the planner's wall-clock timing already counts the host's work).
@@ -238,7 +241,12 @@ def per_call_seconds(contenders, a, b, device, hosts: list | None = None, device
     if hosts is not None:
         hosts[:] = host
     if devices is not None and device.type == "cuda":
-        devices[:] = device_seconds(contenders, a, b, device, calls, host)
+        try:
+            with torch.cuda.device(device):
+                devices[:] = device_seconds(contenders, a, b, device, calls, host)
+        except Exception as exc:  # (the duel stands on its times in the layer: steps in graphs weigh those)
+            log.debug("convtune: the duel's times on the device alone not measured: %s: %s", type(exc).__name__, exc)
+            devices[:] = []
     return best
 
 
