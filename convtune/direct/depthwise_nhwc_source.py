@@ -368,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(32 * BY) dwl_wgrad_tiled(
 }}
 """
 
-_VEC_COMMON = r"""
+_FWD_VEC = r"""
 #define KH {kh}
 #define KW {kw}
 #define R {r}
@@ -428,9 +428,7 @@ __device__ __forceinline__ void vec_window(const T* __restrict__ xn, int oh0, in
     }}
   }}
 }}
-"""
 
-_FWD_VEC = _VEC_COMMON + r"""
 #define FLIP {flip}
 #define WSH {wsh}
 // Stride and dilation 1: y[n, oh, ow, c] = sum over taps of x[n, oh - ph + kh, ow - pw + kw, c] * w[c, kh, kw]
