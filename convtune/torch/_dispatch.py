@@ -292,22 +292,23 @@ class Route:
             log.info("convtune: no duel for %s on %s (%s: %s); its plan %s runs", problem.describe(),
                      self.device, type(exc).__name__, exc, plan.label)
             return plan
-        t_plan, t_native = self._decisive(times, devices)
+        (t_plan, t_native), where, note = self._decisive(times, devices)
         if t_native > t_plan * (1 + DUEL_MARGIN):
             plan.duel = Duel(*times, native, *(hosts or (None, None)), bound, *(devices or (None, None)))
             return plan
-        where, note = ("on the device alone", "steps in CUDA graphs") if self.graphed and devices else \
-            ("in the layer", "host work included")
         native.label = f"torch ({where} {t_native * 1e6:.0f} us per call, {plan.label} {t_plan * 1e6:.0f} us)"
         say_once(f"duel:{problem.key()}:{self.device}:{self.graphed}", "convtune: PyTorch's convolution runs %s on %s: "
                  "%.0f us per call %s against %.0f us for the plan %s (%s)", problem.describe(), self.device,
                  t_native * 1e6, where, t_plan * 1e6, plan.label, note, level=logging.INFO)
         return native
 
-    def _decisive(self, times, devices):
-        """The two contenders' seconds per call that decide their duel: on the device alone in steps replayed from CUDA
-        graphs (where measured), else in the layer."""
-        return tuple(devices) if self.graphed and devices else tuple(times)
+    def _decisive(self, times, devices) -> tuple:
+        """The two contenders' seconds per call that decide their duel, where they were measured and what that
+        includes, as said: on the device alone in steps replayed from CUDA graphs (where measured), else in the
+        layer."""
+        if self.graphed and devices:
+            return tuple(devices), "on the device alone", "steps in CUDA graphs"
+        return tuple(times), "in the layer", "host work included"
 
     def _per_call(self, label: str, conditions: str, fields, contenders, operands, problem, floor=None) -> tuple:
         """Two contenders' seconds per call in the layer, the host's seconds per call to issue each
@@ -396,11 +397,9 @@ class Route:
             log.info("convtune: no round-trip duel for %s on %s (%s: %s); its round trip runs", problem.describe(),
                      self.device, type(exc).__name__, exc)
             return trip
-        t_trip, t_plans = self._decisive(times, devices)
+        (t_trip, t_plans), where, note = self._decisive(times, devices)
         if t_plans > t_trip * (1 + DUEL_MARGIN):
             return trip
-        where, note = ("on the device alone", "steps in CUDA graphs") if self.graphed and devices else \
-            ("in the layer", "host work included")
         say_once(f"trip-duel:{problem.key()}:{self.device}:{self.graphed}", "convtune: %s on %s runs its per-pass "
                  "plans, not the round trip %s: %.0f us per training call %s against %.0f us (%s)", problem.describe(),
                  self.device, trip.config.label(), t_plans * 1e6, where, t_trip * 1e6, note, level=logging.INFO)
