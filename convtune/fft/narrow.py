@@ -25,6 +25,8 @@ import functools
 
 import numpy
 
+from .packedgemm import product_args
+
 #: The product applies where the groups' input or output channels are at most this many.
 MAX_CHANNELS = 16
 #: At most this many complex accumulators per thread where a few rows meet a wide side (more spill registers).
@@ -156,8 +158,5 @@ def gemm(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate, blocks
     rm, rn = min(rm, m), min(rn, n)
     mblocks, nblocks = -(-m // rm), -(-n // rn)
     grid = (mblocks * nblocks * (-(-F // threads)),)
-    i32, i64 = numpy.int32, numpy.int64
-    _kernel(rm, rn, threads)(grid, (threads,), (a, b, c, i32(m), i32(n), i32(k), i32(F)) +
-                             tuple(i64(s) for s in strides) +
-                             (i32(conj_a), i32(conj_b), numpy.float32(alpha), i32(1 if accumulate else 0),
-                              i32(mblocks), i32(nblocks)))
+    _kernel(rm, rn, threads)(grid, (threads,), product_args(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha,
+                                                            accumulate) + (numpy.int32(mblocks), numpy.int32(nblocks)))
