@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 from convtune.backend import get_backend
+from convtune.building import relative_error
 from convtune.direct import depthwise, depthwise3d, depthwise_nhwc, depthwise_nhwc_source, depthwise_source, elements
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
@@ -74,7 +75,7 @@ def test_3d_depthwise_kernels_on_the_cpu(emulated, dtype, pass_, case):
         conv = depthwise3d.Depthwise3dConv(_FakeCupy, p, config.threads, 4, config.rows)
         got, a64, b64 = emulated.run_launch(conv, p, a, b)
         ref = get_strategy("reference").build(p, None, numpy_backend)(a64, b64)
-        err = numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
+        err = relative_error(numpy, got, ref)
         # float32: the kernels' sums; bfloat16: one rounding of the result (its unit roundoff 2^-8)
         assert err <= (1e-6 if dtype == "float32" else 4e-3), (config.label(), err)
 
@@ -113,7 +114,7 @@ def test_1d_and_2d_depthwise_kernels_on_the_cpu(emulated, dtype, pass_, case):
                 conv = depthwise.DepthwiseConv(_FakeCupy, p, config.threads, 4, config.variant, config.rows)
             got, a64, b64 = emulated.run_launch(conv, p, a, b)
             ref = get_strategy("reference").build(p, None, numpy_backend)(a64, b64)
-            err = numpy.linalg.norm(got - ref) / numpy.linalg.norm(ref)
+            err = relative_error(numpy, got, ref)
             assert err <= (1e-6 if dtype == "float32" else 4e-3), (layout, config.label(), err)
             tried.add(config.variant)
     assert tried >= {"simple", "nhwc"}, tried
@@ -148,14 +149,14 @@ def test_the_vectorized_channels_last_kernel_on_the_cpu(emulated, dtype, pass_, 
         assert conv.fallback is None
         got, a64, b64 = emulated.run_launch(conv, p, a, b)
         want = ref(a64, b64)
-        err = numpy.linalg.norm(got - want) / numpy.linalg.norm(want)
+        err = relative_error(numpy, got, want)
         assert err <= bound, (config.label(), err)
     if case == 0:  # blocks of 64 threads: the second along the channels has 4 of its 64 threads' vectors
         conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 64, 4, 4, vec=2)
         assert conv.grid[0] == 2
         got, a64, b64 = emulated.run_launch(conv, p, a, b)
         want = ref(a64, b64)
-        assert numpy.linalg.norm(got - want) / numpy.linalg.norm(want) <= bound
+        assert relative_error(numpy, got, want) <= bound
     # one element off: the plain kernel, made on first need
     conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 256, 4, 4, vec=2)
     ma, a64 = emulated.launch_memory(a, dtype, "channels_last")
@@ -168,7 +169,7 @@ def test_the_vectorized_channels_last_kernel_on_the_cpu(emulated, dtype, pass_, 
     assert conv.fallback is not None
     got = precision.from_launch(numpy, res, dtype, "channels_last").astype(numpy.float64)
     want = ref(a64, b64)
-    assert numpy.linalg.norm(got - want) / numpy.linalg.norm(want) <= bound
+    assert relative_error(numpy, got, want) <= bound
 
 
 @pytest.mark.gpu
