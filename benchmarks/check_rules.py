@@ -21,6 +21,11 @@ counted.
     .venv/bin/python benchmarks/check_rules.py --db plans.db
     .venv/bin/python benchmarks/check_rules.py --explain explain-output.txt
     .venv/bin/python benchmarks/check_rules.py --db EXHAUSTIVE.db --retimed COMPARE.txt
+    .venv/bin/python benchmarks/check_rules.py --rounds --db plans.db
+
+With ``--rounds`` it replays the search's two rounds instead (``Strategy.second_round``: candidates that wait until the
+first round has beaten PyTorch's call by ``convtune.search.FIRST_ROUND_MARGIN``): on how many problems the second round
+would have run, and how much slower the plans chosen without it are than the full searches' winners.
 
 (any Python that imports convtune: ``.venv/bin/python`` is the one ``bash scripts/convtune.sh`` sets up)
 """
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 
 try:
     from convtune.planner import DEFAULT_WORKSPACE_LIMIT
+    from convtune.search import FIRST_ROUND_MARGIN
 except ImportError as exc:  # a Python without convtune or its dependencies: say which one to use
     sys.exit(f"check_rules.py needs convtune and its dependencies ({exc}): run it with .venv/bin/python, which "
              "`bash scripts/convtune.sh info` sets up")
@@ -51,6 +57,7 @@ class Measured:
     label: str
     median_s: float
     cost_s: float | None
+    rank: int | None = None  # its place in its strategy's list (cuDNN's: the heuristics' order)
 
 
 class _Backend:
@@ -91,7 +98,7 @@ def from_db(url):
                                              for k, v in json.loads(m["config"]).items()})
             costs = [m.get(k) for k in ("build_s", "verify_s", "timing_s")]
             cost = None if all(c is None for c in costs) else sum(c or 0.0 for c in costs)
-            measured.append(Measured(m["strategy"], config, m["label"], m["time_median_s"], cost))
+            measured.append(Measured(m["strategy"], config, m["label"], m["time_median_s"], cost, m.get("rank")))
         yield ConvProblem.from_key(row["problem_key"]), backend, measured
 
 
@@ -147,6 +154,51 @@ def families(rules: dict) -> dict:
     return {family: members for family, members in grouped.items() if len(members) > 1}
 
 
+def rounds(where, found, margin=None) -> tuple[int, int, float]:
+    """Replay the search's two rounds (``Strategy.second_round``, ``convtune.search.FIRST_ROUND_MARGIN``) on one
+    source's problems: those where a measured candidate would wait (today's pruning rules leave out what they prune),
+    how many would have run the second round, the waiting candidates' stored cost, and the plans chosen without the
+    second round against the full searches' winners (the sums of their medians over every problem of the source: the
+    step a model would take). Prints a line for ``where`` and every problem where the second round's winner was faster;
+    returns (problems with a waiting candidate, second rounds run, the chosen plans' sum over the winners')."""
+    waiting_problems = second = waited = 0
+    chosen = best_sum = saved = 0.0
+    lost = []
+    for problem, backend, measured in found:
+        measured = [m for m in measured if not (has_rules(m.strategy) and replayed(m.strategy, problem, m.config,
+                                                                                    backend))]
+        if not measured:
+            continue
+        best = min(m.median_s for m in measured)
+        best_sum += best
+        later = [m for m in measured if m.rank is not None
+                 and get_strategy(m.strategy).second_round(problem, m.config, m.rank) is not None]
+        first = [m for m in measured if m not in later]
+        refs = [m.median_s for m in first if get_strategy(m.strategy).always_timed]
+        others = [m.median_s for m in first if not get_strategy(m.strategy).always_timed]
+        if not later or not refs:  # (nothing waits where PyTorch's call is not a candidate)
+            chosen += best
+            continue
+        waiting_problems += 1
+        if not others or min(others) * (margin or FIRST_ROUND_MARGIN) <= min(refs):
+            second += 1
+            chosen += best
+            continue
+        pick = min(m.median_s for m in first)
+        chosen += pick
+        waited += len(later)
+        saved += sum(m.cost_s or 0.0 for m in later)
+        if pick > best:
+            lost.append((problem.describe(), pick / best))
+    if waiting_problems:
+        print(f"{where}: {waiting_problems} problems with a waiting candidate, the second round run on {second}; "
+              f"{waited} candidates left waiting ({saved:.1f} s of their stored search cost); over every problem, the "
+              f"plans chosen sum to {chosen / best_sum:.4f}x the full searches' winners")
+        for desc, ratio in lost:
+            print(f"  {desc}: {ratio:.3f}x its full search's winner")
+    return waiting_problems, second, chosen / best_sum if best_sum else 1.0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", action="append", default=[], help="a plan cache (repeatable)")
@@ -155,10 +207,16 @@ def main(argv=None):
                     "(relative) is a violation [0.03]")
     ap.add_argument("--retimed", action="append", default=[], help="compare_plans.py output (normal search "
                     "as A, exhaustive as B) whose side-by-side times overrule a stored median (repeatable)")
+    ap.add_argument("--rounds", action="store_true", help="replay the search's second round instead "
+                    "(Strategy.second_round): where it would have run, and what its absence cost (--db only)")
     args = ap.parse_args(argv)
     retimed = [row for path in args.retimed for row in from_compare(path)]
     if not args.db and not args.explain:
         ap.error("give --db or --explain")
+    if args.rounds:
+        for url in args.db:
+            rounds(url, from_db(url))
+        return 0
     sources = [(u, from_db(u)) for u in args.db] + [(p, from_explain(p)) for p in args.explain]
     rules = defaultdict(lambda: {"pruned": 0, "problems": set(), "closest": float("inf"), "cost": 0.0})
     violations, problems, total_cost = [], 0, 0.0

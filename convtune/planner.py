@@ -11,7 +11,12 @@ its warm run on the verification batch):
    ``unsupported`` with its reason) and lists configurations; a configuration
    that a strategy's rules say cannot win here is ``skipped`` with the rule as
    its reason (:meth:`~convtune.strategies.base.Strategy.pruned`; not in an
-   ``exhaustive`` search, nor where the rules would leave no candidate at all);
+   ``exhaustive`` search, nor where the rules would leave no candidate at all); a configuration that its strategy
+   holds back (:meth:`~convtune.strategies.base.Strategy.second_round`: cuDNN's plans past the heuristics' first eight
+   on a half-precision problem) waits: steps 2 to 4 run first on the others, PyTorch's call among them, and then on
+   the waiting ones only where a candidate beat PyTorch's call by ``search.FIRST_ROUND_MARGIN``; otherwise they are
+   ``skipped``, with both times as the reason (not in an ``exhaustive`` search; where PyTorch's call is not among the
+   candidates, nothing waits);
 2. a configuration whose workspace exceeds the budget is ``over_budget``;
 3. each strategy prepares its candidates at once (:meth:`~convtune.strategies.base.Strategy.prepare`:
    compiling their kernels on several threads); verification on a reduced batch against the float64 reference computed on
@@ -49,7 +54,6 @@ float64 reference, the operands, the full-batch check).
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -61,11 +65,11 @@ from .building import build_plan, failure_reason, random_operands, relative_erro
 from .errors import TuningError
 from .plan import CandidateOutcome, Decision, Plan
 from .problem import ConvProblem
-from .search import NO_WINNER, Candidate, Search, summary, with_
+from .search import NO_WINNER, Candidate, Search, first_round_settles, summary, with_
 from .strategies import all_strategies, get_strategy
 from .strategies.base import Strategy
 from .text import human_bytes
-from .timing import default_timer
+from .timing import default_timer, takes_stop_above
 
 log = logging.getLogger("convtune")
 
@@ -84,14 +88,6 @@ EARLY_STOP = 1.5
 #: Full-batch executors built for verification are kept for their timing while their workspaces together stay within
 #: this; past it, one is built again when it is timed (the memory the timing of the others needs stays free).
 PREBUILT_BYTES = 256 << 20
-
-
-def _takes_stop_above(timer) -> bool:
-    try:
-        params = inspect.signature(timer).parameters
-    except (TypeError, ValueError):
-        return False
-    return "stop_above" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class Planner:
@@ -132,7 +128,7 @@ class Planner:
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.exhaustive = exhaustive
         self.timer = timer if timer is not None else default_timer(self.backend, adaptive=not exhaustive)
-        self._early_stop = not exhaustive and _takes_stop_above(self.timer)
+        self._early_stop = not exhaustive and takes_stop_above(self.timer)
         self.workspace_limit = workspace_limit
         self.time_budget_s = time_budget_s
         self.strategy_names = list(strategies) if strategies else None
@@ -149,13 +145,29 @@ class Planner:
         started = time.perf_counter()
         s = Search(problem)
         candidates = self._enumerate(s)
+        later, s.later = s.later, []  # (the second round's: see Strategy.second_round)
         if candidates and not self._operands_fit(s, candidates, "the problem", 1, "its operands and result"):
-            candidates = []  # checked before anything is verified: it cannot be timed here
+            # checked before anything is verified: it cannot be timed here
+            s.outcomes.extend(self._outcome(s, cand, "failed", workspace=0, reason=s.outcomes[-1].reason)
+                              for cand in later)
+            candidates = later = []
         self._prepare(s, candidates)
         survivors = self._verify(s, candidates)
-        timed = self._time(s, survivors)
+        timed = self._time(s, survivors, lone_untimed=not later)
+        if later:
+            settled = first_round_settles(timed)
+            if settled is None:
+                self._report("second round")
+                t0 = time.perf_counter()
+                later = self._admitted(s, later)  # (their workspaces: a waiting cuDNN plan is built here)
+                s.phase("the second round's workspaces", time.perf_counter() - t0)
+                self._prepare(s, later)
+                timed += self._time(s, self._verify(s, later), best=min(
+                    (o.timing.median_s for o in timed if o.timing), default=math.inf))
+            else:
+                s.outcomes.extend(self._outcome(s, cand, "skipped", workspace=0, reason=settled) for cand in later)
         timed = self._confirm_full_batch(s, timed)
-        s.full_operands = None
+        s.full_operands = s.verification = None
         s.prebuilt.clear()
         outcomes = s.outcomes
         if not timed:
@@ -240,12 +252,17 @@ class Planner:
                         outcome = self._outcome(s, cand, "skipped", workspace=0, reason=f"pruned: {rule}")
                         s.outcomes.append(outcome)
                         pruned.append((cand, outcome))
+                    elif not self.exhaustive and strategy.second_round(problem, config, rank) is not None:
+                        s.later.append(cand)  # (its workspace asked when its round comes: that can cost a build)
                     else:
                         self._within_limit(s, cand, kept)
                 except Exception as exc:  # (its rule or its workspace): this candidate fails, not the search
                     s.outcomes.append(self._outcome(s, cand, "failed", reason=(
                         f"its rule or workspace raised {failure_reason(self.backend, exc)}")))
-        if pruned and not kept:
+        if s.later and not any(cand.strategy.always_timed for cand in kept):
+            kept += self._admitted(s, s.later)  # no point of reference in the first round: one round
+            s.later = []
+        if pruned and not kept and not s.later:
             # a rule says another candidate will win; with none left (a search restricted to the pruned
             # strategy, say) the rules do not hold, and the pruned candidates are tried after all
             log.info("%s: the strategies' rules would prune every candidate left; trying them all",
@@ -253,6 +270,17 @@ class Planner:
             for cand, outcome in pruned:
                 s.outcomes.remove(outcome)
                 self._within_limit(s, cand, kept)
+        return kept
+
+    def _admitted(self, s: Search, candidates: list[Candidate]) -> list[Candidate]:
+        """``candidates`` within the workspace limit (the others recorded ``over_budget``)."""
+        kept: list[Candidate] = []
+        for cand in candidates:
+            try:
+                self._within_limit(s, cand, kept)
+            except Exception as exc:  # (its workspace): this candidate fails, not the search
+                s.outcomes.append(self._outcome(s, cand, "failed", workspace=0, reason=(
+                    f"its workspace raised {failure_reason(self.backend, exc)}")))
         return kept
 
     def _prepare(self, s: Search, candidates: list[Candidate]) -> None:
@@ -323,12 +351,12 @@ class Planner:
         if not self._operands_fit(s, candidates, "verification", 4,
                                   "its operands and result, their float64 copies and the float64 reference", small):
             return []
-        made = self._operands(s, small, candidates, "verification", self.seed, reference=True)
+        made = s.verification or self._operands(s, small, candidates, "verification", self.seed, reference=True)
         if made is None:
             return []
-        a, b, ref = made
+        a, b, ref = s.verification = made
         survivors = []
-        best_warm = math.inf
+        best_warm = s.best_warm
         for cand in candidates:
             self._report(f"verify {cand.label}")
             started = time.perf_counter()
@@ -379,7 +407,7 @@ class Planner:
                 log.debug("candidate %s failed verification", cand.label, exc_info=True)
                 continue
             survivors.append((cand, err, warm_s))
-        s.zero_extended = None
+        s.zero_extended, s.best_warm = None, best_warm
         survivors = self._slow_against_the_last(s, survivors, best_warm)
         for label in set(s.prebuilt) - {cand.label for cand, _err, _warm in survivors}:
             del s.prebuilt[label]  # (only survivors are timed)
@@ -400,23 +428,11 @@ class Planner:
         return kept
 
     def _zero_extended(self, s: Search, small: ConvProblem, a, b, ref):
-        """The verification operands ``a``, ``b`` (of ``small``) zero-extended along the batch to the full problem's, a
-        full-batch result and its reference (``ref`` zero-extended too, but a filter gradient's: zero samples add
-        nothing to it), made once per search; ``None`` where they do not fit in memory."""
+        """:meth:`Search.extend` made once per search; ``None`` where it does not fit in memory."""
         if s.zero_extended is None:
-            problem, xp = s.problem, self.backend.xp
             if not self._operands_fit(s, [], "verification at the full batch", 1, "its operands and result"):
                 return None
-
-            def extended(v, shape):
-                if v.shape == tuple(shape):  # the filter (an operand, or the filter gradient): no batch axis
-                    return v
-                full = precision.laid_out(xp, xp.zeros(shape, dtype=v.dtype), problem.layout)
-                full[:small.batch] = v
-                return full
-            (sa, sb) = problem.operand_shapes
-            s.zero_extended = (extended(a, sa), extended(b, sb), precision.empty_result(xp, problem, fill=xp.nan),
-                               extended(ref, problem.result_shape))
+            s.extend(self.backend.xp, small, a, b, ref)
         return s.zero_extended
 
     def _synchronized_run(self, run, a, b, out) -> float:
@@ -426,9 +442,10 @@ class Planner:
         self.backend.synchronize()
         return time.perf_counter() - t0
 
-    def _time(self, s: Search, survivors) -> list[CandidateOutcome]:
+    def _time(self, s: Search, survivors, best: float = math.inf, lone_untimed: bool = True) -> list[CandidateOutcome]:
+        """Time ``survivors``; ``best``: an earlier round's best median; ``lone_untimed``: a lone survivor is not."""
         problem = s.problem
-        if len(survivors) == 1:
+        if len(survivors) == 1 and lone_untimed and not math.isfinite(best):
             cand, err = survivors[0]
             outcome = self._outcome(s, cand, "ok", error=err, reason="only candidate; not timed")
             s.outcomes.append(outcome)
@@ -439,7 +456,8 @@ class Planner:
         available = self.backend.free_memory_bytes()
         if not self._operands_fit(s, cands, "timing the full problem", 1, "its operands and result"):
             return []
-        made = self._operands(s, problem, cands, "timing the full problem", self.seed + 1, reference=False)
+        made = (*s.full_operands, None) if s.full_operands else \
+            self._operands(s, problem, cands, "timing the full problem", self.seed + 1, reference=False)
         if made is None:
             return []
         a, b, _ = made
@@ -448,10 +466,11 @@ class Planner:
         out = precision.empty_result(xp, problem)
         left = None if available is None else available - problem.min_bytes()
         timed = []
-        spent, best = 0.0, math.inf
+        spent = s.timing_spent  # (an earlier round's count too)
         for cand, err in survivors:
             reference_point = cand.strategy.always_timed
-            if self.time_budget_s is not None and timed and spent > self.time_budget_s and not reference_point:
+            if self.time_budget_s is not None and (timed or math.isfinite(best)) and spent > self.time_budget_s \
+                    and not reference_point:
                 s.outcomes.append(self._outcome(s, cand, "skipped", error=err,
                                                 reason=f"time budget of {self.time_budget_s:g} s spent"))
                 continue
@@ -497,6 +516,7 @@ class Planner:
             outcome = self._outcome(s, cand, "ok", error=err, timing=stats, reason=reason)
             s.outcomes.append(outcome)
             timed.append(outcome)
+        s.timing_spent = spent
         return timed
 
     def _beyond_best(self, s: Search, cand, err, operands, best: float) -> bool:

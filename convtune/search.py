@@ -7,9 +7,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from . import precision
 from .plan import CandidateOutcome
 from .problem import ConvProblem
-from .strategies.base import Config, Strategy
+from .strategies.base import Config, Strategy, get_strategy
+
+#: Where strategies hold candidates back for a second round (:meth:`~convtune.strategies.base.Strategy.second_round`:
+#: cuDNN's plans past the heuristics' first eight on half-precision problems), the second round runs only where a
+#: candidate of the first beat the point of reference (PyTorch's call) by this factor, the margin by which a plan must
+#: beat PyTorch's call in the PyTorch layer's duel (:data:`convtune.torch._duel.DUEL_MARGIN`) to replace it.
+FIRST_ROUND_MARGIN = 1.05
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,10 @@ class Search:
     prebuilt: dict = field(default_factory=dict)  # label -> a full-batch executor built for verification, to time
     prebuilt_bytes: int = 0  # the workspaces that ``prebuilt`` holds (at most the planner's PREBUILT_BYTES)
     zero_extended: tuple | None = None  # the verification operands zero-extended to the full batch, and a result
+    later: list = field(default_factory=list)  # candidates that wait for the second round (Strategy.second_round)
+    verification: tuple | None = None  # the verification operands and their float64 reference, made once
+    best_warm: float = float("inf")  # the best warm run on the verification batch so far
+    timing_spent: float = 0.0  # seconds spent timing so far (the time budget's count)
 
     def spend(self, cand, what: str, seconds: float) -> None:
         entry = self.costs.setdefault(cand.label, {})
@@ -42,6 +53,22 @@ class Search:
 
     def phase(self, what: str, seconds: float) -> None:
         self.phases[what] = self.phases.get(what, 0.0) + seconds
+
+    def extend(self, xp, small: ConvProblem, a, b, ref) -> None:
+        """:attr:`zero_extended`: the verification operands ``a``, ``b`` (of ``small``) zero-extended along the batch
+        to the full problem's, a full-batch result and its reference (``ref`` zero-extended too, but a filter
+        gradient's: zero samples add nothing to it)."""
+        problem = self.problem
+
+        def extended(v, shape):
+            if v.shape == tuple(shape):  # the filter (an operand, or the filter gradient): no batch axis
+                return v
+            full = precision.laid_out(xp, xp.zeros(shape, dtype=v.dtype), problem.layout)
+            full[:small.batch] = v
+            return full
+        (sa, sb) = problem.operand_shapes
+        self.zero_extended = (extended(a, sa), extended(b, sb), precision.empty_result(xp, problem, fill=xp.nan),
+                              extended(ref, problem.result_shape))
 
 
 def with_(outcome: CandidateOutcome, **changes) -> CandidateOutcome:
@@ -53,3 +80,21 @@ NO_WINNER = CandidateOutcome("", {}, "", "failed", reason="no candidate survived
 
 def summary(outcomes) -> str:
     return "\n".join(f"  {o.label}: {o.status} ({o.reason})" for o in outcomes)
+
+
+def first_round_settles(timed) -> str | None:
+    """Why a search's second round is not run after a first that timed ``timed`` (outcomes): none of its candidates
+    beat the point of reference (an ``always_timed`` strategy's: PyTorch's call) by :data:`FIRST_ROUND_MARGIN`.
+    ``None`` where one did, where the reference has no median (its floor was over the best so far: it lost already) or
+    where nothing else was timed (nothing to judge the rest by)."""
+    medians = {o.label: o.timing.median_s for o in timed if o.timing and o.timing.median_s}
+    refs = [o for o in timed if o.label in medians and get_strategy(o.strategy).always_timed]
+    others = [o for o in timed if o.label in medians and not get_strategy(o.strategy).always_timed]
+    if not refs or not others:
+        return None
+    ref = min(refs, key=lambda o: medians[o.label])
+    best = min(others, key=lambda o: medians[o.label])
+    if medians[best.label] * FIRST_ROUND_MARGIN <= medians[ref.label]:
+        return None
+    return (f"second round not run: no candidate of the first beat {ref.label} ({medians[ref.label] * 1e3:.3f} ms) "
+            f"by {FIRST_ROUND_MARGIN:g}x (the best, {best.label}, {medians[best.label] * 1e3:.3f} ms)")

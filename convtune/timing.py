@@ -15,6 +15,7 @@ Two ways the planner's timers save time (both off in an exhaustive search):
 
 from __future__ import annotations
 
+import inspect
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -250,3 +251,12 @@ def default_timer(backend, adaptive: bool = True):
     if backend.name == "cupy":
         return CudaEventTimer(repeats=10, max_total_s=0.5, adaptive=adaptive)
     return CpuTimer(adaptive=adaptive)
+
+
+def takes_stop_above(timer) -> bool:
+    """Does ``timer`` take the ``stop_above`` keyword (early stopping: :data:`convtune.planner.EARLY_STOP`)?"""
+    try:
+        params = inspect.signature(timer).parameters
+    except (TypeError, ValueError):
+        return False
+    return "stop_above" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -177,6 +177,30 @@ def test_engines_read_half_precision_and_channels_last_themselves(dtype, layout,
             cp.cuda.Device().synchronize()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pass_", ["fwd", "wgrad"])
+def test_a_half_precision_search_times_cudnns_waiting_plans_only_in_its_second_round(pass_):
+    """On a bfloat16 channels_last layer searched against PyTorch's call, cuDNN's plans past the first round are
+    either tried (the first round beat PyTorch's call by the margin) or recorded skipped with both times and never
+    built; searched without PyTorch's call, every plan is tried in one round."""
+    from convtune import ConvProblem
+    from convtune.strategies import cudnn as module
+    be = get_backend("cupy")
+    p = ConvProblem.make(batch=16, in_channels=64, out_channels=64, input_size=(28, 28), kernel_size=3, padding=1,
+                         pass_=pass_, dtype="bfloat16", layout="channels_last", math="tf32")
+    d = Planner(be, strategies=["cudnn", "torch"]).tune(p)
+    cudnn = [o for o in d.outcomes if o.strategy == "cudnn"]
+    waiting = [o for o in cudnn if o.rank >= module.FIRST_ROUND_PLANS and not o.reason.startswith("pruned")]
+    assert waiting, [o.label for o in cudnn]
+    graph = module._CTX.enumerated[p.key()]
+    skipped = [o for o in waiting if o.reason.startswith("second round not run")]
+    assert not skipped or len(skipped) == len(waiting)
+    assert all(o.status == "skipped" and CudnnConfig.from_dict(o.config) not in graph.built for o in skipped)
+    assert skipped or any(o.timing is not None for o in waiting)
+    tried = Planner(be, strategies=["cudnn"]).tune(p)
+    assert not any(o.reason.startswith("second round") for o in tried.outcomes)
+
+
 class _Note:
     def __init__(self, name):
         self.name = name
@@ -214,11 +238,61 @@ class _FakeFrontendGraph:
         return 1024 * (index + 1)
 
 
+def _fake_graph(module, fake, p, kind=None, engine_kind=None):
+    """A :class:`~convtune.strategies.cudnn._Graph` of problem ``p`` over ``fake`` (a :class:`_FakeFrontendGraph`),
+    nothing built or listed yet, as its constructor leaves one (``kind``, ``engine_kind``: the records' keys)."""
+    from types import SimpleNamespace
+    graph = object.__new__(module._Graph)
+    graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt, graph.waiting = fake, {}, set(), {}, {}, \
+        set()
+    graph.problem = p
+    graph.kind = kind or (p.pass_, p.dtype, p.layout)
+    graph.engine_kind = engine_kind or (*graph.kind, p.math)
+    graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    return graph
+
+
+def test_half_precision_plans_past_the_first_round_are_listed_but_built_only_when_their_round_comes(monkeypatch):
+    """On a bfloat16 problem the plans past the heuristics' first FIRST_ROUND_PLANS are listed, not built, and say
+    they wait for the second round (in their place in the list); asked their workspace (their round came), they are
+    built; a float32 problem's plans are all built while listing."""
+    from convtune import ConvProblem
+    from convtune.strategies import cudnn as module
+    monkeypatch.setattr(module._CTX, "compiled", {})
+    monkeypatch.setattr(module._CTX, "engines", {})
+    monkeypatch.setattr(module._CTX, "enumerated", {})
+    monkeypatch.setattr(module, "FIRST_ROUND_PLANS", 3)
+    p = ConvProblem.make(batch=2, in_channels=16, out_channels=32, input_size=(14, 14), kernel_size=3, padding=1,
+                         dtype="bfloat16", layout="channels_last")
+    fake = _FakeFrontendGraph([(e, ()) for e in (10, 11, 12, 13, 14)])
+    graph = _fake_graph(module, fake, p)
+    found = graph.enumerate("tf32", "bfloat16")
+    assert [c.engine for c, _ws in found] == [10, 11, 12, 13, 14] and fake.builds == [10, 11, 12]
+    assert [ws for _c, ws in found] == [1024, 2048, 3072, 0, 0] and not graph.deferred
+    strategy = get_strategy("cudnn")
+    module._CTX.enumerated[p.key()] = graph
+    reasons = [strategy.second_round(p, c, rank) for rank, (c, _ws) in enumerate(found)]
+    assert reasons[:3] == [None] * 3 and reasons[3:] == ["past the heuristics' first 3 plans of a bfloat16 problem"] * 2
+    assert strategy.pruned(p, CudnnConfig(13), None) is None
+    assert strategy.workspace_bytes(p, CudnnConfig(14)) == 5 * 1024 and fake.builds[-1] == 14
+    assert graph.waiting == {CudnnConfig(13)} and strategy.verified_at_full_batch(p, CudnnConfig(14))
+
+    def refused(index):
+        raise RuntimeError("not supported")
+    fake.build_plan_at_index = refused
+    with pytest.raises(RuntimeError, match=r"cudnn\[eng13\] .*not supported.*listed for the search's second round"):
+        strategy.workspace_bytes(p, CudnnConfig(13))
+    assert not graph.waiting
+    fake = _FakeFrontendGraph([(e, ()) for e in (10, 11, 12, 13, 14)])
+    graph = _fake_graph(module, fake, p.replace(dtype="float32", layout="channels_first"))
+    graph.enumerate("fp32")
+    assert fake.builds == [10, 11, 12, 13, 14] and not graph.waiting
+
+
 def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not_built_again(monkeypatch):
     """An engine's runtime-compiled plans are listed but not built once its record says they cost seconds and
     came nowhere near a winner; the planner is told why (pruned), an exhaustive search still builds them
     (workspace), and every search's outcomes teach the records of the engines it built."""
-    from types import SimpleNamespace
 
     from convtune.plan import CandidateOutcome
     from convtune.strategies import cudnn as module
@@ -237,10 +311,7 @@ def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not
         near.tried(ratio)
     rtc = ("RUNTIME_COMPILATION",)
     fake = _FakeFrontendGraph([(62, ()), (69, rtc), (72, rtc), (70, rtc)])
-    graph = object.__new__(module._Graph)
-    graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt, graph.kind = fake, {}, set(), {}, {}, kind
-    graph.problem, graph.engine_kind = p, (*kind, p.math)
-    graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    graph = _fake_graph(module, fake, p, kind=kind)
     found = graph.enumerate("fp32", "float16")
     assert [c.engine for c, _ws in found] == [62, 69, 72, 70]
     assert fake.builds == [62, 72, 70]
@@ -282,7 +353,6 @@ def test_engines_whose_plans_never_come_close_are_not_built_again_below_the_heur
     the kind (pass, dtype, layout, math mode) its plans never came within ENGINE_NEAR of the winner, unless the
     heuristics rank it among their first HEURISTIC_FIRST; the planner is told why (pruned), an exhaustive search
     still builds it, and the outcomes of the plans built teach their engines' records."""
-    from types import SimpleNamespace
 
     from convtune.plan import CandidateOutcome
     from convtune.strategies import cudnn as module
@@ -307,10 +377,7 @@ def test_engines_whose_plans_never_come_close_are_not_built_again_below_the_heur
     young = record(11, *far[:4])  # four trials only
     other_math = module._CTX.engines[(12, p.pass_, p.dtype, p.layout, "tf32")] = module.EngineRecord(5, 9.0)
     fake = _FakeFrontendGraph([(e, ()) for e in range(5, 13)])
-    graph = object.__new__(module._Graph)
-    graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt = fake, {}, set(), {}, {}
-    graph.problem, graph.kind, graph.engine_kind = p, kind[:3], kind
-    graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    graph = _fake_graph(module, fake, p, kind=kind[:3], engine_kind=kind)
     found = graph.enumerate("fp32")
     assert [c.engine for c, _ws in found] == list(range(5, 13))
     assert fake.builds == [5, 6, 7, 8, 10, 11, 12] and [c.engine for c in graph.deferred] == [9]
@@ -337,7 +404,6 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     """On a large float32 depthwise layer only engine 0's plans are built while listing; the others are listed with
     the fixed rule as the reason they are pruned (and teach no record), and an exhaustive search builds them on
     demand."""
-    from types import SimpleNamespace
 
     from convtune.strategies import cudnn as module
     monkeypatch.setattr(module._CTX, "compiled", {})
@@ -347,10 +413,7 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     p = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(32, 32), kernel_size=31, padding=15,
                          groups=8)
     fake = _FakeFrontendGraph([(0, ()), (2, ()), (70, ("RUNTIME_COMPILATION",)), (50, ())])
-    graph = object.__new__(module._Graph)
-    graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt = fake, {}, set(), {}, {}
-    graph.problem, graph.kind, graph.engine_kind = p, (p.pass_, p.dtype, p.layout), (p.pass_, p.dtype, p.layout, p.math)
-    graph.cudnn = SimpleNamespace(heur_mode=SimpleNamespace(A=0, B=1, FALLBACK=2), numerical_note=SimpleNamespace())
+    graph = _fake_graph(module, fake, p)
     built = fake.build_plan_at_index
 
     def slow_build(index):  # (a build's time is counted as the listing's plan builds)

@@ -723,3 +723,120 @@ def test_a_floors_cost_counts_against_the_time_budget(extra_strategies, monkeypa
     status = {o.strategy: (o.status, o.reason) for o in d.outcomes}
     assert status["t-slow-floor"][0] == "ok" and status["t-slow-floor"][1] == ""
     assert status["t-third"] == ("skipped", "time budget of 0.03 s spent")
+
+
+@dataclass(frozen=True)
+class NumberedConfig(Config):
+    i: int = 0
+
+
+def rounds_strategies(extra_strategies, waits_from=1, configs=3, reference_floor=None, reference=correct):
+    """A point of reference (``t-ref``, always timed, like PyTorch's call; ``reference_floor``: its floor;
+    ``reference``: its behaviour) and a
+    strategy of ``configs`` candidates ``t-many[i=N]`` of which those from ``waits_from`` on wait for the second
+    round; returns the names and the configurations each strategy built, in order."""
+    built = []
+
+    class Reference(make_strategy("t-ref", reference)):
+        always_timed = True
+
+        def build(self, p, config, backend):
+            built.append(self.describe(config))
+            return super().build(p, config, backend)
+
+        def lower_bound(self, p, config, backend, operands, best_s, estimate_s):
+            return None if reference_floor is None else (reference_floor, "a floor for the test")
+    Reference.name = "t-ref"
+
+    class Many(make_strategy("t-many", correct)):
+        config_type = NumberedConfig
+
+        def candidates(self, p, backend):
+            return [NumberedConfig(i) for i in range(configs)]
+
+        def second_round(self, p, config, rank):
+            assert rank == config.i  # (its place in the list)
+            return "waits for the test" if rank >= waits_from else None
+
+        def build(self, p, config, backend):
+            built.append(self.describe(config))
+            return super().build(p, config, backend)
+    Many.name = "t-many"
+    return [extra_strategies(Reference), extra_strategies(Many)], built
+
+
+def test_waiting_candidates_are_left_untried_where_the_first_round_does_not_beat_the_reference(extra_strategies):
+    """Strategy.second_round: the first round (the reference and the candidates that do not wait) is verified and
+    timed; where none beats the reference by FIRST_ROUND_MARGIN, the waiting candidates are recorded skipped with
+    both times, never built; within the margin the faster of the first round still wins."""
+    names, built = rounds_strategies(extra_strategies)
+    timer = FakeTimer({"t-ref": 0.0010, "t-many[i=0]": 0.00098, "t-many": 0.0001})
+    d = Planner("numpy", timer, strategies=names).tune(problem("2d-odd"))
+    assert sorted(timer.labels) == ["t-many[i=0]", "t-ref[]"]
+    assert not any(label in built for label in ("t-many[i=1]", "t-many[i=2]"))
+    waiting = [o for o in d.outcomes if o.label in ("t-many[i=1]", "t-many[i=2]")]
+    assert [o.status for o in waiting] == ["skipped", "skipped"]
+    assert all(o.reason == "second round not run: no candidate of the first beat t-ref[] (1.000 ms) by 1.05x "
+                           "(the best, t-many[i=0], 0.980 ms)" for o in waiting)
+    assert all(o.timing is None and o.workspace_bytes == 0 and o.rank in (1, 2) for o in waiting)
+    assert d.winner.label == "t-many[i=0]"
+
+
+def test_the_second_round_runs_where_the_first_beat_the_reference_on_the_same_operands(extra_strategies, monkeypatch):
+    """A first round that beats the reference by the margin: the waiting candidates are verified on the same
+    operands and float64 reference (made once) and timed; a faster one wins."""
+    names, built = rounds_strategies(extra_strategies)
+    references = []
+    reference = type(get_strategy("reference"))
+    build = reference.build
+    monkeypatch.setattr(reference, "build", lambda self, *args: references.append(args) or build(self, *args))
+    timer = FakeTimer({"t-ref": 0.0010, "t-many[i=0]": 0.0009, "t-many[i=1]": 0.0005, "t-many[i=2]": 0.002})
+    d = Planner("numpy", timer, strategies=names).tune(problem("2d-odd"))
+    assert sorted(timer.labels) == ["t-many[i=0]", "t-many[i=1]", "t-many[i=2]", "t-ref[]"]
+    assert d.winner.label == "t-many[i=1]"
+    assert {o.label: o.status for o in d.outcomes} == {"t-ref[]": "ok", "t-many[i=0]": "ok", "t-many[i=1]": "winner",
+                                                       "t-many[i=2]": "ok"}
+    assert len(references) == 1  # (the verification's float64 reference, for both rounds)
+    assert d.phases["the second round's workspaces"] >= 0  # (a waiting cuDNN plan is built when asked its workspace)
+
+
+def test_a_floor_in_the_second_round_measures_against_the_first_rounds_best(extra_strategies, monkeypatch):
+    monkeypatch.setattr("convtune.planner.SLOW_FACTOR", 1e9)
+    seen = []
+    names, _built = rounds_strategies(extra_strategies, configs=1)
+    extra_strategies(floored("t-floor", 0.01, seen))
+
+    class Waits(type(get_strategy("t-floor"))):
+        def second_round(self, p, config, rank):
+            return "waits for the test"
+    Waits.name = "t-floor-later"
+    names.append(extra_strategies(Waits))
+    timer = FakeTimer({"t-ref": 0.0010, "t-many[i=0]": 0.0009, "t-floor": 0.0001})
+    d = Planner("numpy", timer, strategies=names).tune(problem("2d-odd"))
+    later = next(o for o in d.outcomes if o.strategy == "t-floor-later")
+    assert later.status == "skipped" and "10.000 ms, 11.11x the best so far" in later.reason
+    assert seen[0][0] == 0.0009 and d.winner.label == "t-many[i=0]"
+
+
+def test_the_second_round_runs_where_the_references_floor_ruled_it_out_already(extra_strategies):
+    """The reference not timed (its floor over the first round's best): it lost, so the rest is searched."""
+    # (the reference slower on the verification batch, so that it is timed after a best is known: its floor is asked)
+    names, _built = rounds_strategies(extra_strategies, reference_floor=1.0, reference=sleeps_then_correct(0.005))
+    timer = FakeTimer({"t-many[i=0]": 0.0009, "t-many[i=1]": 0.0005, "t-many[i=2]": 0.002, "t-ref": 0.0001})
+    d = Planner("numpy", timer, strategies=names).tune(problem("2d-odd"))
+    assert next(o for o in d.outcomes if o.strategy == "t-ref").status == "skipped"
+    assert d.winner.label == "t-many[i=1]" and "t-many[i=2]" in timer.labels
+
+
+@pytest.mark.parametrize("why", ["no reference", "exhaustive", "nothing else in the first round"])
+def test_nothing_waits_without_a_reference_in_an_exhaustive_search_or_with_nothing_to_judge_by(extra_strategies,
+                                                                                              why):
+    """Without the point of reference among the candidates there is nothing to judge the first round by, an
+    exhaustive search times everything, and a first round of the reference alone says nothing of the rest: each
+    candidate is tried."""
+    names, built = rounds_strategies(extra_strategies, waits_from=0 if why.startswith("nothing") else 1)
+    timer = FakeTimer({"t-ref": 0.0010, "t-many[i=0]": 0.0010, "t-many[i=1]": 0.0003, "t-many[i=2]": 0.002})
+    d = Planner("numpy", timer, strategies=names[1:] if why == "no reference" else names,
+                exhaustive=why == "exhaustive").tune(problem("2d-odd"))
+    assert d.winner.label == "t-many[i=1]"
+    assert not any(o.status == "skipped" for o in d.outcomes)

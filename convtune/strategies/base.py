@@ -117,6 +117,15 @@ class Strategy:
         stored searches. ``None`` by default."""
         return None
 
+    def second_round(self, problem: ConvProblem, config: Config, rank: int) -> str | None:
+        """Why ``config`` (``rank``: its place in this strategy's list of candidates) waits for the search's second
+        round, or ``None``: it is in the first. The planner first verifies and times the candidates of the first round
+        beside the point of reference (an :attr:`always_timed` strategy: PyTorch's call) and runs the second only where
+        one of them beats that reference by :data:`convtune.search.FIRST_ROUND_MARGIN`; otherwise the waiting ones
+        are recorded ``skipped`` with the first round's figures. Nothing waits by default, and nothing in an exhaustive
+        search. A waiting candidate is not asked its workspace until its round comes (that can cost its build)."""
+        return None
+
     def listing_parts(self) -> dict[str, float]:
         """Where this thread's last listing of this strategy's candidates (:meth:`candidates`) spent its time, by part
         (phase name -> seconds), for the planner's account of a search (:attr:`~convtune.plan.Decision.phases`),

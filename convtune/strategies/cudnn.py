@@ -54,6 +54,23 @@ MAX_TAPS = 1024
 #: full batch cost less than building the plan again for the verification batch. Runtime-compiled plans always are.
 FULL_BATCH_VERIFY_FLOPS = 8e9
 
+#: On a half-precision problem the plans past the first this many in the list (the heuristics' order) wait for the
+#: search's second round, which runs only where the first found a candidate faster than PyTorch's call by
+#: :data:`convtune.search.FIRST_ROUND_MARGIN` (:meth:`CudnnStrategy.second_round`). PyTorch's search picks among
+#: cuDNN's own algorithms there, and replayed on the stored bfloat16 searches (``benchmarks/check_rules.py --rounds``:
+#: ConvNeXt-T, SLaK-T and RepLKNet-31B on an H200, ResNet-50 on an H100, today's pruning rules applied) the second
+#: round would have run on 53 of the 144 problems where a plan waits, and the plans chosen would have summed to at
+#: most 0.7% more time than the full searches' winners (ConvNeXt-T's 1.0068x; ResNet-50's 1.0047x, where 1,899 plans
+#: were left waiting). On float32 problems nothing waits: replayed so on the stored float32 searches, ResNet-50's
+#: plans would have summed to 1.057x (H100, exhaustive) and the public suite's to 1.067x, for 1.6 and 2.1 s of search
+#: saved.
+FIRST_ROUND_PLANS = 8
+
+
+def waits(problem: ConvProblem, rank: int) -> bool:
+    """Does the plan at ``rank`` in ``problem``'s list wait for the second round (:data:`FIRST_ROUND_PLANS`)?"""
+    return problem.dtype != "float32" and rank >= FIRST_ROUND_PLANS
+
 
 @dataclass(frozen=True)
 class CudnnConfig(Config):
@@ -90,6 +107,7 @@ class _Graph:
         self.compiled: set[CudnnConfig] = set()
         self.deferred: dict[CudnnConfig, str] = {}
         self.unbuilt: dict[CudnnConfig, int] = {}  # a deferred plan's index in the list, where it can be replayed
+        self.waiting: set[CudnnConfig] = set()  # listed, not built: past the first round (CudnnStrategy.second_round)
         self.problem, self.kind = p, (p.pass_, p.dtype, p.layout)
         self.engine_kind = (p.pass_, p.dtype, p.layout, p.math)  # (what keys the engines' records of plans compiled
         # ahead; ``kind`` keys the runtime-compiled ones')
@@ -153,6 +171,11 @@ class _Graph:
                     self.deferred[config] = reason
                     if replayable:
                         self.unbuilt[config] = index
+                    found.append((config, 0))
+                    continue
+                if replayable and waits(self.problem, len(found)):  # built if its round comes (workspace_bytes)
+                    self.waiting.add(config)
+                    self.unbuilt[config] = index
                     found.append((config, 0))
                     continue
                 if record is not None:
@@ -226,12 +249,17 @@ class _Graph:
             try:
                 self.graph.build_plan_at_index(index)
             except Exception as exc:
+                if config in self.waiting:
+                    raise RuntimeError(f"cuDNN does not build plan cudnn[{config.label()}] for this problem ({exc}); "
+                                       "it was listed for the search's second round, not built") from exc
                 if not deferred:
                     raise
                 # (listed without being built: the frontend says only when building that it bars a plan, by the
                 # numerical notes the math mode rules out, where the listing would have skipped it)
                 raise RuntimeError(f"cuDNN does not build plan cudnn[{config.label()}] for this problem ({exc}); the "
                                    f"rules had pruned it ({self.deferred.get(config)})") from exc
+            finally:
+                self.waiting.discard(config)
             self.built[config] = (index, int(self.graph.get_workspace_size_plan_at_index(index)))
         return self.built[config]
 
@@ -340,7 +368,8 @@ class CudnnStrategy(Strategy):
 
     def workspace_bytes(self, problem, config) -> int:
         graph = _CTX.enumerated.get(problem.key())
-        if graph is not None and config in graph.deferred:  # an exhaustive search wants it after all
+        if graph is not None and (config in graph.deferred or config in graph.waiting):
+            # (an exhaustive search wants a pruned plan after all; a second round, a waiting one)
             with _CTX.lock:
                 return graph.plan(config)[1]
         for known, ws in _CTX.candidates.get(problem.key(), ()):
@@ -358,6 +387,13 @@ class CudnnStrategy(Strategy):
     def fixed_rule(self, problem, config, backend, room=None):
         """:func:`fixed_rule`, the rule fitted on measured searches."""
         return fixed_rule(problem, config)
+
+    def second_round(self, problem, config, rank):
+        """Past the heuristics' first :data:`FIRST_ROUND_PLANS` in the list, a half-precision problem's plans wait
+        for the search's second round (and are not built while listing): see :func:`waits`."""
+        if waits(problem, rank):
+            return f"past the heuristics' first {FIRST_ROUND_PLANS} plans of a {problem.dtype} problem"
+        return None
 
     def verified_at_full_batch(self, problem, config) -> bool:
         """A plan built while listing, for the full batch: verified as built, not built again on another graph for the
