@@ -38,10 +38,11 @@ import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 try:
     from convtune.planner import DEFAULT_WORKSPACE_LIMIT
-    from convtune.search import FIRST_ROUND_MARGIN
+    from convtune.search import first_round_settles
 except ImportError as exc:  # a Python without convtune or its dependencies: say which one to use
     sys.exit(f"check_rules.py needs convtune and its dependencies ({exc}): run it with .venv/bin/python, which "
              "`bash scripts/convtune.sh info` sets up")
@@ -154,8 +155,8 @@ def families(rules: dict) -> dict:
     return {family: members for family, members in grouped.items() if len(members) > 1}
 
 
-def rounds(where, found, margin=None) -> tuple[int, int, float]:
-    """Replay the search's two rounds (``Strategy.second_round``, ``convtune.search.FIRST_ROUND_MARGIN``) on one
+def rounds(where, found) -> tuple[int, int, float]:
+    """Replay the search's two rounds (``Strategy.second_round``, ``convtune.search.first_round_settles``) on one
     source's problems: those where a measured candidate would wait (today's pruning rules leave out what they prune),
     how many would have run the second round, the waiting candidates' stored cost, and the plans chosen without the
     second round against the full searches' winners (the sums of their medians over every problem of the source: the
@@ -174,13 +175,12 @@ def rounds(where, found, margin=None) -> tuple[int, int, float]:
         later = [m for m in measured if m.rank is not None
                  and get_strategy(m.strategy).second_round(problem, m.config, m.rank) is not None]
         first = [m for m in measured if m not in later]
-        refs = [m.median_s for m in first if get_strategy(m.strategy).always_timed]
-        others = [m.median_s for m in first if not get_strategy(m.strategy).always_timed]
-        if not later or not refs:  # (nothing waits where PyTorch's call is not a candidate)
-            chosen += best
+        if not later or not any(get_strategy(m.strategy).always_timed for m in first):
+            chosen += best  # (nothing waits where PyTorch's call is not a candidate)
             continue
         waiting_problems += 1
-        if not others or min(others) * (margin or FIRST_ROUND_MARGIN) <= min(refs):
+        if first_round_settles([SimpleNamespace(label=m.label, strategy=m.strategy,
+                                                timing=SimpleNamespace(median_s=m.median_s)) for m in first]) is None:
             second += 1
             chosen += best
             continue

@@ -144,8 +144,7 @@ class Planner:
         """Verify and time every candidate for ``problem``; return the decision."""
         started = time.perf_counter()
         s = Search(problem)
-        candidates = self._enumerate(s)
-        later, s.later = s.later, []  # (the second round's: see Strategy.second_round)
+        candidates, later = self._enumerate(s)  # (later: the second round's, see Strategy.second_round)
         if candidates and not self._operands_fit(s, candidates, "the problem", 1, "its operands and result"):
             # checked before anything is verified: it cannot be timed here
             s.outcomes.extend(self._outcome(s, cand, "failed", workspace=0, reason=s.outcomes[-1].reason)
@@ -218,8 +217,9 @@ class Planner:
         limits = [v for v in (self.workspace_limit, free) if v is not None]
         return min(limits) if limits else None
 
-    def _enumerate(self, s: Search) -> list[Candidate]:
-        problem, kept, pruned = s.problem, [], []
+    def _enumerate(self, s: Search) -> tuple[list[Candidate], list[Candidate]]:
+        """The candidates of the first round and those that wait for the second (:meth:`Strategy.second_round`)."""
+        problem, kept, pruned, later = s.problem, [], [], []
         room = None if self.exhaustive else self._room(problem)
         for strategy in self._strategies():
             t0 = time.perf_counter()
@@ -253,16 +253,15 @@ class Planner:
                         s.outcomes.append(outcome)
                         pruned.append((cand, outcome))
                     elif not self.exhaustive and strategy.second_round(problem, config, rank) is not None:
-                        s.later.append(cand)  # (its workspace asked when its round comes: that can cost a build)
+                        later.append(cand)  # (its workspace asked when its round comes: that can cost a build)
                     else:
                         self._within_limit(s, cand, kept)
                 except Exception as exc:  # (its rule or its workspace): this candidate fails, not the search
                     s.outcomes.append(self._outcome(s, cand, "failed", reason=(
                         f"its rule or workspace raised {failure_reason(self.backend, exc)}")))
-        if s.later and not any(cand.strategy.always_timed for cand in kept):
-            kept += self._admitted(s, s.later)  # no point of reference in the first round: one round
-            s.later = []
-        if pruned and not kept and not s.later:
+        if later and not any(cand.strategy.always_timed for cand in kept):
+            kept, later = kept + self._admitted(s, later), []  # no point of reference in the first round: one round
+        if pruned and not kept:
             # a rule says another candidate will win; with none left (a search restricted to the pruned
             # strategy, say) the rules do not hold, and the pruned candidates are tried after all
             log.info("%s: the strategies' rules would prune every candidate left; trying them all",
@@ -270,7 +269,7 @@ class Planner:
             for cand, outcome in pruned:
                 s.outcomes.remove(outcome)
                 self._within_limit(s, cand, kept)
-        return kept
+        return kept, later
 
     def _admitted(self, s: Search, candidates: list[Candidate]) -> list[Candidate]:
         """``candidates`` within the workspace limit (the others recorded ``over_budget``)."""

@@ -42,7 +42,6 @@ class Search:
     prebuilt: dict = field(default_factory=dict)  # label -> a full-batch executor built for verification, to time
     prebuilt_bytes: int = 0  # the workspaces that ``prebuilt`` holds (at most the planner's PREBUILT_BYTES)
     zero_extended: tuple | None = None  # the verification operands zero-extended to the full batch, and a result
-    later: list = field(default_factory=list)  # candidates that wait for the second round (Strategy.second_round)
     verification: tuple | None = None  # the verification operands and their float64 reference, made once
     best_warm: float = float("inf")  # the best warm run on the verification batch so far
     timing_spent: float = 0.0  # seconds spent timing so far (the time budget's count)
