@@ -3,53 +3,48 @@
 Shapes only come in; a :class:`~convtune.plan.Decision` goes out. Arrays never
 reach the planner's callers: it makes its own random operands on the backend.
 
-Steps, each recorded per candidate, with what it cost (seconds spent building, verifying and
+Steps, each recorded per candidate, with what it cost (seconds spent building it, while listing too, verifying and
 timing it, its rank in its strategy's list, which for cuDNN is the heuristics' order, and the times of its first and
 its warm run on the verification batch):
 
-1. every registered strategy says whether it supports the problem (else
-   ``unsupported`` with its reason) and lists configurations; a configuration
-   that a strategy's rules say cannot win here is ``skipped`` with the rule as
-   its reason (:meth:`~convtune.strategies.base.Strategy.pruned`; not in an
-   ``exhaustive`` search, nor where the rules would leave no candidate at all); a configuration that its strategy
-   holds back (:meth:`~convtune.strategies.base.Strategy.second_round`: cuDNN's plans past the heuristics' first eight
-   on a half-precision problem) waits: steps 2 to 4 run first on the others, PyTorch's call among them, and then on
-   the waiting ones only where a candidate beat PyTorch's call by ``search.FIRST_ROUND_MARGIN``; otherwise they are
-   ``skipped``, with both times as the reason (not in an ``exhaustive`` search; where PyTorch's call is not among the
-   candidates, nothing waits);
+1. every registered strategy says whether it supports the problem (else ``unsupported`` with its reason) and lists
+   configurations; a configuration that a strategy's rules say cannot win here is ``skipped`` with the rule as its
+   reason (:meth:`~convtune.strategies.base.Strategy.pruned`; not in an ``exhaustive`` search, nor where the rules
+   would leave no candidate at all); a configuration that its strategy holds back
+   (:meth:`~convtune.strategies.base.Strategy.second_round`: cuDNN's plans past the heuristics' first eight on a
+   half-precision problem) waits: steps 2 to 4 run first on the others, PyTorch's call among them, and then on the
+   waiting ones only where a candidate beat PyTorch's call by ``search.FIRST_ROUND_MARGIN``; otherwise they are
+   ``skipped``, with both times as the reason (not in an ``exhaustive`` search; where PyTorch's call is not among
+   the candidates, nothing waits);
 2. a configuration whose workspace exceeds the budget is ``over_budget``;
-3. each strategy prepares its candidates at once (:meth:`~convtune.strategies.base.Strategy.prepare`:
-   compiling their kernels on several threads); verification on a reduced batch against the float64 reference computed on
-   the same device, with the output poisoned with NaN first so an unwritten
-   element fails; past the math mode's tolerance it is ``rejected``, an
-   exception is ``failed`` (out-of-memory included) and tuning goes on; one
-   whose first run is ``SLOW_FACTOR`` times the best warm run so far, or whose warm run is ``SLOW_FACTOR`` times
-   the best of them all (judged once every candidate is verified, so that registry order does not spare a slow one
-   verified first), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point
-   of reference); a configuration
-   that is costly to build (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's
-   plans, built for the full batch while listing) is built once, for the full batch, and verified there on the
-   verification operands zero-extended along the batch (the zero samples' results must come out zero), then timed
-   as built (kept from verification to timing while their workspaces stay within ``PREBUILT_BYTES``);
-4. the survivors are timed on the full problem, fastest first by a warm run on
-   the reduced batch (so a time budget goes to the likely winners); a lone
-   survivor is not timed; a candidate whose first timed run is ``EARLY_STOP``
-   times the best median so far is not run again (early stopping; not in an
-   ``exhaustive`` search, never for an ``always_timed`` strategy), and the
-   timers repeat only until the runs agree (:mod:`convtune.timing`); one whose strategy puts a floor under its
-   median above the best so far, for less than its timing costs, is ``skipped`` untimed
-   (:meth:`~convtune.strategies.base.Strategy.lower_bound`: PyTorch's call, whose algorithm search can take half a
-   minute; not in an ``exhaustive`` search);
-5. backward-filter sums over the batch, so its error grows with the batch: when
-   the verification batch was smaller, the fastest timed candidate is checked
-   again on the full batch (and ``rejected`` if it now misses the tolerance,
+3. each strategy prepares its candidates at once (:meth:`~convtune.strategies.base.Strategy.prepare`: compiling
+   their kernels on several threads); verification on a reduced batch against the float64 reference computed on the
+   same device, with the output poisoned with NaN first so an unwritten element fails; past the math mode's
+   tolerance it is ``rejected``, an exception is ``failed`` (out-of-memory included) and tuning goes on; one whose
+   first run is ``SLOW_FACTOR`` times the best warm run so far, or whose warm run is ``SLOW_FACTOR`` times the best
+   of them all (judged once every candidate is verified, so that registry order does not spare a slow one verified
+   first), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point of
+   reference); a configuration that is costly to build
+   (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's plans, built for the full batch while
+   listing) is built once, for the full batch, and verified there on the verification operands zero-extended along
+   the batch (the zero samples' results must come out zero), then timed as built (kept from verification to timing
+   while their workspaces stay within ``PREBUILT_BYTES``);
+4. the survivors are timed on the full problem, fastest first by a warm run on the reduced batch (so a time budget
+   goes to the likely winners); a lone survivor is not timed; a candidate whose first timed run is ``EARLY_STOP``
+   times the best median so far is not run again (early stopping; not in an ``exhaustive`` search, never for an
+   ``always_timed`` strategy), and the timers repeat only until the runs agree (:mod:`convtune.timing`); one whose
+   strategy puts a floor under its median above the best so far, for less than its timing costs, is ``skipped``
+   untimed (:meth:`~convtune.strategies.base.Strategy.lower_bound`: PyTorch's call, whose algorithm search can take
+   half a minute; not in an ``exhaustive`` search);
+5. backward-filter sums over the batch, so its error grows with the batch: when the verification batch was smaller,
+   the fastest timed candidate is checked again on the full batch (and ``rejected`` if it now misses the tolerance,
    the next fastest then checked in turn);
-6. the fastest that passed wins; with no survivor, :class:`~convtune.errors.TuningError`; every
-   strategy is then shown the whole search (:meth:`~convtune.strategies.base.Strategy.observe`: rules
-   learned in the process, such as cuDNN's on runtime-compiled engines, learn from it).
+6. the fastest that passed wins; with no survivor, :class:`~convtune.errors.TuningError`; every strategy is then
+   shown the whole search (:meth:`~convtune.strategies.base.Strategy.observe`: rules learned in the process, such as
+   cuDNN's on runtime-compiled engines, learn from it).
 
-The decision also says where the search's own time went (:attr:`Decision.phases`: listing, the
-float64 reference, the operands, the full-batch check).
+The decision also says where the search's own time went (:attr:`Decision.phases`: listing, the float64 reference,
+the operands, the full-batch check).
 """
 
 from __future__ import annotations
@@ -129,15 +124,12 @@ class Planner:
         self.exhaustive = exhaustive
         self.timer = timer if timer is not None else default_timer(self.backend, adaptive=not exhaustive)
         self._early_stop = not exhaustive and takes_stop_above(self.timer)
-        self.workspace_limit = workspace_limit
-        self.time_budget_s = time_budget_s
+        self.workspace_limit, self.time_budget_s = workspace_limit, time_budget_s
         self.strategy_names = list(strategies) if strategies else None
         if self.strategy_names:
             for name in self.strategy_names:
                 get_strategy(name)  # unknown names raise, listing the valid ones
-        self.verify_batch = verify_batch
-        self.seed = seed
-        self.progress = progress
+        self.verify_batch, self.seed, self.progress = verify_batch, seed, progress
 
     # -- public ------------------------------------------------------------------
     def tune(self, problem: ConvProblem) -> Decision:
@@ -158,8 +150,8 @@ class Planner:
             if settled is None:
                 self._report("second round")
                 t0 = time.perf_counter()
-                later = self._admitted(s, later)  # (their workspaces: a waiting cuDNN plan is built here)
-                s.phase("the second round's workspaces", time.perf_counter() - t0)
+                later, built = self._admitted(s, later)  # (their workspaces: a waiting cuDNN plan is built here)
+                s.phase("the second round's workspaces", max(0.0, time.perf_counter() - t0 - built))
                 self._prepare(s, later)
                 timed += self._time(s, self._verify(s, later), best=min(
                     (o.timing.median_s for o in timed if o.timing), default=math.inf))
@@ -235,15 +227,18 @@ class Planner:
                                                    reason=f"listing its candidates raised {why}"))
                 continue
             spent, parts = time.perf_counter() - t0, strategy.listing_parts()
-            s.phase(f"listing {strategy.name}" + (": the rest" if parts else ""), max(0.0, spent - sum(parts.values())))
+            cands = [Candidate(strategy, config, rank) for rank, config in enumerate(configs)]
+            built = sum(s.built_elsewhere(cand) for cand in cands)  # (their candidates' builds, not the phase's)
+            s.phase(f"listing {strategy.name}" + (": the rest" if parts else ""),
+                    max(0.0, spent - sum(parts.values()) - built))
             for what, seconds in parts.items():
                 s.phase(what, seconds)
             if reason is not None:
                 s.outcomes.append(CandidateOutcome(strategy.name, {}, f"{strategy.name}[*]", "unsupported",
                                                    reason=reason))
                 continue
-            for rank, config in enumerate(configs):
-                cand = Candidate(strategy, config, rank)
+            for cand in cands:
+                config, rank = cand.config, cand.rank
                 try:
                     rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend, room)
                     if rule is not None:
@@ -260,7 +255,7 @@ class Planner:
                     s.outcomes.append(self._outcome(s, cand, "failed", reason=(
                         f"its rule or workspace raised {failure_reason(self.backend, exc)}")))
         if later and not any(cand.strategy.always_timed for cand in kept):
-            kept, later = kept + self._admitted(s, later), []  # no point of reference in the first round: one round
+            kept, later = kept + self._admitted(s, later)[0], []  # no point of reference in the first round: one round
         if pruned and not kept:
             # a rule says another candidate will win; with none left (a search restricted to the pruned
             # strategy, say) the rules do not hold, and the pruned candidates are tried after all
@@ -271,16 +266,17 @@ class Planner:
                 self._within_limit(s, cand, kept)
         return kept, later
 
-    def _admitted(self, s: Search, candidates: list[Candidate]) -> list[Candidate]:
-        """``candidates`` within the workspace limit (the others recorded ``over_budget``)."""
-        kept: list[Candidate] = []
+    def _admitted(self, s: Search, candidates: list[Candidate]) -> tuple[list[Candidate], float]:
+        """``candidates`` within the workspace limit (the others recorded ``over_budget``), and the seconds asking
+        their workspaces spent building them (counted in their ``build_s``)."""
+        kept, built = [], 0.0
         for cand in candidates:
             try:
-                self._within_limit(s, cand, kept)
+                built += self._within_limit(s, cand, kept)
             except Exception as exc:  # (its workspace): this candidate fails, not the search
                 s.outcomes.append(self._outcome(s, cand, "failed", workspace=0, reason=(
                     f"its workspace raised {failure_reason(self.backend, exc)}")))
-        return kept
+        return kept, built
 
     def _prepare(self, s: Search, candidates: list[Candidate]) -> None:
         """Each strategy's :meth:`~convtune.strategies.base.Strategy.prepare` on its candidates, timed as a phase."""
@@ -297,14 +293,17 @@ class Planner:
             if spent > 1e-3:
                 s.phase(f"preparing {name}", spent)
 
-    def _within_limit(self, s: Search, cand: Candidate, kept: list) -> None:
-        """``cand`` into ``kept``, or recorded ``over_budget`` where its workspace is over the limit."""
+    def _within_limit(self, s: Search, cand: Candidate, kept: list) -> float:
+        """``cand`` into ``kept``, or recorded ``over_budget`` where its workspace is over the limit; returns the
+        seconds that asking its workspace spent building it (counted in its ``build_s``)."""
         ws = cand.strategy.workspace(s.problem, cand.config)
+        built = s.built_elsewhere(cand)
         if self.workspace_limit is not None and ws > self.workspace_limit:
             s.outcomes.append(self._outcome(s, cand, "over_budget", reason=(
                 f"workspace {human_bytes(ws)} over the limit {human_bytes(self.workspace_limit)}")))
         else:
             kept.append(cand)
+        return built
 
     def _operands_fit(self, s: Search, candidates, what: str, factor: int, of: str, problem=None) -> bool:
         """Is there memory for ``factor`` times the problem's float32 operands and result? If not, every

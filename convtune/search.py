@@ -50,6 +50,14 @@ class Search:
         entry = self.costs.setdefault(cand.label, {})
         entry[what] = entry.get(what, 0.0) + seconds
 
+    def built_elsewhere(self, cand) -> float:
+        """The seconds ``cand``'s strategy spent building it outside its build (while listing, or asked its workspace:
+        :meth:`~convtune.strategies.base.Strategy.built_elsewhere_s`), now counted in its ``build_s``."""
+        seconds = cand.strategy.built_elsewhere_s(self.problem, cand.config)
+        if seconds:
+            self.spend(cand, "build_s", seconds)
+        return seconds
+
     def phase(self, what: str, seconds: float) -> None:
         self.phases[what] = self.phases.get(what, 0.0) + seconds
 

@@ -245,6 +245,7 @@ def _fake_graph(module, fake, p, kind=None, engine_kind=None):
     graph = object.__new__(module._Graph)
     graph.graph, graph.built, graph.compiled, graph.deferred, graph.unbuilt, graph.waiting = fake, {}, set(), {}, {}, \
         set()
+    graph.build_times, graph.failed_s = {}, 0.0
     graph.problem = p
     graph.kind = kind or (p.pass_, p.dtype, p.layout)
     graph.engine_kind = engine_kind or (*graph.kind, p.math)
@@ -416,18 +417,20 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     graph = _fake_graph(module, fake, p)
     built = fake.build_plan_at_index
 
-    def slow_build(index):  # (a build's time is counted as the listing's plan builds)
+    def slow_build(index):  # (a build's time is its candidate's, told once: built_elsewhere_s)
         time.sleep(0.02)
         built(index)
     fake.build_plan_at_index = slow_build
     found = graph.enumerate("fp32")
     assert [c.engine for c, _ws in found] == [0, 2, 70, 50] and fake.builds == [0]
-    assert 0.02 <= graph.build_s < 1.0 and graph.heuristics_s < 0.02  # (what listing_parts tells of the listing)
+    assert 0.02 <= graph.build_times[CudnnConfig(0)] < 1.0 and graph.heuristics_s < 0.02 and graph.failed_s == 0
     assert sorted(c.engine for c in graph.deferred) == [2, 50, 70] and not graph.compiled and not module._CTX.compiled
     strategy = get_strategy("cudnn")
     module._CTX.enumerated[p.key()] = graph
+    assert 0.02 <= strategy.built_elsewhere_s(p, CudnnConfig(0)) < 1.0 and strategy.built_elsewhere_s(p, CudnnConfig(0)) == 0
     assert "49 taps or more" in strategy.pruned(p, CudnnConfig(2), None)
     assert strategy.workspace_bytes(p, CudnnConfig(50)) == 4 * 1024 and fake.builds[-1] == 50  # built on demand
+    assert strategy.built_elsewhere_s(p, CudnnConfig(50)) >= 0.02 and strategy.built_elsewhere_s(p, CudnnConfig(2)) == 0
     small = p.replace(kernel_size=(3, 3), padding=(1, 1))  # (a 3x3 depthwise layer: engines 0, 5, 6, 25, 61, 80)
     fake = _FakeFrontendGraph([(0, ()), (5, ()), (1, ()), (2, ())])
     graph.graph, graph.built, graph.deferred, graph.problem = fake, {}, {}, small
@@ -440,11 +443,17 @@ def test_plans_the_fixed_rule_prunes_are_listed_but_not_built(monkeypatch):
     with pytest.raises(RuntimeError, match=r"cuDNN does not build plan cudnn\[eng2\] .*Deselecting.*the rules had "
                                            r"pruned it \(engine 2 on a float32 depthwise layer"):
         graph.plan(CudnnConfig(2))
+    assert CudnnConfig(2) not in graph.build_times
+    graph.built, graph.deferred, graph.build_times = {}, {}, {}  # (engines 0 and 5 fail to build while listing: no
+    # candidates, their time the listing's)
+    graph.enumerate("fp32")
+    assert graph.failed_s > 0 and not graph.build_times
 
 
 def test_a_listing_tells_its_parts_once(monkeypatch):
     """cuDNN's listing tells the planner its parts (Strategy.listing_parts): loading cuDNN, the operation graph, the
-    heuristics and engines, building the plans; once, then nothing until the next listing."""
+    heuristics and engines, the plans that failed to build (those that build are their candidates'); once, then nothing
+    until the next listing."""
     from types import SimpleNamespace
 
     from convtune import ConvProblem
@@ -459,7 +468,7 @@ def test_a_listing_tells_its_parts_once(monkeypatch):
             time.sleep(0.01)
 
         def enumerate(self, math, dtype):
-            self.heuristics_s, self.build_s = 0.25, 1.5
+            self.heuristics_s, self.failed_s = 0.25, 1.5
             return [(CudnnConfig(0), 0)]
     monkeypatch.setattr(module.frontend, "load", load)
     monkeypatch.setattr(module._CTX, "handle", lambda cudnn, xp: object())
@@ -472,7 +481,7 @@ def test_a_listing_tells_its_parts_once(monkeypatch):
     parts = strategy.listing_parts()
     assert parts["listing cudnn: loading cuDNN"] >= 0.02  # (both loads: supports' and the listing's)
     assert 0.01 <= parts["listing cudnn: operation graphs"] < 1.0
-    assert parts["listing cudnn: heuristics and engines"] == 0.25 and parts["listing cudnn: building plans"] == 1.5
+    assert parts["listing cudnn: heuristics and engines"] == 0.25 and parts["listing cudnn: plans that failed to build"] == 1.5
     assert strategy.listing_parts() == {}
     strategy.candidates(p, gpu)  # (listed already: no listing, no parts)
     assert strategy.listing_parts() == {}

@@ -655,6 +655,28 @@ def test_a_strategy_that_tells_the_parts_of_its_listing_has_them_as_phases(extra
     assert "listing im2col" in d.phases and not any(k.startswith("listing im2col:") for k in d.phases)
 
 
+def test_a_build_while_listing_or_asked_the_workspace_is_its_candidates_build_and_counted_once(extra_strategies):
+    """Seconds a strategy spent building a candidate while listing, or when its workspace was asked
+    (Strategy.built_elsewhere_s: cuDNN's plans), are that candidate's build_s, not the listing's phase: the search's
+    phases and its candidates' costs still add up to no more than its time."""
+    class Built(make_strategy("t-built", correct)):
+        pending = {}
+
+        def candidates(self, p, backend):
+            time.sleep(0.03)  # (building while listing)
+            self.pending[EmptyConfig()] = 0.03
+            return super().candidates(p, backend)
+
+        def built_elsewhere_s(self, p, config):
+            return self.pending.pop(config, 0.0)
+    extra_strategies(Built)
+    d = Planner("numpy", FakeTimer({"t-built": 0.001}, default=2.0)).tune(problem("2d-odd"))
+    built = next(o for o in d.outcomes if o.strategy == "t-built")
+    assert built.build_s >= 0.03 and d.phases["listing t-built"] < 0.03
+    spent = sum((o.build_s or 0) + (o.verify_s or 0) + (o.timing_s or 0) for o in d.outcomes)
+    assert sum(d.phases.values()) + spent <= d.tuning_s + 1e-6
+
+
 def floored(name, floor_s, seen):
     """A test strategy that puts ``floor_s`` under its median (``None``: none), recording what the planner told it; its
     verification runs are slower than ``correct``'s, so that it is timed after such a strategy's."""

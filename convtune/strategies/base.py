@@ -132,6 +132,13 @@ class Strategy:
         each told once (a second call returns ``{}``). Nothing by default: the listing is one phase."""
         return {}
 
+    def built_elsewhere_s(self, problem: ConvProblem, config: Config) -> float:
+        """Seconds spent building ``config``'s plan for ``problem`` outside :meth:`build`: while listing the candidates
+        (:meth:`candidates`) or answering :meth:`workspace_bytes`, each told once (a second call returns 0). The planner
+        counts them in the candidate's ``build_s``, so that its stored costs hold its whole build, and leaves them out
+        of the phase they were spent in. Nothing by default: strategies build in :meth:`build`."""
+        return 0.0
+
     def kernel_builds(self, problem: ConvProblem, configs: list, backend) -> list[Callable[[], object]]:
         """What building ``configs`` for ``problem`` would compile, as calls of no arguments that compile it and
         allocate nothing on the device (their results are dropped; the kernels stay in their caches, so the builds

@@ -133,6 +133,10 @@ class _Graph:
         g.build_operation_graph()
         self.graph, self.tensors, self.cudnn = g, (a, b, out), cudnn
         self.built: dict[CudnnConfig, tuple[int, int]] = {}  # config -> (plan index, workspace bytes)
+        #: config -> the seconds its plan took to build while listing or asked its workspace, until the planner is
+        #: told (CudnnStrategy.built_elsewhere_s); builds that failed, whose plans are no candidates, in failed_s
+        self.build_times: dict[CudnnConfig, float] = {}
+        self.failed_s = 0.0
 
     def enumerate(self, math: str, dtype: str = "float32") -> list[tuple[CudnnConfig, int]]:
         """Every plan the heuristics offer, and every engine with default knobs, that builds, with its workspace (the
@@ -141,7 +145,7 @@ class _Graph:
         runtime-compiled one, see ``RTC_TRIALS``; :class:`EngineRecord` for the others, see ``ENGINE_TRIALS``)."""
         started = time.perf_counter()
         g = self.list_plans(math, dtype)
-        self.build_s, self.heuristics_s = 0.0, time.perf_counter() - started  # (listing_parts tells them)
+        self.heuristics_s = time.perf_counter() - started  # (listing_parts tells it)
         found, seen = [], set()
         started = time.perf_counter()
         for index in range(g.get_execution_plan_count()):
@@ -187,9 +191,10 @@ class _Graph:
                         self.built[config] = (index, int(g.get_workspace_size_plan_at_index(index)))
                     else:
                         self.plan(config)
-                finally:
-                    took = time.perf_counter() - t0
-                    self.build_s += took  # (a build that fails counts too)
+                except Exception:
+                    self.failed_s += time.perf_counter() - t0
+                    raise
+                took = self.build_times[config] = time.perf_counter() - t0
                 if record is not None:
                     record.builds.append(took)
             except Exception as exc:  # a plan that is barred or fails to build is skipped
@@ -246,8 +251,10 @@ class _Graph:
                 knob_types = self.cudnn.knob_type
                 self.graph.create_execution_plan(config.engine, {getattr(knob_types, k): v for k, v in config.knobs})
                 index = self.graph.get_execution_plan_count() - 1
+            t0 = time.perf_counter()
             try:
                 self.graph.build_plan_at_index(index)
+                self.build_times[config] = time.perf_counter() - t0
             except Exception as exc:
                 if config in self.waiting:
                     raise RuntimeError(f"cuDNN does not build plan cudnn[{config.label()}] for this problem ({exc}); "
@@ -352,19 +359,30 @@ class CudnnStrategy(Strategy):
                         "listing cudnn: loading cuDNN": loading,
                         "listing cudnn: operation graphs": built - started,
                         "listing cudnn: heuristics and engines": getattr(graph, "heuristics_s", 0.0),
-                        "listing cudnn: building plans": getattr(graph, "build_s", 0.0)}
+                        "listing cudnn: plans that failed to build": getattr(graph, "failed_s", 0.0)}
             return _CTX.candidates[key]
 
     def listing_parts(self) -> dict[str, float]:
         """The last listing's parts in this thread (:meth:`Strategy.listing_parts`): loading the frontend and
         initialising cuDNN on the device (the first listing's), making the problem's operation graph, asking the
-        heuristics for their plans and every engine for its default one, and building the plans (the rest of a
-        listing: the plans' notes, the rules)."""
+        heuristics for their plans and every engine for its default one, and building plans that failed to build (the
+        rest of a listing: the plans' notes, the rules; a plan that builds is its candidate's build,
+        :meth:`built_elsewhere_s`)."""
         parts, _LISTING.parts, _LISTING.loading = getattr(_LISTING, "parts", {}), {}, 0.0
         return parts
 
     def candidates(self, problem, backend):
         return [config for config, _ws in self._enumerated(problem, backend)]
+
+    def built_elsewhere_s(self, problem, config) -> float:
+        """The seconds ``config``'s plan took to build while listing (the first round's plans) or when asked its
+        workspace (a waiting or pruned plan's), told once: 0.2 to 2.7 s for a runtime-compiled plan on the H100, a few
+        milliseconds for one compiled ahead, most of what cuDNN's candidates cost a bfloat16 model's tuning."""
+        graph = _CTX.enumerated.get(problem.key())
+        if graph is None:
+            return 0.0
+        with _CTX.lock:
+            return graph.build_times.pop(config, 0.0)
 
     def workspace_bytes(self, problem, config) -> int:
         graph = _CTX.enumerated.get(problem.key())
@@ -450,6 +468,7 @@ class CudnnStrategy(Strategy):
             if graph is None:  # straight from engine id + knobs: no enumeration
                 graph = _CTX.enumerated[key] = _Graph(cudnn, _CTX.handle(cudnn, cp), problem)
             index, ws_bytes = graph.plan(config)
+            graph.build_times.pop(config, None)  # (a build here is the caller's to time)
         workspace = cp.empty(max(ws_bytes, 1), dtype=cp.uint8)
         handle = _CTX.handle(cudnn, cp)
         execute = graph.graph.execute_plan_at_index
