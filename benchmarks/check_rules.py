@@ -24,8 +24,9 @@ counted.
     .venv/bin/python benchmarks/check_rules.py --rounds --db plans.db
 
 With ``--rounds`` it replays the search's two rounds instead (``Strategy.second_round``: candidates that wait until the
-first round has beaten PyTorch's call by ``convtune.search.FIRST_ROUND_MARGIN``): on how many problems the second round
-would have run, and how much slower the plans chosen without it are than the full searches' winners.
+first round has beaten PyTorch's call by ``convtune.search.FIRST_ROUND_MARGIN``; ``Strategy.left_out_of_second_round``:
+those the second round does not try): on how many problems the second round would have run, and how much slower the
+plans chosen are than the full searches' winners.
 
 (any Python that imports convtune: ``.venv/bin/python`` is the one ``bash scripts/convtune.sh`` sets up)
 """
@@ -162,8 +163,8 @@ def rounds(where, found) -> tuple[int, int, float]:
     second round against the full searches' winners (the sums of their medians over every problem of the source: the
     step a model would take). Prints a line for ``where`` and every problem where the second round's winner was faster;
     returns (problems with a waiting candidate, second rounds run, the chosen plans' sum over the winners')."""
-    waiting_problems = second = waited = 0
-    chosen = best_sum = saved = 0.0
+    waiting_problems = second = waited = left_out = 0
+    chosen = best_sum = saved = left_out_s = 0.0
     lost = []
     for problem, backend, measured in found:
         measured = [m for m in measured if not (has_rules(m.strategy) and replayed(m.strategy, problem, m.config,
@@ -182,7 +183,14 @@ def rounds(where, found) -> tuple[int, int, float]:
         if first_round_settles([SimpleNamespace(label=m.label, strategy=m.strategy,
                                                 timing=SimpleNamespace(median_s=m.median_s)) for m in first]) is None:
             second += 1
-            chosen += best
+            tried = [m for m in later if get_strategy(m.strategy).left_out_of_second_round(problem, m.config,
+                                                                                            m.rank) is None]
+            left_out += len(later) - len(tried)
+            left_out_s += sum(m.cost_s or 0.0 for m in later if m not in tried)
+            pick = min(m.median_s for m in first + tried)
+            chosen += pick
+            if pick > best:
+                lost.append((problem.describe(), pick / best))
             continue
         pick = min(m.median_s for m in first)
         chosen += pick
@@ -192,8 +200,9 @@ def rounds(where, found) -> tuple[int, int, float]:
             lost.append((problem.describe(), pick / best))
     if waiting_problems:
         print(f"{where}: {waiting_problems} problems with a waiting candidate, the second round run on {second}; "
-              f"{waited} candidates left waiting ({saved:.1f} s of their stored search cost); over every problem, the "
-              f"plans chosen sum to {chosen / best_sum:.4f}x the full searches' winners")
+              f"{waited} candidates left waiting ({saved:.1f} s of their stored search cost), {left_out} left out of the "
+              f"second rounds run ({left_out_s:.1f} s); over every problem, the plans chosen sum to "
+              f"{chosen / best_sum:.4f}x the full searches' winners")
         for desc, ratio in lost:
             print(f"  {desc}: {ratio:.3f}x its full search's winner")
     return waiting_problems, second, chosen / best_sum if best_sum else 1.0

@@ -13,7 +13,9 @@ its warm run on the verification batch):
    would leave no candidate at all); a configuration that its strategy holds back
    (:meth:`~convtune.strategies.base.Strategy.second_round`: cuDNN's plans past the heuristics' first eight on a
    half-precision problem) waits: steps 2 to 4 run first on the others, PyTorch's call among them, and then on the
-   waiting ones only where a candidate beat PyTorch's call by ``search.FIRST_ROUND_MARGIN``; otherwise they are
+   waiting ones (less those their strategy leaves out of it, ``skipped`` as pruned:
+   :meth:`~convtune.strategies.base.Strategy.left_out_of_second_round`) only where a candidate beat PyTorch's call
+   by ``search.FIRST_ROUND_MARGIN``; otherwise they are
    ``skipped``, with both times as the reason (not in an ``exhaustive`` search; where PyTorch's call is not among
    the candidates, nothing waits);
 2. a configuration whose workspace exceeds the budget is ``over_budget``;
@@ -149,7 +151,7 @@ class Planner:
             settled = first_round_settles(timed)
             if settled is None:
                 self._report("second round")
-                t0 = time.perf_counter()
+                later, t0 = s.second_round(later, self._outcome), time.perf_counter()
                 later, built = self._admitted(s, later)  # (their workspaces: a waiting cuDNN plan is built here)
                 s.phase("the second round's workspaces", max(0.0, time.perf_counter() - t0 - built))
                 self._prepare(s, later)
@@ -242,8 +244,7 @@ class Planner:
                 try:
                     rule = None if self.exhaustive else strategy.pruned(problem, config, self.backend, room)
                     if rule is not None:
-                        # (workspace unknown, recorded as 0: knowing it can cost the build the rule saves, a cuDNN
-                        # plan's)
+                        # (workspace unknown, recorded as 0: knowing it can cost the build the rule saves)
                         outcome = self._outcome(s, cand, "skipped", workspace=0, reason=f"pruned: {rule}")
                         s.outcomes.append(outcome)
                         pruned.append((cand, outcome))

@@ -58,6 +58,19 @@ class Search:
             self.spend(cand, "build_s", seconds)
         return seconds
 
+    def second_round(self, later: list, outcome) -> list:
+        """The waiting candidates ``later`` that the second round tries: those their strategy does not leave out of it
+        (:meth:`~convtune.strategies.base.Strategy.left_out_of_second_round`), the others recorded ``skipped`` with its
+        reason as a rule's (``outcome``: the planner's, ``outcome(search, cand, status, workspace=, reason=)``)."""
+        tried = []
+        for cand in later:
+            why = cand.strategy.left_out_of_second_round(self.problem, cand.config, cand.rank)
+            if why is None:
+                tried.append(cand)
+            else:
+                self.outcomes.append(outcome(self, cand, "skipped", workspace=0, reason=f"pruned: {why}"))
+        return tried
+
     def phase(self, what: str, seconds: float) -> None:
         self.phases[what] = self.phases.get(what, 0.0) + seconds
 

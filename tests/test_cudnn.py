@@ -197,6 +197,8 @@ def test_a_half_precision_search_times_cudnns_waiting_plans_only_in_its_second_r
     assert not skipped or len(skipped) == len(waiting)
     assert all(o.status == "skipped" and CudnnConfig.from_dict(o.config) not in graph.built for o in skipped)
     assert skipped or any(o.timing is not None for o in waiting)
+    left = [CudnnConfig.from_dict(o.config) for o in cudnn if o.reason.startswith("pruned: a plan with knobs set")]
+    assert not (left and skipped) and all(c.knobs and c not in graph.built for c in left)  # (the second round's own)
     tried = Planner(be, strategies=["cudnn"]).tune(p)
     assert not any(o.reason.startswith("second round") for o in tried.outcomes)
 
@@ -275,6 +277,9 @@ def test_half_precision_plans_past_the_first_round_are_listed_but_built_only_whe
     reasons = [strategy.second_round(p, c, rank) for rank, (c, _ws) in enumerate(found)]
     assert reasons[:3] == [None] * 3 and reasons[3:] == ["past the heuristics' first 3 plans of a bfloat16 problem"] * 2
     assert strategy.pruned(p, CudnnConfig(13), None) is None
+    assert strategy.left_out_of_second_round(p, CudnnConfig(13), 3) is None  # (an engine's default plan is tried)
+    assert "knobs set past the heuristics' first 3" in strategy.left_out_of_second_round(
+        p, CudnnConfig(13, (("TILE_SIZE", 2),)), 3)
     assert strategy.workspace_bytes(p, CudnnConfig(14)) == 5 * 1024 and fake.builds[-1] == 14
     assert graph.waiting == {CudnnConfig(13)} and strategy.verified_at_full_batch(p, CudnnConfig(14))
 

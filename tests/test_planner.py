@@ -822,6 +822,25 @@ def test_the_second_round_runs_where_the_first_beat_the_reference_on_the_same_op
     assert d.phases["the second round's workspaces"] >= 0  # (a waiting cuDNN plan is built when asked its workspace)
 
 
+def test_candidates_their_strategy_leaves_out_of_the_second_round_are_not_tried_in_it(extra_strategies):
+    """Strategy.left_out_of_second_round: where the second round runs, a waiting candidate its strategy leaves out is
+    recorded skipped with the reason as a rule's, never built or timed; where the round does not run it is skipped for
+    that reason, like the others; an exhaustive search tries it."""
+    names, built = rounds_strategies(extra_strategies)
+    many = type(get_strategy("t-many"))
+    many.left_out_of_second_round = lambda self, p, config, rank: "left out for the test" if config.i == 2 else None
+    timer = FakeTimer({"t-ref": 0.0010, "t-many[i=0]": 0.0009, "t-many[i=1]": 0.0005, "t-many[i=2]": 0.0001})
+    d = Planner("numpy", timer, strategies=names).tune(problem("2d-odd"))
+    left = next(o for o in d.outcomes if o.label == "t-many[i=2]")
+    assert left.status == "skipped" and left.reason == "pruned: left out for the test" and left.rank == 2
+    assert "t-many[i=2]" not in built and "t-many[i=2]" not in timer.labels and d.winner.label == "t-many[i=1]"
+    slow = FakeTimer({"t-ref": 0.0010, "t-many[i=0]": 0.0011, "t-many": 0.0001})
+    d = Planner("numpy", slow, strategies=names).tune(problem("2d-odd"))
+    assert next(o for o in d.outcomes if o.label == "t-many[i=2]").reason.startswith("second round not run")
+    d = Planner("numpy", FakeTimer(dict(timer.times)), strategies=names, exhaustive=True).tune(problem("2d-odd"))
+    assert d.winner.label == "t-many[i=2]"
+
+
 def test_a_floor_in_the_second_round_measures_against_the_first_rounds_best(extra_strategies, monkeypatch):
     monkeypatch.setattr("convtune.planner.SLOW_FACTOR", 1e9)
     seen = []

@@ -126,6 +126,13 @@ class Strategy:
         search. A waiting candidate is not asked its workspace until its round comes (that can cost its build)."""
         return None
 
+    def left_out_of_second_round(self, problem: ConvProblem, config: Config, rank: int) -> str | None:
+        """Why a candidate that waits for the second round (:meth:`second_round`) is not tried when that round runs:
+        the planner records it ``skipped`` with the reason as a rule's (``pruned: ...``), never asking its workspace;
+        ``None``: it is tried. Asked only of waiting candidates, where the second round runs (where no first round
+        was, with no point of reference, every candidate is tried in one)."""
+        return None
+
     def listing_parts(self) -> dict[str, float]:
         """Where this thread's last listing of this strategy's candidates (:meth:`candidates`) spent its time, by part
         (phase name -> seconds), for the planner's account of a search (:attr:`~convtune.plan.Decision.phases`),
