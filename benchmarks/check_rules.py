@@ -159,9 +159,10 @@ def families(rules: dict) -> dict:
 def rounds(where, found) -> tuple[int, int, float]:
     """Replay the search's two rounds (``Strategy.second_round``, ``convtune.search.first_round_settles``) on one
     source's problems: those where a measured candidate would wait (today's pruning rules leave out what they prune),
-    how many would have run the second round, the waiting candidates' stored cost, and the plans chosen without the
-    second round against the full searches' winners (the sums of their medians over every problem of the source: the
-    step a model would take). Prints a line for ``where`` and every problem where the second round's winner was faster;
+    how many would have run the second round, the waiting candidates' stored cost, and the plans chosen (without the
+    second round where it does not run, without what it leaves out where it does) against the full searches' winners (the sums of their medians over every problem of the source: the
+    step a model would take). Prints a line for ``where`` and every problem whose plan chosen is slower than its full
+    search's winner (the second round not run, or what it leaves out);
     returns (problems with a waiting candidate, second rounds run, the chosen plans' sum over the winners')."""
     waiting_problems = second = waited = left_out = 0
     chosen = best_sum = saved = left_out_s = 0.0
@@ -183,19 +184,16 @@ def rounds(where, found) -> tuple[int, int, float]:
         if first_round_settles([SimpleNamespace(label=m.label, strategy=m.strategy,
                                                 timing=SimpleNamespace(median_s=m.median_s)) for m in first]) is None:
             second += 1
-            tried = [m for m in later if get_strategy(m.strategy).left_out_of_second_round(problem, m.config,
-                                                                                            m.rank) is None]
-            left_out += len(later) - len(tried)
-            left_out_s += sum(m.cost_s or 0.0 for m in later if m not in tried)
-            pick = min(m.median_s for m in first + tried)
-            chosen += pick
-            if pick > best:
-                lost.append((problem.describe(), pick / best))
-            continue
-        pick = min(m.median_s for m in first)
+            left = [m for m in later if get_strategy(m.strategy).left_out_of_second_round(problem, m.config,
+                                                                                           m.rank) is not None]
+            left_out += len(left)
+            left_out_s += sum(m.cost_s or 0.0 for m in left)
+            pick = min(m.median_s for m in measured if m not in left)
+        else:
+            pick = min(m.median_s for m in first)
+            waited += len(later)
+            saved += sum(m.cost_s or 0.0 for m in later)
         chosen += pick
-        waited += len(later)
-        saved += sum(m.cost_s or 0.0 for m in later)
         if pick > best:
             lost.append((problem.describe(), pick / best))
     if waiting_problems:

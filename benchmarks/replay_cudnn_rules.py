@@ -6,9 +6,10 @@ skipped plans came within 3% of their problem's winner, and which problems' best
 
 Stored searches do not say which plans the frontend compiles at run time: the engines are given (``--engines``,
 default the ones a probe of cuDNN's build times found on the H100). A runtime-compiled plan's build time is its stored
-``build_s``: its build while listing, which searches now count as the candidate's (``Strategy.built_elsewhere_s``);
-in searches stored before that, its build at the verification batch (a compilation as long as the one while listing,
-whose own time those searches did not store per plan); taken as slow where a search stored neither. A plan's place in the heuristics' list is its stored ``rank``.
+``build_s``: its build while listing, which searches now count as the candidate's (``Strategy.built_elsewhere_s``); in
+searches stored before that, its build at the verification batch (a compilation as long as the one while listing,
+whose own time those searches did not store per plan); taken as slow where a search stored neither. A plan's place in
+the heuristics' list is its stored ``rank``.
 
     python benchmarks/replay_cudnn_rules.py plans.db [more.db ...]
     python benchmarks/replay_cudnn_rules.py --duel plans.db [more.db ...]   (a rule weighed and not adopted: duel())

@@ -15,9 +15,8 @@ its warm run on the verification batch):
    half-precision problem) waits: steps 2 to 4 run first on the others, PyTorch's call among them, and then on the
    waiting ones (less those their strategy leaves out of it, ``skipped`` as pruned:
    :meth:`~convtune.strategies.base.Strategy.left_out_of_second_round`) only where a candidate beat PyTorch's call
-   by ``search.FIRST_ROUND_MARGIN``; otherwise they are
-   ``skipped``, with both times as the reason (not in an ``exhaustive`` search; where PyTorch's call is not among
-   the candidates, nothing waits);
+   by ``search.FIRST_ROUND_MARGIN``; otherwise they are ``skipped``, with both times as the reason (not in an
+   ``exhaustive`` search; where PyTorch's call is not among the candidates, nothing waits);
 2. a configuration whose workspace exceeds the budget is ``over_budget``;
 3. each strategy prepares its candidates at once (:meth:`~convtune.strategies.base.Strategy.prepare`: compiling
    their kernels on several threads); verification on a reduced batch against the float64 reference computed on the
