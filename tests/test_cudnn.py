@@ -295,6 +295,43 @@ def test_half_precision_plans_past_the_first_round_are_listed_but_built_only_whe
     assert fake.builds == [10, 11, 12, 13, 14] and not graph.waiting
 
 
+def test_a_plan_with_a_knob_the_frontend_cannot_name_waits_for_its_round_too(monkeypatch):
+    """A heuristics' plan past the first round with a knob the frontend cannot name (NOT_SET, so it cannot be built
+    from its place in the list) waits like the others, unbuilt, and is built from its nameable knobs when its round
+    comes; left out of that round (knobs set), it is never built."""
+    from types import SimpleNamespace
+
+    from convtune import ConvProblem
+    from convtune.strategies import cudnn as module
+    monkeypatch.setattr(module._CTX, "compiled", {})
+    monkeypatch.setattr(module._CTX, "engines", {})
+    monkeypatch.setattr(module._CTX, "enumerated", {})
+    monkeypatch.setattr(module, "FIRST_ROUND_PLANS", 1)
+
+    class Knobbed(_FakeFrontendGraph):
+        def get_engine_and_knobs_at_index(self, index):
+            engine = self.plans[self.listed[index]][0]
+            return engine, ({_Note("TILE_SIZE"): 2, _Note("NOT_SET"): 0} if engine == 11 else {})
+
+        def create_execution_plan(self, engine, knobs):
+            self.made = (engine, knobs)
+            super().create_execution_plan(engine, knobs)
+    p = ConvProblem.make(batch=2, in_channels=16, out_channels=32, input_size=(14, 14), kernel_size=3, padding=1,
+                         dtype="bfloat16", layout="channels_last")
+    fake = Knobbed([(10, ()), (11, ())])
+    graph = _fake_graph(module, fake, p)
+    graph.cudnn.knob_type = SimpleNamespace(TILE_SIZE="tile")
+    found = graph.enumerate("tf32", "bfloat16")
+    knobbed = CudnnConfig(11, (("TILE_SIZE", 2),))
+    assert [c for c, _ws in found] == [CudnnConfig(10), knobbed] and fake.builds == [10]
+    assert graph.waiting == {knobbed} and knobbed not in graph.unbuilt
+    strategy = get_strategy("cudnn")
+    module._CTX.enumerated[p.key()] = graph
+    assert strategy.second_round(p, knobbed, 1) is not None and strategy.left_out_of_second_round(p, knobbed, 1)
+    assert strategy.workspace_bytes(p, knobbed) == 3 * 1024 and fake.made == (11, {"tile": 2})
+    assert fake.builds == [10, 11] and not graph.waiting
+
+
 def test_runtime_compiled_engines_that_build_slowly_and_never_come_close_are_not_built_again(monkeypatch):
     """An engine's runtime-compiled plans are listed but not built once its record says they cost seconds and
     came nowhere near a winner; the planner is told why (pruned), an exhaustive search still builds them

@@ -186,9 +186,10 @@ class _Graph:
                         self.unbuilt[config] = index
                     found.append((config, 0))
                     continue
-                if replayable and waits(self.problem, len(found)):  # built if its round comes (workspace_bytes)
+                if waits(self.problem, len(found)):  # built if its round comes (workspace_bytes)
                     self.waiting.add(config)
-                    self.unbuilt[config] = index
+                    if replayable:  # (else rebuilt from its nameable knobs then, as a cached winner is)
+                        self.unbuilt[config] = index
                     found.append((config, 0))
                     continue
                 if record is not None:
