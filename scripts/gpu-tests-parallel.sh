@@ -22,7 +22,7 @@ wait $a; ea=$?
 wait $b; eb=$?
 for n in torch-gpu:$ea gpu-rest:$eb; do
   f=${n%%:*}
-  # pytest's summary line (cuDNN's frontend prints nanobind leak warnings after it at exit)
+  # pytest's summary line
   echo "== $f (exit ${n##*:}, $(( $(date +%s) - start )) s): $(grep -E "[0-9]+ (passed|failed|error)" "$O/$f.log" | tail -1)"
   grep -E "^(FAILED|ERROR)" "$O/$f.log" | head -30
 done

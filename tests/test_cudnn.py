@@ -527,3 +527,21 @@ def test_a_listing_tells_its_parts_once(monkeypatch):
     assert strategy.listing_parts() == {}
     strategy.candidates(p, gpu)  # (listed already: no listing, no parts)
     assert strategy.listing_parts() == {}
+
+
+def test_the_graphs_are_dropped_at_exit_once_a_handle_was_made(monkeypatch):
+    """The first handle registers the release at exit (the frontend's module, going after them, reports the objects
+    still held as leaks); the release drops every problem's graph and listing."""
+    from types import SimpleNamespace
+
+    from convtune.strategies import cudnn as module
+    registered = []
+    monkeypatch.setattr(module.atexit, "register", registered.append)
+    ctx = module._Context()
+    cp = SimpleNamespace(cuda=SimpleNamespace(Device=lambda: SimpleNamespace(id=0)))
+    frontend = SimpleNamespace(create_handle=lambda: "handle")
+    assert ctx.handle(frontend, cp) == "handle" and ctx.handle(frontend, cp) == "handle"
+    assert registered == [ctx.release]
+    ctx.enumerated["k"], ctx.candidates["k"] = object(), []
+    registered[0]()
+    assert not ctx.enumerated and not ctx.candidates

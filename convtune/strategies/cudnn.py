@@ -23,6 +23,7 @@ it does not support a problem.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import threading
@@ -308,8 +309,17 @@ class _Context:
     def handle(self, cudnn, cp):
         device = cp.cuda.Device().id
         if device not in self.handles:
+            if not self.handles:
+                atexit.register(self.release)
             self.handles[device] = cudnn.create_handle()
         return self.handles[device]
+
+    def release(self) -> None:
+        """Drop the problems' graphs, at exit: the frontend's module, going after them, reports each object of its
+        still held as a leak (``nanobind: leaked 408 instances!`` and a list, at the end of ResNet-50's tune)."""
+        with self.lock:
+            self.enumerated.clear()
+            self.candidates.clear()
 
 
 _CTX = _Context()
