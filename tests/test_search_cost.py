@@ -254,6 +254,8 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
             "took 1.42x") in said
     assert "engine N on a bfloat16 channels_last layer (20 rules)\n    pruned 983 candidates in 102 problems; the " \
            "closest took 1.68x" in said
+    assert "engine 77, runtime-compiled, on a bfloat16 channels_last layer\n    pruned 32 candidates in 32 problems; " \
+           "the closest took 1.12x" in said
     assert "engine N on a float32 depthwise layer (14 rules)\n    pruned 272 candidates in 59 problems; the closest " \
            "took 4.02x" in said
     assert ("depthwise: the channels-first tiled kernels on a bfloat16 channels_last layer on the GPU (between "
@@ -588,6 +590,8 @@ def test_the_cudnn_engine_rule_tries_four_engines_on_bfloat16_depthwise_layers()
     dense = _layer(in_channels=64, out_channels=64, kernel_size=3, padding=1, dtype="bfloat16", layout="channels_last")
     assert cudnn.pruned(dense, CudnnConfig(45), gpu) is None
     assert "bfloat16 channels_last layer" in cudnn.pruned(dense, CudnnConfig(69), gpu)
+    assert "runtime-compiled" in cudnn.pruned(dense, CudnnConfig(77), gpu)
+    assert cudnn.pruned(dense.replace(layout="channels_first"), CudnnConfig(77), gpu) is None  # (not measured)
     assert cudnn.pruned(dense.replace(layout="channels_first"), CudnnConfig(69), gpu) is None  # (not measured)
     first = _layer(in_channels=64, out_channels=64, kernel_size=3, padding=1, groups=64, dtype="bfloat16")
     assert cudnn.pruned(first, CudnnConfig(45), gpu) is None  # (channels_first: not measured)

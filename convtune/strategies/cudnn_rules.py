@@ -53,6 +53,9 @@ DEPTHWISE_SLOW_ENGINES = frozenset({1})
 LARGE_DEPTHWISE_TAPS, LARGE_DEPTHWISE_ENGINES = 49, frozenset({0})
 #: Engines not tried on bfloat16 channels_last 2-D layers of one group (:func:`fixed_rule`).
 DENSE_BFLOAT16_SLOW_ENGINES = frozenset({0, 1, 15, 17, 19, 24, 25, 30, 33, 34, 35, 49, 50, 53, 56, 60, 68, 69, 74, 76})
+#: Engines not tried on bfloat16 channels_last 2-D layers of one group, runtime-compiled ones whose builds cost the
+#: most and that never came close (:func:`fixed_rule`).
+DENSE_BFLOAT16_COSTLY_ENGINES = frozenset({77})
 #: Engines not tried on float32 channels-first layers of one group in fp32 math (:func:`fixed_rule`).
 DENSE_FLOAT32_SLOW_ENGINES = frozenset({0})
 #: On depthwise layers of these dtypes (bfloat16: channels_last ones), only these engines are tried (fixed_rule).
@@ -172,6 +175,12 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
       h200-*-bf16-*.db.gz) their 983 plans timed (in 102 of them) never came within 1.68x of the winner and cost 78
       of the 314 s the problems' candidates cost (engine 69's runtime-compiled plans 1.3 s a build). In ResNet-50's
       search on the H200 (2026-11-29, not stored) the closest came within 1.57x.
+    * Engine 77 on bfloat16 channels_last 2-D layers of one group: runtime-compiled, its plans cost 0.4 to 1.9 s a
+      build, and counted so (listing builds in candidates' costs since d16bf6e) they were the costliest of cuDNN's in
+      ResNet-50's AMP tunes on an H200 (2026-12-06: 2.3 to 10.2 s of the 11.0 to 29.5 s its candidates cost, four
+      tunes), never within 1.28x of the winner there; in the 32 stored problems where it was timed (ResNet-50 under
+      AMP on the H100, SLaK-T's, ConvNeXt-T's and RepLKNet-31B's on the H200) never within 1.12x, and 39.8 of the
+      382 s their candidates cost.
     * Engine 0 (the general fallback) on float32 channels-first layers of one group in fp32 math: not tried. In 165
       such problems of the stored searches (1-D and 2-D, 1x1 to 31x31; ResNet-50, ConvNeXt-T and the public suite
       on the H100, RepLKNet-31B and SLaK-T on the H200: tests/data/searches, with the explain logs there) its 399
@@ -191,6 +200,10 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
             and problem.rank == 2 and config.engine in DENSE_BFLOAT16_SLOW_ENGINES):
         return (f"engine {config.engine} on a bfloat16 channels_last layer: never within 1.6x of the winner in 136 "
                 "stored problems")
+    if (problem.groups == 1 and problem.dtype == "bfloat16" and problem.layout == "channels_last"
+            and problem.rank == 2 and config.engine in DENSE_BFLOAT16_COSTLY_ENGINES):
+        return (f"engine {config.engine}, runtime-compiled, on a bfloat16 channels_last layer: never within 1.1x of "
+                "the winner in 32 stored problems, its plans 0.4 to 1.9 s a build")
     if (problem.groups == 1 and problem.dtype == "float32" and problem.layout == "channels_first"
             and problem.math == "fp32" and config.engine in DENSE_FLOAT32_SLOW_ENGINES):
         return (f"engine {config.engine} on a float32 layer of one group: never within 3.9x of the winner in 165 "
