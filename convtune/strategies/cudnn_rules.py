@@ -196,12 +196,12 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
       their costs: in ConvNeXt-T's AMP tune (H200, 2026-12-06) its runtime-compiled plans cost 2.0 of the 29.7 s,
       about 0.25 s a build, and came within 1.65x to 4.37x of the winner.
     """
-    if (problem.groups == 1 and problem.dtype == "bfloat16" and problem.layout == "channels_last"
-            and problem.rank == 2 and config.engine in DENSE_BFLOAT16_SLOW_ENGINES):
+    dense_bfloat16 = (problem.groups == 1 and problem.dtype == "bfloat16" and problem.layout == "channels_last"
+                      and problem.rank == 2)
+    if dense_bfloat16 and config.engine in DENSE_BFLOAT16_SLOW_ENGINES:
         return (f"engine {config.engine} on a bfloat16 channels_last layer: never within 1.6x of the winner in 136 "
                 "stored problems")
-    if (problem.groups == 1 and problem.dtype == "bfloat16" and problem.layout == "channels_last"
-            and problem.rank == 2 and config.engine in DENSE_BFLOAT16_COSTLY_ENGINES):
+    if dense_bfloat16 and config.engine in DENSE_BFLOAT16_COSTLY_ENGINES:
         return (f"engine {config.engine}, runtime-compiled, on a bfloat16 channels_last layer: never within 1.1x of "
                 "the winner in 32 stored problems, its plans 0.4 to 1.9 s a build")
     if (problem.groups == 1 and problem.dtype == "float32" and problem.layout == "channels_first"
