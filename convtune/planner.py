@@ -29,7 +29,9 @@ its warm run on the verification batch):
    (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's plans, built for the full batch while
    listing) is built once, for the full batch, and verified there on the verification operands zero-extended along
    the batch (the zero samples' results must come out zero), then timed as built (kept from verification to timing
-   while their workspaces stay within ``PREBUILT_BYTES``);
+   while their workspaces stay within ``PREBUILT_BYTES``); a reference point verified as timed
+   (:meth:`~convtune.strategies.base.Strategy.verified_as_timed`: PyTorch's call on the GPU, on small kernels) is not
+   verified here but timed first, then checked on the zero-extended operands with the executor timed;
 4. the survivors are timed on the full problem, fastest first by a warm run on the reduced batch (so a time budget
    goes to the likely winners); a lone survivor is not timed; a candidate whose first timed run is ``EARLY_STOP``
    times the best median so far is not run again (early stopping; not in an ``exhaustive`` search, never for an
@@ -59,6 +61,7 @@ from . import precision
 from .backend import Backend, get_backend
 from .building import build_plan, failure_reason, random_operands, relative_error
 from .errors import TuningError
+from .fullbatch import confirm_full_batch
 from .plan import CandidateOutcome, Decision, Plan
 from .problem import ConvProblem
 from .search import NO_WINNER, Candidate, Search, first_round_settles, summary, with_
@@ -158,7 +161,7 @@ class Planner:
                     (o.timing.median_s for o in timed if o.timing), default=math.inf))
             else:
                 s.outcomes.extend(self._outcome(s, cand, "skipped", workspace=0, reason=settled) for cand in later)
-        timed = self._confirm_full_batch(s, timed)
+        timed = confirm_full_batch(s, timed, self.backend, self.verify_batch, self.seed, self._report)
         s.full_operands = s.verification = None
         s.prebuilt.clear()
         outcomes = s.outcomes
@@ -356,6 +359,9 @@ class Planner:
         survivors = []
         best_warm = s.best_warm
         for cand in candidates:
+            if cand.strategy.always_timed and cand.strategy.verified_as_timed(problem, cand.config):
+                survivors.append((cand, None, 0.0))  # (timed first, then verified: _time)
+                continue
             self._report(f"verify {cand.label}")
             started = time.perf_counter()
             try:
@@ -433,6 +439,25 @@ class Planner:
             s.extend(self.backend.xp, small, a, b, ref)
         return s.zero_extended
 
+    def _verified_as_timed(self, s: Search, cand, run) -> float:
+        """``cand``'s error, checked after its timing with ``run``, the executor timed: on the verification operands
+        zero-extended to the full batch (the verification batch itself where those do not fit, built for it)."""
+        problem, xp, (a, b, ref) = s.problem, self.backend.xp, s.verification
+        small = problem.replace(batch=min(problem.batch, self.verify_batch))
+        started = time.perf_counter()
+        try:
+            full = self._zero_extended(s, small, a, b, ref)
+            if full is None:
+                run, full = cand.strategy.executor(small, cand.config, self.backend), (
+                    a, b, precision.empty_result(xp, small), ref)
+            va, vb, out, vref = full
+            out[...] = xp.nan
+            run(va, vb, out)
+            return relative_error(xp, out, vref)
+        finally:
+            s.zero_extended = None
+            s.spend(cand, "verify_s", time.perf_counter() - started)
+
     def _synchronized_run(self, run, a, b, out) -> float:
         """Seconds one run takes, device work included (a rough clock for ranking, not a timing)."""
         t0 = time.perf_counter()
@@ -443,7 +468,7 @@ class Planner:
     def _time(self, s: Search, survivors, best: float = math.inf, lone_untimed: bool = True) -> list[CandidateOutcome]:
         """Time ``survivors``; ``best``: an earlier round's best median; ``lone_untimed``: a lone survivor is not."""
         problem = s.problem
-        if len(survivors) == 1 and lone_untimed and not math.isfinite(best):
+        if len(survivors) == 1 and lone_untimed and not math.isfinite(best) and survivors[0][1] is not None:
             cand, err = survivors[0]
             outcome = self._outcome(s, cand, "ok", error=err, reason="only candidate; not timed")
             s.outcomes.append(outcome)
@@ -506,6 +531,18 @@ class Planner:
                 now = time.perf_counter()
                 spent += now - t0
                 s.spend(cand, "timing_s", now - t_timing)
+            if err is None:  # (verified as timed: Strategy.verified_as_timed)
+                try:
+                    err = self._verified_as_timed(s, cand, run)
+                except Exception as exc:
+                    s.outcomes.append(self._outcome(s, cand, "failed", timing=stats, reason=failure_reason(
+                        self.backend, exc)))
+                    continue
+                if not err <= problem.tolerance:
+                    s.outcomes.append(self._outcome(s, cand, "rejected", error=err, timing=stats, reason=(
+                        f"error {err:.3g} over the {problem.math} tolerance {problem.tolerance:g}, verified after "
+                        "its timing")))
+                    continue
             reason = ""
             if stop_above is not None and stats.median_s > stop_above:
                 reason = (f"timing stopped after {stats.repeats} run(s): {stats.median_s / best:.2f}x the best so far "
@@ -536,48 +573,6 @@ class Planner:
             f"not timed: its median cannot be under {floor[0] * 1e3:.3f} ms, {floor[0] / best:.2f}x the best so far: "
             f"{floor[1]}")))
         return True
-
-    def _confirm_full_batch(self, s: Search, timed) -> list[CandidateOutcome]:
-        """Timed outcomes, fastest first, from the first one whose full-batch error is within tolerance
-        (wgrad only, when verification used a smaller batch); the ones ahead of it become ``rejected``."""
-        problem, outcomes = s.problem, s.outcomes
-        ranked = sorted(timed, key=lambda o: o.timing.median_s if o.timing else 0.0)
-        if problem.pass_ != "wgrad" or problem.batch <= self.verify_batch or not ranked:
-            return ranked
-        xp = self.backend.xp
-        started = time.perf_counter()
-        try:
-            a, b = s.full_operands or random_operands(self.backend, problem, self.seed + 1)
-            ref = get_strategy("reference").build(problem, None, self.backend)(a.astype(xp.float64),
-                                                                                b.astype(xp.float64))
-        except Exception as exc:  # e.g. the float64 reference does not fit: keep the verification's word
-            log.warning("full-batch check of %s skipped: %s", problem.key(), failure_reason(self.backend, exc))
-            return ranked
-        try:
-            for i, outcome in enumerate(ranked):
-                self._report(f"check {outcome.label} at the full batch")
-                try:
-                    out = precision.empty_result(xp, problem, fill=xp.nan)
-                    strategy = get_strategy(outcome.strategy)
-                    config = strategy.config_type.from_dict(outcome.config)
-                    strategy.executor(problem, config, self.backend)(a, b, out)
-                    err = relative_error(xp, out, ref)
-                except Exception as exc:
-                    err, failure = math.inf, failure_reason(self.backend, exc)
-                else:
-                    failure = None
-                index = next(k for k, o in enumerate(outcomes) if o is outcome)
-                if err <= problem.tolerance:
-                    ranked[i] = outcomes[index] = with_(outcome, error=err)
-                    return ranked[i:]
-                outcomes[index] = with_(outcome, status="failed" if failure else "rejected",
-                                        error=None if failure else err, reason=failure or (
-                                            f"error {err:.3g} on the full batch of {problem.batch} is over the "
-                                            f"{problem.math} tolerance {problem.tolerance:g} (the filter gradient "
-                                            "sums over the batch; the verification batch passed)"))
-            return []
-        finally:
-            s.phase("the full-batch check", time.perf_counter() - started)
 
     def _outcome(self, s: Search, cand, status, workspace: int | None = None, **fields) -> CandidateOutcome:
         """``cand``'s outcome, with its costs so far and its workspace (the strategy's, where not given)."""

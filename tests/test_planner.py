@@ -881,3 +881,69 @@ def test_nothing_waits_without_a_reference_in_an_exhaustive_search_or_with_nothi
                 exhaustive=why == "exhaustive").tune(problem("2d-odd"))
     assert d.winner.label == "t-many[i=1]"
     assert not any(o.status == "skipped" for o in d.outcomes)
+
+
+def _timed_then_verified(name, behaviour, calls):
+    """A reference-point strategy (always timed) verified after its timing; ``calls`` records each run's batch and
+    whether it came before any timing."""
+    cls = make_strategy(name, behaviour)
+
+    class Made(cls):
+        always_timed = True
+
+        def verified_as_timed(self, p, config):
+            return True
+
+        def build(self, p, config, backend):
+            run = super().build(p, config, backend)
+
+            def recorded(a, b, out=None):
+                calls.append(a.shape[0])
+                return run(a, b, out)
+            return recorded
+    Made.name = name
+    return Made
+
+
+def test_a_reference_point_verified_as_timed_is_timed_first_then_checked_on_the_full_batch(extra_strategies):
+    calls = []
+    extra_strategies(_timed_then_verified("t-ref", correct, calls))
+    extra_strategies("t-other", correct)
+    timer = FakeTimer({"t-ref": 0.002, "t-other": 0.001})
+    p = problem("2d-odd", batch=6)
+    d = Planner("numpy", timer, verify_batch=2, strategies=["t-ref", "t-other"]).tune(p)
+    assert timer.labels[0].startswith("t-ref")  # (timed first: no verification run to rank it by)
+    assert calls == [6, 6]  # its timing's run, then its check, both of the full batch (none on the verification one)
+    ref, = [o for o in d.outcomes if o.strategy == "t-ref"]
+    assert ref.status == "ok" and ref.error is not None and ref.error <= p.tolerance and ref.warm_run_s is None
+    assert ref.verify_s is not None and d.winner.strategy == "t-other"
+
+
+def test_a_reference_point_verified_as_timed_that_is_wrong_is_rejected_after_its_timing(extra_strategies):
+    calls = []
+    extra_strategies(_timed_then_verified("t-ref", slightly_wrong, calls))
+    extra_strategies("t-other", correct)
+    d = Planner("numpy", FakeTimer({"t-ref": 0.0001}, default=0.01), verify_batch=2,
+                strategies=["t-ref", "t-other"]).tune(problem("2d-odd", batch=6))
+    ref, = [o for o in d.outcomes if o.strategy == "t-ref"]
+    assert ref.status == "rejected" and ref.timing is not None and "verified after its timing" in ref.reason
+    assert d.winner.strategy == "t-other"
+
+
+def test_a_lone_reference_point_verified_as_timed_is_timed_to_be_verified(extra_strategies):
+    calls = []
+    extra_strategies(_timed_then_verified("t-ref", correct, calls))
+    timer = FakeTimer()
+    d = Planner("numpy", timer, verify_batch=2, strategies=["t-ref"]).tune(problem("2d-odd", batch=6))
+    assert d.winner.strategy == "t-ref" and d.winner.error is not None and d.winner.timing is not None
+    assert len(timer.labels) == 1 and calls == [6, 6]
+
+
+def test_pytorchs_call_is_verified_as_timed_only_with_its_search_and_on_small_kernels():
+    from convtune.strategies.pytorch import VERIFIED_AS_TIMED_TAPS, TorchConfig
+    torch_strategy = get_strategy("torch")
+    small, large = problem("2d-odd"), problem("2d-large-kernel")
+    assert np.prod(small.kernel_size) <= VERIFIED_AS_TIMED_TAPS < np.prod(large.kernel_size)
+    assert torch_strategy.verified_as_timed(small, TorchConfig(benchmark=True))
+    assert not torch_strategy.verified_as_timed(small, TorchConfig(benchmark=False))  # (the CPU's: verified before)
+    assert not torch_strategy.verified_as_timed(large, TorchConfig(benchmark=True))

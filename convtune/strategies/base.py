@@ -133,6 +133,14 @@ class Strategy:
         was, with no point of reference, every candidate is tried in one)."""
         return None
 
+    def verified_as_timed(self, problem: ConvProblem, config: Config) -> bool:
+        """Is ``config`` (of an :attr:`always_timed` strategy) verified after its timing, with the executor timed, on
+        the verification operands zero-extended to the full batch, rather than before it on the verification batch?
+        Where its verification would run something else than its timing does (PyTorch's call: cuDNN's heuristic pick,
+        built for the verification batch, where the timing runs its search's pick). Such a candidate is timed first,
+        and rejected after its timing where it misses the tolerance. ``False`` by default."""
+        return False
+
     def listing_parts(self) -> dict[str, float]:
         """Where this thread's last listing of this strategy's candidates (:meth:`candidates`) spent its time, by part
         (phase name -> seconds), for the planner's account of a search (:attr:`~convtune.plan.Decision.phases`),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import math
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +73,12 @@ LARGE_DEPTHWISE_HALF_GAIN = 8.0
 
 #: Half precisions (see :data:`LARGE_DEPTHWISE_HALF_GAIN`).
 HALF_DTYPES = frozenset({"bfloat16", "float16"})
+
+#: On the GPU, PyTorch's call is verified after its timing, on the pick its search made
+#: (:meth:`TorchStrategy.verified_as_timed`), on problems whose kernels have at most this many taps (7x7), which its
+#: floor never spares the search: on larger ones the FFT path's plans can be far enough ahead of its heuristic pick
+#: that the search is not run (:meth:`TorchStrategy.lower_bound`, which needs the pick's verification run).
+VERIFIED_AS_TIMED_TAPS = 49
 
 
 def search_gain(problem: ConvProblem) -> float:
@@ -262,6 +269,15 @@ class TorchStrategy(Strategy):
         The algorithm it picks at the full batch is the one timed, and a filter gradient's winner is checked at the
         full batch too."""
         return dataclasses.replace(config, benchmark=False)
+
+    def verified_as_timed(self, problem, config):
+        """With ``cudnn.benchmark`` (the GPU), on kernels of :data:`VERIFIED_AS_TIMED_TAPS` taps or fewer: verified on
+        the pick its search made, after its timing, the algorithm timed (before it, on the verification batch, the
+        heuristic pick was built for that batch, 0.1 to 0.4 s of ConvNeXt-T's 7x7 bfloat16 problems on an H100, and
+        checked in its place; and where the verification batch is the full one, that pick, which PyTorch keeps for
+        the shape on the planner's thread, could stand in for the search at the timing)."""
+        return config.benchmark and math.prod(problem.kernel_size) <= VERIFIED_AS_TIMED_TAPS and \
+            search_gain(problem) >= SEARCH_GAIN
 
     def lower_bound(self, problem, config, backend, operands, best_s, estimate_s):
         """Where the search (``cudnn.benchmark``) would be timed but the heuristic pick may be far behind the best so
