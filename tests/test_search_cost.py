@@ -156,15 +156,23 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     assert fft.pruned(big, chunked, gpu, room=1 << 20) is None and fft.pruned(big, chunked, gpu) is None
     assert fft.pruned(big, replace(chunked, tiled=True), gpu, room=4 << 30) is None
     assert fft.pruned(big, chunked, cpu, room=4 << 30) is None  # on the CPU chunks were faster at times
-    # the GPU, strided dense kernels to 7x7: no FFT (fused or not); kept for stride 1, depthwise and larger kernels
+    # the GPU, strided dense kernels to 7x7: no FFT (fused or not); kept for stride 1, grouped and larger kernels
     fused = replace(cfg, fused=True)
     assert fft.pruned(_layer(kernel_size=7, padding=3), fused, gpu) is None
     for config in (fused, cfg, replace(cfg, polyphase=True)):
         assert "strided dense kernel" in fft.pruned(_layer(kernel_size=7, padding=3, stride=2), config, gpu)
-    assert fft.pruned(_layer(kernel_size=7, padding=3, stride=2, groups=64), fused, gpu) is None
+    assert fft.pruned(_layer(kernel_size=7, padding=3, stride=2, groups=16), fused, gpu) is None
     assert fft.pruned(_layer(kernel_size=9, padding=4, stride=2), cfg, gpu) is None
-    assert fft.pruned(_layer(kernel_size=7, padding=3, groups=64), fused, gpu) is None
+    assert fft.pruned(_layer(kernel_size=7, padding=3, groups=16), fused, gpu) is None
     assert fft.pruned(big, fused, gpu) is None
+    # the GPU, depthwise 2-D kernels to 7x7: no FFT, not even convtune's own transforms; kept for larger ones
+    for kernel, padding in ((7, 3), (5, 2), ((7, 9), (3, 4))):
+        depthwise = _layer(kernel_size=kernel, padding=padding, groups=64)
+        assert ("depthwise kernel of at most 7" in (fft.pruned(depthwise, own, gpu) or "")) == (kernel != (7, 9))
+        assert fft.pruned(depthwise, own, cpu) is None or kernel == 5  # (the CPU's rules are its own)
+    assert fft.pruned(_layer(kernel_size=9, padding=4, groups=64), own, gpu) is None
+    depthwise_1d = _layer(in_channels=8, out_channels=8, input_size=(512,), kernel_size=7, padding=3, groups=8)
+    assert fft.pruned(depthwise_1d, pointwise, gpu) is None  # (measured on 2-D layers only)
     # the CPU: small kernels, and dense ones to 7x7; not where FFT has won
     assert fft.pruned(_layer(), cfg, cpu) and fft.pruned(_layer(groups=64), cfg, cpu)
     assert fft.pruned(_layer(kernel_size=7, padding=3, stride=2), cfg, cpu)
@@ -172,6 +180,17 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     assert fft.pruned(_layer(kernel_size=9, padding=4), cfg, cpu) is None
     one_d = _layer(in_channels=8, out_channels=8, input_size=(512,), kernel_size=9, padding=4, groups=8)
     assert fft.pruned(one_d, pointwise, cpu) is None
+
+
+def test_the_image_fft_shares_the_small_depthwise_rule_on_the_gpu_only():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.fftplane import PlaneFftConfig
+    plane, cfg = get_strategy("fft-plane"), PlaneFftConfig(sizes=(64, 64))
+    small, large = _layer(kernel_size=7, padding=3, groups=64), _layer(kernel_size=31, padding=15, groups=64)
+    assert "depthwise kernel of at most 7" in plane.pruned(small, cfg, _Named("cupy"))
+    assert plane.pruned(small, cfg, _Named("numpy")) is None and plane.pruned(large, cfg, _Named("cupy")) is None
+    multiplier = _layer(out_channels=128, kernel_size=7, padding=3, groups=64)  # (two filters per channel)
+    assert plane.pruned(multiplier, cfg, _Named("cupy")) is None
 
 
 def test_the_fft_gemm_product_is_pruned_on_the_gpu_where_fgemm_or_pointwise_runs_the_problem():
@@ -264,8 +283,12 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
             "closest took 3.37x") in said
     assert ("cudnn: engine 0 on a float32 layer of one group\n    pruned 399 candidates in 165 problems; the closest "
             "took 3.93x") in said
-    assert ("fft: the gemm product on the GPU where fgemm or pointwise runs the problem\n    pruned 953 candidates in "
-            "166 problems; the closest took 1.32x") in said
+    assert ("fft: the gemm product on the GPU where fgemm or pointwise runs the problem\n    pruned 617 candidates in "
+            "87 problems; the closest took 1.32x") in said
+    assert ("fft-plane: depthwise kernel of at most 7 per axis on the GPU\n    pruned 368 candidates in 61 problems; "
+            "the closest took 1.45x") in said
+    assert ("fft: depthwise kernel of at most 7 per axis on the GPU\n    pruned 642 candidates in 79 problems; "
+            "the closest took 2.30x") in said
     assert check.main(args + ["--margin", "1.0"]) == 1  # it can fail: the GPU's non-own FFT at 1.21x is within 2x
 
 

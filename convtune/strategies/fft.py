@@ -138,6 +138,27 @@ class FftConfig(Config):
         return Placement((self.polyphase, self.tiled))
 
 
+#: Depthwise 2-D kernels of at most this many per axis get no FFT on the GPU (:func:`small_depthwise`).
+SMALL_DEPTHWISE = 7
+
+
+def small_depthwise(problem: ConvProblem, backend) -> str | None:
+    """The rule on small depthwise kernels shared by the FFT strategies (``fft`` and ``fft-plane``): on the GPU, a
+    2-D depthwise layer (one filter per channel) of at most :data:`SMALL_DEPTHWISE` taps per axis gets no FFT.
+    Replayed on the stored GPU searches (``benchmarks/check_rules.py`` on tests/data/searches, H100 and H200:
+    ConvNeXt-T, SLaK-T, RepLKNet-31B, the public suite; 3x3 to 7x7, float32 and bfloat16, channels-first and
+    channels_last, every pass) it prunes ``fft``'s 642 candidates in 79 problems, the closest 2.30x the winner, and
+    ``fft-plane``'s 368 in 61, the closest 1.45x (ConvNeXt-T's stage-1 7x7 backward-data pass in bfloat16); none won.
+    Their searches cost 11.3 s of 1,246, their kernels' compiling aside. In ConvNeXt-T's AMP tune on an H100 (2026-12-07) the
+    two strategies' 141 candidates cost 2.5 s of 26.3, the process's first cuFFT plans among them, never within
+    2.53x of the winner."""
+    if getattr(backend, "name", "") != "cupy" or problem.rank != 2 or not problem.depthwise or \
+            problem.out_per_group != 1 or any(k > SMALL_DEPTHWISE for k in problem.kernel_size):
+        return None
+    return (f"depthwise kernel of at most {SMALL_DEPTHWISE} per axis on the GPU: FFT has never come within 1.45x of "
+            "the best there")
+
+
 def own_transform_configs(problem, backend, sizes, products, tf32) -> list[FftConfig]:
     """convtune's own transforms (GPU, the sizes they take): with the packed product where it runs (in tf32 mode
     also its TF32 tensor-core form), and with cuBLAS where the packed kernel is missing or TF32 tensor cores may do
@@ -226,6 +247,7 @@ class FftStrategy(Strategy):
           the other 17 per pass took 3.6 s of the search's 35 s, their best 1.63x
           (h100-resnet50-b32-rules-2.db.gz). Strided layers of an earlier search: best 1.07x; the fp32 suite:
           1.12x. (At stride 1 FFT has won: the suite's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
+        * GPU, depthwise 2-D kernels of at most 7 per axis: no FFT (:func:`small_depthwise`).
         * GPU, the ``gemm`` product (batched matmul on the FFT library's layout, with transposed copies) where the
           ``fgemm`` or ``pointwise`` product runs the problem (as the configuration runs it: its phases, its
           tiles): never. In the 672 problems of the stored GPU searches that listed it (H100 and H200,
@@ -233,9 +255,10 @@ class FftStrategy(Strategy):
           in every one) it won nothing and came no closer than 1.25x the winner (hyena-long-dw's filter gradient)
           in the 307 where it was timed; the others were skipped as slow or over the budget, after its verification. Replayed
           after the other rules on every committed search and explain log (``benchmarks/check_rules.py``, as
-          tests/test_search_cost.py runs it): 953 candidates in 166 problems, the closest 1.32x, 39.4 s of the
-          searches' 1,246 s; of the normal (not exhaustive) searches' candidate costs, 3.3 of RepLKNet-31B's 21.0 s
-          and 2.6 of SLaK-T's 19.4 s in float32, 3.0 of SLaK-T's 91.8 s in bfloat16 (H200).
+          tests/test_search_cost.py runs it; the small depthwise kernels' rule, above, first): 617 candidates in
+          87 problems, the closest 1.32x, 31.7 s of the searches' 1,246 s; of the normal (not exhaustive) searches'
+          candidate costs, 2.1 of RepLKNet-31B's 21.0 s and 1.9 of SLaK-T's 19.4 s in float32, 2.0 of SLaK-T's
+          91.8 s in bfloat16 (H200).
         * GPU, strided dense kernels of at most twice the stride on every axis (each input read by at most
           two windows): no FFT. H100, the public suite's wav2vec2-conv0 (kernel 10, stride 5, 16000 samples,
           2026-11-23): 99 FFT candidates took 22 s of the search, the best 1.93x the winner (wgrad), 5.4x and
@@ -250,6 +273,9 @@ class FftStrategy(Strategy):
                     "GEMM with nothing to share, FFT computes every position and drops most")
         small = all(k <= 3 for k in kernel)
         if backend.name == "cupy":
+            depthwise = small_depthwise(problem, backend)
+            if depthwise is not None:
+                return depthwise
             if small and not config.own:
                 return "kernel of at most 3 per axis on the GPU: only convtune's own transforms have won there"
             if config.product == "gemm" and self._other_products(problem, config):
