@@ -150,6 +150,15 @@ def test_the_fft_rules_prune_where_measurements_say_fft_cannot_win():
     # the GPU, small kernels: convtune's own transforms are kept, the others pruned
     assert fft.pruned(_layer(), cfg, gpu) and fft.pruned(_layer(), own, gpu) is None
     assert fft.pruned(_layer(kernel_size=5, padding=2), cfg, gpu) is None
+    # the GPU, dense half-precision kernels to 3x3 (1-D and 2-D): no FFT, not even convtune's own transforms
+    for dtype in ("bfloat16", "float16"):
+        for layer in (_layer(dtype=dtype), _layer(dtype=dtype, layout="channels_last"),
+                      _layer(dtype=dtype, input_size=(512,), kernel_size=3, padding=1)):
+            assert "dense half-precision kernel of at most 3" in fft.pruned(layer, own, gpu)
+        assert fft.pruned(_layer(dtype=dtype, kernel_size=5, padding=2), own, gpu) is None
+        assert "depthwise" in fft.pruned(_layer(dtype=dtype, groups=64), own, gpu)  # (the depthwise rule's)
+        assert "dense half-precision" not in (fft.pruned(_layer(dtype=dtype, groups=4), own, gpu) or "")
+        assert "on the CPU" in fft.pruned(_layer(dtype=dtype), own, cpu)  # (the CPU's rule: small kernels)
     # the GPU, batch chunks: only where the whole-batch form does not fit
     big, chunked = _layer(kernel_size=9, padding=4), replace(cfg, chunk=1)
     assert "batch chunks" in fft.pruned(big, chunked, gpu, room=4 << 30)
@@ -256,10 +265,11 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
                "h100-public-suite-exhaustive-2.db",  # H100, exhaustive (every candidate timed)
                "h200-replknet-31b-b16-tune.db", "h200-slak-t-b16-tune.db",  # H200, normal searches
                # (H200, bfloat16 channels_last: ConvNeXt-T's stopped after 60 s; RepLKNet-31B's depthwise problems
-               # before the rules on them, its others after; H100, ResNet-50 under AMP)
+               # before the rules on them, its others after; H100, ResNet-50 under AMP, a search of 2026-11-24 and a
+               # normal tune of 2026-12-07)
                "h200-slak-t-b16-bf16-tune.db", "h200-convnext_tiny-b32-bf16-tune.db",
                "h200-replknet-31b-b16-bf16-depthwise.db", "h200-replknet-31b-b16-bf16-dense.db",
-               "h100-resnet50-amp-search.db"):
+               "h100-resnet50-amp-search.db", "h100-resnet50-amp-tune.db"):
         args += ["--db", _stored_search(tmp_path, db)]
     # the second exhaustive suite search stored cuDNN's eng7 at 0.41 ms on a 7x7 3x3 dgrad (0.20 ms in every other
     # search) and a pruned FFT candidate won there at 0.40 ms; re-timed side by side, the normal search's eng7 took 0.20
@@ -271,6 +281,8 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
     said = capsys.readouterr().out
     assert ("engine N on a bfloat16 depthwise layer (37 rules)\n    pruned 938 candidates in 61 problems; the closest "
             "took 1.42x") in said
+    assert ("fft: dense half-precision kernel of at most 3 per axis on the GPU\n    pruned 5 candidates in 3 problems; "
+            "the closest took 8.53x") in said
     assert "engine N on a bfloat16 channels_last layer (20 rules)\n    pruned 983 candidates in 102 problems; the " \
            "closest took 1.68x" in said
     assert "engine 77, runtime-compiled, on a bfloat16 channels_last layer\n    pruned 32 candidates in 32 problems; " \

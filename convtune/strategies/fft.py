@@ -140,6 +140,10 @@ class FftConfig(Config):
 
 #: Depthwise 2-D kernels of at most this many per axis get no FFT on the GPU (:func:`small_depthwise`).
 SMALL_DEPTHWISE = 7
+#: Dense (one group) half-precision kernels of at most this many per axis get no FFT on the GPU (``pruned``)...
+SMALL_HALF_DENSE = 3
+#: ... where no FFT candidate came within this many times the winner.
+SMALL_HALF_DENSE_CLOSEST = 6
 
 
 def small_depthwise(problem: ConvProblem, backend) -> str | None:
@@ -248,6 +252,14 @@ class FftStrategy(Strategy):
           (h100-resnet50-b32-rules-2.db.gz). Strided layers of an earlier search: best 1.07x; the fp32 suite:
           1.12x. (At stride 1 FFT has won: the suite's dense 7x7 dgrad at 16x16 and a 1-D kernel of 5, tiled.)
         * GPU, depthwise 2-D kernels of at most 7 per axis: no FFT (:func:`small_depthwise`).
+        * GPU, dense (one group) half-precision kernels of at most 3 per axis (:data:`SMALL_HALF_DENSE`): no FFT, not
+          even convtune's own transforms, against cuDNN's tensor-core engines. On the stored searches
+          (``benchmarks/check_rules.py`` on tests/data/searches: ResNet-50 under AMP on an H100, 2026-11-24 and
+          2026-12-07) the rule prunes 5 candidates in 3 problems, the closest 8.53x the winner, 2.0 s of the
+          searches' cost; on ten ResNet-50 AMP tunes on an H100 and an H200 (2026-12-06 and 07) 30 candidates, 3 a
+          tune, the closest 6.09x, 18.9 s of the 168.7 s their candidates cost: about 1.9 s a tune, nearly all of it
+          the first run of the process's first FFT candidate (its kernels compiled). Measured in bfloat16; float16
+          runs on the same engines.
         * GPU, the ``gemm`` product (batched matmul on the FFT library's layout, with transposed copies) where the
           ``fgemm`` or ``pointwise`` product runs the problem (as the configuration runs it: its phases, its
           tiles): never. In the 672 problems of the stored GPU searches that listed it (H100 and H200,
@@ -276,6 +288,9 @@ class FftStrategy(Strategy):
             depthwise = small_depthwise(problem, backend)
             if depthwise is not None:
                 return depthwise
+            if problem.groups == 1 and problem.dtype != "float32" and all(k <= SMALL_HALF_DENSE for k in kernel):
+                return (f"dense half-precision kernel of at most {SMALL_HALF_DENSE} per axis on the GPU: FFT has never "
+                        f"come within {SMALL_HALF_DENSE_CLOSEST}x of the best there")
             if small and not config.own:
                 return "kernel of at most 3 per axis on the GPU: only convtune's own transforms have won there"
             if config.product == "gemm" and self._other_products(problem, config):
