@@ -98,7 +98,7 @@ def _worker(device: str, index: int, count: int, job: Job, events, go, abort) ->
         problems = rotated([ConvProblem.from_key(k) for k in job.problem_keys], index, count)
         with Worklist(cache, info, planner.tune, retune=job.retune,
                       on_tune=lambda p: events.put(("start", device, p.key()))) as work, \
-                CompileAhead(planner.prepare_ahead, problems, backend) as ahead:
+                CompileAhead(planner.builds_ahead, problems, backend) as ahead:
             for index, problem in enumerate(problems):
                 ahead.reached(index)
                 if abort.is_set():

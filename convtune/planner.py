@@ -186,18 +186,24 @@ class Planner:
         """Tune and build the winner."""
         return build_plan(self.tune(problem), self.backend)
 
-    def prepare_ahead(self, problem: ConvProblem) -> None:
-        """Prepare now what :meth:`tune` of ``problem`` will (the strategies' :meth:`~Strategy.prepare`: their
-        candidates' kernels compiled), listed and pruned as there; nothing is recorded, a failure is the search's to
-        meet. For many problems, one prepared on a background thread while another is searched
-        (:class:`convtune.compiling.CompileAhead`)."""
-        room = None if self.exhaustive else self._room(problem)
+    def builds_ahead(self, problem: ConvProblem) -> list:
+        """What :meth:`tune` of ``problem`` will compile, as calls of no arguments: its candidates' (listed and pruned
+        as there) :meth:`~Strategy.kernel_builds`; a strategy with a :meth:`~Strategy.prepare` of its own prepares
+        here. Nothing is recorded, a failure is the search's to meet. For many problems
+        :class:`convtune.compiling.CompileAhead` runs them on a pool of threads while another problem is searched."""
+        room, builds = None if self.exhaustive else self._room(problem), []
         for strategy in self._strategies():
-            if (type(strategy).prepare is Strategy.prepare and type(strategy).kernel_builds is Strategy.kernel_builds) \
+            own = type(strategy).prepare is not Strategy.prepare
+            if (not own and type(strategy).kernel_builds is Strategy.kernel_builds) \
                     or strategy.supports(problem, self.backend) is not None:
                 continue
-            strategy.prepare(problem, [c for c in strategy.candidates(problem, self.backend) if self.exhaustive or
-                                       strategy.pruned(problem, c, self.backend, room) is None], self.backend)
+            configs = [c for c in strategy.candidates(problem, self.backend) if self.exhaustive or
+                       strategy.pruned(problem, c, self.backend, room) is None]
+            if own:
+                strategy.prepare(problem, configs, self.backend)
+            elif configs:
+                builds += strategy.kernel_builds(problem, configs, self.backend)
+        return builds
 
     # -- steps ----------------------------------------------------------------------
     def _strategies(self) -> list[Strategy]:

@@ -95,3 +95,41 @@ def test_compile_ahead_starts_nothing_for_one_item_or_on_one_core(monkeypatch):
     with CompileAhead(calls.append, ["a", "b"]) as ahead:
         pass
     assert calls == [] and ahead.prepared == 0
+
+
+def test_compile_ahead_runs_every_items_builds_on_one_pool_without_waiting_for_an_item_to_finish(monkeypatch):
+    """The builds ``prepare`` returns go to one pool: a slow build of one item does not hold back the next item's
+    builds (they had run one item after another); closing drops the builds not yet started, and a build that raises
+    costs only itself."""
+    monkeypatch.setattr("convtune.compiling.threads", lambda: 2)
+    release, ran, lock = threading.Event(), [], threading.Lock()
+
+    def build(name, slow=False, broken=False):
+        def run():
+            if slow:
+                release.wait(10)
+            if broken:
+                raise RuntimeError("no kernel")
+            with lock:
+                ran.append(name)
+        return run
+    builds = {0: [build("0a", slow=True)], 1: [build("1a"), build("1b", broken=True), build("1c")], 2: None,
+              3: [build("3a")]}
+    ahead = CompileAhead(builds.get, range(4)).start()
+    assert _wait_for(lambda: {"1a", "1c", "3a"} <= set(ran))  # (one thread holds 0a; the other ran the rest)
+    assert "0a" not in ran and ahead.prepared == 4
+    release.set()
+    ahead.close()
+    assert sorted(ran) == ["0a", "1a", "1c", "3a"] and ahead.built == 5
+
+    release.clear()
+    ran.clear()
+    many = {0: [build("slow", slow=True), build("slow", slow=True)] + [build(f"b{i}") for i in range(50)], 1: []}
+    ahead = CompileAhead(many.get, range(2)).start()
+    assert _wait_for(lambda: ahead.prepared == 2)
+    closing = threading.Thread(target=ahead.close)
+    closing.start()
+    time.sleep(0.05)
+    release.set()
+    closing.join(10)
+    assert not closing.is_alive() and ran == ["slow", "slow"]  # (both threads held; the 50 behind them dropped)

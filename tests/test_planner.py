@@ -349,8 +349,8 @@ def test_strategies_prepare_their_candidates_before_verification(extra_strategie
 
 
 def test_a_strategy_prepares_by_compiling_its_kernel_builds_at_once(extra_strategies, monkeypatch):
-    """By default Strategy.prepare hands the configs' kernel_builds to build_concurrently, in one call; the planner
-    prepares ahead (prepare_ahead) a strategy that has kernel builds, and skips one that has neither."""
+    """By default Strategy.prepare hands the configs' kernel_builds to build_concurrently, in one call; the planner's
+    builds ahead (builds_ahead) are the kernel builds of a strategy that has them, none of one that has neither."""
     from convtune import compiling
     handed, compiled = [], []
     monkeypatch.setattr(compiling, "build_concurrently", lambda builds, backend: handed.append(list(builds)) or 0)
@@ -363,8 +363,10 @@ def test_a_strategy_prepares_by_compiling_its_kernel_builds_at_once(extra_strate
     get_strategy("t-kernels").prepare(p, [EmptyConfig(), EmptyConfig()], None)
     assert len(handed) == 1 and len(handed[0]) == 2 and not compiled
     handed.clear()
-    Planner("numpy", FakeTimer(), strategies=["t-kernels", "im2col"]).prepare_ahead(p)
-    assert len(handed) == 1 and len(handed[0]) == 1  # (im2col has nothing to compile: not prepared)
+    builds = Planner("numpy", FakeTimer(), strategies=["t-kernels", "im2col"]).builds_ahead(p)
+    assert len(builds) == 1 and not handed and not compiled  # (im2col has nothing to compile: none of its)
+    builds[0]()
+    assert compiled == [EmptyConfig()]
 
 
 def test_compile_ahead_compiles_the_kernels_of_stored_winners_at_once(extra_strategies, monkeypatch):
@@ -609,7 +611,7 @@ class SizeConfig(Config):
     size: int = 0
 
 
-def test_prepare_ahead_prepares_what_the_search_will_and_records_nothing(extra_strategies):
+def test_builds_ahead_prepare_what_the_search_will_and_record_nothing(extra_strategies):
     prepared = []
 
     def compiling(name, supported=True):
@@ -626,9 +628,9 @@ def test_prepare_ahead_prepares_what_the_search_will_and_records_nothing(extra_s
         return extra_strategies(Compiling)
     names = [compiling("t-compiles"), compiling("t-elsewhere", supported=False), extra_strategies("t-plain")]
     planner = Planner("numpy", strategies=names)
-    planner.prepare_ahead(problem("2d-odd", "dgrad"))
+    assert planner.builds_ahead(problem("2d-odd", "dgrad")) == []  # (a prepare of its own: run, not handed back)
     assert prepared == [("t-compiles", "dgrad", [2, 3])]  # (pruned and unsupported left out, as the search would)
-    Planner("numpy", strategies=names, exhaustive=True).prepare_ahead(problem("2d-odd"))
+    Planner("numpy", strategies=names, exhaustive=True).builds_ahead(problem("2d-odd"))
     assert prepared[-1] == ("t-compiles", "fwd", [1, 2, 3])
     d = planner.tune(problem("2d-odd", "dgrad"))
     assert prepared[-1] == ("t-compiles", "dgrad", [2, 3]) and len(prepared) == 3  # the search prepares as before

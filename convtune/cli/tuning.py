@@ -154,7 +154,7 @@ def tune(network, db, input_shape, passes, math_mode, dtype, layout, batches, pe
                 to_tune = [(p, names) for p, names in problems if p.key() not in sources]
                 # (the next problems' kernels compile while one is searched)
                 with progress(to_tune, "tuning", lambda item: f"{item[1][0]} {item[0].pass_}") as bar, \
-                        CompileAhead(planner.prepare_ahead, [p for p, _n in to_tune], be) as ahead:
+                        CompileAhead(planner.builds_ahead, [p for p, _n in to_tune], be) as ahead:
                     for index, (problem, names) in enumerate(bar):
                         ahead.reached(index)
                         current[0] = names[0]

@@ -345,8 +345,8 @@ def _compile_ahead(rt, items) -> CompileAhead:
     if len(missing) < 2:
         return nothing
     planner = Planner(br.backend, **rt.planner_options)
-    ahead = CompileAhead(lambda item: item[1] == device and item[0].key() in missing and planner.prepare_ahead(item[0]),
-                         items, br.backend)
+    ahead = CompileAhead(lambda item: planner.builds_ahead(item[0]) if item[1] == device and item[0].key() in missing
+                         else None, items, br.backend)
     return br.call(device.index, ahead.start)
 
 
