@@ -160,8 +160,9 @@ class CompileAhead:
     ``prepare`` returns the item's builds (calls of no arguments; :func:`build_concurrently`'s) or ``None`` where it
     did its work itself. The builds of every item go to one pool of :func:`threads` threads, in the items' order, and
     the thread goes on to the next item's without waiting for them: one problem's few kernels do not hold back the
-    next problem's, and the pool stays busy (ConvNeXt-T's depthwise kernels, a handful per problem, had compiled
-    one problem after another, the search waiting for them: 3.0 s of its 26 s AMP tune on an H100).
+    next problem's, and the pool stays busy (SLaK-T's fp32 tune from an empty kernel cache on an H100 waited 3.9 s
+    for its plane FFTs' kernels where, one problem's at a time, it had waited 9.1 s; the tune as a whole was not
+    faster in that pair: BENCHMARKS.md).
 
     The caller says which item it has reached (:meth:`reached`); those not yet listed are skipped, their searches
     having prepared them. :meth:`close` stops before the next item, drops the builds not yet started and waits for
