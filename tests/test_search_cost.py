@@ -202,6 +202,25 @@ def test_the_image_fft_shares_the_small_depthwise_rule_on_the_gpu_only():
     assert plane.pruned(multiplier, cfg, _Named("cupy")) is None
 
 
+def test_the_image_fft_leaves_out_planes_far_larger_than_the_smallest_on_the_gpu():
+    from convtune.fft import planeconv
+    from convtune.strategies import get_strategy
+    from convtune.strategies.fftplane import PlaneFftConfig
+    plane, gpu, cpu = get_strategy("fft-plane"), _Named("cupy"), _Named("numpy")
+    slak = _layer(batch=16, in_channels=96, out_channels=96, kernel_size=51, padding=25, groups=96)
+    assert planeconv.size_options(slak) == [(128, 128), (81, 96), (96, 96)]
+    kept = {sizes for sizes in planeconv.size_options(slak) if plane.pruned(slak, PlaneFftConfig(sizes=sizes), gpu)
+            is None}
+    assert kept == {(81, 96), (96, 96)}  # (96 x 96 is 1.19x 81 x 96's area; 128 x 128 2.11x)
+    assert "a plane over 1.5x" in plane.pruned(slak, PlaneFftConfig(sizes=(128, 128)), gpu)
+    assert plane.pruned(slak, PlaneFftConfig(sizes=(128, 128)), cpu) is None
+    # SLaK's 49x49 at 28 x 28: 64 x 64 is 1.40x 54 x 54's area, and has won its filter gradient
+    stage2 = _layer(batch=16, in_channels=192, out_channels=192, input_size=(28, 28), kernel_size=49, padding=24,
+                    groups=192, pass_="wgrad")
+    assert set(planeconv.size_options(stage2)) == {(64, 64), (54, 54)}
+    assert all(plane.pruned(stage2, PlaneFftConfig(sizes=s, slices=6), gpu) is None for s in [(64, 64), (54, 54)])
+
+
 def test_the_fft_gemm_product_is_pruned_on_the_gpu_where_fgemm_or_pointwise_runs_the_problem():
     from dataclasses import replace
     from convtune.strategies import get_strategy

@@ -7,6 +7,7 @@ in place."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from .. import precision
@@ -16,6 +17,10 @@ from ..problem import ConvProblem
 from ..versioning import no_shape
 from .base import Config, Strategy, register
 from .fft import small_depthwise
+
+#: A transform whose plane (``L0 x L1``) is over this many times the smallest of the problem's options
+#: (:func:`convtune.fft.planeconv.size_options`) is not tried on the GPU (:meth:`PlaneFftStrategy.pruned`).
+LARGER_PLANE = 1.5
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,26 @@ class PlaneFftStrategy(Strategy):
     def pruned(self, problem, config, backend, room=None):
         """The FFT strategies' rule on small depthwise kernels (:func:`convtune.strategies.fft.small_depthwise`): the
         image FFT's candidates on 7x7 kernels or smaller never came within 2.53x of the winner in ConvNeXt-T's AMP
-        tune on an H100."""
-        return small_depthwise(problem, backend)
+        tune on an H100. And on the GPU no plane over :data:`LARGER_PLANE` times the area of the problem's smallest
+        (the power of two beside a much smaller 2^a 3^b: 128 x 128 beside SLaK's 81 x 96 and RepLKNet's 72 x 72,
+        64 x 64 beside 48 x 48). Replayed on the stored GPU searches (``benchmarks/check_rules.py`` on
+        tests/data/searches, H200: SLaK-T's and RepLKNet-31B's tunes in float32 and bfloat16) it prunes 24 candidates in
+        6 problems of each, the closest 1.25x the winner (RepLKNet's 29x29 filter gradient at 28 x 28, on 64 x 64
+        beside 48 x 48), while planes 1.40x the smallest have won (SLaK's 49x49 filter gradient, 64 x 64 beside
+        54 x 54); in two SLaK-T fp32 tunes on an H100 (2026-12-07) never within 1.52x. Their timing costs little
+        (0.1 to 0.2 s a tune); their kernels, the largest to compile, are about a fifth of SLaK-T's plane modules
+        (18 of 84 in fp32)."""
+        return small_depthwise(problem, backend) or self._larger_plane(problem, config, backend)
+
+    @staticmethod
+    def _larger_plane(problem, config, backend) -> str | None:
+        if getattr(backend, "name", "") != "cupy":
+            return None
+        smallest = min((math.prod(s) for s in planeconv.size_options(problem)), default=0)
+        if smallest and math.prod(config.sizes) > LARGER_PLANE * smallest:
+            return (f"a plane over {LARGER_PLANE}x the area of the smallest the problem has: never within 1.25x of "
+                    "the best there")
+        return None
 
     def candidates(self, problem, backend):
         slices = sorted({planeconv.batch_slices(problem, blocks) for blocks in planeconv.WGRAD_BLOCKS}) \
