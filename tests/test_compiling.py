@@ -133,3 +133,34 @@ def test_compile_ahead_runs_every_items_builds_on_one_pool_without_waiting_for_a
     release.set()
     closing.join(10)
     assert not closing.is_alive() and ran == ["slow", "slow"]  # (both threads held; the 50 behind them dropped)
+
+
+def test_the_fft_strategy_compiles_its_own_kernels_ahead_and_in_its_builds_on_the_gpu_only(monkeypatch):
+    """The one-pass 64x64 transforms and the packed product are compiled by the strategy's kernel builds (the
+    compile-ahead's) and by its build, never in a candidate's first run, which the search reads as its time."""
+    from convtune import ConvProblem
+    from convtune.fft import fft64, packedgemm
+    from convtune.strategies import get_strategy
+    from convtune.strategies.fft import FftConfig
+
+    class Gpu:
+        name = "cupy"
+    fft = get_strategy("fft")
+    p = ConvProblem.make(batch=8, in_channels=64, out_channels=64, input_size=(56, 56), kernel_size=3, padding=1)
+    own = FftConfig(sizes=(64, 64), product="fgemm", chunk=8, packed=True, own=True)
+    tf32 = FftConfig(sizes=(64, 64), product="fgemm", chunk=8, packed=True, tf32=True)
+    library = FftConfig(sizes=(64, 64), product="fgemm", chunk=8)
+    assert fft.kernel_builds(p, [own, tf32, library, own], Gpu()) == [fft64.compile_kernels,
+                                                                      packedgemm.packed_gemm_kernel,
+                                                                      packedgemm.packed_tf32_kernel]
+    assert fft.kernel_builds(p, [library], Gpu()) == []
+    assert fft.kernel_builds(p, [own], get_backend("numpy")) == []
+    compiled = []
+    monkeypatch.setattr(fft64, "compile_kernels", lambda: compiled.append("own"))
+    monkeypatch.setattr(packedgemm, "packed_gemm_kernel", lambda: compiled.append("packed"))
+    monkeypatch.setattr(fft, "_executor", staticmethod(lambda xp, q, config: None))
+
+    class Backend(Gpu):
+        xp = None
+    fft.build(p, own, Backend())
+    assert compiled == ["own", "packed"]

@@ -38,6 +38,7 @@ import functools
 import numpy
 
 from .. import precision
+from ..compiling import compiled_once
 
 SIZE = 64
 #: Frequencies of one image's spectrum: 33 row frequencies x 64 column frequencies.
@@ -397,12 +398,25 @@ def applies(sizes) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def _kernel(name: str):
-    """Kernel ``name``, made once (as the packed GEMM's is in freqmajor; CuPy compiles per device and
-    caches; ``RawModule.get_function`` would make a new kernel object on every call)."""
+@compiled_once
+def compile_kernels() -> None:
+    """Compile this module's kernels (one NVRTC module for them all, about 2 s of host time) for the current device:
+    the FFT strategy's build ahead (:meth:`~convtune.strategies.fft.FftStrategy.kernel_builds`). A kernel asked for
+    while it compiles waits for it (:func:`~convtune.compiling.compiled_once`)."""
     import cupy
-    return cupy.RawKernel(_SOURCE, name, options=("--std=c++17",))
+    cupy.RawKernel(_SOURCE, "convtune_rfft64_f32", options=("--std=c++17",)).kernel  # noqa: B018 (compiles it)
+
+
+@compiled_once
+def _kernel(name: str):
+    """Kernel ``name``, made once and compiled for the current device (as the packed GEMM's is; CuPy caches the
+    compiled module, so the other names load it; ``RawModule.get_function`` would make a new kernel object on every
+    call)."""
+    import cupy
+    compile_kernels()
+    kernel = cupy.RawKernel(_SOURCE, name, options=("--std=c++17",))
+    kernel.kernel  # noqa: B018 (loads it from CuPy's cache of the module)
+    return kernel
 
 
 @functools.lru_cache(maxsize=None)

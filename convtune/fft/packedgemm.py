@@ -7,9 +7,9 @@ they win where the transposes cost more than that). :class:`convtune.fft.arrayop
 
 from __future__ import annotations
 
-import functools
-
 import numpy
+
+from ..compiling import compiled_once
 
 # Tile of the packed-layout GEMM: 4 frequencies x (64 x 64) outputs per block of 256 threads, each
 # thread one frequency and an 8 x 8 block of outputs; the reduction runs 4 at a time through two
@@ -254,11 +254,13 @@ convtune_packed_cgemm_tf32(const float2* __restrict__ A, const float2* __restric
 """
 
 
-@functools.lru_cache(maxsize=None)
+@compiled_once
 def packed_tf32_kernel():
+    """The TF32 product's kernel, compiled once for the current device (a caller that comes while it compiles waits
+    for it: the FFT strategy compiles it ahead, :meth:`~convtune.strategies.fft.FftStrategy.kernel_builds`)."""
     import cupy
     kernel = cupy.RawKernel(PACKED_TF32_SOURCE, "convtune_packed_cgemm_tf32", options=("--std=c++17",))
-    kernel.max_dynamic_shared_size_bytes = PGT_SMEM  # (over the 48 KiB a block gets without opting in)
+    kernel.max_dynamic_shared_size_bytes = PGT_SMEM  # (compiles it; over the 48 KiB a block gets without opting in)
     return kernel
 
 
@@ -270,10 +272,13 @@ def packed_available(backend) -> bool:
     return major.isdigit() and int(major) >= 8
 
 
-@functools.lru_cache(maxsize=None)
+@compiled_once
 def packed_gemm_kernel():
+    """The product's kernel, compiled once for the current device (as :func:`packed_tf32_kernel`)."""
     import cupy
-    return cupy.RawKernel(PACKED_GEMM_SOURCE, "convtune_packed_cgemm", options=("--std=c++17",))
+    kernel = cupy.RawKernel(PACKED_GEMM_SOURCE, "convtune_packed_cgemm", options=("--std=c++17",))
+    kernel.kernel  # noqa: B018 (compiles it)
+    return kernel
 
 
 def product_args(a, b, c, m, n, k, F, strides, conj_a, conj_b, alpha, accumulate) -> tuple:
