@@ -306,6 +306,10 @@ def test_the_rules_hold_on_the_stored_searches(monkeypatch, tmp_path, capsys):
            "closest took 1.68x" in said
     assert "engine 77, runtime-compiled, on a bfloat16 channels_last layer\n    pruned 32 candidates in 32 problems; " \
            "the closest took 1.12x" in said
+    assert ("engine N, runtime-compiled, on a float32 channels_last layer of one group (2 rules)\n    pruned 5 "
+            "candidates in 5 problems; the closest took 5.26x") in said
+    assert ("fft-plane: a plane over 1.5x the area of the smallest the problem has\n    pruned 96 candidates in 24 "
+            "problems; the closest took 1.25x") in said
     assert "engine N on a float32 depthwise layer (14 rules)\n    pruned 272 candidates in 59 problems; the closest " \
            "took 4.02x" in said
     assert ("depthwise: the channels-first tiled kernels on a bfloat16 channels_last layer on the GPU (between "
@@ -626,6 +630,22 @@ def test_the_cudnn_engine_rule_leaves_out_engine_0_on_float32_layers_of_one_grou
     for other in (dense.replace(math="tf32"), dense.replace(layout="channels_last"), dense.replace(groups=2),
                   dense.replace(dtype="bfloat16", layout="channels_last", math="tf32")):  # (not measured so)
         assert "one group" not in (cudnn.pruned(other, CudnnConfig(0), gpu) or "")
+
+
+def test_the_cudnn_engine_rule_leaves_out_engines_80_and_84_on_float32_channels_last_layers_of_one_group():
+    from convtune.strategies import get_strategy
+    from convtune.strategies.cudnn import CudnnConfig
+    cudnn, gpu = get_strategy("cudnn"), _Named("cupy")
+    down = _layer(batch=16, in_channels=96, out_channels=192, kernel_size=2, stride=2, padding=0,
+                  layout="channels_last")  # (SLaK-T's downsamplers)
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        for engine in (80, 84):
+            assert "runtime-compiled, on a float32 channels_last" in cudnn.pruned(down.for_pass(pass_),
+                                                                                  CudnnConfig(engine), gpu)
+        assert cudnn.pruned(down.for_pass(pass_), CudnnConfig(67), gpu) is None
+    for other in (down.replace(layout="channels_first"), down.replace(groups=96, in_channels=96, out_channels=96),
+                  down.replace(dtype="bfloat16")):
+        assert "float32 channels_last" not in (cudnn.pruned(other, CudnnConfig(80), gpu) or "")
 
 
 def test_the_cudnn_engine_rule_tries_four_engines_on_bfloat16_depthwise_layers():

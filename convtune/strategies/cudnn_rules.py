@@ -56,6 +56,8 @@ DENSE_BFLOAT16_SLOW_ENGINES = frozenset({0, 1, 15, 17, 19, 24, 25, 30, 33, 34, 3
 #: Engines not tried on bfloat16 channels_last 2-D layers of one group, runtime-compiled ones whose builds cost the
 #: most and that never came close (:func:`fixed_rule`).
 DENSE_BFLOAT16_COSTLY_ENGINES = frozenset({77})
+#: Engines not tried on float32 channels_last layers of one group, runtime-compiled ones (:func:`fixed_rule`).
+DENSE_FLOAT32_CHANNELS_LAST_COSTLY_ENGINES = frozenset({80, 84})
 #: Engines not tried on float32 channels-first layers of one group in fp32 math (:func:`fixed_rule`).
 DENSE_FLOAT32_SLOW_ENGINES = frozenset({0})
 #: On depthwise layers of these dtypes (bfloat16: channels_last ones), only these engines are tried (fixed_rule).
@@ -181,6 +183,12 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
       tunes), never within 1.28x of the winner there; in the 32 stored problems where it was timed (ResNet-50 under
       AMP on the H100, SLaK-T's, ConvNeXt-T's and RepLKNet-31B's on the H200) never within 1.12x, and 39.8 of the
       382 s their candidates cost.
+    * Engines 80 and 84 on float32 channels_last layers of one group: runtime-compiled, not tried. The stored such
+      layers are SLaK-T's three 2x2 stride-2 downsamplers (tests/data/searches/h200-slak-t-b16-tune.db.gz, and three
+      fp32 tunes on H100s of 2026-12-07): engine 80's plans (the forward pass) never came within 24.7x of the winner,
+      engine 84's (backward data) never within 4.8x, and their builds took 5.7 s of the 24.0 s tune that was the
+      first on a fresh H100 (engine 80's 1.1 to 2.1 s each), 1.1 s in a later process; with three such problems the
+      learned rule (:class:`CompileRecord`, five problems) never applies.
     * Engine 0 (the general fallback) on float32 channels-first layers of one group in fp32 math: not tried. In 165
       such problems of the stored searches (1-D and 2-D, 1x1 to 31x31; ResNet-50, ConvNeXt-T and the public suite
       on the H100, RepLKNet-31B and SLaK-T on the H200: tests/data/searches, with the explain logs there) its 399
@@ -204,6 +212,10 @@ def fixed_rule(problem: ConvProblem, config) -> str | None:
     if dense_bfloat16 and config.engine in DENSE_BFLOAT16_COSTLY_ENGINES:
         return (f"engine {config.engine}, runtime-compiled, on a bfloat16 channels_last layer: never within 1.1x of "
                 "the winner in 32 stored problems, its plans 0.4 to 1.9 s a build")
+    if (problem.groups == 1 and problem.dtype == "float32" and problem.layout == "channels_last"
+            and config.engine in DENSE_FLOAT32_CHANNELS_LAST_COSTLY_ENGINES):
+        return (f"engine {config.engine}, runtime-compiled, on a float32 channels_last layer of one group: never "
+                "within 4.8x of the winner in the stored problems, its plans up to 2.1 s a build")
     if (problem.groups == 1 and problem.dtype == "float32" and problem.layout == "channels_first"
             and problem.math == "fp32" and config.engine in DENSE_FLOAT32_SLOW_ENGINES):
         return (f"engine {config.engine} on a float32 layer of one group: never within 3.9x of the winner in 165 "
