@@ -158,7 +158,7 @@ def test_the_fft_strategy_compiles_its_own_kernels_ahead_and_in_its_builds_on_th
     compiled = []
     monkeypatch.setattr(fft64, "compile_kernels", lambda: compiled.append("own"))
     monkeypatch.setattr(packedgemm, "packed_gemm_kernel", lambda: compiled.append("packed"))
-    monkeypatch.setattr(fft, "_executor", staticmethod(lambda xp, q, config: None))
+    monkeypatch.setattr(type(fft), "_executor", staticmethod(lambda xp, q, config: None))
 
     class Backend(Gpu):
         xp = None

@@ -420,14 +420,13 @@ class FftStrategy(Strategy):
         runs as before.)"""
         if getattr(backend, "name", "") != "cupy":
             return []
-        builds = {}
+        builds = []
         for c in configs:
             if c.own:
-                builds["own"] = fft64.compile_kernels
+                builds.append(fft64.compile_kernels)
             if c.packed:
-                builds["tf32" if c.tf32 else "packed"] = \
-                    packedgemm.packed_tf32_kernel if c.tf32 else packedgemm.packed_gemm_kernel
-        return list(builds.values())
+                builds.append(packedgemm.packed_tf32_kernel if c.tf32 else packedgemm.packed_gemm_kernel)
+        return list(dict.fromkeys(builds))
 
     def recordable(self, problem, config) -> bool:
         # the pointwise product: cuFFT plans and convtune's kernels; the GEMM products call cuBLAS
