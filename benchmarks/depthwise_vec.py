@@ -1,12 +1,13 @@
-"""The vectorized channels-last depthwise kernel's configurations, swept: for each layer and pass, every combination
-of channels per thread (V), threads per block, outputs per thread along a row (R) and blocks per multiprocessor that
-the kernel takes, each checked against float64 and timed with the bench timer (L2 flushed, median), beside PyTorch's
-call of the same pass (cuDNN's benchmark on, same dtype and layout) and the ``nhwc-tiled`` kernel. The strategy's
-own configurations (``convtune.strategies.depthwise.NHWC_VEC``) are marked. The kernel runs the forward and
-backward-data passes; ``--passes wgrad`` times the filter gradient's ``nhwc-tiled`` kernel against PyTorch's.
+"""The channels-last depthwise kernels' configurations, swept: for each layer and pass, every combination of the
+vectorized kernel's channels per thread (V), threads per block, outputs per thread along a row (R) and blocks per
+multiprocessor, and of the staged kernels' channel pairs a block, rows a tile and blocks per multiprocessor, each
+checked against float64 and timed with the bench timer (L2 flushed, median), beside PyTorch's call of the same pass
+(cuDNN's benchmark on, same dtype and layout) and the ``nhwc-tiled`` kernel. The vectorized kernel's configurations
+that the strategy offers (``convtune.strategies.depthwise.NHWC_VEC``) are marked. The vectorized kernel runs the
+forward and backward-data passes, the staged ones every pass (``--passes wgrad``: the filter gradient's).
 
     python3 benchmarks/depthwise_vec.py [--layers convnext-dw7-s1,dw3-56-c96] [--passes fwd] [--dtype bfloat16]
-        [-o sweep.json]
+        [--kernels vec|staged|both] [-o sweep.json]
 
 The layers are those of ``benchmarks/depthwise_half.yaml`` (ConvNeXt-T's 7x7 depthwise layers at batch 32, 3x3 and
 5x5 ones).
@@ -30,6 +31,8 @@ LAYERS = {
 }
 #: the axes swept
 VECTORS, THREADS, ROWS, BLOCKS_PER_SM = (2, 4, 8), (64, 128, 256), (2, 4), (1, 2, 4, 8, 16)
+#: the staged kernels' axes: channel pairs a block, output rows a tile (at most), blocks per multiprocessor (at most)
+PAIRS, TILE_ROWS, STAGED_BLOCKS = (4, 8, 16, 32), (8, 16), (2, 4)
 #: relative error (max-norm) past which a configuration is reported wrong, not timed
 BOUND = 1e-2
 
@@ -39,6 +42,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", default=",".join(LAYERS))
     ap.add_argument("--passes", default="fwd,dgrad")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--kernels", default="both", choices=["vec", "staged", "both"],
+                    help="which kernel's configurations to sweep (the vectorized, the staged, both)")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
@@ -100,8 +105,15 @@ def main(argv=None) -> int:
                 results[label] = {"us": us, "error": error}
             if depthwise_nhwc.tiled_reason(p, 4) is None:
                 measure("nhwc-tiled r4", depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 256, sm_count, 4, tiled=True))
+            for pairs, th, per_sm in itertools.product(PAIRS, TILE_ROWS, STAGED_BLOCKS):
+                if args.kernels in ("staged", "both") and depthwise_nhwc.staged_reason(p, pairs, th) is None:
+                    tile = depthwise_nhwc.staged_tile(p, pairs, th)
+                    label = f"staged p{pairs} th{tile.th} b{per_sm}"
+                    if label not in results:
+                        measure(label, depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 0, sm_count, th, staged=pairs,
+                                                                         blocks_per_sm=per_sm))
             for v, threads, r, per_sm in itertools.product(VECTORS, THREADS, ROWS, BLOCKS_PER_SM):
-                if depthwise_nhwc.vec_reason(p, v) is not None:
+                if args.kernels == "staged" or depthwise_nhwc.vec_reason(p, v) is not None:
                     continue
                 label = f"vec{v} t{threads} r{r} b{per_sm}" + (" *" if (v, threads) in NHWC_VEC and r == 4 and
                                                                    per_sm == depthwise_nhwc.VEC_BLOCKS_PER_SM else "")

@@ -9,8 +9,9 @@
 #   half               the same in bfloat16 channels_last, tf32 math (PyTorch's defaults under AMP)
 #   depthwise-half     `convtune bench` on benchmarks/depthwise_half.yaml in bfloat16 channels_last (ConvNeXt-T's 7x7
 #                      depthwise layers, 3x3 and 5x5 ones) against PyTorch
-#   depthwise-vec[:PASSES] benchmarks/depthwise_vec.py: the vectorized channels-last depthwise kernel's configurations
-#                      swept on those layers (PASSES comma-separated, default fwd,dgrad), beside PyTorch's call
+#   depthwise-vec[:PASSES] benchmarks/depthwise_vec.py: the vectorized and staged channels-last depthwise kernels'
+#                      configurations swept on those layers (PASSES comma-separated, default fwd,dgrad,wgrad), beside
+#                      PyTorch's call
 #   fft-class          `convtune bench` on benchmarks/fft_class.yaml, round trips against the torch.fft recipe
 #   trips              benchmarks/block_trips.py: the large depthwise layers' round trips against torch.fft, paired
 #   dense-trips        the same for the dense layers (benchmarks/block_trips.py --all: every trip candidate)
@@ -75,7 +76,7 @@ for part in "$@"; do
             -o "$O/half.json" ;;
     depthwise-half) run depthwise-half python3 -m convtune bench benchmarks/depthwise_half.yaml --math tf32 \
                       --dtype bfloat16 --layout channels_last --db "$O/depthwise-half.db" -o "$O/depthwise-half.json" ;;
-    depthwise-vec) run depthwise-vec python3 benchmarks/depthwise_vec.py --passes "${arg:-fwd,dgrad}" \
+    depthwise-vec) run depthwise-vec python3 benchmarks/depthwise_vec.py --passes "${arg:-fwd,dgrad,wgrad}" \
                      -o "$O/depthwise-vec.json" ;;
     fft-class) run fft-class python3 -m convtune bench benchmarks/fft_class.yaml --db "$DB" -o "$O/fft-class.json" ;;
     trips) run trips python3 benchmarks/block_trips.py -o "$O/trips.json" ;;

@@ -33,6 +33,8 @@ _PRELUDE = r"""
 #include <thread>
 #include <vector>
 struct float2 { float x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 using std::min;
 using std::max;
 static inline float2 make_float2(float x, float y) { return {x, y}; }

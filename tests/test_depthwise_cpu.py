@@ -10,7 +10,8 @@ import pytest
 
 from convtune.backend import get_backend
 from convtune.building import relative_error
-from convtune.direct import depthwise, depthwise3d, depthwise_nhwc, depthwise_nhwc_source, depthwise_source, elements
+from convtune.direct import (depthwise, depthwise3d, depthwise_nhwc, depthwise_nhwc_source, depthwise_source,
+                             depthwise_staged_source, elements)
 from convtune.problem import ConvProblem
 from convtune.strategies import get_strategy
 
@@ -51,7 +52,11 @@ def emulated(monkeypatch):
         return cuda_cpu.kernels(elements.ELEMENT_TYPES[dtype] + depthwise_nhwc_source.CAST, ["dw_cast"])["dw_cast"]
     monkeypatch.setattr(depthwise3d, "_kernel", kernel)
     monkeypatch.setattr(depthwise, "_kernel", kernel2)
+    def staged_nhwc(cp, which, *args):
+        (name,) = depthwise_staged_source.SOURCES[which][1]
+        return cuda_cpu.kernels(depthwise_nhwc.staged_source(which, *args), [name])[name]
     monkeypatch.setattr(depthwise_nhwc, "_kernels", kernels_nhwc)
+    monkeypatch.setattr(depthwise_nhwc, "_staged_kernel", staged_nhwc)
     monkeypatch.setattr(depthwise_nhwc, "cast_kernel", cast)
     return cuda_cpu
 
@@ -170,6 +175,103 @@ def test_the_vectorized_channels_last_kernel_on_the_cpu(emulated, dtype, pass_, 
     got = precision.from_launch(numpy, res, dtype, "channels_last").astype(numpy.float64)
     want = ref(a64, b64)
     assert relative_error(numpy, got, want) <= bound
+
+
+STAGED_CASES = [dict(input_size=(9, 11), kernel_size=7, padding=3), dict(input_size=(6, 7), kernel_size=(3, 5),
+                                                                       padding=(0, 4)),
+                dict(input_size=(5, 37), kernel_size=3, padding=1)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", range(len(STAGED_CASES)))
+def test_the_staged_channels_last_kernels_on_the_cpu(emulated, dtype, pass_, case):
+    """The staged channels-last kernels (``staged=P``: P channel pairs a block, their tiles copied into shared memory
+    by 16-byte loads), every pass: tiles whose rows and column segments overhang the image (4 rows of 9, three
+    segments of 13 columns for 37), padding past the kernel's reach, two blocks along the channels, blocks that loop
+    over several tiles (a filter gradient's sums added across them); and operands one element off 16 bytes, which
+    the plain kernel takes instead."""
+    rng = numpy.random.default_rng(case)
+    p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype=dtype, pass_=pass_,
+                         layout="channels_last", **STAGED_CASES[case])
+    a, b = (rng.standard_normal(s) for s in p.operand_shapes)
+    ref = get_strategy("reference").build(p, None, get_backend("numpy"))
+    bound = 1e-6 if dtype == "float32" else 4e-3
+    for pairs, rows, per_sm in ((4, 4, 1), (8, 16, 4)):
+        assert depthwise_nhwc.staged_reason(p, pairs, rows) is None
+        conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 1, rows, staged=pairs, blocks_per_sm=per_sm)
+        assert conv.grid[0] == 16 // (2 * pairs)
+        got, a64, b64 = emulated.run_launch(conv, p, a, b)
+        err = relative_error(numpy, got, ref(a64, b64))
+        assert err <= bound, (pairs, rows, err)
+        assert conv.fallback is None
+    # one element off 16 bytes: the plain kernel, made on first need
+    ma, a64 = emulated.launch_memory(a, dtype, "channels_last")
+    mb, b64 = emulated.launch_memory(b, dtype, "channels_last")
+    from convtune import precision
+    res = precision.launch_result(numpy, p.result_shape, dtype, "channels_last")
+    res[...] = 0
+    shifted = numpy.zeros(ma.size + 1, ma.dtype)
+    shifted[1:] = ma.reshape(-1)
+    ws = numpy.zeros(max(1, conv.workspace), numpy.uint8)
+    conv.launch(shifted[1:].ctypes.data, mb.ctypes.data, res.ctypes.data, emulated.Stream(), ws.ctypes.data)
+    assert conv.fallback is not None
+    got = precision.from_launch(numpy, res, dtype, "channels_last").astype(numpy.float64)
+    assert relative_error(numpy, got, ref(a64, b64)) <= bound
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("CONVTUNE_ASAN"), reason="CONVTUNE_ASAN=1 runs it (slow)")
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("case", range(len(STAGED_CASES)))
+def test_the_staged_kernels_under_address_sanitizer(pass_, case):
+    """The staged kernels' launches on buffers of exactly the operands', result's and shared memory's sizes
+    (float32, each configuration of the strategy's): no read or write outside them."""
+    import math
+    import cuda_cpu
+    from convtune.strategies.depthwise import NHWC_STAGED
+    p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype="float32", pass_=pass_,
+                         layout="channels_last", **STAGED_CASES[case])
+    which = "wgrad-staged" if pass_ == "wgrad" else "fwd-staged"
+    buffers = {16: ("a", math.prod(p.operand_shapes[0])), 32: ("b", math.prod(p.operand_shapes[1])),
+               48: ("out", math.prod(p.result_shape))}
+    for pairs, rows in NHWC_STAGED:
+        if depthwise_nhwc.staged_reason(p, pairs, rows) is not None:
+            continue
+        (kernel,), calls = cuda_cpu.recorders(depthwise_staged_source.SOURCES[which][1])
+        tile = depthwise_nhwc.staged_tile(p, pairs, rows)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(depthwise_nhwc, "_staged_kernel", lambda *args: kernel)
+            conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 2, rows, staged=pairs)
+        conv.cp = _NoMemset
+        conv.launch(16, 32, 48, cuda_cpu.Stream())
+        H, W, OH, OW, KH, KW = depthwise_nhwc.dims(p)[:6]
+        source = depthwise_nhwc.staged_source(which, "float32", KH, KW, pairs, tile.s, tile.segw, tile.th,
+                                              int(pass_ == "dgrad"))
+        run = cuda_cpu.sanitized_calls(source, buffers, calls)
+        assert run.returncode == 0, (pairs, rows, run.stderr[-3000:])
+
+
+class _NoMemset(_FakeCupy):
+    """The stand-in CuPy of a launch on stand-in addresses: its memset does nothing."""
+    class cuda:
+        class runtime:
+            @staticmethod
+            def memsetAsync(ptr, value, size, stream):
+                pass
+
+
+def test_the_staged_kernels_say_why_not():
+    """What the staged kernels do not take, each with its reason."""
+    def make(**kw):
+        args = dict(batch=2, in_channels=16, out_channels=16, groups=16, input_size=(8, 8), kernel_size=3,
+                    padding=1, dtype="bfloat16", layout="channels_last")
+        return ConvProblem.make(**{**args, **kw})
+    assert "stride" in depthwise_nhwc.staged_reason(make(stride=2), 4, 8)
+    assert "16-byte" in depthwise_nhwc.staged_reason(make(), 2, 8)  # (2 pairs of bfloat16: 8 bytes)
+    assert depthwise_nhwc.staged_reason(make(dtype="float32"), 2, 8) is None
+    assert "multiple" in depthwise_nhwc.staged_reason(make(in_channels=24, out_channels=24, groups=24), 8, 8)
+    assert "2-D" in depthwise_nhwc.staged_reason(make(input_size=(64,)), 4, 8)
+    assert "channels-last" in depthwise_nhwc.staged_reason(make(layout="channels_first"), 4, 8)
 
 
 @pytest.mark.gpu

@@ -224,10 +224,12 @@ def _depthwise_case(be, case, dtype, layout, pass_):
 
 # (input, kernel, stride, padding, dilation, batch, channels): ConvNeXt's 7x7 with channels not a multiple of 32,
 # a strided 3x3 (backward-data's gather), a dilated 5x5, a 31x31 kernel (taps outside registers, filter
-# gradient in row groups), a long 1-D kernel, uneven strides and padding
+# gradient in row groups), a long 1-D kernel, uneven strides and padding; 96 channels of a 23x41 plane, which every
+# staged configuration takes (three segments a row, tiles past the last rows)
 NHWC_CASES = [((13, 17), (7, 7), 1, 3, 1, 3, 40), ((15, 16), (3, 3), 2, 1, 1, 2, 24),
               ((20, 19), (5, 5), 1, 4, 2, 2, 33), ((40, 37), (31, 31), 1, 15, 1, 2, 16),
-              ((301,), (61,), 1, 30, 1, 3, 48), ((9, 11), (3, 5), (2, 1), (0, 2), 1, 2, 8)]
+              ((301,), (61,), 1, 30, 1, 3, 48), ((9, 11), (3, 5), (2, 1), (0, 2), 1, 2, 8),
+              ((23, 41), (5, 3), 1, (2, 1), 1, 3, 96)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -241,6 +243,7 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     from convtune import precision
     from convtune.direct import depthwise_nhwc
     from convtune.planner import relative_error
+    from convtune.strategies.depthwise import NHWC_STAGED
     be = get_backend("cupy")
     p, strategy = _depthwise_case(be, case, dtype, "channels_last", pass_)
     kernel = p.kernel_size
@@ -248,9 +251,14 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     nhwc = [cfg for cfg in strategy.candidates(p, be) if cfg.variant.startswith("nhwc")]
     tiled = depthwise_nhwc.tiled_reason(p, 4) is None
     assert tiled or p.stride != (1,) * p.rank or math.prod(kernel) > 81 or (p.rank == 1 and pass_ == "wgrad")
-    vec = sorted({cfg.variant for cfg in nhwc} - {"nhwc", "nhwc-tiled"})
+    vec = sorted({cfg.variant for cfg in nhwc if cfg.variant.startswith("nhwc-vec")})
     assert vec == [f"nhwc-vec{v}" for v in (2, 4) if depthwise_nhwc.vec_reason(p, v) is None]
-    assert sorted((cfg.variant, cfg.rows) for cfg in nhwc if not cfg.variant.startswith("nhwc-vec")) == \
+    staged = sorted((cfg.variant, cfg.rows) for cfg in nhwc if cfg.variant.startswith("nhwc-st"))
+    assert staged == sorted((f"nhwc-st{pairs}", rows) for pairs, rows in NHWC_STAGED
+                            if depthwise_nhwc.staged_reason(p, pairs, rows) is None)
+    assert staged or p.rank == 1 or p.stride != (1,) * p.rank or p.dilation != (1,) * p.rank \
+        or math.prod(kernel) > 81 or p.in_channels % 8
+    assert sorted((cfg.variant, cfg.rows) for cfg in nhwc if cfg.variant in ("nhwc", "nhwc-tiled")) == \
         [("nhwc", 2), ("nhwc", 4), ("nhwc", 8)] + ([("nhwc-tiled", 4), ("nhwc-tiled", 8)] if tiled else [])
     bound = 1e-5 if dtype == "float32" else precision.UNIT_ROUNDOFF[dtype]
     for cfg in nhwc:

@@ -590,7 +590,8 @@ def test_the_depthwise_rule_leaves_the_channels_first_kernels_out_of_bfloat16_ch
     dw, cpu, gpu = get_strategy("depthwise"), _Named("numpy"), _Named("cupy")
     half = _layer(kernel_size=7, padding=3, groups=64, dtype="bfloat16", layout="channels_last", math="tf32")
     kept = [c for c in dw.candidates(half, gpu) if dw.pruned(half, c, gpu) is None]
-    assert kept and {c.variant for c in kept} <= {"nhwc", "nhwc-tiled", "nhwc-vec2", "nhwc-vec4", "window"}  # (its
+    own = {"nhwc", "nhwc-tiled", "nhwc-vec2", "nhwc-vec4", "nhwc-st4", "nhwc-st8", "nhwc-st16", "window"}
+    assert kept and {c.variant for c in kept} <= own  # (its
     # own kernels and window)
     assert {c.variant for c in dw.candidates(half, gpu)} & {"tiled", "simple"}  # (listed, then pruned)
     for variant in ("tiled", "simple"):
@@ -598,7 +599,7 @@ def test_the_depthwise_rule_leaves_the_channels_first_kernels_out_of_bfloat16_ch
         assert dw.pruned(half, DepthwiseConfig(variant=variant), cpu) is None
         assert dw.pruned(half.replace(layout="channels_first"), DepthwiseConfig(variant=variant), gpu) is None
         assert dw.pruned(half.replace(dtype="float32", math="fp32"), DepthwiseConfig(variant=variant), gpu) is None
-    for variant in ("window", "nhwc", "nhwc-tiled", "nhwc-vec2", "nhwc-vec4"):
+    for variant in sorted(own):
         assert dw.pruned(half, DepthwiseConfig(variant=variant), gpu) is None
     cube = _layer(input_size=(8, 8, 8), kernel_size=3, padding=1, groups=64, dtype="bfloat16", layout="channels_last")
     assert dw.pruned(cube, DepthwiseConfig(variant="tiled"), gpu) is None  # (3-D: not measured)

@@ -320,6 +320,7 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
     from convtune.direct import depthwise_nhwc
     from convtune.problem import ConvProblem
     from convtune.strategies import get_strategy
+    from convtune.strategies.depthwise import NHWC_STAGED
     gpu, dw = SimpleNamespace(name="cupy"), get_strategy("depthwise")
 
     def layer(size, k, pad, c=96, **kw):
@@ -331,8 +332,11 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
             configs = dw.candidates(p, gpu)
             vec = [] if pass_ == "wgrad" else [("nhwc-vec4", 4, 256), ("nhwc-vec2", 4, 256), ("nhwc-vec2", 4, 128),
                                                ("nhwc-vec4", 4, 128)]
-            nhwc = vec + [("nhwc-tiled", 4, 256), ("nhwc-tiled", 8, 256), ("nhwc", 4, 256), ("nhwc", 8, 256),
-                          ("nhwc", 2, 256)]
+            staged = [(f"nhwc-st{pairs}", rows, depthwise_nhwc.staged_tile(p, pairs, rows).threads)
+                      for pairs, rows in NHWC_STAGED if depthwise_nhwc.staged_reason(p, pairs, rows) is None]
+            assert staged or dtype == "float32"  # (16-bit: each of them; float32: those whose tile fits)
+            nhwc = vec + staged + [("nhwc-tiled", 4, 256), ("nhwc-tiled", 8, 256), ("nhwc", 4, 256),
+                                   ("nhwc", 8, 256), ("nhwc", 2, 256)]
             assert [(c.variant, c.rows, c.threads) for c in configs[:len(nhwc)]] == nhwc
             assert {c.variant for c in configs[len(nhwc):]} == {"tiled", "window", "simple"}
             assert dw.heuristic_config(p, gpu).variant.startswith("nhwc")

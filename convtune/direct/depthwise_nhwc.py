@@ -24,6 +24,9 @@ every product and sum is float32.
   :data:`VEC_ROWS` x ``R`` outputs; each input row of its window is loaded once and added into every output row it
   belongs to. The taps sit in registers where ``V`` x taps fit :data:`VEC_REGISTER_TAPS`, else in shared memory.
   Operands whose addresses are not multiples of the vector's bytes take the plain forward kernel instead.
+* Staged, every pass (stride and dilation 1, 2-D, a block's channels a multiple of 16 bytes): a block of ``2P``
+  channels copies a tile's input (and the filter gradient's dy) into shared memory by 16-byte loads, then its
+  threads read pairs of channels from there (:mod:`convtune.direct.depthwise_staged_source`).
 * Backward-filter: a block owns 32 channels, a group of kernel rows (at most
   :data:`REGISTER_TAPS` sums per thread, in registers) and a slice of the output rows; the warps of
   a block add their sums in shared memory, then one float32 atomic add per block and tap. A
@@ -33,11 +36,13 @@ every product and sum is float32.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..compiling import compiled_once
 from ..precision import ITEMSIZE
 from ..problem import ConvProblem
 from .depthwise_nhwc_source import CAST, SOURCES
+from .depthwise_staged_source import SOURCES as STAGED_SOURCES
 from .elements import ELEMENT_TYPES
 
 #: Taps a thread keeps in registers (the forward's filter; the filter gradient's accumulators per row group).
@@ -73,6 +78,19 @@ def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int
     module = cp.RawModule(code=code, options=("--std=c++14",))
     # the launchable functions, compiled here at build time: no first call pays for NVRTC
     return tuple(module.get_function(name).kernel for name in SOURCES[which][1])
+
+
+def staged_source(which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0) -> str:
+    """The CUDA source of staged kernel ``which`` (``fwd-staged``, ``wgrad-staged``): :func:`_staged_kernel`'s
+    arguments."""
+    return ELEMENT_TYPES[dtype] + STAGED_SOURCES[which][0].format(kh=kh, kw=kw, p=p, s=s, segw=segw, th=th, flip=flip)
+
+
+@compiled_once
+def _staged_kernel(cp, which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0):
+    code = staged_source(which, dtype, kh, kw, p, s, segw, th, flip)
+    (name,) = STAGED_SOURCES[which][1]
+    return cp.RawModule(code=code, options=("--std=c++14",)).get_function(name).kernel
 
 
 @compiled_once
@@ -174,6 +192,65 @@ def vec_reason(p: ConvProblem, v: int) -> str | None:
     return None
 
 
+#: Output columns a thread of the staged kernels owns at most (a row's outputs are split into as few segments of at most
+#: this many as cover it).
+STAGED_SEGW = 16
+#: Blocks of :data:`STAGED_THREADS` threads per multiprocessor the staged kernels launch at most (each loops over its
+#: share of the tiles; smaller blocks: proportionally more).
+STAGED_BLOCKS_PER_SM, STAGED_THREADS = 4, 256
+
+
+class Staged(NamedTuple):
+    """A staged kernel's tile: ``s`` segments of ``segw`` columns by ``th`` rows, ``threads`` a block and ``shared``
+    bytes of shared memory."""
+
+    s: int
+    segw: int
+    th: int
+    threads: int
+    shared: int
+
+
+def staged_tile(p: ConvProblem, pairs: int, rows: int) -> Staged | None:
+    """The tile of a staged kernel with ``pairs`` channel pairs a block and up to ``rows`` output rows a tile: as
+    many rows as fit :data:`SMEM_LIMIT` and 1024 threads (``None`` where not even one does)."""
+    H, W, OH, OW, KH, KW = dims(p)[:6]
+    out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
+    s = math.ceil(out_w / STAGED_SEGW)
+    segw = math.ceil(out_w / s)
+    tw, iw, pair = s * segw, s * segw + KW - 1, 2 * ITEMSIZE[p.dtype]
+    xrow = iw * pairs + (pairs % 32 + 32 - (iw * pairs) % 32) % 32
+    for th in range(min(rows, out_h), 0, -1):
+        in_rows = (th + KH - 1) * xrow * pair
+        if p.pass_ == "wgrad":
+            threads, shared = pairs * KH * s, max(in_rows + th * tw * pairs * pair, 2 * pairs * KH * KW * 4)
+        else:
+            threads, shared = pairs * th * s, KH * KW * pairs * 8 + in_rows
+        if threads <= 1024 and shared <= SMEM_LIMIT:
+            return Staged(s, segw, th, threads, shared)
+    return None
+
+
+def staged_reason(p: ConvProblem, pairs: int, rows: int) -> str | None:
+    """Why the staged kernels cannot run ``p`` with ``pairs`` channel pairs a block and ``rows`` rows a tile."""
+    why = reason(p)
+    if why:
+        return why
+    if p.rank != 2:
+        return "the staged kernels are 2-D"
+    if any(v != 1 for v in p.stride + p.dilation):
+        return "the staged kernels need stride and dilation 1"
+    if math.prod(p.kernel_size) > REGISTER_TAPS:
+        return f"the staged kernels unroll every tap: at most {REGISTER_TAPS}"
+    if pairs % (8 // ITEMSIZE[p.dtype]):
+        return f"a block's {2 * pairs} channels are not a whole number of 16-byte loads"
+    if p.in_channels % (2 * pairs):
+        return f"{p.in_channels} channels are not a multiple of a block's {2 * pairs}"
+    if staged_tile(p, pairs, rows) is None:
+        return "one row of the staged tile exceeds 48 KiB of shared memory or 1024 threads"
+    return None
+
+
 def workspace_bytes(p: ConvProblem) -> int:
     """The float32 sums of a half-precision filter gradient (none otherwise)."""
     return 4 * p.in_channels * math.prod(p.kernel_size) if p.pass_ == "wgrad" and p.dtype != "float32" else 0
@@ -187,11 +264,12 @@ class NhwcDepthwiseConv:
     the PyTorch bridge's path; :func:`convtune.precision.launched` makes the array executor of it."""
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, rows: int = 1, tiled: bool = False,
-                 vec: int = 0, blocks_per_sm: int = VEC_BLOCKS_PER_SM):
-        why = tiled_reason(p, rows) if tiled else vec_reason(p, vec) if vec else reason(p)
+                 vec: int = 0, blocks_per_sm: int = VEC_BLOCKS_PER_SM, staged: int = 0):
+        why = (tiled_reason(p, rows) if tiled else vec_reason(p, vec) if vec else staged_reason(p, staged, rows)
+               if staged else reason(p))
         if why:
             raise ValueError(f"channels-last depthwise kernel: {why}")
-        if threads % LANES or not LANES <= threads <= 1024:
+        if not staged and (threads % LANES or not LANES <= threads <= 1024):  # (staged: its tile's threads)
             raise ValueError(f"channels-last depthwise kernel: threads must be a multiple of {LANES} up to 1024, "
                              f"not {threads}")
         self.cp, self.p, self.rows = cp, p, rows
@@ -201,11 +279,16 @@ class NhwcDepthwiseConv:
         self.workspace = workspace_bytes(p)
         self.cast = self.fallback = None
         self.sm_count, self.shared = sm_count, 0
-        self.align = 0  # (the vectorized kernel's: the bytes its operands' addresses are multiples of)
+        self.align = 0  # (the vectorized and staged kernels': the bytes their operands' addresses are multiples of)
+        self.align_b = False  # (whether the second operand's address must be such a multiple too)
         self.result_bytes = 4 * C * KH * KW
         i32 = cp.int32
         if vec:
             self._set_vec(threads, sm_count, vec, blocks_per_sm)
+            return
+        if staged:
+            self._set_staged(staged, rows, sm_count, blocks_per_sm if blocks_per_sm != VEC_BLOCKS_PER_SM
+                             else STAGED_BLOCKS_PER_SM)
             return
         if p.pass_ == "dgrad" and not SH == SW == 1:  # the gather: one input pixel per thread
             by = threads // LANES
@@ -290,6 +373,30 @@ class NhwcDepthwiseConv:
         self.args = tuple(cp.int32(g) for g in geometry)
         self.align = v * ITEMSIZE[p.dtype]
 
+    def _set_staged(self, pairs: int, rows: int, sm_count: int, blocks_per_sm: int) -> None:
+        """The staged kernels' launch: ``pairs`` channel pairs a block, tiles of up to ``rows`` output rows
+        (:func:`staged_tile`), ``blocks_per_sm`` blocks per multiprocessor at most (each loops over its share)."""
+        p, cp = self.p, self.cp
+        H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = dims(p)
+        tile = staged_tile(p, pairs, rows)
+        flip = int(p.pass_ == "dgrad")
+        which = "wgrad-staged" if p.pass_ == "wgrad" else "fwd-staged"
+        self.kernel = _staged_kernel(cp, which, p.dtype, KH, KW, pairs, tile.s, tile.segw, tile.th, flip)
+        out_h, out_w = (H, W) if flip else (OH, OW)
+        gx = p.in_channels // (2 * pairs)
+        tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / (tile.s * tile.segw))
+        self.block, self.shared = (tile.threads,), tile.shared
+        per_sm = blocks_per_sm * math.ceil(STAGED_THREADS / tile.threads)  # (small blocks: more of them)
+        self.grid = (gx, max(1, min(tiles, math.ceil(per_sm * sm_count / gx), 65535)))
+        if flip:  # backward-data: the forward of dy, filter reversed, padding k - 1 - pad
+            geometry = (p.batch, p.in_channels, OH, OW, H, W, KH - 1 - PH, KW - 1 - PW)
+        else:
+            geometry = (p.batch, p.in_channels, H, W, OH, OW, PH, PW)
+        self.args = tuple(cp.int32(g) for g in geometry)
+        self.align, self.align_b = 16, p.pass_ == "wgrad"
+        if p.pass_ == "wgrad":
+            self._set_cast()
+
     def _plain(self) -> "NhwcDepthwiseConv":
         """The plain forward kernel in place of the vectorized one, for operands whose addresses are not multiples of
         its vector's bytes (made on first need)."""
@@ -309,7 +416,7 @@ class NhwcDepthwiseConv:
         """The pass on dense channels-last operands and result of the problem's dtype (bfloat16 as 16-bit
         numbers) given by device address, on ``stream``; a half-precision filter gradient needs
         :attr:`workspace` bytes of device memory at ``workspace``. Nothing is allocated."""
-        if self.align and (a % self.align or out % self.align):
+        if self.align and (a % self.align or (b % self.align if self.align_b else out % self.align)):
             self._plain().launch(a, b, out, stream, workspace)
             return
         if self.cast is None:
@@ -320,5 +427,5 @@ class NhwcDepthwiseConv:
         if workspace is None:
             raise ValueError(f"a half-precision filter gradient needs a workspace of {self.workspace} bytes")
         self.cp.cuda.runtime.memsetAsync(workspace, 0, self.result_bytes, stream.ptr)
-        self.kernel(self.grid, self.block, (a, b, workspace, *self.args), 0, stream)
+        self.kernel(self.grid, self.block, (a, b, workspace, *self.args), self.shared, stream)
         self.cast(self.cast_grid, (256,), (workspace, out, *self.cast_args), 0, stream)

@@ -8,7 +8,8 @@ gradient summed in a float32 workspace and rounded once), and so do the 3-D ones
 through conversions, :func:`convtune.precision.bounded`). Channels-last problems also get the ``nhwc``
 kernels (:mod:`convtune.direct.depthwise_nhwc`), which read and write float32, bfloat16 and
 float16 channels-last operands themselves: any stride, padding and dilation, kernels up to 81 wide;
-and ``nhwc-tiled`` (shared-memory tiles: stride 1, up to 81 taps, forward and backward-data)."""
+and ``nhwc-tiled`` (shared-memory tiles: stride 1, up to 81 taps, forward and backward-data), ``nhwc-vecV`` and
+``nhwc-stP`` (stride and dilation 1: vectorized loads; tiles staged in shared memory, every pass)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class DepthwiseConfig(Config):
     threads: int = 256
     # or "tiled" (stride-1 2-D, register-blocked shared-memory tiles), "window", "nhwc", "nhwc-tiled" and
     # "nhwc-vecV" (channels-last operands in their own dtype, V channels a thread: :mod:`convtune.direct.depthwise_nhwc`)
+    # and "nhwc-stP" (the staged channels-last kernels, P channel pairs a block, tiles of up to ``rows`` rows)
     variant: str = "simple"
     rows: int = 1  # outputs per thread (tiled, window, nhwc; window's filter gradient: taps per thread)
 
@@ -51,6 +53,15 @@ NHWC_TILED_ROWS = (4, 8)
 NHWC_VEC = ((4, 256), (2, 256), (2, 128), (4, 128))
 
 
+#: Channel pairs a block and output rows a tile (at most) of the staged channels-last kernels (``nhwc-stP``: every
+#: pass at stride and dilation 1, the tiles of input and dy copied into shared memory by 16-byte loads). A sweep of
+#: 4 to 32 pairs, 8 and 16 rows and 2 and 4 blocks per multiprocessor on an H100 in bfloat16 at batch 32
+#: (``benchmarks/depthwise_vec.py --kernels staged``) found each layer's best of every pass among these: on
+#: ConvNeXt-T's 7x7 layers 1.44x to 1.60x PyTorch's speed forward, 2.28x to 3.30x backward-data and 0.91x to 1.18x
+#: in the filter gradient.
+NHWC_STAGED = ((8, 8), (16, 8), (4, 16), (8, 16), (32, 8))
+
+
 def _nhwc(config: DepthwiseConfig) -> bool:
     """Is ``config`` one of the channels-last kernels (``nhwc``, ``nhwc-tiled``, ``nhwc-vecV``)?"""
     return config.variant.startswith("nhwc")
@@ -59,6 +70,16 @@ def _nhwc(config: DepthwiseConfig) -> bool:
 def _vec(config: DepthwiseConfig) -> int:
     """The channels per thread of a vectorized channels-last configuration (``nhwc-vecV``), else 0."""
     return int(config.variant[len("nhwc-vec"):]) if config.variant.startswith("nhwc-vec") else 0
+
+
+def _staged(config: DepthwiseConfig) -> int:
+    """The channel pairs a block of a staged channels-last configuration (``nhwc-stP``), else 0."""
+    return int(config.variant[len("nhwc-st"):]) if config.variant.startswith("nhwc-st") else 0
+
+
+def _stageable(problem: ConvProblem) -> bool:
+    """Does a staged channels-last kernel take ``problem`` (version 12's shapes)?"""
+    return any(depthwise_nhwc.staged_reason(problem, pairs, rows) is None for pairs, rows in NHWC_STAGED)
 
 
 def _vectorized(problem: ConvProblem) -> bool:
@@ -87,15 +108,16 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 11
+    version = 12
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
     # are the same, so every plan stands, and the duels against PyTorch's call, which weigh the host's time too,
     # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel, 11
-    # changed its loads (issued together, none behind a branch) and its configurations
+    # changed its loads (issued together, none behind a branch) and its configurations, 12 added the staged
+    # channels-last kernels
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
-               9: no_shape, 10: _vectorized, 11: _vectorized}
+               9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -125,7 +147,10 @@ class DepthwiseStrategy(Strategy):
             if depthwise_nhwc.reason(problem) is None else []
         vec = [DepthwiseConfig(threads=t, variant=f"nhwc-vec{v}", rows=4) for v, t in NHWC_VEC
                if depthwise_nhwc.vec_reason(problem, v) is None]
-        return vec + tiled + nhwc + self._channels_first(problem)
+        staged = [DepthwiseConfig(threads=depthwise_nhwc.staged_tile(problem, pairs, rows).threads,
+                                  variant=f"nhwc-st{pairs}", rows=rows) for pairs, rows in NHWC_STAGED
+                  if depthwise_nhwc.staged_reason(problem, pairs, rows) is None]
+        return vec + staged + tiled + nhwc + self._channels_first(problem)
 
     def pruned(self, problem, config, backend, room=None):
         """The rule fitted on measured searches (``benchmarks/check_rules.py`` replays it):
@@ -201,7 +226,8 @@ class DepthwiseStrategy(Strategy):
         cp, sm_count = backend.xp, backend.device_info().sm_count
         if _nhwc(config):
             return depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, sm_count, config.rows,
-                                                    tiled=config.variant == "nhwc-tiled", vec=_vec(config))
+                                                    tiled=config.variant == "nhwc-tiled", vec=_vec(config),
+                                                    staged=_staged(config))
         if problem.rank == 3:
             return depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
         return DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)

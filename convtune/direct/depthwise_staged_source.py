@@ -1,0 +1,207 @@
+"""The CUDA source of the staged channels-last depthwise kernels (:mod:`convtune.direct.depthwise_nhwc`'s ``staged``
+launch): stride and dilation 1, 16-bit or float32 operands in their own memory, a block's tile of input (and, for the
+filter gradient, of dy) copied into shared memory by 16-byte loads before any thread reads it.
+
+A block owns ``2P`` adjacent channels (a thread: two of them, ``P`` threads side by side across the block's channels)
+and loops over tiles of ``TH`` output rows by ``S x SEGW`` columns of one image.
+
+* Forward (and stride-1 backward-data: the forward of dy with the filter reversed): a thread owns ``SEGW`` adjacent
+  outputs of one row of the tile; it reads each of the ``KH`` input rows they meet once from shared memory into
+  registers and adds every tap's products; the taps are read from shared memory, two channels at once.
+* Filter gradient: a thread owns one kernel row of its two channels (``KW`` sums each) and a segment of ``SEGW``
+  columns; over the tile's rows it reads the input row its kernel row meets and dy's row once each into registers
+  (dy's reads are broadcasts: the threads of the other kernel rows read the same words). At the end the block adds
+  its threads' sums in shared memory and then into the float32 result with one atomic add per channel and tap.
+"""
+
+_COMMON = r"""
+#define KH {kh}
+#define KW {kw}
+#define P {p}
+#define S {s}
+#define SEGW {segw}
+#define TH {th}
+#define KK (KH * KW)
+#define TW (S * SEGW)
+#define IH (TH + KH - 1)
+#define IW (TW + KW - 1)
+#define SPAN (SEGW + KW - 1)
+// Pairs of a shared input row: IW pixels of P pairs, padded to P more than a multiple of 32 pairs, so that threads
+// reading the same column of neighbouring rows fall on different banks.
+#define XROW (IW * P + (P % 32 + 32 - (IW * P) % 32) % 32)
+#define GROW (TW * P)
+// Pairs one 16-byte load moves, and those loads a thread issues before it stores any (kept in flight together).
+#define LV (16 / (2 * (int)sizeof(T)))
+#define CHUNK 4
+struct __align__(2 * sizeof(T)) PairT {{ T a, b; }};
+
+// rows x cols pixels of one image (src: its first pixel at the block's first channel) from image row r0 and column c0
+// into dst (rowp pairs a row), zeros outside the image; every thread of the block takes part.
+__device__ __forceinline__ void stage(PairT* dst, int rowp, const T* __restrict__ src, int rows, int cols, int r0,
+                                      int c0, int H, int W, int C) {{
+  const int pieces = P / LV, count = rows * cols * pieces;
+  for (int base = threadIdx.x; base < count; base += CHUNK * blockDim.x) {{
+    uint4 u[CHUNK];
+#pragma unroll
+    for (int k = 0; k < CHUNK; ++k) {{
+      const int i = base + k * blockDim.x;
+      const int px = i / pieces, r = px / cols, col = px % cols;
+      const int ir = r0 + r, ic = c0 + col;
+      u[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (i < count && ir >= 0 && ir < H && ic >= 0 && ic < W)
+        u[k] = __ldg(reinterpret_cast<const uint4*>(src + ((long long)ir * W + ic) * C) + i % pieces);
+    }}
+#pragma unroll
+    for (int k = 0; k < CHUNK; ++k) {{
+      const int i = base + k * blockDim.x;
+      if (i < count) {{
+        const int px = i / pieces;
+        *reinterpret_cast<uint4*>(dst + (px / cols) * rowp + (px % cols) * P + (i % pieces) * LV) = u[k];
+      }}
+    }}
+  }}
+}}
+
+// The block's shared memory (16-byte aligned).
+__device__ __forceinline__ unsigned char* shared_bytes() {{
+  extern __shared__ uint4 shared16[];
+  return reinterpret_cast<unsigned char*>(shared16);
+}}
+
+// The tile of the loop's step t: its image n and first output row and column.
+__device__ __forceinline__ void tile_of(int t, int OH, int OW, int& n, int& oh0, int& ow0) {{
+  const int tiles_w = (OW + TW - 1) / TW, tiles_h = (OH + TH - 1) / TH;
+  ow0 = (t % tiles_w) * TW;
+  const int rest = t / tiles_w;
+  oh0 = (rest % tiles_h) * TH;
+  n = rest / tiles_h;
+}}
+
+// The span of SEGW adjacent outputs' inputs, SEGW + KW - 1 pixels of a shared row (P pairs apart), widened.
+__device__ __forceinline__ void load_span(const PairT* row, float (&a)[SPAN], float (&b)[SPAN]) {{
+#pragma unroll
+  for (int j = 0; j < SPAN; ++j) {{
+    const PairT u = row[j * P];
+    a[j] = cv(u.a);
+    b[j] = cv(u.b);
+  }}
+}}
+"""
+
+_FWD = _COMMON + r"""
+#define FLIP {flip}
+// y[n, oh, ow, c] = sum over taps of x[n, oh - ph + kh, ow - pw + kw, c] * w[c, kh, kw] (FLIP: the filter reversed;
+// with dy in and padding k - 1 - pad, backward-data). Threads: P along the channels, then TH along the tile's rows,
+// then S along its column segments. Shared memory: the taps as float2 [KK][P], then the input tile [IH][XROW] pairs.
+extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
+    const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+    int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
+  unsigned char* smem = shared_bytes();
+  float2* ws = reinterpret_cast<float2*>(smem);
+  PairT* xs = reinterpret_cast<PairT*>(smem + KK * P * sizeof(float2));
+  const int c0 = blockIdx.x * 2 * P;
+  for (int i = threadIdx.x; i < KK * P; i += blockDim.x) {{
+    const int q = i % P, k = i / P, kk = FLIP ? KK - 1 - k : k;
+    ws[i] = make_float2(ld(w + (long long)(c0 + 2 * q) * KK + kk), ld(w + (long long)(c0 + 2 * q + 1) * KK + kk));
+  }}
+  const int p = threadIdx.x % P, r = (threadIdx.x / P) % TH, s = threadIdx.x / (P * TH);
+  const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
+  for (int t = blockIdx.y; t < tiles; t += gridDim.y) {{
+    int n, oh0, ow0;
+    tile_of(t, OH, OW, n, oh0, ow0);
+    __syncthreads();  // (the taps are in; the previous tile's reads are done)
+    stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+    __syncthreads();
+    float acc[SEGW][2];
+#pragma unroll
+    for (int o = 0; o < SEGW; ++o) acc[o][0] = acc[o][1] = 0.f;
+    const PairT* xr = xs + r * XROW + s * SEGW * P + p;
+#pragma unroll
+    for (int kh = 0; kh < KH; ++kh) {{
+      float a[SPAN], b[SPAN];
+      load_span(xr + kh * XROW, a, b);
+#pragma unroll
+      for (int kw = 0; kw < KW; ++kw) {{
+        const float2 wv = ws[(kh * KW + kw) * P + p];
+#pragma unroll
+        for (int o = 0; o < SEGW; ++o) {{
+          acc[o][0] += a[o + kw] * wv.x;
+          acc[o][1] += b[o + kw] * wv.y;
+        }}
+      }}
+    }}
+    const int oh = oh0 + r;
+    if (oh < OH) {{
+      T* yr = y + (((long long)n * OH + oh) * OW + ow0 + s * SEGW) * C + c0 + 2 * p;
+#pragma unroll
+      for (int o = 0; o < SEGW; ++o) {{
+        if (ow0 + s * SEGW + o < OW) {{
+          PairT u;
+          u.a = st(acc[o][0]);
+          u.b = st(acc[o][1]);
+          *reinterpret_cast<PairT*>(yr + (long long)o * C) = u;
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+_WGRAD = _COMMON + r"""
+// dw[c, kh, kw] += sum over n, oh, ow of dy[n, oh, ow, c] * x[n, oh - ph + kh, ow - pw + kw, c] into dwt (float32,
+// zeroed before). Threads: P along the channels, then KH along the kernel rows, then S along the column segments.
+// Shared memory: the input tile [IH][XROW] pairs, then dy's [TH][GROW]; at the end the block's sums [2P][KK] floats.
+extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
+    const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dwt,
+    int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
+  unsigned char* smem = shared_bytes();
+  PairT* xs = reinterpret_cast<PairT*>(smem);
+  PairT* gs = xs + IH * XROW;
+  const int c0 = blockIdx.x * 2 * P;
+  const int p = threadIdx.x % P, kh = (threadIdx.x / P) % KH, s = threadIdx.x / (P * KH);
+  float acc[KW][2];
+#pragma unroll
+  for (int k = 0; k < KW; ++k) acc[k][0] = acc[k][1] = 0.f;
+  const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
+  for (int t = blockIdx.y; t < tiles; t += gridDim.y) {{
+    int n, oh0, ow0;
+    tile_of(t, OH, OW, n, oh0, ow0);
+    __syncthreads();  // (the previous tile's reads are done)
+    stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+    stage(gs, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);  // (zeros beyond)
+    __syncthreads();
+    const PairT* xr = xs + kh * XROW + s * SEGW * P + p;
+    const PairT* gr = gs + s * SEGW * P + p;
+    const int rows = min(TH, OH - oh0);
+#pragma unroll 1
+    for (int r = 0; r < rows; ++r) {{
+      float a[SPAN], b[SPAN];
+      load_span(xr + r * XROW, a, b);
+#pragma unroll
+      for (int o = 0; o < SEGW; ++o) {{
+        const PairT g = gr[r * GROW + o * P];
+        const float ga = cv(g.a), gb = cv(g.b);
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) {{
+          acc[kw][0] += ga * a[o + kw];
+          acc[kw][1] += gb * b[o + kw];
+        }}
+      }}
+    }}
+  }}
+  float* sums = reinterpret_cast<float*>(smem);
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * P * KK; i += blockDim.x) sums[i] = 0.f;
+  __syncthreads();
+#pragma unroll
+  for (int kw = 0; kw < KW; ++kw) {{
+    atomicAdd(sums + (2 * p) * KK + kh * KW + kw, acc[kw][0]);
+    atomicAdd(sums + (2 * p + 1) * KK + kh * KW + kw, acc[kw][1]);
+  }}
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * P * KK; i += blockDim.x) atomicAdd(dwt + (long long)c0 * KK + i, sums[i]);
+}}
+"""
+
+#: kernel -> (its source template, its function's name)
+SOURCES = {"fwd-staged": (_FWD, ("dws_fwd",)), "wgrad-staged": (_WGRAD, ("dws_wgrad",))}
