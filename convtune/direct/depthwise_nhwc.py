@@ -261,10 +261,12 @@ class NhwcDepthwiseConv:
     ``threads // 32`` warps per block (32 channels each).
 
     :meth:`launch` runs on channels-last memory of the problem's dtype (bfloat16 as 16-bit numbers) by address:
-    the PyTorch bridge's path; :func:`convtune.precision.launched` makes the array executor of it."""
+    the PyTorch bridge's path; :func:`convtune.precision.launched` makes the array executor of it. ``blocks_per_sm``:
+    the vectorized and staged kernels' blocks per multiprocessor (``None``: :data:`VEC_BLOCKS_PER_SM`,
+    :data:`STAGED_BLOCKS_PER_SM`)."""
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, rows: int = 1, tiled: bool = False,
-                 vec: int = 0, blocks_per_sm: int = VEC_BLOCKS_PER_SM, staged: int = 0):
+                 vec: int = 0, blocks_per_sm: int | None = None, staged: int = 0):
         why = (tiled_reason(p, rows) if tiled else vec_reason(p, vec) if vec else staged_reason(p, staged, rows)
                if staged else reason(p))
         if why:
@@ -284,11 +286,10 @@ class NhwcDepthwiseConv:
         self.result_bytes = 4 * C * KH * KW
         i32 = cp.int32
         if vec:
-            self._set_vec(threads, sm_count, vec, blocks_per_sm)
+            self._set_vec(threads, sm_count, vec, blocks_per_sm or VEC_BLOCKS_PER_SM)
             return
         if staged:
-            self._set_staged(staged, rows, sm_count, blocks_per_sm if blocks_per_sm != VEC_BLOCKS_PER_SM
-                             else STAGED_BLOCKS_PER_SM)
+            self._set_staged(staged, rows, sm_count, blocks_per_sm or STAGED_BLOCKS_PER_SM)
             return
         if p.pass_ == "dgrad" and not SH == SW == 1:  # the gather: one input pixel per thread
             by = threads // LANES
