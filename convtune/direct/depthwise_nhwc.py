@@ -219,7 +219,7 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int) -> Staged | None:
     s = math.ceil(out_w / STAGED_SEGW)
     segw = math.ceil(out_w / s)
     tw, iw, pair = s * segw, s * segw + KW - 1, 2 * ITEMSIZE[p.dtype]
-    xrow = iw * pairs + (pairs % 32 + 32 - (iw * pairs) % 32) % 32
+    xrow = iw * pairs + (pairs % 32 + 32 - (iw * pairs) % 32) % 32  # (the kernels' XROW: a padded row's pairs)
     for th in range(min(rows, out_h), 0, -1):
         in_rows = (th + KH - 1) * xrow * pair
         if p.pass_ == "wgrad":
@@ -249,6 +249,15 @@ def staged_reason(p: ConvProblem, pairs: int, rows: int) -> str | None:
     if staged_tile(p, pairs, rows) is None:
         return "one row of the staged tile exceeds 48 KiB of shared memory or 1024 threads"
     return None
+
+
+def _unit_forward_geometry(p: ConvProblem) -> tuple:
+    """The vectorized and staged kernels' geometry arguments ``(N, C, H, W, OH, OW, ph, pw)`` at stride and dilation 1:
+    the forward's; backward-data's as the forward of dy (its image dy's, its output dx's) with padding k - 1 - pad."""
+    H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = dims(p)
+    if p.pass_ == "dgrad":
+        return (p.batch, p.in_channels, OH, OW, H, W, KH - 1 - PH, KW - 1 - PW)
+    return (p.batch, p.in_channels, H, W, OH, OW, PH, PW)
 
 
 def workspace_bytes(p: ConvProblem) -> int:
@@ -351,7 +360,7 @@ class NhwcDepthwiseConv:
         """The vectorized kernel's launch: ``v`` channels per thread, ``threads`` per block (along the channels first,
         the rest along the outputs), ``blocks_per_sm`` blocks per multiprocessor (each loops over its share)."""
         p, cp = self.p, self.cp
-        H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = dims(p)
+        H, W, OH, OW, KH, KW = dims(p)[:6]
         C, flip = p.in_channels, int(p.pass_ == "dgrad")
         groups = C // v
         gx = min(groups, threads)
@@ -367,18 +376,14 @@ class NhwcDepthwiseConv:
         gxs = math.ceil(groups / gx)
         self.block, self.shared = (gx, by), shared
         self.grid = (gxs, max(1, min(math.ceil(items / by), math.ceil(blocks_per_sm * sm_count / gxs), 65535)))
-        if flip:  # backward-data: the forward of dy, filter reversed, padding k - 1 - pad
-            geometry = (p.batch, C, OH, OW, H, W, KH - 1 - PH, KW - 1 - PW)
-        else:
-            geometry = (p.batch, C, H, W, OH, OW, PH, PW)
-        self.args = tuple(cp.int32(g) for g in geometry)
+        self.args = tuple(cp.int32(g) for g in _unit_forward_geometry(p))
         self.align = v * ITEMSIZE[p.dtype]
 
     def _set_staged(self, pairs: int, rows: int, sm_count: int, blocks_per_sm: int) -> None:
         """The staged kernels' launch: ``pairs`` channel pairs a block, tiles of up to ``rows`` output rows
         (:func:`staged_tile`), ``blocks_per_sm`` blocks per multiprocessor at most (each loops over its share)."""
         p, cp = self.p, self.cp
-        H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = dims(p)
+        H, W, OH, OW, KH, KW = dims(p)[:6]
         tile = staged_tile(p, pairs, rows)
         flip = int(p.pass_ == "dgrad")
         which = "wgrad-staged" if p.pass_ == "wgrad" else "fwd-staged"
@@ -389,18 +394,14 @@ class NhwcDepthwiseConv:
         self.block, self.shared = (tile.threads,), tile.shared
         per_sm = blocks_per_sm * math.ceil(STAGED_THREADS / tile.threads)  # (small blocks: more of them)
         self.grid = (gx, max(1, min(tiles, math.ceil(per_sm * sm_count / gx), 65535)))
-        if flip:  # backward-data: the forward of dy, filter reversed, padding k - 1 - pad
-            geometry = (p.batch, p.in_channels, OH, OW, H, W, KH - 1 - PH, KW - 1 - PW)
-        else:
-            geometry = (p.batch, p.in_channels, H, W, OH, OW, PH, PW)
-        self.args = tuple(cp.int32(g) for g in geometry)
+        self.args = tuple(cp.int32(g) for g in _unit_forward_geometry(p))
         self.align, self.align_b = 16, p.pass_ == "wgrad"
         if p.pass_ == "wgrad":
             self._set_cast()
 
     def _plain(self) -> "NhwcDepthwiseConv":
-        """The plain forward kernel in place of the vectorized one, for operands whose addresses are not multiples of
-        its vector's bytes (made on first need)."""
+        """The plain kernel in place of the vectorized or staged one, for operands whose addresses are not multiples
+        of the bytes those load at once (made on first need)."""
         if self.fallback is None:
             self.fallback = NhwcDepthwiseConv(self.cp, self.p, 256, self.sm_count, 4)
         return self.fallback

@@ -57,14 +57,13 @@ NHWC_VEC = ((4, 256), (2, 256), (2, 128), (4, 128))
 #: pass at stride and dilation 1, the tiles of input and dy copied into shared memory by 16-byte loads). A sweep of
 #: 4 to 32 pairs and 8 and 16 rows on an H100 in bfloat16 at batch 32, at ``STAGED_BLOCKS_PER_SM`` (blocks per
 #: multiprocessor not yet swept; ``benchmarks/depthwise_vec.py --kernels staged``) found each layer's best of every
-#: pass among these: on
-#: ConvNeXt-T's 7x7 layers 1.44x to 1.60x PyTorch's speed forward, 2.28x to 3.30x backward-data and 0.91x to 1.18x
-#: in the filter gradient.
+#: pass among these: on ConvNeXt-T's 7x7 layers 1.44x to 1.60x PyTorch's speed forward, 2.28x to 3.30x backward-data
+#: and 0.91x to 1.18x in the filter gradient.
 NHWC_STAGED = ((8, 8), (16, 8), (4, 16), (8, 16), (32, 8))
 
 
 def _nhwc(config: DepthwiseConfig) -> bool:
-    """Is ``config`` one of the channels-last kernels (``nhwc``, ``nhwc-tiled``, ``nhwc-vecV``)?"""
+    """Is ``config`` one of the channels-last kernels (``nhwc``, ``nhwc-tiled``, ``nhwc-vecV``, ``nhwc-stP``)?"""
     return config.variant.startswith("nhwc")
 
 
