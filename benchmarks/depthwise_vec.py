@@ -1,13 +1,16 @@
 """The channels-last depthwise kernels' configurations, swept: for each layer and pass, every combination of the
 vectorized kernel's channels per thread (V), threads per block, outputs per thread along a row (R) and blocks per
-multiprocessor, and of the staged kernels' channel pairs a block, rows a tile and blocks per multiprocessor, each
+multiprocessor, and of the staged kernels' channel pairs a block, rows a tile, columns a thread (``--segw``),
+single or double buffers (``--pipe``) and blocks per multiprocessor (``--blocks``), each
 checked against float64 and timed with the bench timer (L2 flushed, median), beside PyTorch's call of the same pass
 (cuDNN's benchmark on, same dtype and layout) and the ``nhwc-tiled`` kernel. The vectorized kernel's configurations
 that the strategy offers (``convtune.strategies.depthwise.NHWC_VEC``) are marked. The vectorized kernel runs the
 forward and backward-data passes, the staged ones every pass (``--passes wgrad``: the filter gradient's).
 
     python3 benchmarks/depthwise_vec.py [--layers convnext-dw7-s1,dw3-56-c96] [--passes fwd] [--dtype bfloat16]
-        [--kernels vec|staged|both] [-o sweep.json]
+        [--kernels vec|staged|both] [--tiles all|strategy] [--segw 16] [--pipe 0,1] [--blocks 1,2,4,8] [-o sweep.json]
+
+The staged kernels' configurations are compiled in parallel threads before any is timed.
 
 The layers are those of ``benchmarks/depthwise_half.yaml`` (ConvNeXt-T's 7x7 depthwise layers at batch 32, 3x3 and
 5x5 ones).
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 #: name -> (batch, channels, plane side, kernel side)
 LAYERS = {
@@ -31,10 +35,16 @@ LAYERS = {
 }
 #: the axes swept
 VECTORS, THREADS, ROWS, BLOCKS_PER_SM = (2, 4, 8), (64, 128, 256), (2, 4), (1, 2, 4, 8, 16)
-#: the staged kernels' axes: channel pairs a block, output rows a tile (at most), blocks per multiprocessor (at most)
-PAIRS, TILE_ROWS, STAGED_BLOCKS = (4, 8, 16, 32), (8, 16), (1, 2, 4, 8)
+#: the staged kernels' axes: channel pairs a block, output rows a tile (at most); the defaults of --blocks (blocks per
+#: multiprocessor at most), --segw (columns a thread at most) and --pipe (1: two tiles' buffers, copies in flight)
+PAIRS, TILE_ROWS, STAGED_BLOCKS, SEGWS, PIPES = (4, 8, 16, 32), (8, 16), "1,2,4,8", "16", "0"
 #: relative error (max-norm) past which a configuration is reported wrong, not timed
 BOUND = 1e-2
+
+
+def ints(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``."""
+    return tuple(int(v) for v in text.split(","))
 
 
 def main(argv=None) -> int:
@@ -44,6 +54,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--kernels", default="both", choices=["vec", "staged", "both"],
                     help="which kernel's configurations to sweep (the vectorized, the staged, both)")
+    ap.add_argument("--tiles", default="all", choices=["all", "strategy"],
+                    help="the staged kernels' pairs and rows: every combination of PAIRS and TILE_ROWS, or the "
+                         "strategy's (NHWC_STAGED)")
+    ap.add_argument("--blocks", default=STAGED_BLOCKS, help="the staged kernels' blocks per multiprocessor")
+    ap.add_argument("--segw", default=SEGWS, help="the staged kernels' columns a thread (at most)")
+    ap.add_argument("--pipe", default=PIPES, help="the staged kernels' buffers: 0 one, 1 two (copies in flight)")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
@@ -53,7 +69,7 @@ def main(argv=None) -> int:
     from convtune.backend import get_backend
     from convtune.direct import depthwise_nhwc
     from convtune.problem import ConvProblem
-    from convtune.strategies.depthwise import NHWC_VEC
+    from convtune.strategies.depthwise import NHWC_STAGED, NHWC_VEC
     from convtune.timing import CudaEventTimer
     be = get_backend("cupy")
     timer = CudaEventTimer(warmup=3, repeats=args.repeats)
@@ -62,6 +78,8 @@ def main(argv=None) -> int:
     dtype = getattr(torch, args.dtype)
     cl = torch.channels_last
     stream = cupy.cuda.get_current_stream()
+    tiles = NHWC_STAGED if args.tiles == "strategy" else tuple(itertools.product(PAIRS, TILE_ROWS))
+    staged_axes = tuple(itertools.product(tiles, ints(args.blocks), ints(args.segw), ints(args.pipe)))
     rows = []
     for name in args.layers.split(","):
         n, C, side, k = LAYERS[name]
@@ -105,13 +123,22 @@ def main(argv=None) -> int:
                 results[label] = {"us": us, "error": error}
             if depthwise_nhwc.tiled_reason(p, 4) is None:
                 measure("nhwc-tiled r4", depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 256, sm_count, 4, tiled=True))
-            for pairs, th, per_sm in itertools.product(PAIRS, TILE_ROWS, STAGED_BLOCKS):
-                if args.kernels in ("staged", "both") and depthwise_nhwc.staged_reason(p, pairs, th) is None:
-                    tile = depthwise_nhwc.staged_tile(p, pairs, th)
-                    label = f"staged p{pairs} th{tile.th} b{per_sm}"
-                    if label not in results:
-                        measure(label, depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 0, sm_count, th, staged=pairs,
-                                                                         blocks_per_sm=per_sm))
+            staged = {}
+            for (pairs, th), per_sm, segw, pipe in staged_axes:
+                if args.kernels in ("staged", "both") and depthwise_nhwc.staged_reason(p, pairs, th, segw,
+                                                                                       pipe) is None:
+                    tile = depthwise_nhwc.staged_tile(p, pairs, th, segw, pipe)
+                    label = f"staged p{pairs} th{tile.th} w{tile.segw} b{per_sm}" + (" pipe" if pipe else "")
+                    staged.setdefault(label, (th, pairs, per_sm, segw, bool(pipe)))
+
+            def build(config, p=p):
+                th, pairs, per_sm, segw, pipe = config
+                return depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 0, sm_count, th, staged=pairs, blocks_per_sm=per_sm,
+                                                        segw=segw, pipe=pipe)
+            with ThreadPoolExecutor(16) as pool:  # (NVRTC's compiles, in parallel)
+                built = dict(zip(staged, pool.map(build, staged.values())))
+            for label, conv in built.items():
+                measure(label, conv)
             for v, threads, r, per_sm in itertools.product(VECTORS, THREADS, ROWS, BLOCKS_PER_SM):
                 if args.kernels == "staged" or depthwise_nhwc.vec_reason(p, v) is not None:
                     continue

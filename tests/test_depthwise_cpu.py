@@ -4,6 +4,7 @@ bfloat16 read and written in place (a half-precision filter gradient's float32 s
 reference. The executors' own launches drive them, so their grids and arguments are tested too."""
 
 import ctypes
+import itertools
 
 import numpy
 import pytest
@@ -189,21 +190,24 @@ def test_the_staged_channels_last_kernels_on_the_cpu(emulated, dtype, pass_, cas
     """The staged channels-last kernels (``staged=P``: P channel pairs a block, their tiles copied into shared memory
     by 16-byte loads), every pass: tiles whose rows and column segments overhang the image (4 rows of 9, three
     segments of 13 columns for 37), padding past the kernel's reach, two blocks along the channels, blocks that loop
-    over several tiles (a filter gradient's sums added across them); and operands one element off 16 bytes, which
-    the plain kernel takes instead."""
+    over several tiles (a filter gradient's sums added across them), narrower segments (``segw``) and two tiles'
+    buffers (``pipe``: here, as on devices before compute capability 8.0, copied without ``cp.async``, the buffers'
+    indexing and barriers checked); and operands one element off 16 bytes, which the plain kernel takes instead."""
     rng = numpy.random.default_rng(case)
     p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype=dtype, pass_=pass_,
                          layout="channels_last", **STAGED_CASES[case])
     a, b = (rng.standard_normal(s) for s in p.operand_shapes)
     ref = get_strategy("reference").build(p, None, get_backend("numpy"))
     bound = 1e-6 if dtype == "float32" else 4e-3
-    for pairs, rows, per_sm in ((4, 4, 1), (8, 16, 4)):
-        assert depthwise_nhwc.staged_reason(p, pairs, rows) is None
-        conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 1, rows, staged=pairs, blocks_per_sm=per_sm)
+    for pairs, rows, per_sm, segw, pipe in ((4, 4, 1, 16, False), (8, 16, 4, 16, False), (4, 4, 1, 8, True),
+                                            (8, 3, 1, 5, True)):
+        assert depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe) is None
+        conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 1, rows, staged=pairs, blocks_per_sm=per_sm,
+                                                segw=segw, pipe=pipe)
         assert conv.grid[0] == 16 // (2 * pairs)
         got, a64, b64 = emulated.run_launch(conv, p, a, b)
         err = relative_error(numpy, got, ref(a64, b64))
-        assert err <= bound, (pairs, rows, err)
+        assert err <= bound, (pairs, rows, segw, pipe, err)
         assert conv.fallback is None
     # one element off 16 bytes: the plain kernel, made on first need
     ma, a64 = emulated.launch_memory(a, dtype, "channels_last")
@@ -225,7 +229,7 @@ def test_the_staged_channels_last_kernels_on_the_cpu(emulated, dtype, pass_, cas
 @pytest.mark.parametrize("case", range(len(STAGED_CASES)))
 def test_the_staged_kernels_under_address_sanitizer(pass_, case):
     """The staged kernels' launches on buffers of exactly the operands', result's and shared memory's sizes
-    (float32, each configuration of the strategy's): no read or write outside them."""
+    (float32, each configuration of the strategy's, single and double-buffered): no read or write outside them."""
     import math
     import cuda_cpu
     from convtune.strategies.depthwise import NHWC_STAGED
@@ -234,21 +238,21 @@ def test_the_staged_kernels_under_address_sanitizer(pass_, case):
     which = "wgrad-staged" if pass_ == "wgrad" else "fwd-staged"
     buffers = {16: ("a", math.prod(p.operand_shapes[0])), 32: ("b", math.prod(p.operand_shapes[1])),
                48: ("out", math.prod(p.result_shape))}
-    for pairs, rows in NHWC_STAGED:
-        if depthwise_nhwc.staged_reason(p, pairs, rows) is not None:
+    for (pairs, rows), pipe in itertools.product(NHWC_STAGED, (False, True)):
+        if depthwise_nhwc.staged_reason(p, pairs, rows, pipe=pipe) is not None:
             continue
         (kernel,), calls = cuda_cpu.recorders(depthwise_staged_source.SOURCES[which][1])
-        tile = depthwise_nhwc.staged_tile(p, pairs, rows)
+        tile = depthwise_nhwc.staged_tile(p, pairs, rows, pipe=pipe)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(depthwise_nhwc, "_staged_kernel", lambda *args: kernel)
-            conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 2, rows, staged=pairs)
+            conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 2, rows, staged=pairs, blocks_per_sm=1, pipe=pipe)
         conv.cp = _NoMemset
         conv.launch(16, 32, 48, cuda_cpu.Stream())
         H, W, OH, OW, KH, KW = depthwise_nhwc.dims(p)[:6]
         source = depthwise_nhwc.staged_source(which, "float32", KH, KW, pairs, tile.s, tile.segw, tile.th,
-                                              int(pass_ == "dgrad"))
+                                              int(pass_ == "dgrad"), int(pipe))
         run = cuda_cpu.sanitized_calls(source, buffers, calls)
-        assert run.returncode == 0, (pairs, rows, run.stderr[-3000:])
+        assert run.returncode == 0, (pairs, rows, pipe, run.stderr[-3000:])
 
 
 class _NoMemset(_FakeCupy):

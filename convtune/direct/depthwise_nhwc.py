@@ -80,15 +80,18 @@ def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int
     return tuple(module.get_function(name).kernel for name in SOURCES[which][1])
 
 
-def staged_source(which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0) -> str:
+def staged_source(which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0,
+                  pipe: int = 0) -> str:
     """The CUDA source of staged kernel ``which`` (``fwd-staged``, ``wgrad-staged``): :func:`_staged_kernel`'s
     arguments."""
-    return ELEMENT_TYPES[dtype] + STAGED_SOURCES[which][0].format(kh=kh, kw=kw, p=p, s=s, segw=segw, th=th, flip=flip)
+    return ELEMENT_TYPES[dtype] + STAGED_SOURCES[which][0].format(kh=kh, kw=kw, p=p, s=s, segw=segw, th=th, flip=flip,
+                                                                  pipe=pipe)
 
 
 @compiled_once
-def _staged_kernel(cp, which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0):
-    code = staged_source(which, dtype, kh, kw, p, s, segw, th, flip)
+def _staged_kernel(cp, which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0,
+                   pipe: int = 0):
+    code = staged_source(which, dtype, kh, kw, p, s, segw, th, flip, pipe)
     (name,) = STAGED_SOURCES[which][1]
     return cp.RawModule(code=code, options=("--std=c++14",)).get_function(name).kernel
 
@@ -211,28 +214,32 @@ class Staged(NamedTuple):
     shared: int
 
 
-def staged_tile(p: ConvProblem, pairs: int, rows: int) -> Staged | None:
-    """The tile of a staged kernel with ``pairs`` channel pairs a block and up to ``rows`` output rows a tile: as
-    many rows as fit :data:`SMEM_LIMIT` and 1024 threads (``None`` where not even one does)."""
+def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False) -> Staged | None:
+    """The tile of a staged kernel with ``pairs`` channel pairs a block, up to ``rows`` output rows a tile and up to
+    ``segw`` columns a thread: as many rows as fit :data:`SMEM_LIMIT` (``pipe``: two tiles' buffers) and 1024
+    threads (``None`` where not even one does)."""
     H, W, OH, OW, KH, KW = dims(p)[:6]
     out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
-    s = math.ceil(out_w / STAGED_SEGW)
+    s = math.ceil(out_w / segw)
     segw = math.ceil(out_w / s)
     tw, iw, pair = s * segw, s * segw + KW - 1, 2 * ITEMSIZE[p.dtype]
     xrow = iw * pairs + (pairs % 32 + 32 - (iw * pairs) % 32) % 32  # (the kernels' XROW: a padded row's pairs)
+    buffers = 2 if pipe else 1
     for th in range(min(rows, out_h), 0, -1):
         in_rows = (th + KH - 1) * xrow * pair
         if p.pass_ == "wgrad":
-            threads, shared = pairs * KH * s, max(in_rows + th * tw * pairs * pair, 2 * pairs * KH * KW * 4)
+            threads = pairs * KH * s
+            shared = max(buffers * (in_rows + th * tw * pairs * pair), 2 * pairs * KH * KW * 4)
         else:
-            threads, shared = pairs * th * s, KH * KW * pairs * 8 + in_rows
+            threads, shared = pairs * th * s, KH * KW * pairs * 8 + buffers * in_rows
         if threads <= 1024 and shared <= SMEM_LIMIT:
             return Staged(s, segw, th, threads, shared)
     return None
 
 
-def staged_reason(p: ConvProblem, pairs: int, rows: int) -> str | None:
-    """Why the staged kernels cannot run ``p`` with ``pairs`` channel pairs a block and ``rows`` rows a tile."""
+def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False) -> str | None:
+    """Why the staged kernels cannot run ``p`` with ``pairs`` channel pairs a block, ``rows`` rows a tile and
+    ``segw`` columns a thread (``pipe``: two tiles' buffers, :func:`staged_tile`)."""
     why = reason(p)
     if why:
         return why
@@ -246,7 +253,7 @@ def staged_reason(p: ConvProblem, pairs: int, rows: int) -> str | None:
         return f"a block's {2 * pairs} channels are not a whole number of 16-byte loads"
     if p.in_channels % (2 * pairs):
         return f"{p.in_channels} channels are not a multiple of a block's {2 * pairs}"
-    if staged_tile(p, pairs, rows) is None:
+    if staged_tile(p, pairs, rows, segw, pipe) is None:
         return "one row of the staged tile exceeds 48 KiB of shared memory or 1024 threads"
     return None
 
@@ -272,12 +279,14 @@ class NhwcDepthwiseConv:
     :meth:`launch` runs on channels-last memory of the problem's dtype (bfloat16 as 16-bit numbers) by address:
     the PyTorch bridge's path; :func:`convtune.precision.launched` makes the array executor of it. ``blocks_per_sm``:
     the vectorized and staged kernels' blocks per multiprocessor (``None``: :data:`VEC_BLOCKS_PER_SM`,
-    :data:`STAGED_BLOCKS_PER_SM`)."""
+    :data:`STAGED_BLOCKS_PER_SM`); ``segw`` and ``pipe``: the staged kernels' columns a thread and double buffering
+    (:func:`staged_tile`)."""
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, rows: int = 1, tiled: bool = False,
-                 vec: int = 0, blocks_per_sm: int | None = None, staged: int = 0):
-        why = (tiled_reason(p, rows) if tiled else vec_reason(p, vec) if vec else staged_reason(p, staged, rows)
-               if staged else reason(p))
+                 vec: int = 0, blocks_per_sm: int | None = None, staged: int = 0, segw: int = STAGED_SEGW,
+                 pipe: bool = False):
+        why = (tiled_reason(p, rows) if tiled else vec_reason(p, vec) if vec else
+               staged_reason(p, staged, rows, segw, pipe) if staged else reason(p))
         if why:
             raise ValueError(f"channels-last depthwise kernel: {why}")
         if not staged and (threads % LANES or not LANES <= threads <= 1024):  # (staged: its tile's threads)
@@ -298,7 +307,7 @@ class NhwcDepthwiseConv:
             self._set_vec(threads, sm_count, vec, blocks_per_sm or VEC_BLOCKS_PER_SM)
             return
         if staged:
-            self._set_staged(staged, rows, sm_count, blocks_per_sm or STAGED_BLOCKS_PER_SM)
+            self._set_staged(staged, rows, sm_count, blocks_per_sm or STAGED_BLOCKS_PER_SM, segw, pipe)
             return
         if p.pass_ == "dgrad" and not SH == SW == 1:  # the gather: one input pixel per thread
             by = threads // LANES
@@ -379,15 +388,16 @@ class NhwcDepthwiseConv:
         self.args = tuple(cp.int32(g) for g in _unit_forward_geometry(p))
         self.align = v * ITEMSIZE[p.dtype]
 
-    def _set_staged(self, pairs: int, rows: int, sm_count: int, blocks_per_sm: int) -> None:
-        """The staged kernels' launch: ``pairs`` channel pairs a block, tiles of up to ``rows`` output rows
-        (:func:`staged_tile`), ``blocks_per_sm`` blocks per multiprocessor at most (each loops over its share)."""
+    def _set_staged(self, pairs: int, rows: int, sm_count: int, blocks_per_sm: int, segw: int, pipe: bool) -> None:
+        """The staged kernels' launch: ``pairs`` channel pairs a block, tiles of up to ``rows`` output rows and
+        ``segw`` columns a thread, ``pipe`` double-buffered (:func:`staged_tile`), ``blocks_per_sm`` blocks per
+        multiprocessor at most (each loops over its share)."""
         p, cp = self.p, self.cp
         H, W, OH, OW, KH, KW = dims(p)[:6]
-        tile = staged_tile(p, pairs, rows)
+        tile = staged_tile(p, pairs, rows, segw, pipe)
         flip = int(p.pass_ == "dgrad")
         which = "wgrad-staged" if p.pass_ == "wgrad" else "fwd-staged"
-        self.kernel = _staged_kernel(cp, which, p.dtype, KH, KW, pairs, tile.s, tile.segw, tile.th, flip)
+        self.kernel = _staged_kernel(cp, which, p.dtype, KH, KW, pairs, tile.s, tile.segw, tile.th, flip, int(pipe))
         out_h, out_w = (H, W) if flip else (OH, OW)
         gx = p.in_channels // (2 * pairs)
         tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / (tile.s * tile.segw))

@@ -12,6 +12,10 @@ and loops over tiles of ``TH`` output rows by ``S x SEGW`` columns of one image.
   columns; over the tile's rows it reads the input row its kernel row meets and dy's row once each into registers
   (dy's reads are broadcasts: the threads of the other kernel rows read the same words). At the end the block adds
   its threads' sums in shared memory and then into the float32 result with one atomic add per channel and tap.
+
+``PIPE`` 1 (devices of compute capability 8.0 and above; elsewhere, and in the CPU emulator, the copies are made as
+with 0): two tiles' buffers, the next tile's copies issued asynchronously (``cp.async``, straight into shared memory)
+before the threads work on the current one, so that a block's loads and arithmetic overlap.
 """
 
 _COMMON = r"""
@@ -33,6 +37,12 @@ _COMMON = r"""
 // Pairs one 16-byte load moves, and those loads a thread issues before it stores any (kept in flight together).
 #define LV (16 / (2 * (int)sizeof(T)))
 #define CHUNK 4
+#define PIPE {pipe}
+#if PIPE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define ASYNC 1
+#else
+#define ASYNC 0
+#endif
 struct __align__(2 * sizeof(T)) PairT {{ T a, b; }};
 
 // rows x cols pixels of one image (src: its first pixel at the block's first channel) from image row r0 and column c0
@@ -60,6 +70,37 @@ __device__ __forceinline__ void stage(PairT* dst, int rowp, const T* __restrict_
       }}
     }}
   }}
+}}
+
+// As stage, by asynchronous copies (ASYNC: cp.async, 16 bytes each, a copy of no bytes filling zeros outside the
+// image) that the caller commits and waits for; without ASYNC, stage itself.
+__device__ __forceinline__ void stage_async(PairT* dst, int rowp, const T* __restrict__ src, int rows, int cols,
+                                            int r0, int c0, int H, int W, int C) {{
+#if ASYNC
+  const int pieces = P / LV, count = rows * cols * pieces;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {{
+    const int px = i / pieces, r = px / cols, col = px % cols;
+    const int ir = r0 + r, ic = c0 + col;
+    const bool in = ir >= 0 && ir < H && ic >= 0 && ic < W;
+    const T* from = in ? src + ((long long)ir * W + ic) * C + (i % pieces) * 2 * LV : src;
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst + r * rowp + col * P + (i % pieces) * LV);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(in ? 16 : 0));
+  }}
+#else
+  stage(dst, rowp, src, rows, cols, r0, c0, H, W, C);
+#endif
+}}
+
+// The asynchronous copies issued since the last commit, made one group; waiting for all groups but the newest.
+__device__ __forceinline__ void commit_copies() {{
+#if ASYNC
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}}
+__device__ __forceinline__ void wait_but_newest() {{
+#if ASYNC
+  asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
 }}
 
 // The block's shared memory (16-byte aligned).
@@ -92,7 +133,8 @@ _FWD = _COMMON + r"""
 #define FLIP {flip}
 // y[n, oh, ow, c] = sum over taps of x[n, oh - ph + kh, ow - pw + kw, c] * w[c, kh, kw] (FLIP: the filter reversed;
 // with dy in and padding k - 1 - pad, backward-data). Threads: P along the channels, then TH along the tile's rows,
-// then S along its column segments. Shared memory: the taps as float2 [KK][P], then the input tile [IH][XROW] pairs.
+// then S along its column segments. Shared memory: the taps as float2 [KK][P], then the input tile [IH][XROW] pairs
+// (PIPE: two such tiles, the next one's copies in flight while the threads read the current one).
 extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
     const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
@@ -106,16 +148,31 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
   }}
   const int p = threadIdx.x % P, r = (threadIdx.x / P) % TH, s = threadIdx.x / (P * TH);
   const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
-  for (int t = blockIdx.y; t < tiles; t += gridDim.y) {{
-    int n, oh0, ow0;
-    tile_of(t, OH, OW, n, oh0, ow0);
+  int n, oh0, ow0;
+  if (PIPE && blockIdx.y < tiles) {{
+    tile_of(blockIdx.y, OH, OW, n, oh0, ow0);
+    stage_async(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+  }}
+  commit_copies();
+  for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
+    const PairT* cur = xs + (PIPE ? (k & 1) * IH * XROW : 0);
     __syncthreads();  // (the taps are in; the previous tile's reads are done)
-    stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+    if (PIPE) {{
+      if (t + gridDim.y < tiles) {{
+        tile_of(t + gridDim.y, OH, OW, n, oh0, ow0);
+        stage_async(xs + ((k + 1) & 1) * IH * XROW, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph,
+                    ow0 - pw, H, W, C);
+      }}
+      commit_copies();
+      wait_but_newest();
+    }}
+    tile_of(t, OH, OW, n, oh0, ow0);
+    if (!PIPE) stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
     __syncthreads();
     float acc[SEGW][2];
 #pragma unroll
     for (int o = 0; o < SEGW; ++o) acc[o][0] = acc[o][1] = 0.f;
-    const PairT* xr = xs + r * XROW + s * SEGW * P + p;
+    const PairT* xr = cur + r * XROW + s * SEGW * P + p;
 #pragma unroll
     for (int kh = 0; kh < KH; ++kh) {{
       float a[SPAN], b[SPAN];
@@ -150,28 +207,48 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
 _WGRAD = _COMMON + r"""
 // dw[c, kh, kw] += sum over n, oh, ow of dy[n, oh, ow, c] * x[n, oh - ph + kh, ow - pw + kw, c] into dwt (float32,
 // zeroed before). Threads: P along the channels, then KH along the kernel rows, then S along the column segments.
-// Shared memory: the input tile [IH][XROW] pairs, then dy's [TH][GROW]; at the end the block's sums [2P][KK] floats.
+// Shared memory: the input tile [IH][XROW] pairs, then dy's [TH][GROW] (PIPE: two such pairs of tiles, as the
+// forward's); at the end the block's sums [2P][KK] floats.
 extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
     const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dwt,
     int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
   unsigned char* smem = shared_bytes();
   PairT* xs = reinterpret_cast<PairT*>(smem);
-  PairT* gs = xs + IH * XROW;
   const int c0 = blockIdx.x * 2 * P;
   const int p = threadIdx.x % P, kh = (threadIdx.x / P) % KH, s = threadIdx.x / (P * KH);
   float acc[KW][2];
 #pragma unroll
   for (int k = 0; k < KW; ++k) acc[k][0] = acc[k][1] = 0.f;
   const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
-  for (int t = blockIdx.y; t < tiles; t += gridDim.y) {{
-    int n, oh0, ow0;
-    tile_of(t, OH, OW, n, oh0, ow0);
+  const int bufp = IH * XROW + TH * GROW;  // (a buffer's pairs: the input tile, then dy's)
+  int n, oh0, ow0;
+  if (PIPE && blockIdx.y < tiles) {{
+    tile_of(blockIdx.y, OH, OW, n, oh0, ow0);
+    stage_async(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+    stage_async(xs + IH * XROW, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);
+  }}
+  commit_copies();
+  for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
+    const PairT* cur = xs + (PIPE ? (k & 1) * bufp : 0);
     __syncthreads();  // (the previous tile's reads are done)
-    stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
-    stage(gs, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);  // (zeros beyond)
+    if (PIPE) {{
+      if (t + gridDim.y < tiles) {{
+        tile_of(t + gridDim.y, OH, OW, n, oh0, ow0);
+        PairT* next = xs + ((k + 1) & 1) * bufp;
+        stage_async(next, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+        stage_async(next + IH * XROW, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);
+      }}
+      commit_copies();
+      wait_but_newest();
+    }}
+    tile_of(t, OH, OW, n, oh0, ow0);
+    if (!PIPE) {{  // (dy: zeros beyond the image)
+      stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+      stage(xs + IH * XROW, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);
+    }}
     __syncthreads();
-    const PairT* xr = xs + kh * XROW + s * SEGW * P + p;
-    const PairT* gr = gs + s * SEGW * P + p;
+    const PairT* xr = cur + kh * XROW + s * SEGW * P + p;
+    const PairT* gr = cur + IH * XROW + s * SEGW * P + p;
     const int rows = min(TH, OH - oh0);
 #pragma unroll 1
     for (int r = 0; r < rows; ++r) {{
