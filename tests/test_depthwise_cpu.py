@@ -4,7 +4,6 @@ bfloat16 read and written in place (a half-precision filter gradient's float32 s
 reference. The executors' own launches drive them, so their grids and arguments are tested too."""
 
 import ctypes
-import itertools
 
 import numpy
 import pytest
@@ -232,13 +231,13 @@ def test_the_staged_kernels_under_address_sanitizer(pass_, case):
     (float32, each configuration of the strategy's, single and double-buffered): no read or write outside them."""
     import math
     import cuda_cpu
-    from convtune.strategies.depthwise import NHWC_STAGED
+    from convtune.strategies.depthwise import NHWC_STAGED_CONFIGS
     p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype="float32", pass_=pass_,
                          layout="channels_last", **STAGED_CASES[case])
     which = "wgrad-staged" if pass_ == "wgrad" else "fwd-staged"
     buffers = {16: ("a", math.prod(p.operand_shapes[0])), 32: ("b", math.prod(p.operand_shapes[1])),
                48: ("out", math.prod(p.result_shape))}
-    for (pairs, rows), pipe in itertools.product(NHWC_STAGED, (False, True)):
+    for pairs, rows, _segw, pipe in NHWC_STAGED_CONFIGS:
         if depthwise_nhwc.staged_reason(p, pairs, rows, pipe=pipe) is not None:
             continue
         (kernel,), calls = cuda_cpu.recorders(depthwise_staged_source.SOURCES[which][1])

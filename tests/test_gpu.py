@@ -243,7 +243,7 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     from convtune import precision
     from convtune.direct import depthwise_nhwc
     from convtune.planner import relative_error
-    from convtune.strategies.depthwise import NHWC_STAGED
+    from convtune.strategies.depthwise import NHWC_STAGED_CONFIGS
     be = get_backend("cupy")
     p, strategy = _depthwise_case(be, case, dtype, "channels_last", pass_)
     kernel = p.kernel_size
@@ -254,8 +254,9 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     vec = sorted({cfg.variant for cfg in nhwc if cfg.variant.startswith("nhwc-vec")})
     assert vec == [f"nhwc-vec{v}" for v in (2, 4) if depthwise_nhwc.vec_reason(p, v) is None]
     staged = sorted((cfg.variant, cfg.rows) for cfg in nhwc if cfg.variant.startswith("nhwc-st"))
-    assert staged == sorted((f"nhwc-st{pairs}", rows) for pairs, rows in NHWC_STAGED
-                            if depthwise_nhwc.staged_reason(p, pairs, rows) is None)
+    assert staged == sorted((f"nhwc-st{pairs}" + ("p" if pipe else ""), rows)
+                            for pairs, rows, segw, pipe in NHWC_STAGED_CONFIGS
+                            if depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe) is None)
     assert staged or p.rank == 1 or p.stride != (1,) * p.rank or p.dilation != (1,) * p.rank \
         or math.prod(kernel) > 81 or p.in_channels % 8
     assert sorted((cfg.variant, cfg.rows) for cfg in nhwc if cfg.variant in ("nhwc", "nhwc-tiled")) == \

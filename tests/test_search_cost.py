@@ -590,7 +590,8 @@ def test_the_depthwise_rule_leaves_the_channels_first_kernels_out_of_bfloat16_ch
     dw, cpu, gpu = get_strategy("depthwise"), _Named("numpy"), _Named("cupy")
     half = _layer(kernel_size=7, padding=3, groups=64, dtype="bfloat16", layout="channels_last", math="tf32")
     kept = [c for c in dw.candidates(half, gpu) if dw.pruned(half, c, gpu) is None]
-    own = {"nhwc", "nhwc-tiled", "nhwc-vec2", "nhwc-vec4", "nhwc-st4", "nhwc-st8", "nhwc-st16", "window"}
+    own = {"nhwc", "nhwc-tiled", "nhwc-vec2", "nhwc-vec4", "nhwc-st4", "nhwc-st8", "nhwc-st32", "nhwc-st4p", "nhwc-st8p",
+           "nhwc-st16p", "nhwc-st32p", "window"}
     assert kept and {c.variant for c in kept} <= own  # (its
     # own kernels and window)
     assert {c.variant for c in dw.candidates(half, gpu)} & {"tiled", "simple"}  # (listed, then pruned)

@@ -320,7 +320,7 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
     from convtune.direct import depthwise_nhwc
     from convtune.problem import ConvProblem
     from convtune.strategies import get_strategy
-    from convtune.strategies.depthwise import NHWC_STAGED
+    from convtune.strategies.depthwise import NHWC_STAGED_CONFIGS
     gpu, dw = SimpleNamespace(name="cupy"), get_strategy("depthwise")
 
     def layer(size, k, pad, c=96, **kw):
@@ -332,8 +332,10 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
             configs = dw.candidates(p, gpu)
             vec = [] if pass_ == "wgrad" else [("nhwc-vec4", 4, 256), ("nhwc-vec2", 4, 256), ("nhwc-vec2", 4, 128),
                                                ("nhwc-vec4", 4, 128)]
-            staged = [(f"nhwc-st{pairs}", rows, depthwise_nhwc.staged_tile(p, pairs, rows).threads)
-                      for pairs, rows in NHWC_STAGED if depthwise_nhwc.staged_reason(p, pairs, rows) is None]
+            staged = [(f"nhwc-st{pairs}" + ("p" if pipe else ""), rows,
+                       depthwise_nhwc.staged_tile(p, pairs, rows, segw, pipe).threads)
+                      for pairs, rows, segw, pipe in NHWC_STAGED_CONFIGS
+                      if depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe) is None]
             assert staged or dtype == "float32"  # (16-bit: each of them; float32: those whose tile fits)
             nhwc = vec + staged + [("nhwc-tiled", 4, 256), ("nhwc-tiled", 8, 256), ("nhwc", 4, 256),
                                    ("nhwc", 8, 256), ("nhwc", 2, 256)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 
 from .. import precision
@@ -32,7 +33,8 @@ class DepthwiseConfig(Config):
     threads: int = 256
     # or "tiled" (stride-1 2-D, register-blocked shared-memory tiles), "window", "nhwc", "nhwc-tiled" and
     # "nhwc-vecV" (channels-last operands in their own dtype, V channels a thread: :mod:`convtune.direct.depthwise_nhwc`)
-    # and "nhwc-stP" (the staged channels-last kernels, P channel pairs a block, tiles of up to ``rows`` rows)
+    # and "nhwc-stP" (the staged channels-last kernels, P channel pairs a block, tiles of up to ``rows`` rows;
+    # "nhwc-stPwS": up to S columns a thread, not 16; a trailing "p": two tiles' buffers, copies in flight)
     variant: str = "simple"
     rows: int = 1  # outputs per thread (tiled, window, nhwc; window's filter gradient: taps per thread)
 
@@ -53,13 +55,20 @@ NHWC_TILED_ROWS = (4, 8)
 NHWC_VEC = ((4, 256), (2, 256), (2, 128), (4, 128))
 
 
-#: Channel pairs a block and output rows a tile (at most) of the staged channels-last kernels (``nhwc-stP``: every
-#: pass at stride and dilation 1, the tiles of input and dy copied into shared memory by 16-byte loads). A sweep of
-#: 4 to 32 pairs and 8 and 16 rows on an H100 in bfloat16 at batch 32, at ``STAGED_BLOCKS_PER_SM`` (blocks per
-#: multiprocessor not yet swept; ``benchmarks/depthwise_vec.py --kernels staged``) found each layer's best of every
-#: pass among these: on ConvNeXt-T's 7x7 layers 1.44x to 1.60x PyTorch's speed forward, 2.28x to 3.30x backward-data
-#: and 0.91x to 1.18x in the filter gradient.
-NHWC_STAGED = ((8, 8), (16, 8), (4, 16), (8, 16), (32, 8))
+#: The staged channels-last kernels' configurations offered (``nhwc-stP``: every pass at stride and dilation 1, the
+#: tiles of input and dy copied into shared memory by 16-byte loads): ``(channel pairs a block, output rows a tile at
+#: most, columns a thread at most, double-buffered)``. A sweep of 4 to 32 pairs and 8 and 16 rows on an H100 in
+#: bfloat16 at batch 32 found each layer's best of every pass among five pairs and rows, single-buffered; a second
+#: (``benchmarks/depthwise_vec.py --kernels staged --tiles strategy --segw 8,16 --pipe 0,1 --blocks 2,4,8``) found
+#: the double-buffered tiles (``pipe``: the next tile's copies in flight while the threads work on the current one)
+#: best on the planes of 28x28 and below, up to 1.18x faster (3x3, 28x28) and 1.06x to 1.11x on ConvNeXt-T's stage-4
+#: passes, and the single-buffered ones best on 56x56; these seven hold every pass's best of the ten, at 16 columns a
+#: thread (8 gained at most 3%, on filter gradients of 28x28) and the kernels' own blocks per multiprocessor.
+NHWC_STAGED_CONFIGS = ((8, 8, 16, False), (4, 16, 16, False), (32, 8, 16, False), (16, 8, 16, True),
+                       (32, 8, 16, True), (8, 16, 16, True), (4, 16, 16, True))
+#: Their channel pairs a block and rows a tile (at most).
+NHWC_STAGED = tuple(dict.fromkeys((pairs, rows) for pairs, rows, _segw, _pipe in NHWC_STAGED_CONFIGS))
+_STAGED_VARIANT = re.compile(r"nhwc-st(\d+)(?:w(\d+))?(p?)")
 
 
 def _nhwc(config: DepthwiseConfig) -> bool:
@@ -72,13 +81,22 @@ def _vec(config: DepthwiseConfig) -> int:
     return int(config.variant[len("nhwc-vec"):]) if config.variant.startswith("nhwc-vec") else 0
 
 
-def _staged(config: DepthwiseConfig) -> int:
-    """The channel pairs a block of a staged channels-last configuration (``nhwc-stP``), else 0."""
-    return int(config.variant[len("nhwc-st"):]) if config.variant.startswith("nhwc-st") else 0
+def _staged(config: DepthwiseConfig) -> tuple[int, int, bool]:
+    """The channel pairs a block, columns a thread at most and double buffering of a staged channels-last
+    configuration (``nhwc-stP``, ``nhwc-stPwS``, either with a trailing ``p``), else ``(0, 16, False)``."""
+    m = _STAGED_VARIANT.fullmatch(config.variant)
+    if m is None:
+        return 0, depthwise_nhwc.STAGED_SEGW, False
+    return int(m[1]), int(m[2] or depthwise_nhwc.STAGED_SEGW), bool(m[3])
+
+
+def staged_variant(pairs: int, segw: int, pipe: bool) -> str:
+    """The variant name of a staged configuration (:func:`_staged`'s inverse)."""
+    return f"nhwc-st{pairs}" + (f"w{segw}" if segw != depthwise_nhwc.STAGED_SEGW else "") + ("p" if pipe else "")
 
 
 def _stageable(problem: ConvProblem) -> bool:
-    """Does a staged channels-last kernel take ``problem`` (version 12's shapes)?"""
+    """Does a staged channels-last kernel take ``problem`` (version 12's and 13's shapes)?"""
     return any(depthwise_nhwc.staged_reason(problem, pairs, rows) is None for pairs, rows in NHWC_STAGED)
 
 
@@ -108,16 +126,17 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 12
+    version = 13
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
     # are the same, so every plan stands, and the duels against PyTorch's call, which weigh the host's time too,
     # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel, 11
     # changed its loads (issued together, none behind a branch) and its configurations, 12 added the staged
-    # channels-last kernels
+    # channels-last kernels, 13 their double-buffered configurations
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
-               9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable}
+               9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable,
+               13: _stageable}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -147,9 +166,10 @@ class DepthwiseStrategy(Strategy):
             if depthwise_nhwc.reason(problem) is None else []
         vec = [DepthwiseConfig(threads=t, variant=f"nhwc-vec{v}", rows=4) for v, t in NHWC_VEC
                if depthwise_nhwc.vec_reason(problem, v) is None]
-        staged = [DepthwiseConfig(threads=depthwise_nhwc.staged_tile(problem, pairs, rows).threads,
-                                  variant=f"nhwc-st{pairs}", rows=rows) for pairs, rows in NHWC_STAGED
-                  if depthwise_nhwc.staged_reason(problem, pairs, rows) is None]
+        staged = [DepthwiseConfig(threads=depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe).threads,
+                                  variant=staged_variant(pairs, segw, pipe), rows=rows)
+                  for pairs, rows, segw, pipe in NHWC_STAGED_CONFIGS
+                  if depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe) is None]
         return vec + staged + tiled + nhwc + self._channels_first(problem)
 
     def pruned(self, problem, config, backend, room=None):
@@ -225,9 +245,10 @@ class DepthwiseStrategy(Strategy):
         """``config``'s kernels for ``problem`` (compiled here), launched by address."""
         cp, sm_count = backend.xp, backend.device_info().sm_count
         if _nhwc(config):
+            pairs, segw, pipe = _staged(config)
             return depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, sm_count, config.rows,
                                                     tiled=config.variant == "nhwc-tiled", vec=_vec(config),
-                                                    staged=_staged(config))
+                                                    staged=pairs, segw=segw, pipe=pipe)
         if problem.rank == 3:
             return depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
         return DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
