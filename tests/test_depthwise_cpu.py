@@ -286,3 +286,16 @@ def test_3d_depthwise_kernels_in_half_precision_on_the_gpu(dtype, pass_, case):
     p = ConvProblem.make(batch=2, in_channels=3, out_channels=3, groups=3, dtype=dtype, pass_=pass_, **CASES[case])
     errors = cuda_cpu.gpu_errors("depthwise", p, seed=case)
     assert all(err <= p.tolerance for err in errors.values()), f"{errors} on {p.describe()}"
+
+
+def test_the_staged_variants_name_their_configuration():
+    """A staged configuration's variant names its channel pairs, columns a thread other than 16 and double buffers;
+    one that names none of these the strategy does not read as a plain kernel, it says so."""
+    from convtune.strategies.depthwise import DepthwiseConfig, _staged, staged_variant
+    for variant, want in (("nhwc-st8", (8, 16, False)), ("nhwc-st4p", (4, 16, True)), ("nhwc-st16w8", (16, 8, False)),
+                          ("nhwc-st32w7p", (32, 7, True)), ("nhwc-vec4", (0, 16, False)), ("tiled", (0, 16, False))):
+        assert _staged(DepthwiseConfig(variant=variant)) == want
+        if want[0]:
+            assert staged_variant(*want) == variant
+    with pytest.raises(ValueError, match="staged"):
+        _staged(DepthwiseConfig(variant="nhwc-stx"))

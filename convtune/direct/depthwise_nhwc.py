@@ -26,7 +26,8 @@ every product and sum is float32.
   Operands whose addresses are not multiples of the vector's bytes take the plain forward kernel instead.
 * Staged, every pass (stride and dilation 1, 2-D, a block's channels a multiple of 16 bytes): a block of ``2P``
   channels copies a tile's input (and the filter gradient's dy) into shared memory by 16-byte loads, then its
-  threads read pairs of channels from there (:mod:`convtune.direct.depthwise_staged_source`).
+  threads read pairs of channels from there (:mod:`convtune.direct.depthwise_staged_source`); double-buffered
+  (``pipe``), the next tile's copies are in flight while they do.
 * Backward-filter: a block owns 32 channels, a group of kernel rows (at most
   :data:`REGISTER_TAPS` sums per thread, in registers) and a slice of the output rows; the warps of
   a block add their sums in shared memory, then one float32 atomic add per block and tap. A

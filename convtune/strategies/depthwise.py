@@ -84,9 +84,12 @@ def _vec(config: DepthwiseConfig) -> int:
 def _staged(config: DepthwiseConfig) -> tuple[int, int, bool]:
     """The channel pairs a block, columns a thread at most and double buffering of a staged channels-last
     configuration (``nhwc-stP``, ``nhwc-stPwS``, either with a trailing ``p``), else ``(0, 16, False)``."""
+    if not config.variant.startswith("nhwc-st"):
+        return 0, depthwise_nhwc.STAGED_SEGW, False
     m = _STAGED_VARIANT.fullmatch(config.variant)
     if m is None:
-        return 0, depthwise_nhwc.STAGED_SEGW, False
+        raise ValueError(f"not a staged channels-last variant: {config.variant!r} (nhwc-stP, nhwc-stPwS, either "
+                         "with a trailing p)")
     return int(m[1]), int(m[2] or depthwise_nhwc.STAGED_SEGW), bool(m[3])
 
 
