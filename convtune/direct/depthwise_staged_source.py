@@ -73,7 +73,8 @@ __device__ __forceinline__ void stage(PairT* dst, int rowp, const T* __restrict_
 }}
 
 // As stage, by asynchronous copies (ASYNC: cp.async, 16 bytes each, a copy of no bytes filling zeros outside the
-// image) that the caller commits and waits for; without ASYNC, stage itself.
+// image) that the caller commits and waits for; without ASYNC (PIPE 0, or a device before compute capability 8.0),
+// stage itself.
 __device__ __forceinline__ void stage_async(PairT* dst, int rowp, const T* __restrict__ src, int rows, int cols,
                                             int r0, int c0, int H, int W, int C) {{
 #if ASYNC
@@ -148,26 +149,28 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
   }}
   const int p = threadIdx.x % P, r = (threadIdx.x / P) % TH, s = threadIdx.x / (P * TH);
   const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
-  int n, oh0, ow0;
-  if (PIPE && blockIdx.y < tiles) {{
-    tile_of(blockIdx.y, OH, OW, n, oh0, ow0);
-    stage_async(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
-  }}
+  // tile t's input into buffer buf (ASYNC: by asynchronous copies, which the caller commits and waits for)
+  auto load = [&](int t, int buf) {{
+    int n, oh0, ow0;
+    tile_of(t, OH, OW, n, oh0, ow0);
+    PairT* to = xs + buf * IH * XROW;
+    const T* image = x + (long long)n * H * W * C + c0;
+    stage_async(to, XROW, image, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+  }};
+  if (PIPE && blockIdx.y < tiles) load(blockIdx.y, 0);
   commit_copies();
   for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
     const PairT* cur = xs + (PIPE ? (k & 1) * IH * XROW : 0);
     __syncthreads();  // (the taps are in; the previous tile's reads are done)
     if (PIPE) {{
-      if (t + gridDim.y < tiles) {{
-        tile_of(t + gridDim.y, OH, OW, n, oh0, ow0);
-        stage_async(xs + ((k + 1) & 1) * IH * XROW, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph,
-                    ow0 - pw, H, W, C);
-      }}
+      if (t + gridDim.y < tiles) load(t + gridDim.y, (k + 1) & 1);
       commit_copies();
       wait_but_newest();
+    }} else {{
+      load(t, 0);
     }}
+    int n, oh0, ow0;
     tile_of(t, OH, OW, n, oh0, ow0);
-    if (!PIPE) stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
     __syncthreads();
     float acc[SEGW][2];
 #pragma unroll
@@ -221,31 +224,31 @@ extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
   for (int k = 0; k < KW; ++k) acc[k][0] = acc[k][1] = 0.f;
   const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
   const int bufp = IH * XROW + TH * GROW;  // (a buffer's pairs: the input tile, then dy's)
-  int n, oh0, ow0;
-  if (PIPE && blockIdx.y < tiles) {{
-    tile_of(blockIdx.y, OH, OW, n, oh0, ow0);
-    stage_async(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
-    stage_async(xs + IH * XROW, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);
-  }}
+  // tile t's input and dy (zeros beyond the image) into buffer buf (ASYNC: by asynchronous copies, which the caller
+  // commits and waits for)
+  auto load = [&](int t, int buf) {{
+    int n, oh0, ow0;
+    tile_of(t, OH, OW, n, oh0, ow0);
+    PairT* to = xs + buf * bufp;
+    const T* image = x + (long long)n * H * W * C + c0;
+    const T* grad = dy + (long long)n * OH * OW * C + c0;
+    stage_async(to, XROW, image, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+    stage_async(to + IH * XROW, GROW, grad, TH, TW, oh0, ow0, OH, OW, C);
+  }};
+  if (PIPE && blockIdx.y < tiles) load(blockIdx.y, 0);
   commit_copies();
   for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
     const PairT* cur = xs + (PIPE ? (k & 1) * bufp : 0);
     __syncthreads();  // (the previous tile's reads are done)
     if (PIPE) {{
-      if (t + gridDim.y < tiles) {{
-        tile_of(t + gridDim.y, OH, OW, n, oh0, ow0);
-        PairT* next = xs + ((k + 1) & 1) * bufp;
-        stage_async(next, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
-        stage_async(next + IH * XROW, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);
-      }}
+      if (t + gridDim.y < tiles) load(t + gridDim.y, (k + 1) & 1);
       commit_copies();
       wait_but_newest();
+    }} else {{
+      load(t, 0);
     }}
+    int n, oh0, ow0;
     tile_of(t, OH, OW, n, oh0, ow0);
-    if (!PIPE) {{  // (dy: zeros beyond the image)
-      stage(xs, XROW, x + (long long)n * H * W * C + c0, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
-      stage(xs + IH * XROW, GROW, dy + (long long)n * OH * OW * C + c0, TH, TW, oh0, ow0, OH, OW, C);
-    }}
     __syncthreads();
     const PairT* xr = cur + kh * XROW + s * SEGW * P + p;
     const PairT* gr = cur + IH * XROW + s * SEGW * P + p;
