@@ -130,6 +130,30 @@ def launchables(code: str, names, smem: int, device_id: int) -> tuple:
     return tuple(out)
 
 
+@functools.cache
+def _driver():
+    """The CUDA driver library (``None`` where this machine has none)."""
+    import ctypes
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+def resident_blocks(kernel, threads: int, shared: int) -> int:
+    """How many blocks of ``threads`` threads and ``shared`` bytes of dynamic shared memory a multiprocessor holds at
+    once running launchable ``kernel`` (a CuPy function; the driver's occupancy, which weighs its registers too);
+    0 where the driver cannot say (no driver, or a stand-in kernel without a device function)."""
+    import ctypes
+    ptr, lib = getattr(kernel, "ptr", None), _driver()
+    if not ptr or lib is None:
+        return 0
+    blocks = ctypes.c_int(0)
+    status = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), ctypes.c_void_p(ptr),
+                                                             ctypes.c_int(threads), ctypes.c_size_t(shared))
+    return blocks.value if status == 0 else 0
+
+
 def pass_names(names, pass_: str) -> tuple:
     """The kernels of a one-block FFT module's ``names`` (its filter spectrum, forward, backward-data, then
     filter-gradient kernels: :data:`convtune.fft.rowconv.NAMES`, :data:`convtune.fft.planeconv.NAMES`) that ``pass_``

@@ -277,6 +277,35 @@ def test_the_staged_kernels_say_why_not():
     assert "channels-last" in depthwise_nhwc.staged_reason(make(layout="channels_first"), 4, 8)
 
 
+def test_the_staged_tiles_and_grids(monkeypatch):
+    """A staged tile takes as few rows as cover the plane in as many tiles as its largest fitting one would (28 rows
+    asked to take 16 a tile: two of 14; 56 in 8s: 8; 14 in 8s: two of 7); a filter gradient's grid holds the blocks
+    that the driver says fit a multiprocessor at once (here 4 of the heuristic's 12), each with as many tiles."""
+    def make(side, pass_="fwd"):
+        return ConvProblem.make(batch=32, in_channels=384, out_channels=384, groups=384, input_size=(side, side),
+                                kernel_size=7, padding=3, dtype="bfloat16", layout="channels_last", pass_=pass_)
+    assert [depthwise_nhwc.staged_tile(make(side), 4, rows).th for side, rows in ((28, 16), (56, 8), (14, 8), (7, 8))] \
+        == [14, 8, 7, 7]
+    p = make(14, "wgrad")
+    tile = depthwise_nhwc.staged_tile(p, 16, 8, pipe=True)
+    assert (tile.th, tile.threads) == (7, 112)
+    seen = []
+
+    def resident(kernel, threads, shared):
+        seen.append((threads, shared))
+        return 4
+    monkeypatch.setattr(depthwise_nhwc, "_staged_kernel", lambda *args: object())
+    monkeypatch.setattr(depthwise_nhwc, "cast_kernel", lambda *args: object())
+    monkeypatch.setattr(depthwise_nhwc, "resident_blocks", resident)
+    conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 132, 8, staged=16, pipe=True)
+    # 64 tiles of 12 channel groups; 4 x 132 blocks at once: 44 a group, so 2 tiles each, 32 blocks
+    assert seen == [(112, tile.shared)] and conv.grid == (12, 32)
+    monkeypatch.setattr(depthwise_nhwc, "resident_blocks", lambda *args: 0)  # (the driver cannot say: as before)
+    assert depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 132, 8, staged=16, pipe=True).grid == (12, 64)
+    fwd = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, make(14), 0, 132, 8, staged=16, pipe=True)
+    assert fwd.grid == (12, 64)  # (the forward's grid: the heuristic's)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..compiling import compiled_once
+from ..compiling import compiled_once, resident_blocks
 from ..precision import ITEMSIZE
 from ..problem import ConvProblem
 from .depthwise_nhwc_source import CAST, SOURCES
@@ -218,7 +218,7 @@ class Staged(NamedTuple):
 def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False) -> Staged | None:
     """The tile of a staged kernel with ``pairs`` channel pairs a block, up to ``rows`` output rows a tile and up to
     ``segw`` columns a thread: as many rows as fit :data:`SMEM_LIMIT` (``pipe``: two tiles' buffers) and 1024
-    threads (``None`` where not even one does)."""
+    threads, then as few as cover the plane's rows in as many tiles (``None`` where not even one row fits)."""
     H, W, OH, OW, KH, KW = dims(p)[:6]
     out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
     s = math.ceil(out_w / segw)
@@ -226,15 +226,19 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
     tw, iw, pair = s * segw, s * segw + KW - 1, 2 * ITEMSIZE[p.dtype]
     xrow = iw * pairs + (pairs % 32 + 32 - (iw * pairs) % 32) % 32  # (the kernels' XROW: a padded row's pairs)
     buffers = 2 if pipe else 1
-    for th in range(min(rows, out_h), 0, -1):
+
+    def fits(th):
         in_rows = (th + KH - 1) * xrow * pair
         if p.pass_ == "wgrad":
             threads = pairs * KH * s
             shared = max(buffers * (in_rows + th * tw * pairs * pair), 2 * pairs * KH * KW * 4)
         else:
             threads, shared = pairs * th * s, KH * KW * pairs * 8 + buffers * in_rows
-        if threads <= 1024 and shared <= SMEM_LIMIT:
-            return Staged(s, segw, th, threads, shared)
+        return Staged(s, segw, th, threads, shared) if threads <= 1024 and shared <= SMEM_LIMIT else None
+    for th in range(min(rows, out_h), 0, -1):
+        if fits(th):
+            # as few rows as cover the plane in as many tiles (28 rows: two tiles of 14, not 16 and 12)
+            return fits(math.ceil(out_h / math.ceil(out_h / th)))
     return None
 
 
@@ -404,7 +408,14 @@ class NhwcDepthwiseConv:
         tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / (tile.s * tile.segw))
         self.block, self.shared = (tile.threads,), tile.shared
         per_sm = blocks_per_sm * math.ceil(STAGED_THREADS / tile.threads)  # (small blocks: more of them)
-        self.grid = (gx, max(1, min(tiles, math.ceil(per_sm * sm_count / gx), 65535)))
+        if p.pass_ == "wgrad":
+            # the filter gradient: the blocks that fit at once (where the driver says), each given as many tiles as
+            # the others (a block's sums kept across its tiles, added once; double-buffered, its copies overlap)
+            per_sm = min(per_sm, resident_blocks(self.kernel, tile.threads, tile.shared) or per_sm)
+            slots = max(1, min(tiles, per_sm * sm_count // gx))
+            self.grid = (gx, min(math.ceil(tiles / math.ceil(tiles / slots)), 65535))
+        else:
+            self.grid = (gx, max(1, min(tiles, math.ceil(per_sm * sm_count / gx), 65535)))
         self.args = tuple(cp.int32(g) for g in _unit_forward_geometry(p))
         self.align, self.align_b = 16, p.pass_ == "wgrad"
         if p.pass_ == "wgrad":

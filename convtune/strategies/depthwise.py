@@ -99,7 +99,7 @@ def staged_variant(pairs: int, segw: int, pipe: bool) -> str:
 
 
 def _stageable(problem: ConvProblem) -> bool:
-    """Does a staged channels-last kernel take ``problem`` (version 12's and 13's shapes)?"""
+    """Does a staged channels-last kernel take ``problem`` (version 12's to 14's shapes)?"""
     return any(depthwise_nhwc.staged_reason(problem, pairs, rows) is None for pairs, rows in NHWC_STAGED)
 
 
@@ -129,17 +129,18 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 13
+    version = 14
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
     # are the same, so every plan stands, and the duels against PyTorch's call, which weigh the host's time too,
     # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel, 11
     # changed its loads (issued together, none behind a branch) and its configurations, 12 added the staged
-    # channels-last kernels, 13 their double-buffered configurations
+    # channels-last kernels, 13 their double-buffered configurations, 14 their tiles' rows (as few as cover the plane
+    # in as many tiles) and their filter gradient's grid (the blocks that fit at once, each with as many tiles)
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
                9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable,
-               13: _stageable}
+               13: _stageable, 14: _stageable}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
