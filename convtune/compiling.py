@@ -15,6 +15,7 @@ searches' device time instead of coming between them.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import logging
 import os
@@ -133,7 +134,6 @@ def launchables(code: str, names, smem: int, device_id: int) -> tuple:
 @functools.cache
 def _driver():
     """The CUDA driver library (``None`` where this machine has none)."""
-    import ctypes
     try:
         return ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -144,7 +144,6 @@ def resident_blocks(kernel, threads: int, shared: int) -> int:
     """How many blocks of ``threads`` threads and ``shared`` bytes of dynamic shared memory a multiprocessor holds at
     once running launchable ``kernel`` (a CuPy function; the driver's occupancy, which weighs its registers too);
     0 where the driver cannot say (no driver, or a stand-in kernel without a device function)."""
-    import ctypes
     ptr, lib = getattr(kernel, "ptr", None), _driver()
     if not ptr or lib is None:
         return 0

@@ -164,3 +164,26 @@ def test_the_fft_strategy_compiles_its_own_kernels_ahead_and_in_its_builds_on_th
         xp = None
     fft.build(p, own, Backend())
     assert compiled == ["own", "packed"]
+
+
+def test_resident_blocks_asks_the_driver_only_of_a_device_function(monkeypatch):
+    """The occupancy of a launchable kernel is the driver's answer; a stand-in kernel (no device function), or a
+    machine without the driver, gets 0, which the launches read as "not known"."""
+    from convtune import compiling
+    assert compiling.resident_blocks(object(), 256, 0) == 0
+    asked = []
+
+    class Driver:
+        @staticmethod
+        def cuOccupancyMaxActiveBlocksPerMultiprocessor(out, func, threads, shared):
+            asked.append((func.value, threads.value, shared.value))
+            out._obj.value = 3
+            return 0
+
+    class Kernel:
+        ptr = 1234
+    monkeypatch.setattr(compiling, "_driver", lambda: Driver)
+    assert compiling.resident_blocks(Kernel(), 224, 40960) == 3
+    assert asked == [(1234, 224, 40960)]
+    monkeypatch.setattr(compiling, "_driver", lambda: None)
+    assert compiling.resident_blocks(Kernel(), 224, 40960) == 0

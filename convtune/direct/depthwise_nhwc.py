@@ -396,7 +396,7 @@ class NhwcDepthwiseConv:
     def _set_staged(self, pairs: int, rows: int, sm_count: int, blocks_per_sm: int, segw: int, pipe: bool) -> None:
         """The staged kernels' launch: ``pairs`` channel pairs a block, tiles of up to ``rows`` output rows and
         ``segw`` columns a thread, ``pipe`` double-buffered (:func:`staged_tile`), ``blocks_per_sm`` blocks per
-        multiprocessor at most (each loops over its share)."""
+        multiprocessor at most (each loops over its share; the filter gradient's, no more than fit at once)."""
         p, cp = self.p, self.cp
         H, W, OH, OW, KH, KW = dims(p)[:6]
         tile = staged_tile(p, pairs, rows, segw, pipe)
