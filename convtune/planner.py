@@ -24,7 +24,8 @@ its warm run on the verification batch):
    tolerance it is ``rejected``, an exception is ``failed`` (out-of-memory included) and tuning goes on; one whose
    first run is ``SLOW_FACTOR`` times the best warm run so far, or whose warm run is ``SLOW_FACTOR`` times the best
    of them all (judged once every candidate is verified, so that registry order does not spare a slow one verified
-   first), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point of
+   first; a warm run past ``SLOW_FLOOR_S`` is run once more and the faster counts, so that one stall does not rule a
+   candidate out), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point of
    reference); a configuration that is costly to build
    (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's plans, built for the full batch while
    listing) is built once, for the full batch, and verified there on the verification operands zero-extended along
@@ -75,7 +76,8 @@ log = logging.getLogger("convtune")
 #: Default cap on any candidate's workspace.
 DEFAULT_WORKSPACE_LIMIT = 4 << 30
 #: A verified candidate whose warm run on the verification batch is this many times slower than
-#: the best warm run so far (and slower than the floor) is skipped, not timed.
+#: the best warm run so far (and slower than the floor) is skipped, not timed; a warm run slower than the floor is
+#: run once more and the faster of the two counts.
 SLOW_FACTOR = 50.0
 SLOW_FLOOR_S = 0.01
 #: A first run (one-time costs included) rules a candidate out only past this.
@@ -408,7 +410,10 @@ class Planner:
                     continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
-                warm_s = s.costs[cand.label]["warm_run_s"] = self._synchronized_run(run, va, vb, out) * share
+                warm_s = self._synchronized_run(run, va, vb, out) * share
+                if warm_s > SLOW_FLOOR_S:  # (run again: one stall, a garbage collection say, rules nothing out)
+                    warm_s = min(warm_s, self._synchronized_run(run, va, vb, out) * share)
+                s.costs[cand.label]["warm_run_s"] = warm_s
                 s.spend(cand, "verify_s", time.perf_counter() - started)
                 best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on

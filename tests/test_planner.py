@@ -282,6 +282,26 @@ def test_a_hopelessly_slow_candidate_verified_first_is_skipped_too(extra_strateg
     assert not any(label.startswith("t-crawl") for label in timer.labels) and d.winner.strategy == "t-fast"
 
 
+def test_a_candidate_whose_warm_run_stalls_once_is_run_again_and_timed(extra_strategies):
+    """A warm run slower than the floor is run once more and the faster counts: one stall (a garbage collection, a
+    lazy load) does not rule out a candidate verified before the others, which had no best to be slow against."""
+    calls = []
+
+    def stalls_on_its_warm_run(a, b, out, p, reference):
+        calls.append(a.shape[0])
+        if len(calls) == 2:  # (the first run, then its warm run)
+            time.sleep(0.05)
+        return correct(a, b, out, p, reference)
+    extra_strategies("t-stall", stalls_on_its_warm_run)
+    extra_strategies("t-fast", correct)
+    timer = FakeTimer()
+    d = Planner("numpy", timer, strategies=["t-stall", "t-fast"], verify_batch=1).tune(problem("2d-odd", batch=1))
+    stalled = [o for o in d.outcomes if o.strategy == "t-stall"][0]
+    assert stalled.status in ("winner", "ok"), stalled.reason
+    assert any(label.startswith("t-stall") for label in timer.labels)
+    assert len(calls) >= 3 and stalled.warm_run_s < 0.05
+
+
 def wrong_past_two_samples(a, b, out, p, reference):
     """Exact on the verification batch, off by 1e-4 on larger ones (like a lossy filter-gradient sum)."""
     out[...] = reference(np, p, a, b) * (1 + (1e-4 if p.batch > 2 else 0.0))
