@@ -180,19 +180,29 @@ def tiled_reason(p: ConvProblem, rows: int) -> str | None:
     return None
 
 
-def vec_reason(p: ConvProblem, v: int) -> str | None:
-    """Why the vectorized kernel cannot run ``p`` with ``v`` channels per thread (``None`` when it can)."""
+def _unit_reason(p: ConvProblem, kernel: str, plural: bool = False) -> str | None:
+    """Why ``kernel`` (the vectorized or the staged kernels, as a sentence names them), which need stride and
+    dilation 1 and unroll every tap, cannot run ``p``."""
     why = reason(p)
     if why:
         return why
-    if p.pass_ == "wgrad":
-        return "the vectorized kernel runs the forward and backward-data passes"
+    verb = "" if plural else "s"
     if any(s != 1 for s in p.stride + p.dilation):
-        return "the vectorized kernel needs stride and dilation 1"
+        return f"{kernel} need{verb} stride and dilation 1"
+    if math.prod(p.kernel_size) > REGISTER_TAPS:
+        return f"{kernel} unroll{verb} every tap: at most {REGISTER_TAPS}"
+    return None
+
+
+def vec_reason(p: ConvProblem, v: int) -> str | None:
+    """Why the vectorized kernel cannot run ``p`` with ``v`` channels per thread (``None`` when it can)."""
+    if p.pass_ == "wgrad" and reason(p) is None:
+        return "the vectorized kernel runs the forward and backward-data passes"
+    why = _unit_reason(p, "the vectorized kernel")
+    if why:
+        return why
     if p.in_channels % v:
         return f"{p.in_channels} channels are not a multiple of the vector's {v}"
-    if math.prod(p.kernel_size) > REGISTER_TAPS:
-        return f"the vectorized kernel unrolls every tap: at most {REGISTER_TAPS}"
     return None
 
 
@@ -245,15 +255,11 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
 def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False) -> str | None:
     """Why the staged kernels cannot run ``p`` with ``pairs`` channel pairs a block, ``rows`` rows a tile and
     ``segw`` columns a thread (``pipe``: two tiles' buffers, :func:`staged_tile`)."""
-    why = reason(p)
+    if p.rank != 2 and reason(p) is None:
+        return "the staged kernels are 2-D"
+    why = _unit_reason(p, "the staged kernels", plural=True)
     if why:
         return why
-    if p.rank != 2:
-        return "the staged kernels are 2-D"
-    if any(v != 1 for v in p.stride + p.dilation):
-        return "the staged kernels need stride and dilation 1"
-    if math.prod(p.kernel_size) > REGISTER_TAPS:
-        return f"the staged kernels unroll every tap: at most {REGISTER_TAPS}"
     if pairs % (8 // ITEMSIZE[p.dtype]):
         return f"a block's {2 * pairs} channels are not a whole number of 16-byte loads"
     if p.in_channels % (2 * pairs):
