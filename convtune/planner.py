@@ -24,8 +24,7 @@ its warm run on the verification batch):
    tolerance it is ``rejected``, an exception is ``failed`` (out-of-memory included) and tuning goes on; one whose
    first run is ``SLOW_FACTOR`` times the best warm run so far, or whose warm run is ``SLOW_FACTOR`` times the best
    of them all (judged once every candidate is verified, so that registry order does not spare a slow one verified
-   first; a warm run past ``SLOW_FLOOR_S`` is run once more and the faster counts, so that one stall does not rule a
-   candidate out), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point of
+   first), is ``skipped`` (never one of an ``always_timed`` strategy: PyTorch's own convolution, the point of
    reference); a configuration that is costly to build
    (:meth:`~convtune.strategies.base.Strategy.verified_at_full_batch`: cuDNN's plans, built for the full batch while
    listing) is built once, for the full batch, and verified there on the verification operands zero-extended along
@@ -75,9 +74,8 @@ log = logging.getLogger("convtune")
 
 #: Default cap on any candidate's workspace.
 DEFAULT_WORKSPACE_LIMIT = 4 << 30
-#: A verified candidate whose warm run on the verification batch is this many times slower than
-#: the best warm run so far (and slower than the floor) is skipped, not timed; a warm run slower than the floor is
-#: run once more and the faster of the two counts.
+#: A verified candidate whose warm run on the verification batch (run twice where the first is past the floor: one
+#: stall rules nothing out) is this many times slower than the best so far, and the floor, is skipped, not timed.
 SLOW_FACTOR = 50.0
 SLOW_FLOOR_S = 0.01
 #: A first run (one-time costs included) rules a candidate out only past this.
@@ -270,8 +268,7 @@ class Planner:
         if pruned and not kept:
             # a rule says another candidate will win; with none left (a search restricted to the pruned
             # strategy, say) the rules do not hold, and the pruned candidates are tried after all
-            log.info("%s: the strategies' rules would prune every candidate left; trying them all",
-                     problem.describe())
+            log.info("%s: the strategies' rules would prune every candidate left; trying them all", problem.describe())
             for cand, outcome in pruned:
                 s.outcomes.remove(outcome)
                 self._within_limit(s, cand, kept)
@@ -410,10 +407,8 @@ class Planner:
                     continue
                 # a second, warm run on the small batch ranks the candidates for timing (fastest first),
                 # so a time budget is spent on the likely winners, not on registry order
-                warm_s = self._synchronized_run(run, va, vb, out) * share
-                if warm_s > SLOW_FLOOR_S:  # (run again: one stall, a garbage collection say, rules nothing out)
-                    warm_s = min(warm_s, self._synchronized_run(run, va, vb, out) * share)
-                s.costs[cand.label]["warm_run_s"] = warm_s
+                warm_s = s.costs[cand.label]["warm_run_s"] = self._synchronized_run(run, va, vb, out,
+                                                                                     SLOW_FLOOR_S / share) * share
                 s.spend(cand, "verify_s", time.perf_counter() - started)
                 best_warm = min(best_warm, warm_s)
             except Exception as exc:  # a failing candidate is recorded; tuning goes on
@@ -469,12 +464,14 @@ class Planner:
             s.zero_extended = None
             s.spend(cand, "verify_s", time.perf_counter() - started)
 
-    def _synchronized_run(self, run, a, b, out) -> float:
-        """Seconds one run takes, device work included (a rough clock for ranking, not a timing)."""
+    def _synchronized_run(self, run, a, b, out, again_past: float = math.inf) -> float:
+        """Seconds one run takes, device work included (a rough clock for ranking, not a timing); past ``again_past``
+        seconds it runs once more and the faster counts."""
         t0 = time.perf_counter()
         run(a, b, out)
         self.backend.synchronize()
-        return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        return min(took, self._synchronized_run(run, a, b, out)) if took > again_past else took
 
     def _time(self, s: Search, survivors, best: float = math.inf, lone_untimed: bool = True) -> list[CandidateOutcome]:
         """Time ``survivors``; ``best``: an earlier round's best median; ``lone_untimed``: a lone survivor is not."""
@@ -534,8 +531,7 @@ class Planner:
                 stats = self.timer(fn, self.backend, cand.label, stop_above=stop_above) if stop_above is not None \
                     else self.timer(fn, self.backend, cand.label)
             except Exception as exc:
-                s.outcomes.append(self._outcome(s, cand, "failed", error=err,
-                                                reason=failure_reason(self.backend, exc)))
+                s.outcomes.append(self._outcome(s, cand, "failed", error=err, reason=failure_reason(self.backend, exc)))
                 log.debug("candidate %s failed timing", cand.label, exc_info=True)
                 continue
             finally:

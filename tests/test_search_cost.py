@@ -704,7 +704,7 @@ def test_the_verification_ratios_say_what_a_threshold_would_have_skipped(tmp_pat
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
 
-    def synchronized_run(self, run, a, b, out):
+    def synchronized_run(self, run, a, b, out, again_past=None):
         run(a, b, out)
         return 0.03 if run.run.__module__ == "convtune.strategies.pytorch" else 0.001  # (PyTorch's call 30x)
     monkeypatch.setattr(Planner, "_synchronized_run", synchronized_run)

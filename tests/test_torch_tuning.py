@@ -1074,7 +1074,7 @@ def test_pytorchs_candidate_is_timed_even_when_its_verification_run_is_slow(monk
     from convtune.strategies.pytorch import TorchStrategy
     p = ConvProblem.make(batch=2, in_channels=3, out_channels=4, input_size=(9, 9), kernel_size=3)
 
-    def synchronized_run(self, run, a, b, out):
+    def synchronized_run(self, run, a, b, out, again_past=None):
         run(a, b, out)
         return 1000.0 if run.run.__qualname__.startswith("TorchStrategy") else 0.001  # PyTorch looks very slow
     monkeypatch.setattr(Planner, "_synchronized_run", synchronized_run)
