@@ -104,6 +104,29 @@ __device__ __forceinline__ void wait_but_newest() {{
 #endif
 }}
 
+// The tile loop's steps: load(t, buf) copies tile t into buffer buf (ASYNC: by asynchronous copies, committed and
+// waited for here). first_tile before the loop issues the block's first tile's copies (PIPE); next_tile at the top of
+// step k (tile t) waits for every thread's reads of the previous tile (and whatever the block wrote to shared memory
+// before the loop), has tile t's copies made (PIPE: issued the step before; the next tile's issued now, into the other
+// buffer) and waits for them.
+template <class Load>
+__device__ __forceinline__ void first_tile(int tiles, Load load) {{
+  if (PIPE && blockIdx.y < tiles) load(blockIdx.y, 0);
+  commit_copies();
+}}
+template <class Load>
+__device__ __forceinline__ void next_tile(int t, int k, int tiles, Load load) {{
+  __syncthreads();
+  if (PIPE) {{
+    if (t + gridDim.y < tiles) load(t + gridDim.y, (k + 1) & 1);
+    commit_copies();
+    wait_but_newest();
+  }} else {{
+    load(t, 0);
+  }}
+  __syncthreads();
+}}
+
 // The block's shared memory (16-byte aligned).
 __device__ __forceinline__ unsigned char* shared_bytes() {{
   extern __shared__ uint4 shared16[];
@@ -149,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
   }}
   const int p = threadIdx.x % P, r = (threadIdx.x / P) % TH, s = threadIdx.x / (P * TH);
   const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
-  // tile t's input into buffer buf (ASYNC: by asynchronous copies, which the caller commits and waits for)
+  // tile t's input into buffer buf (next_tile)
   auto load = [&](int t, int buf) {{
     int n, oh0, ow0;
     tile_of(t, OH, OW, n, oh0, ow0);
@@ -157,21 +180,12 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
     const T* image = x + (long long)n * H * W * C + c0;
     stage_async(to, XROW, image, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
   }};
-  if (PIPE && blockIdx.y < tiles) load(blockIdx.y, 0);
-  commit_copies();
+  first_tile(tiles, load);
   for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
     const PairT* cur = xs + (PIPE ? (k & 1) * IH * XROW : 0);
-    __syncthreads();  // (the taps are in; the previous tile's reads are done)
-    if (PIPE) {{
-      if (t + gridDim.y < tiles) load(t + gridDim.y, (k + 1) & 1);
-      commit_copies();
-      wait_but_newest();
-    }} else {{
-      load(t, 0);
-    }}
+    next_tile(t, k, tiles, load);  // (its first barrier: the taps are in)
     int n, oh0, ow0;
     tile_of(t, OH, OW, n, oh0, ow0);
-    __syncthreads();
     float acc[SEGW][2];
 #pragma unroll
     for (int o = 0; o < SEGW; ++o) acc[o][0] = acc[o][1] = 0.f;
@@ -224,8 +238,7 @@ extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
   for (int k = 0; k < KW; ++k) acc[k][0] = acc[k][1] = 0.f;
   const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
   const int bufp = IH * XROW + TH * GROW;  // (a buffer's pairs: the input tile, then dy's)
-  // tile t's input and dy (zeros beyond the image) into buffer buf (ASYNC: by asynchronous copies, which the caller
-  // commits and waits for)
+  // tile t's input and dy (zeros beyond the image) into buffer buf (next_tile)
   auto load = [&](int t, int buf) {{
     int n, oh0, ow0;
     tile_of(t, OH, OW, n, oh0, ow0);
@@ -235,21 +248,12 @@ extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
     stage_async(to, XROW, image, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
     stage_async(to + IH * XROW, GROW, grad, TH, TW, oh0, ow0, OH, OW, C);
   }};
-  if (PIPE && blockIdx.y < tiles) load(blockIdx.y, 0);
-  commit_copies();
+  first_tile(tiles, load);
   for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
     const PairT* cur = xs + (PIPE ? (k & 1) * bufp : 0);
-    __syncthreads();  // (the previous tile's reads are done)
-    if (PIPE) {{
-      if (t + gridDim.y < tiles) load(t + gridDim.y, (k + 1) & 1);
-      commit_copies();
-      wait_but_newest();
-    }} else {{
-      load(t, 0);
-    }}
+    next_tile(t, k, tiles, load);
     int n, oh0, ow0;
     tile_of(t, OH, OW, n, oh0, ow0);
-    __syncthreads();
     const PairT* xr = cur + kh * XROW + s * SEGW * P + p;
     const PairT* gr = cur + IH * XROW + s * SEGW * P + p;
     const int rows = min(TH, OH - oh0);
