@@ -1,14 +1,15 @@
 """The channels-last depthwise kernels' configurations, swept: for each layer and pass, every combination of the
 vectorized kernel's channels per thread (V), threads per block, outputs per thread along a row (R) and blocks per
 multiprocessor, and of the staged kernels' channel pairs a block, rows a tile, columns a thread (``--segw``),
-single or double buffers (``--pipe``) and blocks per multiprocessor (``--blocks``), each
+single or double buffers (``--pipe``), KiB of shared memory a block at most (``--smem``; over 48, a tile that needs
+more opts in) and blocks per multiprocessor (``--blocks``), each
 checked against float64 and timed with the bench timer (L2 flushed, median), beside PyTorch's call of the same pass
 (cuDNN's benchmark on, same dtype and layout) and the ``nhwc-tiled`` kernel. The vectorized kernel's configurations
 that the strategy offers (``convtune.strategies.depthwise.NHWC_VEC``) are marked. The vectorized kernel runs the
 forward and backward-data passes, the staged ones every pass (``--passes wgrad``: the filter gradient's).
 
     python3 benchmarks/depthwise_vec.py [--layers convnext-dw7-s1,dw3-56-c96] [--passes fwd] [--dtype bfloat16]
-        [--kernels vec|staged|both] [--tiles all|strategy] [--segw 16] [--pipe 0,1] [--blocks 1,2,4,8] [-o sweep.json]
+        [--kernels vec|staged|both] [--tiles all|strategy] [--segw 16] [--pipe 0,1] [--smem 48,100] [--blocks 1,2,4,8] [-o sweep.json]
 
 The staged kernels' configurations are compiled in parallel threads before any is timed.
 
@@ -37,7 +38,7 @@ LAYERS = {
 VECTORS, THREADS, ROWS, BLOCKS_PER_SM = (2, 4, 8), (64, 128, 256), (2, 4), (1, 2, 4, 8, 16)
 #: the staged kernels' axes: channel pairs a block, output rows a tile (at most); the defaults of --blocks (blocks per
 #: multiprocessor at most), --segw (columns a thread at most) and --pipe (1: two tiles' buffers, copies in flight)
-PAIRS, TILE_ROWS, STAGED_BLOCKS, SEGWS, PIPES = (4, 8, 16, 32), (8, 16), "1,2,4,8", "16", "0"
+PAIRS, TILE_ROWS, STAGED_BLOCKS, SEGWS, PIPES, SMEMS = (4, 8, 16, 32), (8, 16), "1,2,4,8", "16", "0", "48"
 #: relative error (max-norm) past which a configuration is reported wrong, not timed
 BOUND = 1e-2
 
@@ -60,6 +61,9 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks", default=STAGED_BLOCKS, help="the staged kernels' blocks per multiprocessor")
     ap.add_argument("--segw", default=SEGWS, help="the staged kernels' columns a thread (at most)")
     ap.add_argument("--pipe", default=PIPES, help="the staged kernels' buffers: 0 one, 1 two (copies in flight)")
+    ap.add_argument("--smem", default=SMEMS,
+                    help="the staged kernels' KiB of shared memory a block at most (over 48: those whose tile needs "
+                         "more, opted in)")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
@@ -79,7 +83,8 @@ def main(argv=None) -> int:
     cl = torch.channels_last
     stream = cupy.cuda.get_current_stream()
     tiles = NHWC_STAGED if args.tiles == "strategy" else tuple(itertools.product(PAIRS, TILE_ROWS))
-    staged_axes = tuple(itertools.product(tiles, ints(args.blocks), ints(args.segw), ints(args.pipe)))
+    staged_axes = tuple(itertools.product(tiles, ints(args.blocks), ints(args.segw), ints(args.pipe),
+                                          (kib * 1024 for kib in ints(args.smem))))
     rows = []
     for name in args.layers.split(","):
         n, C, side, k = LAYERS[name]
@@ -124,17 +129,20 @@ def main(argv=None) -> int:
             if depthwise_nhwc.tiled_reason(p, 4) is None:
                 measure("nhwc-tiled r4", depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 256, sm_count, 4, tiled=True))
             staged = {}
-            for (pairs, th), per_sm, segw, pipe in staged_axes:
-                if args.kernels in ("staged", "both") and depthwise_nhwc.staged_reason(p, pairs, th, segw,
-                                                                                       pipe) is None:
-                    tile = depthwise_nhwc.staged_tile(p, pairs, th, segw, pipe)
-                    label = f"staged p{pairs} th{tile.th} w{tile.segw} b{per_sm}" + (" pipe" if pipe else "")
-                    staged.setdefault(label, (th, pairs, per_sm, segw, bool(pipe)))
+            for (pairs, th), per_sm, segw, pipe, smem in staged_axes:
+                if args.kernels in ("staged", "both") and depthwise_nhwc.staged_reason(p, pairs, th, segw, pipe,
+                                                                                       smem) is None:
+                    tile = depthwise_nhwc.staged_tile(p, pairs, th, segw, pipe, smem)
+                    if smem > depthwise_nhwc.SMEM_LIMIT and tile.shared <= depthwise_nhwc.SMEM_LIMIT:
+                        continue  # (the same tile as in 48 KiB)
+                    label = (f"staged p{pairs} th{tile.th} w{tile.segw} b{per_sm}" + (" pipe" if pipe else "")
+                             + (f" {tile.shared // 1024}K" if tile.shared > depthwise_nhwc.SMEM_LIMIT else ""))
+                    staged.setdefault(label, (th, pairs, per_sm, segw, bool(pipe), smem))
 
             def build(config, p=p):
-                th, pairs, per_sm, segw, pipe = config
+                th, pairs, per_sm, segw, pipe, smem = config
                 return depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 0, sm_count, th, staged=pairs, blocks_per_sm=per_sm,
-                                                        segw=segw, pipe=pipe)
+                                                        segw=segw, pipe=pipe, smem=smem)
             with ThreadPoolExecutor(16) as pool:  # (NVRTC's compiles, in parallel)
                 built = dict(zip(staged, pool.map(build, staged.values())))
             for label, conv in built.items():

@@ -153,6 +153,17 @@ def resident_blocks(kernel, threads: int, shared: int) -> int:
     return blocks.value if status == 0 else 0
 
 
+def allow_shared(kernel, shared: int) -> bool:
+    """Lets launchable ``kernel`` (a CuPy function) take ``shared`` bytes of dynamic shared memory a block, over the 48
+    KiB a block gets without opting in (the driver's ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``); False where
+    the driver refuses (the device gives a block less), True where done or nothing is asked (a stand-in kernel without
+    a device function, no driver)."""
+    ptr, lib = getattr(kernel, "ptr", None), _driver()
+    if not ptr or lib is None:
+        return True
+    return lib.cuFuncSetAttribute(ctypes.c_void_p(ptr), ctypes.c_int(8), ctypes.c_int(shared)) == 0
+
+
 def pass_names(names, pass_: str) -> tuple:
     """The kernels of a one-block FFT module's ``names`` (its filter spectrum, forward, backward-data, then
     filter-gradient kernels: :data:`convtune.fft.rowconv.NAMES`, :data:`convtune.fft.planeconv.NAMES`) that ``pass_``

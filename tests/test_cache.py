@@ -102,32 +102,35 @@ def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
                            groups=8)
     plane = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(56, 56), kernel_size=31, padding=15,
                              groups=8)
-    for winner, problem, new, old in (("depthwise", plane, "depthwise14", "depthwise8"), ("fft-row", row, "fft-row5",
+    for winner, problem, new, old in (("depthwise", plane, "depthwise15", "depthwise8"), ("fft-row", row, "fft-row5",
                                       "fft-row4"), ("fft-plane", plane, "fft-plane3", "fft-plane2")):
         assert new in current, current
         assert versions_agree(current.replace(new, old), problem, winner, current), (winner, old)
     assert not versions_agree(current.replace("fft-row5", "fft-row3"), row, "fft-row", current)
     last = plane.replace(layout="channels_last", kernel_size=(7, 7), padding=(3, 3))
-    assert not versions_agree(current.replace("depthwise14", "depthwise9"), last, "depthwise", current)
-    assert versions_agree(current.replace("depthwise14", "depthwise9"), plane.replace(layout="channels_last"),
+    assert not versions_agree(current.replace("depthwise15", "depthwise9"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise15", "depthwise9"), plane.replace(layout="channels_last"),
                           "depthwise", current)  # (31x31: over the vectorized and staged kernels' 81 taps)
     # version 11 changed the vectorized kernel's candidates alone (6 channels: not the staged kernels', 12)
     six = last.replace(in_channels=6, out_channels=6, groups=6)
-    assert not versions_agree(current.replace("depthwise14", "depthwise10"), six, "depthwise", current)
-    assert versions_agree(current.replace("depthwise14", "depthwise10"), six.replace(pass_="wgrad"), "depthwise",
+    assert not versions_agree(current.replace("depthwise15", "depthwise10"), six, "depthwise", current)
+    assert versions_agree(current.replace("depthwise15", "depthwise10"), six.replace(pass_="wgrad"), "depthwise",
                           current)
-    assert versions_agree(current.replace("depthwise14", "depthwise10"), last.replace(stride=(2, 2)), "depthwise",
+    assert versions_agree(current.replace("depthwise15", "depthwise10"), last.replace(stride=(2, 2)), "depthwise",
                           current)  # (strided: neither the vectorized kernel's nor the staged ones')
     # version 12 added the staged kernels: every pass of the channels-last layers they take
-    assert not versions_agree(current.replace("depthwise14", "depthwise11"), last.replace(pass_="wgrad"),
+    assert not versions_agree(current.replace("depthwise15", "depthwise11"), last.replace(pass_="wgrad"),
                               "depthwise", current)
     # version 13 added their double-buffered configurations: the same layers, and no others
-    assert not versions_agree(current.replace("depthwise14", "depthwise12"), last, "depthwise", current)
-    assert versions_agree(current.replace("depthwise14", "depthwise12"), six, "depthwise", current)
+    assert not versions_agree(current.replace("depthwise15", "depthwise12"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise15", "depthwise12"), six, "depthwise", current)
     # version 14 changed their tiles' rows and filter gradient's grid: the same layers, and no others
-    assert not versions_agree(current.replace("depthwise14", "depthwise13"), last.replace(pass_="wgrad"), "depthwise",
+    assert not versions_agree(current.replace("depthwise15", "depthwise13"), last.replace(pass_="wgrad"), "depthwise",
                               current)
-    assert versions_agree(current.replace("depthwise14", "depthwise13"), six, "depthwise", current)
+    assert versions_agree(current.replace("depthwise15", "depthwise13"), six, "depthwise", current)
+    # version 15 added their configurations of 100 KiB a block: the same layers, and no others
+    assert not versions_agree(current.replace("depthwise15", "depthwise14"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise15", "depthwise14"), six, "depthwise", current)
 
 
 def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_plan(cache_url, monkeypatch):
@@ -136,7 +139,7 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     this convtune's plan. Where they can, or the winner's own version changed, it is a miss."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
-    older = current.replace("depthwise14", "depthwise3")
+    older = current.replace("depthwise15", "depthwise3")
     assert older != current
     dense, depthwise = problem(), ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(9, 9),
                                                    kernel_size=3, groups=4)

@@ -10,6 +10,7 @@ import pytest
 
 from convtune.backend import get_backend
 from convtune.building import relative_error
+from convtune.errors import ConvtuneError
 from convtune.direct import (depthwise, depthwise3d, depthwise_nhwc, depthwise_nhwc_source, depthwise_source,
                              depthwise_staged_source, elements)
 from convtune.problem import ConvProblem
@@ -237,14 +238,15 @@ def test_the_staged_kernels_under_address_sanitizer(pass_, case):
     which = "wgrad-staged" if pass_ == "wgrad" else "fwd-staged"
     buffers = {16: ("a", math.prod(p.operand_shapes[0])), 32: ("b", math.prod(p.operand_shapes[1])),
                48: ("out", math.prod(p.result_shape))}
-    for pairs, rows, _segw, pipe in NHWC_STAGED_CONFIGS:
-        if depthwise_nhwc.staged_reason(p, pairs, rows, pipe=pipe) is not None:
+    for pairs, rows, _segw, pipe, kib in NHWC_STAGED_CONFIGS:
+        if depthwise_nhwc.staged_reason(p, pairs, rows, pipe=pipe, smem=kib * 1024) is not None:
             continue
         (kernel,), calls = cuda_cpu.recorders(depthwise_staged_source.SOURCES[which][1])
-        tile = depthwise_nhwc.staged_tile(p, pairs, rows, pipe=pipe)
+        tile = depthwise_nhwc.staged_tile(p, pairs, rows, pipe=pipe, smem=kib * 1024)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(depthwise_nhwc, "_staged_kernel", lambda *args: kernel)
-            conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 2, rows, staged=pairs, blocks_per_sm=1, pipe=pipe)
+            conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 2, rows, staged=pairs, blocks_per_sm=1, pipe=pipe,
+                                                    smem=kib * 1024)
         conv.cp = _NoMemset
         conv.launch(16, 32, 48, cuda_cpu.Stream())
         H, W, OH, OW, KH, KW = depthwise_nhwc.dims(p)[:6]
@@ -306,6 +308,38 @@ def test_the_staged_tiles_and_grids(monkeypatch):
     assert fwd.grid == (12, 64)  # (the forward's grid: the heuristic's)
 
 
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_a_staged_tile_over_48_kib(emulated, monkeypatch, pass_):
+    """A double-buffered float32 tile of 8 pairs on a 40x40 plane with a 7x7 kernel: in 48 KiB a block it takes one
+    row (the filter gradient's, none), in 100 KiB 8 (the launch opting in to more, through the driver: here a stand-in that records the ask); the
+    kernels' result within float32's bound either way."""
+    p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, input_size=(40, 40), kernel_size=7,
+                         padding=3, dtype="float32", pass_=pass_, layout="channels_last")
+    rng = numpy.random.default_rng(1)
+    a, b = (rng.standard_normal(s) for s in p.operand_shapes)
+    ref = get_strategy("reference").build(p, None, get_backend("numpy"))
+    small, big = (depthwise_nhwc.staged_tile(p, 8, 16, pipe=True, smem=kib * 1024) for kib in (48, 100))
+    assert big.shared > 48 * 1024 and big.th > (small.th if small else 0)  # (the filter gradient's: none in 48 KiB)
+    wide = ConvProblem.make(batch=2, in_channels=64, out_channels=64, groups=64, input_size=(40, 40), kernel_size=7,
+                            padding=3, dtype="float32", pass_=pass_, layout="channels_last")
+    assert "100 KiB" in depthwise_nhwc.staged_reason(wide, 32, 16, pipe=True, smem=100 * 1024)
+    asked = []
+
+    def allow(kernel, shared):
+        asked.append(shared)
+        return True
+    monkeypatch.setattr(depthwise_nhwc, "allow_shared", allow)
+    for kib in (48, 100) if small else (100,):
+        conv = depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 2, 16, staged=8, blocks_per_sm=1, pipe=True,
+                                                smem=kib * 1024)
+        got, a64, b64 = emulated.run_launch(conv, p, a, b)
+        assert relative_error(numpy, got, ref(a64, b64)) <= 1e-6, kib
+    assert asked == [big.shared]
+    monkeypatch.setattr(depthwise_nhwc, "allow_shared", lambda kernel, shared: False)
+    with pytest.raises(ConvtuneError, match="48 KiB"):
+        depthwise_nhwc.NhwcDepthwiseConv(_FakeCupy, p, 0, 2, 16, staged=8, pipe=True, smem=100 * 1024)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
@@ -318,11 +352,15 @@ def test_3d_depthwise_kernels_in_half_precision_on_the_gpu(dtype, pass_, case):
 
 
 def test_the_staged_variants_name_their_configuration():
-    """A staged configuration's variant names its channel pairs, columns a thread other than 16 and double buffers;
-    one that names none of these the strategy does not read as a plain kernel, it says so."""
+    """A staged configuration's variant names its channel pairs, columns a thread other than 16, double buffers and
+    shared memory other than 48 KiB; one that names none of these the strategy does not read as a plain kernel, it
+    says so."""
     from convtune.strategies.depthwise import DepthwiseConfig, _staged, staged_variant
-    for variant, want in (("nhwc-st8", (8, 16, False)), ("nhwc-st4p", (4, 16, True)), ("nhwc-st16w8", (16, 8, False)),
-                          ("nhwc-st32w7p", (32, 7, True)), ("nhwc-vec4", (0, 16, False)), ("tiled", (0, 16, False))):
+    k48 = 48 * 1024
+    for variant, want in (("nhwc-st8", (8, 16, False, k48)), ("nhwc-st4p", (4, 16, True, k48)),
+                          ("nhwc-st16w8", (16, 8, False, k48)), ("nhwc-st32w7p", (32, 7, True, k48)),
+                          ("nhwc-st8pm100", (8, 16, True, 100 * 1024)), ("nhwc-vec4", (0, 16, False, k48)),
+                          ("tiled", (0, 16, False, k48))):
         assert _staged(DepthwiseConfig(variant=variant)) == want
         if want[0]:
             assert staged_variant(*want) == variant

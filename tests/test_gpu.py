@@ -225,11 +225,12 @@ def _depthwise_case(be, case, dtype, layout, pass_):
 # (input, kernel, stride, padding, dilation, batch, channels): ConvNeXt's 7x7 with channels not a multiple of 32,
 # a strided 3x3 (backward-data's gather), a dilated 5x5, a 31x31 kernel (taps outside registers, filter
 # gradient in row groups), a long 1-D kernel, uneven strides and padding; 96 channels of a 23x41 plane, which every
-# staged configuration takes (three segments a row, tiles past the last rows)
+# staged configuration takes (three segments a row, tiles past the last rows); ConvNeXt-T's stage-1 rows (56 wide), whose
+# double-buffered tiles of more than 48 KiB a block opt in
 NHWC_CASES = [((13, 17), (7, 7), 1, 3, 1, 3, 40), ((15, 16), (3, 3), 2, 1, 1, 2, 24),
               ((20, 19), (5, 5), 1, 4, 2, 2, 33), ((40, 37), (31, 31), 1, 15, 1, 2, 16),
               ((301,), (61,), 1, 30, 1, 3, 48), ((9, 11), (3, 5), (2, 1), (0, 2), 1, 2, 8),
-              ((23, 41), (5, 3), 1, (2, 1), 1, 3, 96)]
+              ((23, 41), (5, 3), 1, (2, 1), 1, 3, 96), ((30, 56), (7, 7), 1, 3, 1, 2, 96)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -254,9 +255,12 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     vec = sorted({cfg.variant for cfg in nhwc if cfg.variant.startswith("nhwc-vec")})
     assert vec == [f"nhwc-vec{v}" for v in (2, 4) if depthwise_nhwc.vec_reason(p, v) is None]
     staged = sorted((cfg.variant, cfg.rows) for cfg in nhwc if cfg.variant.startswith("nhwc-st"))
-    assert staged == sorted((f"nhwc-st{pairs}" + ("p" if pipe else ""), rows)
-                            for pairs, rows, segw, pipe in NHWC_STAGED_CONFIGS
-                            if depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe) is None)
+    room = cp.cuda.runtime.deviceGetAttribute(97, cp.cuda.Device().id)  # (a block's shared memory, opted in)
+    assert staged == sorted(
+        (f"nhwc-st{pairs}" + ("p" if pipe else "") + (f"m{kib}" if kib > 48 else ""), rows)
+        for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS
+        if kib * 1024 <= room and depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe, kib * 1024) is None
+        and (kib == 48 or depthwise_nhwc.staged_tile(p, pairs, rows, segw, pipe, kib * 1024).shared > 48 * 1024))
     assert staged or p.rank == 1 or p.stride != (1,) * p.rank or p.dilation != (1,) * p.rank \
         or math.prod(kernel) > 81 or p.in_channels % 8
     assert sorted((cfg.variant, cfg.rows) for cfg in nhwc if cfg.variant in ("nhwc", "nhwc-tiled")) == \

@@ -310,6 +310,29 @@ def test_the_depthwise_heuristic_keeps_the_tiled_kernels_where_they_hold_the_fil
     assert dw.heuristic_config(big, gpu).variant == "window"
 
 
+def test_staged_configurations_over_48_kib_only_where_the_device_gives_them_and_the_tile_needs_them(monkeypatch):
+    """The staged configurations of 100 KiB a block: not on a device that gives a block 48 KiB (or cannot say), and
+    on one that gives 227 KiB only where their tile needs more than 48 (ConvNeXt-T's 56x56 layers: all three, every
+    pass; 28x28: the 16-row tile forward, the 8-pair filter gradient's; 14x14: none, its tiles fit 48 KiB)."""
+    from types import SimpleNamespace
+    from convtune.problem import ConvProblem
+    from convtune.strategies import depthwise, get_strategy
+    dw, shared_room = get_strategy("depthwise"), depthwise.shared_room
+
+    def opted(side, c, pass_, room):
+        monkeypatch.setattr(depthwise, "shared_room", lambda backend: room)
+        p = ConvProblem.make(batch=32, in_channels=c, out_channels=c, input_size=(side, side), kernel_size=7,
+                             padding=3, groups=c, dtype="bfloat16", layout="channels_last", pass_=pass_)
+        return sorted(cfg.variant for cfg in dw.candidates(p, SimpleNamespace(name="cupy")) if cfg.variant.endswith("m100"))
+    for pass_ in ("fwd", "dgrad", "wgrad"):
+        assert opted(56, 96, pass_, 227 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100", "nhwc-st8pm100"]
+        assert opted(56, 96, pass_, 48 * 1024) == []
+        assert opted(14, 384, pass_, 227 * 1024) == []
+    assert opted(28, 192, "fwd", 227 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100"]
+    assert opted(28, 192, "wgrad", 227 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100"]
+    assert shared_room(SimpleNamespace(name="cupy")) == shared_room(None) == 48 * 1024
+
+
 def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
     """A channels-last depthwise problem, in any dtype, is offered the nhwc kernels first (vectorized for the forward
     and backward-data passes at stride and dilation 1, tiled, then plain: they read its
@@ -334,8 +357,8 @@ def test_channels_last_depthwise_problems_get_the_nhwc_kernels_first():
                                                ("nhwc-vec4", 4, 128)]
             staged = [(f"nhwc-st{pairs}" + ("p" if pipe else ""), rows,
                        depthwise_nhwc.staged_tile(p, pairs, rows, segw, pipe).threads)
-                      for pairs, rows, segw, pipe in NHWC_STAGED_CONFIGS
-                      if depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe) is None]
+                      for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS
+                      if kib == 48 and depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe) is None]
             assert staged or dtype == "float32"  # (16-bit: each of them; float32: those whose tile fits)
             nhwc = vec + staged + [("nhwc-tiled", 4, 256), ("nhwc-tiled", 8, 256), ("nhwc", 4, 256),
                                    ("nhwc", 8, 256), ("nhwc", 2, 256)]

@@ -39,7 +39,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..compiling import compiled_once, resident_blocks
+from ..compiling import allow_shared, compiled_once, resident_blocks
+from ..errors import ConvtuneError
 from ..precision import ITEMSIZE
 from ..problem import ConvProblem
 from .depthwise_nhwc_source import CAST, SOURCES
@@ -225,10 +226,12 @@ class Staged(NamedTuple):
     shared: int
 
 
-def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False) -> Staged | None:
+def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False,
+                smem: int = SMEM_LIMIT) -> Staged | None:
     """The tile of a staged kernel with ``pairs`` channel pairs a block, up to ``rows`` output rows a tile and up to
-    ``segw`` columns a thread: as many rows as fit :data:`SMEM_LIMIT` (``pipe``: two tiles' buffers) and 1024
-    threads, then as few as cover the plane's rows in as many tiles (``None`` where not even one row fits)."""
+    ``segw`` columns a thread: as many rows as fit ``smem`` bytes of shared memory (``pipe``: two tiles' buffers; over
+    :data:`SMEM_LIMIT`, the launch opts in to more) and 1024 threads, then as few as cover the plane's rows in as many
+    tiles (``None`` where not even one row fits)."""
     H, W, OH, OW, KH, KW = dims(p)[:6]
     out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
     s = math.ceil(out_w / segw)
@@ -244,7 +247,7 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
             shared = max(buffers * (in_rows + th * tw * pairs * pair), 2 * pairs * KH * KW * 4)
         else:
             threads, shared = pairs * th * s, KH * KW * pairs * 8 + buffers * in_rows
-        return Staged(s, segw, th, threads, shared) if threads <= 1024 and shared <= SMEM_LIMIT else None
+        return Staged(s, segw, th, threads, shared) if threads <= 1024 and shared <= smem else None
     for th in range(min(rows, out_h), 0, -1):
         if fits(th):
             # as few rows as cover the plane in as many tiles (28 rows: two tiles of 14, not 16 and 12)
@@ -252,9 +255,10 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
     return None
 
 
-def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False) -> str | None:
+def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False,
+                  smem: int = SMEM_LIMIT) -> str | None:
     """Why the staged kernels cannot run ``p`` with ``pairs`` channel pairs a block, ``rows`` rows a tile and
-    ``segw`` columns a thread (``pipe``: two tiles' buffers, :func:`staged_tile`)."""
+    ``segw`` columns a thread (``pipe``: two tiles' buffers; ``smem``: shared memory a block, :func:`staged_tile`)."""
     if p.rank != 2 and reason(p) is None:
         return "the staged kernels are 2-D"
     why = _unit_reason(p, "the staged kernels", plural=True)
@@ -264,8 +268,8 @@ def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW
         return f"a block's {2 * pairs} channels are not a whole number of 16-byte loads"
     if p.in_channels % (2 * pairs):
         return f"{p.in_channels} channels are not a multiple of a block's {2 * pairs}"
-    if staged_tile(p, pairs, rows, segw, pipe) is None:
-        return "one row of the staged tile exceeds 48 KiB of shared memory or 1024 threads"
+    if staged_tile(p, pairs, rows, segw, pipe, smem) is None:
+        return f"one row of the staged tile exceeds {smem // 1024} KiB of shared memory or 1024 threads"
     return None
 
 
@@ -290,14 +294,14 @@ class NhwcDepthwiseConv:
     :meth:`launch` runs on channels-last memory of the problem's dtype (bfloat16 as 16-bit numbers) by address:
     the PyTorch bridge's path; :func:`convtune.precision.launched` makes the array executor of it. ``blocks_per_sm``:
     the vectorized and staged kernels' blocks per multiprocessor (``None``: :data:`VEC_BLOCKS_PER_SM`,
-    :data:`STAGED_BLOCKS_PER_SM`); ``segw`` and ``pipe``: the staged kernels' columns a thread and double buffering
-    (:func:`staged_tile`)."""
+    :data:`STAGED_BLOCKS_PER_SM`); ``segw``, ``pipe`` and ``smem``: the staged kernels' columns a thread, double
+    buffering and shared memory a block at most (:func:`staged_tile`)."""
 
     def __init__(self, cp, p: ConvProblem, threads: int, sm_count: int, rows: int = 1, tiled: bool = False,
                  vec: int = 0, blocks_per_sm: int | None = None, staged: int = 0, segw: int = STAGED_SEGW,
-                 pipe: bool = False):
+                 pipe: bool = False, smem: int = SMEM_LIMIT):
         why = (tiled_reason(p, rows) if tiled else vec_reason(p, vec) if vec else
-               staged_reason(p, staged, rows, segw, pipe) if staged else reason(p))
+               staged_reason(p, staged, rows, segw, pipe, smem) if staged else reason(p))
         if why:
             raise ValueError(f"channels-last depthwise kernel: {why}")
         if not staged and (threads % LANES or not LANES <= threads <= 1024):  # (staged: its tile's threads)
@@ -318,7 +322,7 @@ class NhwcDepthwiseConv:
             self._set_vec(threads, sm_count, vec, blocks_per_sm or VEC_BLOCKS_PER_SM)
             return
         if staged:
-            self._set_staged(staged, rows, sm_count, blocks_per_sm or STAGED_BLOCKS_PER_SM, segw, pipe)
+            self._set_staged(staged, rows, sm_count, blocks_per_sm or STAGED_BLOCKS_PER_SM, segw, pipe, smem)
             return
         if p.pass_ == "dgrad" and not SH == SW == 1:  # the gather: one input pixel per thread
             by = threads // LANES
@@ -399,16 +403,20 @@ class NhwcDepthwiseConv:
         self.args = tuple(cp.int32(g) for g in _unit_forward_geometry(p))
         self.align = v * ITEMSIZE[p.dtype]
 
-    def _set_staged(self, pairs: int, rows: int, sm_count: int, blocks_per_sm: int, segw: int, pipe: bool) -> None:
+    def _set_staged(self, pairs: int, rows: int, sm_count: int, blocks_per_sm: int, segw: int, pipe: bool,
+                    smem: int) -> None:
         """The staged kernels' launch: ``pairs`` channel pairs a block, tiles of up to ``rows`` output rows and
         ``segw`` columns a thread, ``pipe`` double-buffered (:func:`staged_tile`), ``blocks_per_sm`` blocks per
         multiprocessor at most (each loops over its share; the filter gradient's, no more than fit at once)."""
         p, cp = self.p, self.cp
         H, W, OH, OW, KH, KW = dims(p)[:6]
-        tile = staged_tile(p, pairs, rows, segw, pipe)
+        tile = staged_tile(p, pairs, rows, segw, pipe, smem)
         flip = int(p.pass_ == "dgrad")
         which = "wgrad-staged" if p.pass_ == "wgrad" else "fwd-staged"
         self.kernel = _staged_kernel(cp, which, p.dtype, KH, KW, pairs, tile.s, tile.segw, tile.th, flip, int(pipe))
+        if tile.shared > SMEM_LIMIT and not allow_shared(self.kernel, tile.shared):
+            raise ConvtuneError(f"the staged kernel's block needs {tile.shared} bytes of shared memory, more than "
+                                "this device gives one (a configuration of at most 48 KiB runs it)")
         out_h, out_w = (H, W) if flip else (OH, OW)
         gx = p.in_channels // (2 * pairs)
         tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / (tile.s * tile.segw))

@@ -57,18 +57,23 @@ NHWC_VEC = ((4, 256), (2, 256), (2, 128), (4, 128))
 
 #: The staged channels-last kernels' configurations offered (``nhwc-stP``: every pass at stride and dilation 1, the
 #: tiles of input and dy copied into shared memory by 16-byte loads): ``(channel pairs a block, output rows a tile at
-#: most, columns a thread at most, double-buffered)``. A sweep of 4 to 32 pairs and 8 and 16 rows on an H100 in
+#: most, columns a thread at most, double-buffered, KiB of shared memory a block at most)``. A sweep of 4 to 32 pairs and 8 and 16 rows on an H100 in
 #: bfloat16 at batch 32 found each layer's best of every pass among five pairs and rows, single-buffered; a second
 #: (``benchmarks/depthwise_vec.py --kernels staged --tiles strategy --segw 8,16 --pipe 0,1 --blocks 2,4,8``) found
 #: the double-buffered tiles (``pipe``: the next tile's copies in flight while the threads work on the current one)
 #: best on the planes of 28x28 and below, up to 1.18x faster (3x3, 28x28) and 1.06x to 1.11x on ConvNeXt-T's stage-4
 #: passes, and the single-buffered ones best on 56x56; these seven hold every pass's best of the ten, at 16 columns a
-#: thread (8 gained at most 3%, on filter gradients of 28x28) and the kernels' own blocks per multiprocessor.
-NHWC_STAGED_CONFIGS = ((8, 8, 16, False), (4, 16, 16, False), (32, 8, 16, False), (16, 8, 16, True),
-                       (32, 8, 16, True), (8, 16, 16, True), (4, 16, 16, True))
-#: Their channel pairs a block and rows a tile (at most).
-NHWC_STAGED = tuple(dict.fromkeys((pairs, rows) for pairs, rows, _segw, _pipe in NHWC_STAGED_CONFIGS))
-_STAGED_VARIANT = re.compile(r"nhwc-st(\d+)(?:w(\d+))?(p?)")
+#: thread (8 gained at most 3%, on filter gradients of 28x28) and the kernels' own blocks per multiprocessor. A third,
+#: with double-buffered blocks opted in to 100 KiB of shared memory (``--smem 48,100``), found three of them best
+#: on ConvNeXt-T's 56x56 and 28x28 layers, every pass: 1.03x to 1.06x on 56x56, 1.06x to 1.12x on 28x28 (the filter
+#: gradient 35.5 against 39.6 us); they are offered where the device gives a block that much (``m100``).
+NHWC_STAGED_CONFIGS = ((8, 8, 16, False, 48), (4, 16, 16, False, 48), (32, 8, 16, False, 48), (16, 8, 16, True, 48),
+                       (32, 8, 16, True, 48), (8, 16, 16, True, 48), (4, 16, 16, True, 48),
+                       (8, 8, 16, True, 100), (8, 16, 16, True, 100), (16, 8, 16, True, 100))
+#: Their channel pairs a block and rows a tile (at most), in the 48 KiB every device gives a block.
+NHWC_STAGED = tuple(dict.fromkeys((pairs, rows) for pairs, rows, _segw, _pipe, kib in NHWC_STAGED_CONFIGS
+                                  if kib * 1024 <= depthwise_nhwc.SMEM_LIMIT))
+_STAGED_VARIANT = re.compile(r"nhwc-st(\d+)(?:w(\d+))?(p?)(?:m(\d+))?")
 
 
 def _nhwc(config: DepthwiseConfig) -> bool:
@@ -81,21 +86,54 @@ def _vec(config: DepthwiseConfig) -> int:
     return int(config.variant[len("nhwc-vec"):]) if config.variant.startswith("nhwc-vec") else 0
 
 
-def _staged(config: DepthwiseConfig) -> tuple[int, int, bool]:
-    """The channel pairs a block, columns a thread at most and double buffering of a staged channels-last
-    configuration (``nhwc-stP``, ``nhwc-stPwS``, either with a trailing ``p``), else ``(0, 16, False)``."""
+def _staged(config: DepthwiseConfig) -> tuple[int, int, bool, int]:
+    """The channel pairs a block, columns a thread at most, double buffering and bytes of shared memory a block at
+    most of a staged channels-last configuration (``nhwc-stP``, ``nhwc-stPwS``, either with a trailing ``p``, then
+    ``mK`` for K KiB over the 48 every device gives), else ``(0, 16, False, 48 KiB)``."""
     if not config.variant.startswith("nhwc-st"):
-        return 0, depthwise_nhwc.STAGED_SEGW, False
+        return 0, depthwise_nhwc.STAGED_SEGW, False, depthwise_nhwc.SMEM_LIMIT
     m = _STAGED_VARIANT.fullmatch(config.variant)
     if m is None:
         raise ValueError(f"not a staged channels-last variant: {config.variant!r} (nhwc-stP, nhwc-stPwS, either "
-                         "with a trailing p)")
-    return int(m[1]), int(m[2] or depthwise_nhwc.STAGED_SEGW), bool(m[3])
+                         "with a trailing p, then mK for K KiB of shared memory)")
+    smem = int(m[4]) * 1024 if m[4] else depthwise_nhwc.SMEM_LIMIT
+    return int(m[1]), int(m[2] or depthwise_nhwc.STAGED_SEGW), bool(m[3]), smem
 
 
-def staged_variant(pairs: int, segw: int, pipe: bool) -> str:
-    """The variant name of a staged configuration (:func:`_staged`'s inverse)."""
-    return f"nhwc-st{pairs}" + (f"w{segw}" if segw != depthwise_nhwc.STAGED_SEGW else "") + ("p" if pipe else "")
+def staged_variant(pairs: int, segw: int, pipe: bool, smem: int = depthwise_nhwc.SMEM_LIMIT) -> str:
+    """The variant name of a staged configuration (:func:`_staged`'s inverse; ``smem`` in bytes)."""
+    return (f"nhwc-st{pairs}" + (f"w{segw}" if segw != depthwise_nhwc.STAGED_SEGW else "") + ("p" if pipe else "")
+            + (f"m{smem // 1024}" if smem != depthwise_nhwc.SMEM_LIMIT else ""))
+
+
+def shared_room(backend) -> int:
+    """The bytes of shared memory a block may opt in to on ``backend``'s device (48 KiB, what every device gives,
+    where it cannot say: not CuPy, or a stand-in)."""
+    cp = getattr(backend, "xp", None) if getattr(backend, "name", "") == "cupy" else None
+    if cp is None or not hasattr(cp, "cuda"):
+        return depthwise_nhwc.SMEM_LIMIT
+    return _shared_room(cp, cp.cuda.Device().id)
+
+
+def _staged_configs(problem: ConvProblem, room: int) -> list:
+    """The staged configurations offered ``problem`` on a device that gives a block up to ``room`` bytes of shared
+    memory: those of :data:`NHWC_STAGED_CONFIGS` that take it, one of more than 48 KiB only where its tile needs more
+    (elsewhere it is another's tile again, or a double-buffered one the sweeps did not find best)."""
+    out = []
+    for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS:
+        smem = kib * 1024
+        if smem > room or depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, smem) is not None:
+            continue
+        tile = depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, smem)
+        if smem <= depthwise_nhwc.SMEM_LIMIT or tile.shared > depthwise_nhwc.SMEM_LIMIT:
+            out.append(DepthwiseConfig(threads=tile.threads, variant=staged_variant(pairs, segw, pipe, smem),
+                                       rows=rows))
+    return out
+
+
+@functools.cache
+def _shared_room(cp, device_id: int) -> int:
+    return int(cp.cuda.runtime.deviceGetAttribute(97, device_id))  # (cudaDevAttrMaxSharedMemoryPerBlockOptin)
 
 
 def _stageable(problem: ConvProblem) -> bool:
@@ -129,7 +167,7 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 14
+    version = 15
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
@@ -137,10 +175,11 @@ class DepthwiseStrategy(Strategy):
     # are measured again (their conditions name this version); 10 added the vectorized channels-last kernel, 11
     # changed its loads (issued together, none behind a branch) and its configurations, 12 added the staged
     # channels-last kernels, 13 their double-buffered configurations, 14 their tiles' rows (as few as cover the plane
-    # in as many tiles) and their filter gradient's grid (the blocks that fit at once, each with as many tiles)
+    # in as many tiles) and their filter gradient's grid (the blocks that fit at once, each with as many tiles), 15
+    # their double-buffered configurations opted in to 100 KiB of shared memory a block
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
                9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable,
-               13: _stageable, 14: _stageable}
+               13: _stageable, 14: _stageable, 15: _stageable}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
@@ -170,10 +209,7 @@ class DepthwiseStrategy(Strategy):
             if depthwise_nhwc.reason(problem) is None else []
         vec = [DepthwiseConfig(threads=t, variant=f"nhwc-vec{v}", rows=4) for v, t in NHWC_VEC
                if depthwise_nhwc.vec_reason(problem, v) is None]
-        staged = [DepthwiseConfig(threads=depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe).threads,
-                                  variant=staged_variant(pairs, segw, pipe), rows=rows)
-                  for pairs, rows, segw, pipe in NHWC_STAGED_CONFIGS
-                  if depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe) is None]
+        staged = _staged_configs(problem, shared_room(backend))
         return vec + staged + tiled + nhwc + self._channels_first(problem)
 
     def pruned(self, problem, config, backend, room=None):
@@ -249,10 +285,10 @@ class DepthwiseStrategy(Strategy):
         """``config``'s kernels for ``problem`` (compiled here), launched by address."""
         cp, sm_count = backend.xp, backend.device_info().sm_count
         if _nhwc(config):
-            pairs, segw, pipe = _staged(config)
+            pairs, segw, pipe, smem = _staged(config)
             return depthwise_nhwc.NhwcDepthwiseConv(cp, problem, config.threads, sm_count, config.rows,
                                                     tiled=config.variant == "nhwc-tiled", vec=_vec(config),
-                                                    staged=pairs, segw=segw, pipe=pipe)
+                                                    staged=pairs, segw=segw, pipe=pipe, smem=smem)
         if problem.rank == 3:
             return depthwise3d.Depthwise3dConv(cp, problem, config.threads, sm_count, config.rows)
         return DepthwiseConv(cp, problem, config.threads, sm_count, config.variant, config.rows)
