@@ -9,7 +9,8 @@ that the strategy offers (``convtune.strategies.depthwise.NHWC_VEC``) are marked
 forward and backward-data passes, the staged ones every pass (``--passes wgrad``: the filter gradient's).
 
     python3 benchmarks/depthwise_vec.py [--layers convnext-dw7-s1,dw3-56-c96] [--passes fwd] [--dtype bfloat16]
-        [--kernels vec|staged|both] [--tiles all|strategy] [--segw 16] [--pipe 0,1] [--smem 48,100] [--blocks 1,2,4,8] [-o sweep.json]
+        [--kernels vec|staged|both] [--tiles all|strategy] [--segw 16] [--pipe 0,1] [--smem 48,100]
+        [--blocks 1,2,4,8] [-o sweep.json]
 
 The staged kernels' configurations are compiled in parallel threads before any is timed.
 
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
                 if args.kernels in ("staged", "both") and depthwise_nhwc.staged_reason(p, pairs, th, segw, pipe,
                                                                                        smem) is None:
                     tile = depthwise_nhwc.staged_tile(p, pairs, th, segw, pipe, smem)
-                    if smem > depthwise_nhwc.SMEM_LIMIT and tile.shared <= depthwise_nhwc.SMEM_LIMIT:
+                    if not depthwise_nhwc.opts_in_for(tile, smem):
                         continue  # (the same tile as in 48 KiB)
                     label = (f"staged p{pairs} th{tile.th} w{tile.segw} b{per_sm}" + (" pipe" if pipe else "")
                              + (f" {tile.shared // 1024}K" if tile.shared > depthwise_nhwc.SMEM_LIMIT else ""))

@@ -225,8 +225,8 @@ def _depthwise_case(be, case, dtype, layout, pass_):
 # (input, kernel, stride, padding, dilation, batch, channels): ConvNeXt's 7x7 with channels not a multiple of 32,
 # a strided 3x3 (backward-data's gather), a dilated 5x5, a 31x31 kernel (taps outside registers, filter
 # gradient in row groups), a long 1-D kernel, uneven strides and padding; 96 channels of a 23x41 plane, which every
-# staged configuration takes (three segments a row, tiles past the last rows); ConvNeXt-T's stage-1 rows (56 wide), whose
-# double-buffered tiles of more than 48 KiB a block opt in
+# staged configuration takes (three segments a row, tiles past the last rows); ConvNeXt-T's stage-1 rows (56 wide),
+# whose double-buffered tiles of more than 48 KiB a block opt in
 NHWC_CASES = [((13, 17), (7, 7), 1, 3, 1, 3, 40), ((15, 16), (3, 3), 2, 1, 1, 2, 24),
               ((20, 19), (5, 5), 1, 4, 2, 2, 33), ((40, 37), (31, 31), 1, 15, 1, 2, 16),
               ((301,), (61,), 1, 30, 1, 3, 48), ((9, 11), (3, 5), (2, 1), (0, 2), 1, 2, 8),

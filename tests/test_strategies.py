@@ -310,7 +310,7 @@ def test_the_depthwise_heuristic_keeps_the_tiled_kernels_where_they_hold_the_fil
     assert dw.heuristic_config(big, gpu).variant == "window"
 
 
-def test_staged_configurations_over_48_kib_only_where_the_device_gives_them_and_the_tile_needs_them(monkeypatch):
+def test_staged_configurations_over_48_kib_only_where_the_device_gives_and_the_tile_needs_them(monkeypatch):
     """The staged configurations of 100 KiB a block: not on a device that gives a block 48 KiB (or cannot say), and
     on one that gives 227 KiB only where their tile needs more than 48 (ConvNeXt-T's 56x56 layers: all three, every
     pass; 28x28: the 16-row tile forward, the 8-pair filter gradient's; 14x14: none, its tiles fit 48 KiB)."""
@@ -323,7 +323,8 @@ def test_staged_configurations_over_48_kib_only_where_the_device_gives_them_and_
         monkeypatch.setattr(depthwise, "shared_room", lambda backend: room)
         p = ConvProblem.make(batch=32, in_channels=c, out_channels=c, input_size=(side, side), kernel_size=7,
                              padding=3, groups=c, dtype="bfloat16", layout="channels_last", pass_=pass_)
-        return sorted(cfg.variant for cfg in dw.candidates(p, SimpleNamespace(name="cupy")) if cfg.variant.endswith("m100"))
+        configs = dw.candidates(p, SimpleNamespace(name="cupy"))
+        return sorted(cfg.variant for cfg in configs if cfg.variant.endswith("m100"))
     for pass_ in ("fwd", "dgrad", "wgrad"):
         assert opted(56, 96, pass_, 227 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100", "nhwc-st8pm100"]
         assert opted(56, 96, pass_, 48 * 1024) == []

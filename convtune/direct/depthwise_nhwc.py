@@ -255,6 +255,12 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
     return None
 
 
+def opts_in_for(tile: Staged, smem: int) -> bool:
+    """Is ``tile``, made in up to ``smem`` bytes of shared memory, one that asking for them makes: any tile of at most
+    :data:`SMEM_LIMIT` asked, else one over it (one that fits within it is a 48 KiB configuration's tile again)?"""
+    return smem <= SMEM_LIMIT or tile.shared > SMEM_LIMIT
+
+
 def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False,
                   smem: int = SMEM_LIMIT) -> str | None:
     """Why the staged kernels cannot run ``p`` with ``pairs`` channel pairs a block, ``rows`` rows a tile and

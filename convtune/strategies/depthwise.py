@@ -57,8 +57,9 @@ NHWC_VEC = ((4, 256), (2, 256), (2, 128), (4, 128))
 
 #: The staged channels-last kernels' configurations offered (``nhwc-stP``: every pass at stride and dilation 1, the
 #: tiles of input and dy copied into shared memory by 16-byte loads): ``(channel pairs a block, output rows a tile at
-#: most, columns a thread at most, double-buffered, KiB of shared memory a block at most)``. A sweep of 4 to 32 pairs and 8 and 16 rows on an H100 in
-#: bfloat16 at batch 32 found each layer's best of every pass among five pairs and rows, single-buffered; a second
+#: most, columns a thread at most, double-buffered, KiB of shared memory a block at most)``. A sweep of 4 to 32 pairs
+#: and 8 and 16 rows on an H100 in bfloat16 at batch 32 found each layer's best of every pass among five pairs and
+#: rows, single-buffered; a second
 #: (``benchmarks/depthwise_vec.py --kernels staged --tiles strategy --segw 8,16 --pipe 0,1 --blocks 2,4,8``) found
 #: the double-buffered tiles (``pipe``: the next tile's copies in flight while the threads work on the current one)
 #: best on the planes of 28x28 and below, up to 1.18x faster (3x3, 28x28) and 1.06x to 1.11x on ConvNeXt-T's stage-4
@@ -125,7 +126,7 @@ def _staged_configs(problem: ConvProblem, room: int) -> list:
         if smem > room or depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, smem) is not None:
             continue
         tile = depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, smem)
-        if smem <= depthwise_nhwc.SMEM_LIMIT or tile.shared > depthwise_nhwc.SMEM_LIMIT:
+        if depthwise_nhwc.opts_in_for(tile, smem):
             out.append(DepthwiseConfig(threads=tile.threads, variant=staged_variant(pairs, segw, pipe, smem),
                                        rows=rows))
     return out
