@@ -313,7 +313,8 @@ def test_the_depthwise_heuristic_keeps_the_tiled_kernels_where_they_hold_the_fil
 def test_staged_configurations_over_48_kib_only_where_the_device_gives_and_the_tile_needs_them(monkeypatch):
     """The staged configurations of 100 KiB a block: not on a device that gives a block 48 KiB (or cannot say), and
     on one that gives 227 KiB only where their tile needs more than 48 (ConvNeXt-T's 56x56 layers: all three, every
-    pass; 28x28: the 16-row tile forward, the 8-pair filter gradient's; 14x14: none, its tiles fit 48 KiB)."""
+    pass; 28x28: the 16-row tile forward, the 8-pair filter gradient's; 14x14: none, its tiles fit 48 KiB). A device
+    of less than 100 KiB a block is offered those whose tile it holds (56x56: tiles of 60 to 100 KiB)."""
     from types import SimpleNamespace
     from convtune.problem import ConvProblem
     from convtune.strategies import depthwise, get_strategy
@@ -329,6 +330,9 @@ def test_staged_configurations_over_48_kib_only_where_the_device_gives_and_the_t
         assert opted(56, 96, pass_, 227 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100", "nhwc-st8pm100"]
         assert opted(56, 96, pass_, 48 * 1024) == []
         assert opted(14, 384, pass_, 227 * 1024) == []
+    assert opted(56, 96, "fwd", 99 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100", "nhwc-st8pm100"]
+    assert opted(56, 96, "wgrad", 99 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100"]  # (16 rows: 100 KiB)
+    assert opted(56, 96, "fwd", 64 * 1024) == ["nhwc-st8pm100"]  # (8 rows: 60 KiB)
     assert opted(28, 192, "fwd", 227 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100"]
     assert opted(28, 192, "wgrad", 227 * 1024) == ["nhwc-st16pm100", "nhwc-st8pm100"]
     assert shared_room(SimpleNamespace(name="cupy")) == shared_room(None) == 48 * 1024

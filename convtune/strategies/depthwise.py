@@ -119,14 +119,15 @@ def shared_room(backend) -> int:
 def _staged_configs(problem: ConvProblem, room: int) -> list:
     """The staged configurations offered ``problem`` on a device that gives a block up to ``room`` bytes of shared
     memory: those of :data:`NHWC_STAGED_CONFIGS` that take it, one of more than 48 KiB only where its tile needs more
-    (elsewhere it is another's tile again, or a double-buffered one the sweeps did not find best)."""
+    (elsewhere it is another's tile again, or a double-buffered one the sweeps did not find best) and the device gives
+    the tile's own bytes (a device of 99 KiB a block runs the tiles of 61 to 99 KiB that a configuration of 100 makes)."""
     out = []
     for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS:
         smem = kib * 1024
-        if smem > room or depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, smem) is not None:
+        if depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, smem) is not None:
             continue
         tile = depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, smem)
-        if depthwise_nhwc.opts_in_for(tile, smem):
+        if tile.shared <= room and depthwise_nhwc.opts_in_for(tile, smem):
             out.append(DepthwiseConfig(threads=tile.threads, variant=staged_variant(pairs, segw, pipe, smem),
                                        rows=rows))
     return out
@@ -140,6 +141,14 @@ def _shared_room(cp, device_id: int) -> int:
 def _stageable(problem: ConvProblem) -> bool:
     """Does a staged channels-last kernel take ``problem`` (version 12's to 14's shapes)?"""
     return any(depthwise_nhwc.staged_reason(problem, pairs, rows) is None for pairs, rows in NHWC_STAGED)
+
+
+def _opting_in(problem: ConvProblem) -> bool:
+    """Does a staged configuration of more than 48 KiB make ``problem`` a tile that needs more (version 16's shapes)?"""
+    return any(kib * 1024 > depthwise_nhwc.SMEM_LIMIT
+               and depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, kib * 1024) is None
+               and depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, kib * 1024).shared
+               > depthwise_nhwc.SMEM_LIMIT for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS)
 
 
 def _vectorized(problem: ConvProblem) -> bool:
@@ -168,7 +177,7 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 15
+    version = 16
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
@@ -177,10 +186,11 @@ class DepthwiseStrategy(Strategy):
     # changed its loads (issued together, none behind a branch) and its configurations, 12 added the staged
     # channels-last kernels, 13 their double-buffered configurations, 14 their tiles' rows (as few as cover the plane
     # in as many tiles) and their filter gradient's grid (the blocks that fit at once, each with as many tiles), 15
-    # their double-buffered configurations opted in to 100 KiB of shared memory a block
+    # their double-buffered configurations opted in to 100 KiB of shared memory a block, 16 offered them where the
+    # device gives the tile's own bytes (not only the whole 100 KiB)
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
                9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable,
-               13: _stageable, 14: _stageable, 15: _stageable}
+               13: _stageable, 14: _stageable, 15: _stageable, 16: _opting_in}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
