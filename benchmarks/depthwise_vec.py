@@ -15,7 +15,7 @@ forward and backward-data passes, the staged ones every pass (``--passes wgrad``
 The staged kernels' configurations are compiled in parallel threads before any is timed.
 
 The layers are those of ``benchmarks/depthwise_half.yaml`` (ConvNeXt-T's 7x7 depthwise layers at batch 32, 3x3 and
-5x5 ones).
+5x5 ones) and MobileNetV3-Large's strided depthwise layers (``mbv3-*-s2``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import itertools
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-#: name -> (batch, channels, plane side, kernel side)
+#: name -> (batch, channels, plane side, kernel side[, stride])
 LAYERS = {
     "convnext-dw7-s1": (32, 96, 56, 7),
     "convnext-dw7-s2": (32, 192, 28, 7),
@@ -34,6 +34,10 @@ LAYERS = {
     "dw3-56-c96": (32, 96, 56, 3),
     "dw3-28-c192": (32, 192, 28, 3),
     "dw5-14-c384": (32, 384, 14, 5),
+    "mbv3-dw3-112-c64-s2": (32, 64, 112, 3, 2),
+    "mbv3-dw5-56-c72-s2": (32, 72, 56, 5, 2),
+    "mbv3-dw3-28-c240-s2": (32, 240, 28, 3, 2),
+    "mbv3-dw5-14-c672-s2": (32, 672, 14, 5, 2),
 }
 #: the axes swept
 VECTORS, THREADS, ROWS, BLOCKS_PER_SM = (2, 4, 8), (64, 128, 256), (2, 4), (1, 2, 4, 8, 16)
@@ -88,29 +92,32 @@ def main(argv=None) -> int:
                                           (kib * 1024 for kib in ints(args.smem))))
     rows = []
     for name in args.layers.split(","):
-        n, C, side, k = LAYERS[name]
+        n, C, side, k, stride = (*LAYERS[name], 1)[:5]
         pad = k // 2
+        out_side = (side + 2 * pad - k) // stride + 1
         x = torch.randn(n, C, side, side, device="cuda").to(dtype).contiguous(memory_format=cl)
         w = torch.randn(C, 1, k, k, device="cuda").to(dtype)
-        dy = torch.randn(n, C, side, side, device="cuda").to(dtype).contiguous(memory_format=cl)
-        geometry = ((1, 1), (pad, pad), (1, 1), False, (0, 0), C)
+        dy = torch.randn(n, C, out_side, out_side, device="cuda").to(dtype).contiguous(memory_format=cl)
+        geometry = ((stride, stride), (pad, pad), (1, 1), False, (0, 0), C)
+        conv = dict(stride=stride, padding=pad, groups=C)
 
         def pytorch(mask, a=x, b=w, g=dy):
             return torch.ops.aten.convolution_backward(g, a, b, None, *geometry, mask)
         # each pass: (its operands a, b, its result's shape and format, PyTorch's call, the float64 reference)
         d = {t: t.double() for t in (x, w, dy)}
         passes = {
-            "fwd": (x, w, x.shape, cl, lambda: torch.nn.functional.conv2d(x, w, padding=pad, groups=C),
-                    torch.nn.functional.conv2d(d[x], d[w], padding=pad, groups=C)),
+            "fwd": (x, w, dy.shape, cl, lambda: torch.nn.functional.conv2d(x, w, **conv),
+                    torch.nn.functional.conv2d(d[x], d[w], **conv)),
             "dgrad": (dy, w, x.shape, cl, lambda: pytorch([True, False, False]),
-                      torch.nn.grad.conv2d_input(x.shape, d[w], d[dy], padding=pad, groups=C)),
+                      torch.nn.grad.conv2d_input(x.shape, d[w], d[dy], **conv)),
             "wgrad": (x, dy, w.shape, torch.contiguous_format, lambda: pytorch([False, True, False]),
-                      torch.nn.grad.conv2d_weight(d[x], w.shape, d[dy], padding=pad, groups=C)),
+                      torch.nn.grad.conv2d_weight(d[x], w.shape, d[dy], **conv)),
         }
         for pass_ in args.passes.split(","):
             a, b, shape, fmt, native, want = passes[pass_]
             p = ConvProblem.make(batch=n, in_channels=C, out_channels=C, groups=C, input_size=(side, side),
-                                 kernel_size=k, padding=pad, dtype=args.dtype, layout="channels_last", pass_=pass_)
+                                 kernel_size=k, padding=pad, stride=stride, dtype=args.dtype, layout="channels_last",
+                                 pass_=pass_)
             out = torch.empty(shape, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
             scale = float(want.abs().max())
             torch_us = timer(native, be).median_s * 1e6
@@ -129,6 +136,8 @@ def main(argv=None) -> int:
                 results[label] = {"us": us, "error": error}
             if depthwise_nhwc.tiled_reason(p, 4) is None:
                 measure("nhwc-tiled r4", depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 256, sm_count, 4, tiled=True))
+            else:  # (strided: the plain kernel, the strategy's r4)
+                measure("nhwc r4", depthwise_nhwc.NhwcDepthwiseConv(cupy, p, 256, sm_count, 4))
             staged = {}
             for (pairs, th), per_sm, segw, pipe, smem in staged_axes:
                 if args.kernels in ("staged", "both") and depthwise_nhwc.staged_reason(p, pairs, th, segw, pipe,
@@ -158,9 +167,10 @@ def main(argv=None) -> int:
             timed = {label: r for label, r in results.items() if r["us"] is not None}
             wrong = sorted(label for label, r in results.items() if r["us"] is None)
             ranked = sorted(timed.items(), key=lambda kv: kv[1]["us"])
-            print(f"== {name} {pass_} ({args.dtype} channels_last, batch {n}, {C} x {side}x{side}, {k}x{k}): "
+            print(f"== {name} {pass_} ({args.dtype} channels_last, batch {n}, {C} x {side}x{side}, {k}x{k}, stride "
+                  f"{stride}): "
                   f"PyTorch {torch_us:.1f} us" + (f"; WRONG: {', '.join(wrong)}" if wrong else ""), flush=True)
-            for label, r in ranked[:6] + [kv for kv in ranked[6:] if kv[0].endswith("*") or "tiled" in kv[0]]:
+            for label, r in ranked[:6] + [kv for kv in ranked[6:] if kv[0].endswith("*") or kv[0].startswith("nhwc")]:
                 print(f"   {label:24s} {r['us']:8.1f} us  {torch_us / r['us']:5.2f}x PyTorch's speed  "
                       f"error {r['error']:.1e}", flush=True)
             rows.append({"layer": name, "pass": pass_, "dtype": args.dtype, "torch_us": torch_us,

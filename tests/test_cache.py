@@ -96,48 +96,55 @@ def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
     channels-last layers' forward and backward-data passes only; 12, the staged channels-last kernels, for
     channels-last layers at stride 1 whose channels they take, and 13 and 14, their double-buffered configurations and
     their tiles and grids, for the same layers; 15 and 16, the configurations over 48 KiB, for those whose tiles need
-    it) does not."""
+    it; 17, the staged kernels at stride 2, for the strided layers they take) does not."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
     row = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(4096,), kernel_size=1001, padding=500,
                            groups=8)
     plane = ConvProblem.make(batch=2, in_channels=8, out_channels=8, input_size=(56, 56), kernel_size=31, padding=15,
                              groups=8)
-    for winner, problem, new, old in (("depthwise", plane, "depthwise16", "depthwise8"), ("fft-row", row, "fft-row5",
+    for winner, problem, new, old in (("depthwise", plane, "depthwise17", "depthwise8"), ("fft-row", row, "fft-row5",
                                       "fft-row4"), ("fft-plane", plane, "fft-plane3", "fft-plane2")):
         assert new in current, current
         assert versions_agree(current.replace(new, old), problem, winner, current), (winner, old)
     assert not versions_agree(current.replace("fft-row5", "fft-row3"), row, "fft-row", current)
     last = plane.replace(layout="channels_last", kernel_size=(7, 7), padding=(3, 3))
-    assert not versions_agree(current.replace("depthwise16", "depthwise9"), last, "depthwise", current)
-    assert versions_agree(current.replace("depthwise16", "depthwise9"), plane.replace(layout="channels_last"),
+    assert not versions_agree(current.replace("depthwise17", "depthwise9"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise17", "depthwise9"), plane.replace(layout="channels_last"),
                           "depthwise", current)  # (31x31: over the vectorized and staged kernels' 81 taps)
     # version 11 changed the vectorized kernel's candidates alone (6 channels: not the staged kernels', 12)
     six = last.replace(in_channels=6, out_channels=6, groups=6)
-    assert not versions_agree(current.replace("depthwise16", "depthwise10"), six, "depthwise", current)
-    assert versions_agree(current.replace("depthwise16", "depthwise10"), six.replace(pass_="wgrad"), "depthwise",
+    assert not versions_agree(current.replace("depthwise17", "depthwise10"), six, "depthwise", current)
+    assert versions_agree(current.replace("depthwise17", "depthwise10"), six.replace(pass_="wgrad"), "depthwise",
                           current)
-    assert versions_agree(current.replace("depthwise16", "depthwise10"), last.replace(stride=(2, 2)), "depthwise",
-                          current)  # (strided: neither the vectorized kernel's nor the staged ones')
+    assert versions_agree(current.replace("depthwise17", "depthwise10"), last.replace(stride=(2, 2), pass_="dgrad"),
+                          "depthwise", current)  # (strided backward-data: neither the vectorized kernel's nor the staged)
     # version 12 added the staged kernels: every pass of the channels-last layers they take
-    assert not versions_agree(current.replace("depthwise16", "depthwise11"), last.replace(pass_="wgrad"),
+    assert not versions_agree(current.replace("depthwise17", "depthwise11"), last.replace(pass_="wgrad"),
                               "depthwise", current)
     # version 13 added their double-buffered configurations: the same layers, and no others
-    assert not versions_agree(current.replace("depthwise16", "depthwise12"), last, "depthwise", current)
-    assert versions_agree(current.replace("depthwise16", "depthwise12"), six, "depthwise", current)
+    assert not versions_agree(current.replace("depthwise17", "depthwise12"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise17", "depthwise12"), six, "depthwise", current)
     # version 14 changed their tiles' rows and filter gradient's grid: the same layers, and no others
-    assert not versions_agree(current.replace("depthwise16", "depthwise13"), last.replace(pass_="wgrad"), "depthwise",
+    assert not versions_agree(current.replace("depthwise17", "depthwise13"), last.replace(pass_="wgrad"), "depthwise",
                               current)
-    assert versions_agree(current.replace("depthwise16", "depthwise13"), six, "depthwise", current)
+    assert versions_agree(current.replace("depthwise17", "depthwise13"), six, "depthwise", current)
     # version 15 added their configurations of 100 KiB a block: the same layers, and no others
-    assert not versions_agree(current.replace("depthwise16", "depthwise14"), last, "depthwise", current)
-    assert versions_agree(current.replace("depthwise16", "depthwise14"), six, "depthwise", current)
+    assert not versions_agree(current.replace("depthwise17", "depthwise14"), last, "depthwise", current)
+    assert versions_agree(current.replace("depthwise17", "depthwise14"), six, "depthwise", current)
     # version 16 offered them where the device holds their tile: the layers whose tile there needs more than 48 KiB
     # (ConvNeXt-T's stage 1; not 14x14, nor 8 channels, a block of 4 pairs)
     stage1 = last.replace(in_channels=96, out_channels=96, groups=96, dtype="bfloat16")
-    assert not versions_agree(current.replace("depthwise16", "depthwise15"), stage1, "depthwise", current)
+    assert not versions_agree(current.replace("depthwise17", "depthwise15"), stage1, "depthwise", current)
     for other in (stage1.replace(input_size=(14, 14)), last):
-        assert versions_agree(current.replace("depthwise16", "depthwise15"), other, "depthwise", current)
+        assert versions_agree(current.replace("depthwise17", "depthwise15"), other, "depthwise", current)
+    # version 17 ran the staged forward and filter gradient at stride 2: strided layers they take, and no others
+    strided = stage1.replace(input_size=(28, 28), kernel_size=(3, 3), padding=(1, 1), stride=(2, 2))
+    for pass_ in ("fwd", "wgrad"):
+        assert not versions_agree(current.replace("depthwise17", "depthwise16"), strided.replace(pass_=pass_),
+                                  "depthwise", current)
+    for other in (strided.replace(pass_="dgrad"), stage1, strided.replace(dilation=(2, 2))):
+        assert versions_agree(current.replace("depthwise17", "depthwise16"), other, "depthwise", current)
 
 
 def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_plan(cache_url, monkeypatch):
@@ -146,7 +153,7 @@ def test_a_version_change_of_a_strategy_that_cannot_serve_the_problem_keeps_its_
     this convtune's plan. Where they can, or the winner's own version changed, it is a miss."""
     from convtune.strategies import strategy_versions, versions_agree
     current = strategy_versions()
-    older = current.replace("depthwise16", "depthwise3")
+    older = current.replace("depthwise17", "depthwise3")
     assert older != current
     dense, depthwise = problem(), ConvProblem.make(batch=2, in_channels=4, out_channels=4, input_size=(9, 9),
                                                    kernel_size=3, groups=4)

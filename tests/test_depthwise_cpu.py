@@ -180,7 +180,9 @@ def test_the_vectorized_channels_last_kernel_on_the_cpu(emulated, dtype, pass_, 
 
 STAGED_CASES = [dict(input_size=(9, 11), kernel_size=7, padding=3), dict(input_size=(6, 7), kernel_size=(3, 5),
                                                                        padding=(0, 4)),
-                dict(input_size=(5, 37), kernel_size=3, padding=1)]
+                dict(input_size=(5, 37), kernel_size=3, padding=1),
+                dict(input_size=(11, 36), kernel_size=(3, 5), padding=(1, 2), stride=2),
+                dict(input_size=(12, 9), kernel_size=5, padding=2, stride=(2, 1))]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -189,13 +191,17 @@ STAGED_CASES = [dict(input_size=(9, 11), kernel_size=7, padding=3), dict(input_s
 def test_the_staged_channels_last_kernels_on_the_cpu(emulated, dtype, pass_, case):
     """The staged channels-last kernels (``staged=P``: P channel pairs a block, their tiles copied into shared memory
     by 16-byte loads), every pass: tiles whose rows and column segments overhang the image (4 rows of 9, three
-    segments of 13 columns for 37), padding past the kernel's reach, two blocks along the channels, blocks that loop
+    segments of 13 columns for 37), padding past the kernel's reach, strides of 2 (the forward and filter gradient;
+    backward-data's staged kernels are stride 1's), two blocks along the channels, blocks that loop
     over several tiles (a filter gradient's sums added across them), narrower segments (``segw``) and two tiles'
     buffers (``pipe``: here, as on devices before compute capability 8.0, copied without ``cp.async``, the buffers'
     indexing and barriers checked); and operands one element off 16 bytes, which the plain kernel takes instead."""
     rng = numpy.random.default_rng(case)
     p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype=dtype, pass_=pass_,
                          layout="channels_last", **STAGED_CASES[case])
+    if pass_ == "dgrad" and p.stride != (1, 1):
+        assert "stride and dilation 1" in depthwise_nhwc.staged_reason(p, 4, 4)
+        return
     a, b = (rng.standard_normal(s) for s in p.operand_shapes)
     ref = get_strategy("reference").build(p, None, get_backend("numpy"))
     bound = 1e-6 if dtype == "float32" else 4e-3
@@ -235,6 +241,8 @@ def test_the_staged_kernels_under_address_sanitizer(pass_, case):
     from convtune.strategies.depthwise import NHWC_STAGED_CONFIGS
     p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype="float32", pass_=pass_,
                          layout="channels_last", **STAGED_CASES[case])
+    if pass_ == "dgrad" and p.stride != (1, 1):
+        pytest.skip("backward-data's staged kernels are stride 1's")
     which = "wgrad-staged" if pass_ == "wgrad" else "fwd-staged"
     buffers = {16: ("a", math.prod(p.operand_shapes[0])), 32: ("b", math.prod(p.operand_shapes[1])),
                48: ("out", math.prod(p.result_shape))}
@@ -249,9 +257,9 @@ def test_the_staged_kernels_under_address_sanitizer(pass_, case):
                                                     smem=kib * 1024)
         conv.cp = _NoMemset
         conv.launch(16, 32, 48, cuda_cpu.Stream())
-        H, W, OH, OW, KH, KW = depthwise_nhwc.dims(p)[:6]
+        H, W, OH, OW, KH, KW, SH, SW = depthwise_nhwc.dims(p)[:8]
         source = depthwise_nhwc.staged_source(which, "float32", KH, KW, pairs, tile.s, tile.segw, tile.th,
-                                              int(pass_ == "dgrad"), int(pipe))
+                                              int(pass_ == "dgrad"), int(pipe), SH, SW)
         run = cuda_cpu.sanitized_calls(source, buffers, calls)
         assert run.returncode == 0, (pairs, rows, pipe, run.stderr[-3000:])
 
@@ -271,7 +279,11 @@ def test_the_staged_kernels_say_why_not():
         args = dict(batch=2, in_channels=16, out_channels=16, groups=16, input_size=(8, 8), kernel_size=3,
                     padding=1, dtype="bfloat16", layout="channels_last")
         return ConvProblem.make(**{**args, **kw})
-    assert "stride" in depthwise_nhwc.staged_reason(make(stride=2), 4, 8)
+    assert "stride" in depthwise_nhwc.staged_reason(make(stride=2, pass_="dgrad"), 4, 8)
+    assert "strides up to 2" in depthwise_nhwc.staged_reason(make(stride=3), 4, 8)
+    assert "dilation" in depthwise_nhwc.staged_reason(make(dilation=2, padding=2), 4, 8)
+    assert depthwise_nhwc.staged_reason(make(stride=2), 4, 8) is None
+    assert depthwise_nhwc.staged_reason(make(stride=(1, 2), pass_="wgrad"), 4, 8) is None
     assert "16-byte" in depthwise_nhwc.staged_reason(make(), 2, 8)  # (2 pairs of bfloat16: 8 bytes)
     assert depthwise_nhwc.staged_reason(make(dtype="float32"), 2, 8) is None
     assert "multiple" in depthwise_nhwc.staged_reason(make(in_channels=24, out_channels=24, groups=24), 8, 8)

@@ -24,7 +24,8 @@ every product and sum is float32.
   :data:`VEC_ROWS` x ``R`` outputs; each input row of its window is loaded once and added into every output row it
   belongs to. The taps sit in registers where ``V`` x taps fit :data:`VEC_REGISTER_TAPS`, else in shared memory.
   Operands whose addresses are not multiples of the vector's bytes take the plain forward kernel instead.
-* Staged, every pass (stride and dilation 1, 2-D, a block's channels a multiple of 16 bytes): a block of ``2P``
+* Staged, every pass (dilation 1, 2-D, a block's channels a multiple of 16 bytes; the forward and the filter
+  gradient at strides up to :data:`STAGED_STRIDES`, backward-data at stride 1): a block of ``2P``
   channels copies a tile's input (and the filter gradient's dy) into shared memory by 16-byte loads, then its
   threads read pairs of channels from there (:mod:`convtune.direct.depthwise_staged_source`); double-buffered
   (``pipe``), the next tile's copies are in flight while they do.
@@ -83,17 +84,17 @@ def _kernels(cp, which: str, dtype: str, kh: int, kw: int, sw: int = 1, dwl: int
 
 
 def staged_source(which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0,
-                  pipe: int = 0) -> str:
+                  pipe: int = 0, sh: int = 1, sw: int = 1) -> str:
     """The CUDA source of staged kernel ``which`` (``fwd-staged``, ``wgrad-staged``): :func:`_staged_kernel`'s
-    arguments."""
+    arguments (``sh``, ``sw``: the stride)."""
     return ELEMENT_TYPES[dtype] + STAGED_SOURCES[which][0].format(kh=kh, kw=kw, p=p, s=s, segw=segw, th=th, flip=flip,
-                                                                  pipe=pipe)
+                                                                  pipe=pipe, sh=sh, sw=sw)
 
 
 @compiled_once
 def _staged_kernel(cp, which: str, dtype: str, kh: int, kw: int, p: int, s: int, segw: int, th: int, flip: int = 0,
-                   pipe: int = 0):
-    code = staged_source(which, dtype, kh, kw, p, s, segw, th, flip, pipe)
+                   pipe: int = 0, sh: int = 1, sw: int = 1):
+    code = staged_source(which, dtype, kh, kw, p, s, segw, th, flip, pipe, sh, sw)
     (name,) = STAGED_SOURCES[which][1]
     return cp.RawModule(code=code, options=("--std=c++14",)).get_function(name).kernel
 
@@ -181,15 +182,16 @@ def tiled_reason(p: ConvProblem, rows: int) -> str | None:
     return None
 
 
-def _unit_reason(p: ConvProblem, kernel: str, plural: bool = False) -> str | None:
-    """Why ``kernel`` (the vectorized or the staged kernels, as a sentence names them), which need stride and
-    dilation 1 and unroll every tap, cannot run ``p``."""
+def _unit_reason(p: ConvProblem, kernel: str, plural: bool = False, strides: int = 1) -> str | None:
+    """Why ``kernel`` (the vectorized or the staged kernels, as a sentence names them), which need dilation 1 and
+    strides up to ``strides`` and unroll every tap, cannot run ``p``."""
     why = reason(p)
     if why:
         return why
     verb = "" if plural else "s"
-    if any(s != 1 for s in p.stride + p.dilation):
-        return f"{kernel} need{verb} stride and dilation 1"
+    if any(s != 1 for s in p.dilation) or any(s > strides for s in p.stride):
+        return f"{kernel} need{verb} " + ("stride and dilation 1" if strides == 1 else
+                                          f"dilation 1 and strides up to {strides}")
     if math.prod(p.kernel_size) > REGISTER_TAPS:
         return f"{kernel} unroll{verb} every tap: at most {REGISTER_TAPS}"
     return None
@@ -210,6 +212,9 @@ def vec_reason(p: ConvProblem, v: int) -> str | None:
 #: Output columns a thread of the staged kernels owns at most (a row's outputs are split into as few segments of at most
 #: this many as cover it).
 STAGED_SEGW = 16
+#: The largest stride the staged forward and filter-gradient kernels take (their backward-data: 1; a thread's span of
+#: inputs in registers grows with the stride).
+STAGED_STRIDES = 2
 #: Blocks of :data:`STAGED_THREADS` threads per multiprocessor the staged kernels launch at most (each loops over its
 #: share of the tiles; smaller blocks: proportionally more).
 STAGED_BLOCKS_PER_SM, STAGED_THREADS = 4, 256
@@ -232,16 +237,16 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
     ``segw`` columns a thread: as many rows as fit ``smem`` bytes of shared memory (``pipe``: two tiles' buffers; over
     :data:`SMEM_LIMIT`, the launch opts in to more) and 1024 threads, then as few as cover the plane's rows in as many
     tiles (``None`` where not even one row fits)."""
-    H, W, OH, OW, KH, KW = dims(p)[:6]
+    H, W, OH, OW, KH, KW, SH, SW = dims(p)[:8]
     out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
     s = math.ceil(out_w / segw)
     segw = math.ceil(out_w / s)
-    tw, iw, pair = s * segw, s * segw + KW - 1, 2 * ITEMSIZE[p.dtype]
-    xrow = iw * pairs + (pairs % 32 + 32 - (iw * pairs) % 32) % 32  # (the kernels' XROW: a padded row's pairs)
+    tw, iw, pair = s * segw, (s * segw - 1) * SW + KW, 2 * ITEMSIZE[p.dtype]
+    xrow = iw * pairs + ((pairs // SH) % 32 + 32 - (iw * pairs) % 32) % 32  # (the kernels' XROW: a row's pairs)
     buffers = 2 if pipe else 1
 
     def fits(th):
-        in_rows = (th + KH - 1) * xrow * pair
+        in_rows = ((th - 1) * SH + KH) * xrow * pair
         if p.pass_ == "wgrad":
             threads = pairs * KH * s
             shared = max(buffers * (in_rows + th * tw * pairs * pair), 2 * pairs * KH * KW * 4)
@@ -267,7 +272,7 @@ def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW
     ``segw`` columns a thread (``pipe``: two tiles' buffers; ``smem``: shared memory a block, :func:`staged_tile`)."""
     if p.rank != 2 and reason(p) is None:
         return "the staged kernels are 2-D"
-    why = _unit_reason(p, "the staged kernels", plural=True)
+    why = _unit_reason(p, "the staged kernels", plural=True, strides=1 if p.pass_ == "dgrad" else STAGED_STRIDES)
     if why:
         return why
     if pairs % (8 // ITEMSIZE[p.dtype]):
@@ -280,8 +285,9 @@ def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW
 
 
 def _unit_forward_geometry(p: ConvProblem) -> tuple:
-    """The vectorized and staged kernels' geometry arguments ``(N, C, H, W, OH, OW, ph, pw)`` at stride and dilation 1:
-    the forward's; backward-data's as the forward of dy (its image dy's, its output dx's) with padding k - 1 - pad."""
+    """The vectorized and staged kernels' geometry arguments ``(N, C, H, W, OH, OW, ph, pw)`` at dilation 1: the
+    forward's (and the filter gradient's, at any stride the kernel is made for); backward-data's, at stride 1, as the
+    forward of dy (its image dy's, its output dx's) with padding k - 1 - pad."""
     H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW = dims(p)
     if p.pass_ == "dgrad":
         return (p.batch, p.in_channels, OH, OW, H, W, KH - 1 - PH, KW - 1 - PW)
@@ -415,11 +421,12 @@ class NhwcDepthwiseConv:
         ``segw`` columns a thread, ``pipe`` double-buffered (:func:`staged_tile`), ``blocks_per_sm`` blocks per
         multiprocessor at most (each loops over its share; the filter gradient's, no more than fit at once)."""
         p, cp = self.p, self.cp
-        H, W, OH, OW, KH, KW = dims(p)[:6]
+        H, W, OH, OW, KH, KW, SH, SW = dims(p)[:8]
         tile = staged_tile(p, pairs, rows, segw, pipe, smem)
         flip = int(p.pass_ == "dgrad")
         which = "wgrad-staged" if p.pass_ == "wgrad" else "fwd-staged"
-        self.kernel = _staged_kernel(cp, which, p.dtype, KH, KW, pairs, tile.s, tile.segw, tile.th, flip, int(pipe))
+        self.kernel = _staged_kernel(cp, which, p.dtype, KH, KW, pairs, tile.s, tile.segw, tile.th, flip, int(pipe),
+                                     SH, SW)
         if tile.shared > SMEM_LIMIT and not allow_shared(self.kernel, tile.shared):
             raise ConvtuneError(f"the staged kernel's block needs {tile.shared} bytes of shared memory, more than "
                                 "this device gives one (a configuration of at most 48 KiB runs it)")

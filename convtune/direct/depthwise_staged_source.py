@@ -1,13 +1,14 @@
 """The CUDA source of the staged channels-last depthwise kernels (:mod:`convtune.direct.depthwise_nhwc`'s ``staged``
-launch): stride and dilation 1, 16-bit or float32 operands in their own memory, a block's tile of input (and, for the
-filter gradient, of dy) copied into shared memory by 16-byte loads before any thread reads it.
+launch): dilation 1, stride ``SH x SW`` (backward-data: 1), 16-bit or float32 operands in their own memory, a block's
+tile of input (and, for the filter gradient, of dy) copied into shared memory by 16-byte loads before any thread reads
+it.
 
 A block owns ``2P`` adjacent channels (a thread: two of them, ``P`` threads side by side across the block's channels)
 and loops over tiles of ``TH`` output rows by ``S x SEGW`` columns of one image.
 
 * Forward (and stride-1 backward-data: the forward of dy with the filter reversed): a thread owns ``SEGW`` adjacent
   outputs of one row of the tile; it reads each of the ``KH`` input rows they meet once from shared memory into
-  registers and adds every tap's products; the taps are read from shared memory, two channels at once.
+  registers (``(SEGW - 1) * SW + KW`` inputs of a row) and adds every tap's products; the taps are read from shared memory, two channels at once.
 * Filter gradient: a thread owns one kernel row of its two channels (``KW`` sums each) and a segment of ``SEGW``
   columns; over the tile's rows it reads the input row its kernel row meets and dy's row once each into registers
   (dy's reads are broadcasts: the threads of the other kernel rows read the same words). At the end the block adds
@@ -25,14 +26,16 @@ _COMMON = r"""
 #define S {s}
 #define SEGW {segw}
 #define TH {th}
+#define SH {sh}
+#define SW {sw}
 #define KK (KH * KW)
 #define TW (S * SEGW)
-#define IH (TH + KH - 1)
-#define IW (TW + KW - 1)
-#define SPAN (SEGW + KW - 1)
-// Pairs of a shared input row: IW pixels of P pairs, padded to P more than a multiple of 32 pairs, so that threads
-// reading the same column of neighbouring rows fall on different banks.
-#define XROW (IW * P + (P % 32 + 32 - (IW * P) % 32) % 32)
+#define IH ((TH - 1) * SH + KH)
+#define IW ((TW - 1) * SW + KW)
+#define SPAN ((SEGW - 1) * SW + KW)
+// Pairs of a shared input row: IW pixels of P pairs, padded to P / SH more than a multiple of 32 pairs, so that
+// threads reading the same column of neighbouring output rows (SH input rows apart) fall on different banks.
+#define XROW (IW * P + ((P / SH) % 32 + 32 - (IW * P) % 32) % 32)
 #define GROW (TW * P)
 // Pairs one 16-byte load moves, and those loads a thread issues before it stores any (kept in flight together).
 #define LV (16 / (2 * (int)sizeof(T)))
@@ -142,7 +145,7 @@ __device__ __forceinline__ void tile_of(int t, int OH, int OW, int& n, int& oh0,
   n = rest / tiles_h;
 }}
 
-// The span of SEGW adjacent outputs' inputs, SEGW + KW - 1 pixels of a shared row (P pairs apart), widened.
+// The span of SEGW adjacent outputs' inputs, SPAN pixels of a shared row (P pairs apart), widened.
 __device__ __forceinline__ void load_span(const PairT* row, float (&a)[SPAN], float (&b)[SPAN]) {{
 #pragma unroll
   for (int j = 0; j < SPAN; ++j) {{
@@ -155,7 +158,8 @@ __device__ __forceinline__ void load_span(const PairT* row, float (&a)[SPAN], fl
 
 _FWD = _COMMON + r"""
 #define FLIP {flip}
-// y[n, oh, ow, c] = sum over taps of x[n, oh - ph + kh, ow - pw + kw, c] * w[c, kh, kw] (FLIP: the filter reversed;
+// y[n, oh, ow, c] = sum over taps of x[n, oh * SH - ph + kh, ow * SW - pw + kw, c] * w[c, kh, kw] (FLIP: the filter
+// reversed, stride 1;
 // with dy in and padding k - 1 - pad, backward-data). Threads: P along the channels, then TH along the tile's rows,
 // then S along its column segments. Shared memory: the taps as float2 [KK][P], then the input tile [IH][XROW] pairs
 // (PIPE: two such tiles, the next one's copies in flight while the threads read the current one).
@@ -178,7 +182,7 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
     tile_of(t, OH, OW, n, oh0, ow0);
     PairT* to = xs + buf * IH * XROW;
     const T* image = x + (long long)n * H * W * C + c0;
-    stage_async(to, XROW, image, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+    stage_async(to, XROW, image, IH, IW, oh0 * SH - ph, ow0 * SW - pw, H, W, C);
   }};
   first_tile(tiles, load);
   for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
@@ -189,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
     float acc[SEGW][2];
 #pragma unroll
     for (int o = 0; o < SEGW; ++o) acc[o][0] = acc[o][1] = 0.f;
-    const PairT* xr = cur + r * XROW + s * SEGW * P + p;
+    const PairT* xr = cur + r * SH * XROW + s * SEGW * SW * P + p;
 #pragma unroll
     for (int kh = 0; kh < KH; ++kh) {{
       float a[SPAN], b[SPAN];
@@ -199,8 +203,8 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
         const float2 wv = ws[(kh * KW + kw) * P + p];
 #pragma unroll
         for (int o = 0; o < SEGW; ++o) {{
-          acc[o][0] += a[o + kw] * wv.x;
-          acc[o][1] += b[o + kw] * wv.y;
+          acc[o][0] += a[o * SW + kw] * wv.x;
+          acc[o][1] += b[o * SW + kw] * wv.y;
         }}
       }}
     }}
@@ -222,8 +226,8 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
 """
 
 _WGRAD = _COMMON + r"""
-// dw[c, kh, kw] += sum over n, oh, ow of dy[n, oh, ow, c] * x[n, oh - ph + kh, ow - pw + kw, c] into dwt (float32,
-// zeroed before). Threads: P along the channels, then KH along the kernel rows, then S along the column segments.
+// dw[c, kh, kw] += sum over n, oh, ow of dy[n, oh, ow, c] * x[n, oh * SH - ph + kh, ow * SW - pw + kw, c] into dwt
+// (float32, zeroed before). Threads: P along the channels, then KH along the kernel rows, then S along the column segments.
 // Shared memory: the input tile [IH][XROW] pairs, then dy's [TH][GROW] (PIPE: two such pairs of tiles, as the
 // forward's); at the end the block's sums [2P][KK] floats.
 extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
@@ -245,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
     PairT* to = xs + buf * bufp;
     const T* image = x + (long long)n * H * W * C + c0;
     const T* grad = dy + (long long)n * OH * OW * C + c0;
-    stage_async(to, XROW, image, IH, IW, oh0 - ph, ow0 - pw, H, W, C);
+    stage_async(to, XROW, image, IH, IW, oh0 * SH - ph, ow0 * SW - pw, H, W, C);
     stage_async(to + IH * XROW, GROW, grad, TH, TW, oh0, ow0, OH, OW, C);
   }};
   first_tile(tiles, load);
@@ -254,21 +258,21 @@ extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
     next_tile(t, k, tiles, load);
     int n, oh0, ow0;
     tile_of(t, OH, OW, n, oh0, ow0);
-    const PairT* xr = cur + kh * XROW + s * SEGW * P + p;
+    const PairT* xr = cur + kh * XROW + s * SEGW * SW * P + p;
     const PairT* gr = cur + IH * XROW + s * SEGW * P + p;
     const int rows = min(TH, OH - oh0);
 #pragma unroll 1
     for (int r = 0; r < rows; ++r) {{
       float a[SPAN], b[SPAN];
-      load_span(xr + r * XROW, a, b);
+      load_span(xr + r * SH * XROW, a, b);
 #pragma unroll
       for (int o = 0; o < SEGW; ++o) {{
         const PairT g = gr[r * GROW + o * P];
         const float ga = cv(g.a), gb = cv(g.b);
 #pragma unroll
         for (int kw = 0; kw < KW; ++kw) {{
-          acc[kw][0] += ga * a[o + kw];
-          acc[kw][1] += gb * b[o + kw];
+          acc[kw][0] += ga * a[o * SW + kw];
+          acc[kw][1] += gb * b[o * SW + kw];
         }}
       }}
     }}

@@ -139,13 +139,23 @@ def _shared_room(cp, device_id: int) -> int:
 
 
 def _stageable(problem: ConvProblem) -> bool:
-    """Does a staged channels-last kernel take ``problem`` (version 12's to 14's shapes)?"""
+    """Does a staged channels-last kernel take ``problem`` at stride 1 (version 12's to 15's shapes)?"""
+    return all(s == 1 for s in problem.stride) and _staged_takes(problem)
+
+
+def _staged_takes(problem: ConvProblem) -> bool:
     return any(depthwise_nhwc.staged_reason(problem, pairs, rows) is None for pairs, rows in NHWC_STAGED)
 
 
+def _strided_stageable(problem: ConvProblem) -> bool:
+    """Does a staged channels-last kernel take ``problem`` at a stride over 1 (version 17's shapes)?"""
+    return any(s != 1 for s in problem.stride) and _staged_takes(problem)
+
+
 def _opting_in(problem: ConvProblem) -> bool:
-    """Does a staged configuration of more than 48 KiB make ``problem`` a tile that needs more (version 16's shapes)?"""
-    return any(kib * 1024 > depthwise_nhwc.SMEM_LIMIT
+    """Does a staged configuration of more than 48 KiB make ``problem``, at stride 1, a tile that needs more (version
+    16's shapes)?"""
+    return all(s == 1 for s in problem.stride) and any(kib * 1024 > depthwise_nhwc.SMEM_LIMIT
                and depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, kib * 1024) is None
                and depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, kib * 1024).shared
                > depthwise_nhwc.SMEM_LIMIT for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS)
@@ -177,7 +187,7 @@ def _depthwise_3d(problem: ConvProblem) -> bool:
 @register
 class DepthwiseStrategy(Strategy):
     name = "depthwise"
-    version = 16
+    version = 17
     config_type = DepthwiseConfig
     # version 5 added the nhwc kernels, 6 the 3-D ones, 7 half precision in the channels-first kernels, 8 in the 3-D
     # ones (the plans of other shapes stand); 9 replays the launches from CUDA graphs: the kernels and their times
@@ -187,10 +197,12 @@ class DepthwiseStrategy(Strategy):
     # channels-last kernels, 13 their double-buffered configurations, 14 their tiles' rows (as few as cover the plane
     # in as many tiles) and their filter gradient's grid (the blocks that fit at once, each with as many tiles), 15
     # their double-buffered configurations opted in to 100 KiB of shared memory a block, 16 offered them where the
-    # device gives the tile's own bytes (not only the whole 100 KiB)
+    # device gives the tile's own bytes (not only the whole 100 KiB), 17 ran the staged forward and filter gradient
+    # at stride 2
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
                9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable,
-               13: _stageable, 14: _stageable, 15: _stageable, 16: _opting_in}
+               13: _stageable, 14: _stageable, 15: _stageable, 16: _opting_in,
+               17: _strided_stageable}
 
     def supports(self, problem: ConvProblem, backend) -> str | None:
         if backend is None or getattr(backend, "name", "") != "cupy":
