@@ -260,8 +260,9 @@ def test_channels_last_depthwise_kernels_against_float64(dtype, pass_, case):
     assert staged == sorted(
         (f"nhwc-st{pairs}" + ("p" if pipe else "") + (f"m{kib}" if kib > 48 else ""), rows)
         for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS
-        if kib * 1024 <= room and depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe, kib * 1024) is None
-        and (kib == 48 or depthwise_nhwc.staged_tile(p, pairs, rows, segw, pipe, kib * 1024).shared > 48 * 1024))
+        if depthwise_nhwc.staged_reason(p, pairs, rows, segw, pipe, kib * 1024) is None
+        and (kib == 48 or 48 * 1024 < depthwise_nhwc.staged_tile(p, pairs, rows, segw, pipe, kib * 1024).shared
+             <= room))
     assert staged or p.rank == 1 or p.stride != (1,) * p.rank or p.dilation != (1,) * p.rank \
         or math.prod(kernel) > 81 or p.in_channels % 8
     assert sorted((cfg.variant, cfg.rows) for cfg in nhwc if cfg.variant in ("nhwc", "nhwc-tiled")) == \
