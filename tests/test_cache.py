@@ -117,8 +117,8 @@ def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
     assert not versions_agree(current.replace("depthwise17", "depthwise10"), six, "depthwise", current)
     assert versions_agree(current.replace("depthwise17", "depthwise10"), six.replace(pass_="wgrad"), "depthwise",
                           current)
-    assert versions_agree(current.replace("depthwise17", "depthwise10"), last.replace(stride=(2, 2), pass_="dgrad"),
-                          "depthwise", current)  # (strided backward-data: neither the vectorized kernel's nor the staged)
+    assert versions_agree(current.replace("depthwise17", "depthwise10"), last.replace(dilation=(2, 2), padding=(6, 6)),
+                          "depthwise", current)  # (dilated: neither the vectorized kernel's nor the staged ones')
     # version 12 added the staged kernels: every pass of the channels-last layers they take
     assert not versions_agree(current.replace("depthwise17", "depthwise11"), last.replace(pass_="wgrad"),
                               "depthwise", current)
@@ -138,12 +138,12 @@ def test_versions_that_changed_only_the_hosts_work_keep_every_plan():
     assert not versions_agree(current.replace("depthwise17", "depthwise15"), stage1, "depthwise", current)
     for other in (stage1.replace(input_size=(14, 14)), last):
         assert versions_agree(current.replace("depthwise17", "depthwise15"), other, "depthwise", current)
-    # version 17 ran the staged forward and filter gradient at stride 2: strided layers they take, and no others
+    # version 17 ran the staged kernels at stride 2: every pass of the strided layers they take, and no others
     strided = stage1.replace(input_size=(28, 28), kernel_size=(3, 3), padding=(1, 1), stride=(2, 2))
-    for pass_ in ("fwd", "wgrad"):
+    for pass_ in ("fwd", "dgrad", "wgrad"):
         assert not versions_agree(current.replace("depthwise17", "depthwise16"), strided.replace(pass_=pass_),
                                   "depthwise", current)
-    for other in (strided.replace(pass_="dgrad"), stage1, strided.replace(dilation=(2, 2))):
+    for other in (stage1, strided.replace(dilation=(2, 2))):
         assert versions_agree(current.replace("depthwise17", "depthwise16"), other, "depthwise", current)
 
 

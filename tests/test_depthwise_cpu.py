@@ -191,17 +191,15 @@ STAGED_CASES = [dict(input_size=(9, 11), kernel_size=7, padding=3), dict(input_s
 def test_the_staged_channels_last_kernels_on_the_cpu(emulated, dtype, pass_, case):
     """The staged channels-last kernels (``staged=P``: P channel pairs a block, their tiles copied into shared memory
     by 16-byte loads), every pass: tiles whose rows and column segments overhang the image (4 rows of 9, three
-    segments of 13 columns for 37), padding past the kernel's reach, strides of 2 (the forward and filter gradient;
-    backward-data's staged kernels are stride 1's), two blocks along the channels, blocks that loop
-    over several tiles (a filter gradient's sums added across them), narrower segments (``segw``) and two tiles'
-    buffers (``pipe``: here, as on devices before compute capability 8.0, copied without ``cp.async``, the buffers'
-    indexing and barriers checked); and operands one element off 16 bytes, which the plain kernel takes instead."""
+    segments of 13 columns for 37), padding past the kernel's reach, strides of 2 (backward-data's by phases: the
+    outputs' rows and columns of every phase, tiles of 3 rows starting on either row phase), two blocks along the
+    channels, blocks that loop over several tiles (a filter gradient's sums added across them), narrower segments
+    (``segw``) and two tiles' buffers (``pipe``: here, as on devices before compute capability 8.0, copied without
+    ``cp.async``, the buffers' indexing and barriers checked); and operands one element off 16 bytes, which the plain
+    kernel takes instead."""
     rng = numpy.random.default_rng(case)
     p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype=dtype, pass_=pass_,
                          layout="channels_last", **STAGED_CASES[case])
-    if pass_ == "dgrad" and p.stride != (1, 1):
-        assert "stride and dilation 1" in depthwise_nhwc.staged_reason(p, 4, 4)
-        return
     a, b = (rng.standard_normal(s) for s in p.operand_shapes)
     ref = get_strategy("reference").build(p, None, get_backend("numpy"))
     bound = 1e-6 if dtype == "float32" else 4e-3
@@ -241,9 +239,7 @@ def test_the_staged_kernels_under_address_sanitizer(pass_, case):
     from convtune.strategies.depthwise import NHWC_STAGED_CONFIGS
     p = ConvProblem.make(batch=2, in_channels=16, out_channels=16, groups=16, dtype="float32", pass_=pass_,
                          layout="channels_last", **STAGED_CASES[case])
-    if pass_ == "dgrad" and p.stride != (1, 1):
-        pytest.skip("backward-data's staged kernels are stride 1's")
-    which = "wgrad-staged" if pass_ == "wgrad" else "fwd-staged"
+    which = depthwise_nhwc.staged_which(p)
     buffers = {16: ("a", math.prod(p.operand_shapes[0])), 32: ("b", math.prod(p.operand_shapes[1])),
                48: ("out", math.prod(p.result_shape))}
     for pairs, rows, _segw, pipe, kib in NHWC_STAGED_CONFIGS:
@@ -259,7 +255,7 @@ def test_the_staged_kernels_under_address_sanitizer(pass_, case):
         conv.launch(16, 32, 48, cuda_cpu.Stream())
         H, W, OH, OW, KH, KW, SH, SW = depthwise_nhwc.dims(p)[:8]
         source = depthwise_nhwc.staged_source(which, "float32", KH, KW, pairs, tile.s, tile.segw, tile.th,
-                                              int(pass_ == "dgrad"), int(pipe), SH, SW)
+                                              int(which == "fwd-staged" and pass_ == "dgrad"), int(pipe), SH, SW)
         run = cuda_cpu.sanitized_calls(source, buffers, calls)
         assert run.returncode == 0, (pairs, rows, pipe, run.stderr[-3000:])
 
@@ -279,7 +275,7 @@ def test_the_staged_kernels_say_why_not():
         args = dict(batch=2, in_channels=16, out_channels=16, groups=16, input_size=(8, 8), kernel_size=3,
                     padding=1, dtype="bfloat16", layout="channels_last")
         return ConvProblem.make(**{**args, **kw})
-    assert "stride" in depthwise_nhwc.staged_reason(make(stride=2, pass_="dgrad"), 4, 8)
+    assert depthwise_nhwc.staged_reason(make(stride=2, pass_="dgrad"), 4, 8) is None
     assert "strides up to 2" in depthwise_nhwc.staged_reason(make(stride=3), 4, 8)
     assert "dilation" in depthwise_nhwc.staged_reason(make(dilation=2, padding=2), 4, 8)
     assert depthwise_nhwc.staged_reason(make(stride=2), 4, 8) is None

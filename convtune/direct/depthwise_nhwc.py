@@ -24,8 +24,8 @@ every product and sum is float32.
   :data:`VEC_ROWS` x ``R`` outputs; each input row of its window is loaded once and added into every output row it
   belongs to. The taps sit in registers where ``V`` x taps fit :data:`VEC_REGISTER_TAPS`, else in shared memory.
   Operands whose addresses are not multiples of the vector's bytes take the plain forward kernel instead.
-* Staged, every pass (dilation 1, 2-D, a block's channels a multiple of 16 bytes; the forward and the filter
-  gradient at strides up to :data:`STAGED_STRIDES`, backward-data at stride 1): a block of ``2P``
+* Staged, every pass (dilation 1, strides up to :data:`STAGED_STRIDES`, 2-D, a block's channels a multiple of 16
+  bytes; backward-data at a stride over 1 by phases): a block of ``2P``
   channels copies a tile's input (and the filter gradient's dy) into shared memory by 16-byte loads, then its
   threads read pairs of channels from there (:mod:`convtune.direct.depthwise_staged_source`); double-buffered
   (``pipe``), the next tile's copies are in flight while they do.
@@ -212,8 +212,8 @@ def vec_reason(p: ConvProblem, v: int) -> str | None:
 #: Output columns a thread of the staged kernels owns at most (a row's outputs are split into as few segments of at most
 #: this many as cover it).
 STAGED_SEGW = 16
-#: The largest stride the staged forward and filter-gradient kernels take (their backward-data: 1; a thread's span of
-#: inputs in registers grows with the stride).
+#: The largest stride the staged kernels take (a forward thread's span of inputs in registers grows with the stride;
+#: backward-data's, by phases, has a thread for each column phase).
 STAGED_STRIDES = 2
 #: Blocks of :data:`STAGED_THREADS` threads per multiprocessor the staged kernels launch at most (each loops over its
 #: share of the tiles; smaller blocks: proportionally more).
@@ -236,18 +236,25 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
     """The tile of a staged kernel with ``pairs`` channel pairs a block, up to ``rows`` output rows a tile and up to
     ``segw`` columns a thread: as many rows as fit ``smem`` bytes of shared memory (``pipe``: two tiles' buffers; over
     :data:`SMEM_LIMIT`, the launch opts in to more) and 1024 threads, then as few as cover the plane's rows in as many
-    tiles (``None`` where not even one row fits)."""
+    tiles (``None`` where not even one row fits). Strided backward-data's threads own ``segw`` columns ``SW`` apart: a
+    segment spans ``segw * SW`` columns, and the tile is ``s * segw * SW`` wide."""
     H, W, OH, OW, KH, KW, SH, SW = dims(p)[:8]
     out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
-    s = math.ceil(out_w / segw)
-    segw = math.ceil(out_w / s)
+    phases = SW if staged_which(p) == "dgrad-staged" else 1  # (its threads: one per column phase, SW columns apart)
+    s = math.ceil(out_w / (segw * phases))
+    segw = math.ceil(out_w / (s * phases))
     tw, iw, pair = s * segw, (s * segw - 1) * SW + KW, 2 * ITEMSIZE[p.dtype]
     xrow = iw * pairs + ((pairs // SH) % 32 + 32 - (iw * pairs) % 32) % 32  # (the kernels' XROW: a row's pairs)
     buffers = 2 if pipe else 1
 
     def fits(th):
         in_rows = ((th - 1) * SH + KH) * xrow * pair
-        if p.pass_ == "wgrad":
+        if phases > 1:  # (dy's tile: DIH x DIW pixels, DROW pairs a row)
+            mh, mw = math.ceil(KH / SH), math.ceil(KW / SW)
+            drow = (tw + mw) * pairs + (pairs % 32 + 32 - ((tw + mw) * pairs) % 32) % 32
+            dy_rows = (th - 1) // SH + 1 + mh
+            threads, shared = pairs * th * SW * s, KH * KW * pairs * 8 + buffers * dy_rows * drow * pair
+        elif p.pass_ == "wgrad":
             threads = pairs * KH * s
             shared = max(buffers * (in_rows + th * tw * pairs * pair), 2 * pairs * KH * KW * 4)
         else:
@@ -258,6 +265,14 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
             # as few rows as cover the plane in as many tiles (28 rows: two tiles of 14, not 16 and 12)
             return fits(math.ceil(out_h / math.ceil(out_h / th)))
     return None
+
+
+def staged_which(p: ConvProblem) -> str:
+    """The staged kernel that runs ``p``'s pass: ``fwd-staged`` (the forward, and backward-data at stride 1 as the
+    forward of dy), ``dgrad-staged`` (backward-data at a stride over 1), ``wgrad-staged``."""
+    if p.pass_ == "wgrad":
+        return "wgrad-staged"
+    return "dgrad-staged" if p.pass_ == "dgrad" and any(v != 1 for v in p.stride) else "fwd-staged"
 
 
 def opts_in_for(tile: Staged, smem: int) -> bool:
@@ -272,7 +287,7 @@ def staged_reason(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW
     ``segw`` columns a thread (``pipe``: two tiles' buffers; ``smem``: shared memory a block, :func:`staged_tile`)."""
     if p.rank != 2 and reason(p) is None:
         return "the staged kernels are 2-D"
-    why = _unit_reason(p, "the staged kernels", plural=True, strides=1 if p.pass_ == "dgrad" else STAGED_STRIDES)
+    why = _unit_reason(p, "the staged kernels", plural=True, strides=STAGED_STRIDES)
     if why:
         return why
     if pairs % (8 // ITEMSIZE[p.dtype]):
@@ -421,18 +436,19 @@ class NhwcDepthwiseConv:
         ``segw`` columns a thread, ``pipe`` double-buffered (:func:`staged_tile`), ``blocks_per_sm`` blocks per
         multiprocessor at most (each loops over its share; the filter gradient's, no more than fit at once)."""
         p, cp = self.p, self.cp
-        H, W, OH, OW, KH, KW, SH, SW = dims(p)[:8]
+        H, W, OH, OW, KH, KW, SH, SW, PH, PW = dims(p)[:10]
         tile = staged_tile(p, pairs, rows, segw, pipe, smem)
-        flip = int(p.pass_ == "dgrad")
-        which = "wgrad-staged" if p.pass_ == "wgrad" else "fwd-staged"
+        which = staged_which(p)
+        flip = int(which == "fwd-staged" and p.pass_ == "dgrad")
         self.kernel = _staged_kernel(cp, which, p.dtype, KH, KW, pairs, tile.s, tile.segw, tile.th, flip, int(pipe),
                                      SH, SW)
         if tile.shared > SMEM_LIMIT and not allow_shared(self.kernel, tile.shared):
             raise ConvtuneError(f"the staged kernel's block needs {tile.shared} bytes of shared memory, more than "
                                 "this device gives one (a configuration of at most 48 KiB runs it)")
-        out_h, out_w = (H, W) if flip else (OH, OW)
+        out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
         gx = p.in_channels // (2 * pairs)
-        tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / (tile.s * tile.segw))
+        tile_w = tile.s * tile.segw * (SW if which == "dgrad-staged" else 1)
+        tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / tile_w)
         self.block, self.shared = (tile.threads,), tile.shared
         per_sm = blocks_per_sm * math.ceil(STAGED_THREADS / tile.threads)  # (small blocks: more of them)
         if p.pass_ == "wgrad":
@@ -443,7 +459,9 @@ class NhwcDepthwiseConv:
             self.grid = (gx, min(math.ceil(tiles / math.ceil(tiles / slots)), 65535))
         else:
             self.grid = (gx, max(1, min(tiles, math.ceil(per_sm * sm_count / gx), 65535)))
-        self.args = tuple(cp.int32(g) for g in _unit_forward_geometry(p))
+        geometry = (p.batch, p.in_channels, OH, OW, H, W, PH, PW) if which == "dgrad-staged" else \
+            _unit_forward_geometry(p)
+        self.args = tuple(cp.int32(g) for g in geometry)
         self.align, self.align_b = 16, p.pass_ == "wgrad"
         if p.pass_ == "wgrad":
             self._set_cast()

@@ -1,5 +1,5 @@
 """The CUDA source of the staged channels-last depthwise kernels (:mod:`convtune.direct.depthwise_nhwc`'s ``staged``
-launch): dilation 1, stride ``SH x SW`` (backward-data: 1), 16-bit or float32 operands in their own memory, a block's
+launch): dilation 1, stride ``SH x SW``, 16-bit or float32 operands in their own memory, a block's
 tile of input (and, for the filter gradient, of dy) copied into shared memory by 16-byte loads before any thread reads
 it.
 
@@ -8,7 +8,10 @@ and loops over tiles of ``TH`` output rows by ``S x SEGW`` columns of one image.
 
 * Forward (and stride-1 backward-data: the forward of dy with the filter reversed): a thread owns ``SEGW`` adjacent
   outputs of one row of the tile; it reads each of the ``KH`` input rows they meet once from shared memory into
-  registers (``(SEGW - 1) * SW + KW`` inputs of a row) and adds every tap's products; the taps are read from shared memory, two channels at once.
+  registers (``(SEGW - 1) * SW + KW`` inputs of a row) and adds every tap's products; the taps are read from shared
+  memory, two channels at once.
+* Backward-data at a stride over 1 (``dgrad-staged``): by phases; a thread owns ``SEGW`` outputs of one row ``SW``
+  columns apart, which meet the same taps (every ``SH``-th kernel row and ``SW``-th column) and adjacent dy columns.
 * Filter gradient: a thread owns one kernel row of its two channels (``KW`` sums each) and a segment of ``SEGW``
   columns; over the tile's rows it reads the input row its kernel row meets and dy's row once each into registers
   (dy's reads are broadcasts: the threads of the other kernel rows read the same words). At the end the block adds
@@ -136,13 +139,24 @@ __device__ __forceinline__ unsigned char* shared_bytes() {{
   return reinterpret_cast<unsigned char*>(shared16);
 }}
 
-// The tile of the loop's step t: its image n and first output row and column.
-__device__ __forceinline__ void tile_of(int t, int OH, int OW, int& n, int& oh0, int& ow0) {{
-  const int tiles_w = (OW + TW - 1) / TW, tiles_h = (OH + TH - 1) / TH;
-  ow0 = (t % tiles_w) * TW;
+// The tile of the loop's step t (tiles of TH x tw outputs): its image n and first output row and column.
+__device__ __forceinline__ void tile_of(int t, int OH, int OW, int& n, int& oh0, int& ow0, int tw = TW) {{
+  const int tiles_w = (OW + tw - 1) / tw, tiles_h = (OH + TH - 1) / TH;
+  ow0 = (t % tiles_w) * tw;
   const int rest = t / tiles_w;
   oh0 = (rest % tiles_h) * TH;
   n = rest / tiles_h;
+}}
+
+// The block's channels' taps (from channel c0) read once into the start of shared memory as float2 [KK][P] (flip:
+// the filter reversed), every thread taking part; the tiles go after them.
+__device__ __forceinline__ float2* shared_taps(const T* __restrict__ w, int c0, int flip) {{
+  float2* ws = reinterpret_cast<float2*>(shared_bytes());
+  for (int i = threadIdx.x; i < KK * P; i += blockDim.x) {{
+    const int q = i % P, k = i / P, kk = flip ? KK - 1 - k : k;
+    ws[i] = make_float2(ld(w + (long long)(c0 + 2 * q) * KK + kk), ld(w + (long long)(c0 + 2 * q + 1) * KK + kk));
+  }}
+  return ws;
 }}
 
 // The span of SEGW adjacent outputs' inputs, SPAN pixels of a shared row (P pairs apart), widened.
@@ -166,14 +180,9 @@ _FWD = _COMMON + r"""
 extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
     const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     int N, int C, int H, int W, int OH, int OW, int ph, int pw) {{
-  unsigned char* smem = shared_bytes();
-  float2* ws = reinterpret_cast<float2*>(smem);
-  PairT* xs = reinterpret_cast<PairT*>(smem + KK * P * sizeof(float2));
   const int c0 = blockIdx.x * 2 * P;
-  for (int i = threadIdx.x; i < KK * P; i += blockDim.x) {{
-    const int q = i % P, k = i / P, kk = FLIP ? KK - 1 - k : k;
-    ws[i] = make_float2(ld(w + (long long)(c0 + 2 * q) * KK + kk), ld(w + (long long)(c0 + 2 * q + 1) * KK + kk));
-  }}
+  const float2* ws = shared_taps(w, c0, FLIP);
+  PairT* xs = reinterpret_cast<PairT*>(shared_bytes() + KK * P * sizeof(float2));
   const int p = threadIdx.x % P, r = (threadIdx.x / P) % TH, s = threadIdx.x / (P * TH);
   const int tiles = N * ((OH + TH - 1) / TH) * ((OW + TW - 1) / TW);
   // tile t's input into buffer buf (next_tile)
@@ -227,7 +236,8 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
 
 _WGRAD = _COMMON + r"""
 // dw[c, kh, kw] += sum over n, oh, ow of dy[n, oh, ow, c] * x[n, oh * SH - ph + kh, ow * SW - pw + kw, c] into dwt
-// (float32, zeroed before). Threads: P along the channels, then KH along the kernel rows, then S along the column segments.
+// (float32, zeroed before). Threads: P along the channels, then KH along the kernel rows, then S along the column
+// segments.
 // Shared memory: the input tile [IH][XROW] pairs, then dy's [TH][GROW] (PIPE: two such pairs of tiles, as the
 // forward's); at the end the block's sums [2P][KK] floats.
 extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
@@ -291,5 +301,96 @@ extern "C" __global__ void __launch_bounds__(P * KH * S) dws_wgrad(
 }}
 """
 
+_DGRAD = _COMMON + r"""
+// Backward-data at a stride over 1, by phases: dx[n, ih, iw, c] = sum over the taps (kh, kw) for which
+// oh = (ih + ph - kh) / SH and ow = (iw + pw - kw) / SW are whole (and inside dy: zeros staged outside) of
+// dy[n, oh, ow, c] * w[c, kh, kw]. An output meets the taps kh = kh0, kh0 + SH, ... (kh0 = (ih + ph) % SH) at dy rows
+// (ih + ph) / SH, one fewer each, and likewise along the row. Threads: P along the channels, then TH along the
+// tile's rows, then SW column phases q, then S segments of SEGW * SW columns; a thread owns the SEGW outputs of its
+// row, phase and segment (SW columns apart), which meet the same taps and adjacent dy columns: it reads each dy row
+// its taps meet once into registers, as the forward reads its input rows. Shared memory: the taps as float2 [KK][P],
+// then dy's tile [DIH][DROW] pairs (PIPE: two such tiles).
+#define MH ((KH + SH - 1) / SH)
+#define MW ((KW + SW - 1) / SW)
+#define XTW (TW * SW)
+#define DIH ((TH - 1) / SH + 1 + MH)
+#define DIW (TW + MW)
+#define DROW (DIW * P + (P % 32 + 32 - (DIW * P) % 32) % 32)
+#define DSPAN (SEGW + MW - 1)
+extern "C" __global__ void __launch_bounds__(P * TH * SW * S) dws_dgrad(
+    const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
+    int N, int C, int OH, int OW, int H, int W, int ph, int pw) {{
+  const int c0 = blockIdx.x * 2 * P;
+  const float2* ws = shared_taps(w, c0, 0);
+  PairT* gs = reinterpret_cast<PairT*>(shared_bytes() + KK * P * sizeof(float2));
+  const int p = threadIdx.x % P, r = (threadIdx.x / P) % TH, q = (threadIdx.x / (P * TH)) % SW;
+  const int s = threadIdx.x / (P * TH * SW);
+  const int tiles = N * ((H + TH - 1) / TH) * ((W + XTW - 1) / XTW);
+  // tile t's dy rows and columns (those its outputs' taps meet, from MH - 1 and MW - 1 before the first's) into
+  // buffer buf (next_tile)
+  auto load = [&](int t, int buf) {{
+    int n, ih0, iw0;
+    tile_of(t, H, W, n, ih0, iw0, XTW);
+    PairT* to = gs + buf * DIH * DROW;
+    const T* grad = dy + (long long)n * OH * OW * C + c0;
+    stage_async(to, DROW, grad, DIH, DIW, (ih0 + ph) / SH - (MH - 1), (iw0 + pw) / SW - (MW - 1), OH, OW, C);
+  }};
+  first_tile(tiles, load);
+  for (int t = blockIdx.y, k = 0; t < tiles; t += gridDim.y, ++k) {{
+    const PairT* cur = gs + (PIPE ? (k & 1) * DIH * DROW : 0);
+    next_tile(t, k, tiles, load);  // (its first barrier: the taps are in)
+    int n, ih0, iw0;
+    tile_of(t, H, W, n, ih0, iw0, XTW);
+    const int ih = ih0 + r, kh0 = (ih + ph) % SH, kw0 = (iw0 + q + pw) % SW;
+    // the tile's row of the first tap's dy row, and its column of the thread's first output's last tap
+    const int row0 = (ih + ph) / SH - (ih0 + ph) / SH + MH - 1;
+    const int col0 = (iw0 + q + pw) / SW - (iw0 + pw) / SW + s * SEGW;
+    float acc[SEGW][2];
+#pragma unroll
+    for (int o = 0; o < SEGW; ++o) acc[o][0] = acc[o][1] = 0.f;
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh) {{
+      const int kh = kh0 + SH * mh;
+      if (kh < KH) {{
+        const PairT* gr = cur + (row0 - mh) * DROW + col0 * P + p;
+        float a[DSPAN], b[DSPAN];
+#pragma unroll
+        for (int j = 0; j < DSPAN; ++j) {{
+          const PairT u = gr[j * P];
+          a[j] = cv(u.a);
+          b[j] = cv(u.b);
+        }}
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw) {{
+          const int kw = kw0 + SW * mw;
+          if (kw < KW) {{
+            const float2 wv = ws[(kh * KW + kw) * P + p];
+#pragma unroll
+            for (int o = 0; o < SEGW; ++o) {{
+              acc[o][0] += a[o + MW - 1 - mw] * wv.x;
+              acc[o][1] += b[o + MW - 1 - mw] * wv.y;
+            }}
+          }}
+        }}
+      }}
+    }}
+    if (ih < H) {{
+      const int iws = iw0 + s * SEGW * SW + q;
+      T* xr = dx + (((long long)n * H + ih) * W + iws) * C + c0 + 2 * p;
+#pragma unroll
+      for (int o = 0; o < SEGW; ++o) {{
+        if (iws + SW * o < W) {{
+          PairT u;
+          u.a = st(acc[o][0]);
+          u.b = st(acc[o][1]);
+          *reinterpret_cast<PairT*>(xr + (long long)SW * o * C) = u;
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
 #: kernel -> (its source template, its function's name)
-SOURCES = {"fwd-staged": (_FWD, ("dws_fwd",)), "wgrad-staged": (_WGRAD, ("dws_wgrad",))}
+SOURCES = {"fwd-staged": (_FWD, ("dws_fwd",)), "wgrad-staged": (_WGRAD, ("dws_wgrad",)),
+           "dgrad-staged": (_DGRAD, ("dws_dgrad",))}

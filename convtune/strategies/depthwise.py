@@ -9,7 +9,8 @@ through conversions, :func:`convtune.precision.bounded`). Channels-last problems
 kernels (:mod:`convtune.direct.depthwise_nhwc`), which read and write float32, bfloat16 and
 float16 channels-last operands themselves: any stride, padding and dilation, kernels up to 81 wide;
 and ``nhwc-tiled`` (shared-memory tiles: stride 1, up to 81 taps, forward and backward-data), ``nhwc-vecV`` and
-``nhwc-stP`` (stride and dilation 1: vectorized loads; tiles staged in shared memory, every pass)."""
+``nhwc-stP`` (dilation 1; the vectorized kernel stride 1, the staged ones strides 1 and 2: vectorized loads; tiles
+staged in shared memory, every pass)."""
 
 from __future__ import annotations
 
@@ -55,11 +56,11 @@ NHWC_TILED_ROWS = (4, 8)
 NHWC_VEC = ((4, 256), (2, 256), (2, 128), (4, 128))
 
 
-#: The staged channels-last kernels' configurations offered (``nhwc-stP``: every pass at stride and dilation 1, the
-#: tiles of input and dy copied into shared memory by 16-byte loads): ``(channel pairs a block, output rows a tile at
-#: most, columns a thread at most, double-buffered, KiB of shared memory a block at most)``. A sweep of 4 to 32 pairs
-#: and 8 and 16 rows on an H100 in bfloat16 at batch 32 found each layer's best of every pass among five pairs and
-#: rows, single-buffered; a second
+#: The staged channels-last kernels' configurations offered (``nhwc-stP``: every pass at dilation 1 and strides 1 and
+#: 2, the tiles of input and dy copied into shared memory by 16-byte loads): ``(channel pairs a block, output rows a
+#: tile at most, columns a thread at most, double-buffered, KiB of shared memory a block at most)``. A sweep of 4 to 32
+#: pairs and 8 and 16 rows on an H100 in bfloat16 at batch 32 found each layer's best of every pass among five pairs
+#: and rows, single-buffered; a second
 #: (``benchmarks/depthwise_vec.py --kernels staged --tiles strategy --segw 8,16 --pipe 0,1 --blocks 2,4,8``) found
 #: the double-buffered tiles (``pipe``: the next tile's copies in flight while the threads work on the current one)
 #: best on the planes of 28x28 and below, up to 1.18x faster (3x3, 28x28) and 1.06x to 1.11x on ConvNeXt-T's stage-4
@@ -120,7 +121,8 @@ def _staged_configs(problem: ConvProblem, room: int) -> list:
     """The staged configurations offered ``problem`` on a device that gives a block up to ``room`` bytes of shared
     memory: those of :data:`NHWC_STAGED_CONFIGS` that take it, one of more than 48 KiB only where its tile needs more
     (elsewhere it is another's tile again, or a double-buffered one the sweeps did not find best) and the device gives
-    the tile's own bytes (a device of 99 KiB a block runs the tiles of 61 to 99 KiB that a configuration of 100 makes)."""
+    the tile's own bytes (a device of 99 KiB a block runs the tiles of 61 to 99 KiB that a configuration of 100
+    makes)."""
     out = []
     for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS:
         smem = kib * 1024
@@ -197,8 +199,8 @@ class DepthwiseStrategy(Strategy):
     # channels-last kernels, 13 their double-buffered configurations, 14 their tiles' rows (as few as cover the plane
     # in as many tiles) and their filter gradient's grid (the blocks that fit at once, each with as many tiles), 15
     # their double-buffered configurations opted in to 100 KiB of shared memory a block, 16 offered them where the
-    # device gives the tile's own bytes (not only the whole 100 KiB), 17 ran the staged forward and filter gradient
-    # at stride 2
+    # device gives the tile's own bytes (not only the whole 100 KiB), 17 ran the staged kernels at stride 2 (every
+    # pass; backward-data's by phases)
     changes = {5: _channels_last_depthwise, 6: _depthwise_3d, 7: _half_channels_first_depthwise, 8: _half_depthwise_3d,
                9: no_shape, 10: _vectorized, 11: _vectorized, 12: _stageable,
                13: _stageable, 14: _stageable, 15: _stageable, 16: _opting_in,
