@@ -10,8 +10,8 @@
 #   depthwise-half     `convtune bench` on benchmarks/depthwise_half.yaml in bfloat16 channels_last (ConvNeXt-T's 7x7
 #                      depthwise layers, 3x3 and 5x5 ones) against PyTorch
 #   depthwise-vec[:PASSES] benchmarks/depthwise_vec.py: the vectorized and staged channels-last depthwise kernels'
-#                      configurations swept on those layers (PASSES comma-separated, default fwd,dgrad,wgrad), beside
-#                      PyTorch's call
+#                      configurations swept on those layers and MobileNetV3-Large's strided ones (PASSES
+#                      comma-separated, default fwd,dgrad,wgrad), beside PyTorch's call
 #   fft-class          `convtune bench` on benchmarks/fft_class.yaml, round trips against the torch.fft recipe
 #   trips              benchmarks/block_trips.py: the large depthwise layers' round trips against torch.fft, paired
 #   dense-trips        the same for the dense layers (benchmarks/block_trips.py --all: every trip candidate)
