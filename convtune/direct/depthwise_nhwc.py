@@ -222,13 +222,21 @@ STAGED_BLOCKS_PER_SM, STAGED_THREADS = 4, 256
 
 class Staged(NamedTuple):
     """A staged kernel's tile: ``s`` segments of ``segw`` columns by ``th`` rows, ``threads`` a block and ``shared``
-    bytes of shared memory."""
+    bytes of shared memory; ``width`` output columns (strided backward-data's: ``s * segw * SW``, a thread's columns
+    ``SW`` apart)."""
 
     s: int
     segw: int
     th: int
     threads: int
     shared: int
+    width: int
+
+
+def _padded_row(pixels: int, pairs: int, lead: int) -> int:
+    """The pairs of a shared row of ``pixels`` pixels of ``pairs`` pairs, padded to ``lead`` more than a multiple of 32
+    (the kernels' ``PADDED_ROW``)."""
+    return pixels * pairs + (lead % 32 + 32 - (pixels * pairs) % 32) % 32
 
 
 def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, pipe: bool = False,
@@ -237,21 +245,21 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
     ``segw`` columns a thread: as many rows as fit ``smem`` bytes of shared memory (``pipe``: two tiles' buffers; over
     :data:`SMEM_LIMIT`, the launch opts in to more) and 1024 threads, then as few as cover the plane's rows in as many
     tiles (``None`` where not even one row fits). Strided backward-data's threads own ``segw`` columns ``SW`` apart: a
-    segment spans ``segw * SW`` columns, and the tile is ``s * segw * SW`` wide."""
+    segment spans ``segw * SW`` columns (:attr:`Staged.width`)."""
     H, W, OH, OW, KH, KW, SH, SW = dims(p)[:8]
     out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
     phases = SW if staged_which(p) == "dgrad-staged" else 1  # (its threads: one per column phase, SW columns apart)
     s = math.ceil(out_w / (segw * phases))
     segw = math.ceil(out_w / (s * phases))
     tw, iw, pair = s * segw, (s * segw - 1) * SW + KW, 2 * ITEMSIZE[p.dtype]
-    xrow = iw * pairs + ((pairs // SH) % 32 + 32 - (iw * pairs) % 32) % 32  # (the kernels' XROW: a row's pairs)
+    xrow = _padded_row(iw, pairs, pairs // SH)  # (the kernels' XROW)
     buffers = 2 if pipe else 1
 
     def fits(th):
         in_rows = ((th - 1) * SH + KH) * xrow * pair
         if phases > 1:  # (dy's tile: DIH x DIW pixels, DROW pairs a row)
             mh, mw = math.ceil(KH / SH), math.ceil(KW / SW)
-            drow = (tw + mw) * pairs + (pairs % 32 + 32 - ((tw + mw) * pairs) % 32) % 32
+            drow = _padded_row(tw + mw, pairs, pairs)
             dy_rows = (th - 1) // SH + 1 + mh
             threads, shared = pairs * th * SW * s, KH * KW * pairs * 8 + buffers * dy_rows * drow * pair
         elif p.pass_ == "wgrad":
@@ -259,7 +267,7 @@ def staged_tile(p: ConvProblem, pairs: int, rows: int, segw: int = STAGED_SEGW, 
             shared = max(buffers * (in_rows + th * tw * pairs * pair), 2 * pairs * KH * KW * 4)
         else:
             threads, shared = pairs * th * s, KH * KW * pairs * 8 + buffers * in_rows
-        return Staged(s, segw, th, threads, shared) if threads <= 1024 and shared <= smem else None
+        return Staged(s, segw, th, threads, shared, tw * phases) if threads <= 1024 and shared <= smem else None
     for th in range(min(rows, out_h), 0, -1):
         if fits(th):
             # as few rows as cover the plane in as many tiles (28 rows: two tiles of 14, not 16 and 12)
@@ -447,8 +455,7 @@ class NhwcDepthwiseConv:
                                 "this device gives one (a configuration of at most 48 KiB runs it)")
         out_h, out_w = (H, W) if p.pass_ == "dgrad" else (OH, OW)
         gx = p.in_channels // (2 * pairs)
-        tile_w = tile.s * tile.segw * (SW if which == "dgrad-staged" else 1)
-        tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / tile_w)
+        tiles = p.batch * math.ceil(out_h / tile.th) * math.ceil(out_w / tile.width)
         self.block, self.shared = (tile.threads,), tile.shared
         per_sm = blocks_per_sm * math.ceil(STAGED_THREADS / tile.threads)  # (small blocks: more of them)
         if p.pass_ == "wgrad":

@@ -36,9 +36,11 @@ _COMMON = r"""
 #define IH ((TH - 1) * SH + KH)
 #define IW ((TW - 1) * SW + KW)
 #define SPAN ((SEGW - 1) * SW + KW)
-// Pairs of a shared input row: IW pixels of P pairs, padded to P / SH more than a multiple of 32 pairs, so that
-// threads reading the same column of neighbouring output rows (SH input rows apart) fall on different banks.
-#define XROW (IW * P + ((P / SH) % 32 + 32 - (IW * P) % 32) % 32)
+// Pairs of a shared row of PX pixels of P pairs, padded to LEAD more than a multiple of 32 pairs, so that the rows
+// threads of a warp read side by side start on different banks.
+#define PADDED_ROW(PX, LEAD) ((PX) * P + ((LEAD) % 32 + 32 - ((PX) * P) % 32) % 32)
+// Pairs of a shared input row: padded to P / SH (neighbouring output rows read input rows SH apart).
+#define XROW PADDED_ROW(IW, P / SH)
 #define GROW (TW * P)
 // Pairs one 16-byte load moves, and those loads a thread issues before it stores any (kept in flight together).
 #define LV (16 / (2 * (int)sizeof(T)))
@@ -159,22 +161,37 @@ __device__ __forceinline__ float2* shared_taps(const T* __restrict__ w, int c0, 
   return ws;
 }}
 
-// The span of SEGW adjacent outputs' inputs, SPAN pixels of a shared row (P pairs apart), widened.
-__device__ __forceinline__ void load_span(const PairT* row, float (&a)[SPAN], float (&b)[SPAN]) {{
+// The span of a thread's outputs' inputs, N pixels of a shared row (P pairs apart), widened.
+template <int N>
+__device__ __forceinline__ void load_span(const PairT* row, float (&a)[N], float (&b)[N]) {{
 #pragma unroll
-  for (int j = 0; j < SPAN; ++j) {{
+  for (int j = 0; j < N; ++j) {{
     const PairT u = row[j * P];
     a[j] = cv(u.a);
     b[j] = cv(u.b);
+  }}
+}}
+
+// A thread's SEGW outputs of two channels into out (the first's pair), step pixels apart: those whose column (from
+// col, step apart) is before cols.
+__device__ __forceinline__ void store_segment(T* out, const float (&acc)[SEGW][2], int col, int step, int cols,
+                                              int C) {{
+#pragma unroll
+  for (int o = 0; o < SEGW; ++o) {{
+    if (col + step * o < cols) {{
+      PairT u;
+      u.a = st(acc[o][0]);
+      u.b = st(acc[o][1]);
+      *reinterpret_cast<PairT*>(out + (long long)step * o * C) = u;
+    }}
   }}
 }}
 """
 
 _FWD = _COMMON + r"""
 #define FLIP {flip}
-// y[n, oh, ow, c] = sum over taps of x[n, oh * SH - ph + kh, ow * SW - pw + kw, c] * w[c, kh, kw] (FLIP: the filter
-// reversed, stride 1;
-// with dy in and padding k - 1 - pad, backward-data). Threads: P along the channels, then TH along the tile's rows,
+// y[n, oh, ow, c] = sum over taps of x[n, oh * SH - ph + kh, ow * SW - pw + kw, c] * w[c, kh, kw] (FLIP, at stride
+// 1: the filter reversed; with dy in and padding k - 1 - pad, backward-data). Threads: P along the channels, then TH along the tile's rows,
 // then S along its column segments. Shared memory: the taps as float2 [KK][P], then the input tile [IH][XROW] pairs
 // (PIPE: two such tiles, the next one's copies in flight while the threads read the current one).
 extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
@@ -217,19 +234,8 @@ extern "C" __global__ void __launch_bounds__(P * TH * S) dws_fwd(
         }}
       }}
     }}
-    const int oh = oh0 + r;
-    if (oh < OH) {{
-      T* yr = y + (((long long)n * OH + oh) * OW + ow0 + s * SEGW) * C + c0 + 2 * p;
-#pragma unroll
-      for (int o = 0; o < SEGW; ++o) {{
-        if (ow0 + s * SEGW + o < OW) {{
-          PairT u;
-          u.a = st(acc[o][0]);
-          u.b = st(acc[o][1]);
-          *reinterpret_cast<PairT*>(yr + (long long)o * C) = u;
-        }}
-      }}
-    }}
+    const int oh = oh0 + r, ows = ow0 + s * SEGW;
+    if (oh < OH) store_segment(y + (((long long)n * OH + oh) * OW + ows) * C + c0 + 2 * p, acc, ows, 1, OW, C);
   }}
 }}
 """
@@ -315,7 +321,7 @@ _DGRAD = _COMMON + r"""
 #define XTW (TW * SW)
 #define DIH ((TH - 1) / SH + 1 + MH)
 #define DIW (TW + MW)
-#define DROW (DIW * P + (P % 32 + 32 - (DIW * P) % 32) % 32)
+#define DROW PADDED_ROW(DIW, P)
 #define DSPAN (SEGW + MW - 1)
 extern "C" __global__ void __launch_bounds__(P * TH * SW * S) dws_dgrad(
     const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
@@ -352,14 +358,8 @@ extern "C" __global__ void __launch_bounds__(P * TH * SW * S) dws_dgrad(
     for (int mh = 0; mh < MH; ++mh) {{
       const int kh = kh0 + SH * mh;
       if (kh < KH) {{
-        const PairT* gr = cur + (row0 - mh) * DROW + col0 * P + p;
         float a[DSPAN], b[DSPAN];
-#pragma unroll
-        for (int j = 0; j < DSPAN; ++j) {{
-          const PairT u = gr[j * P];
-          a[j] = cv(u.a);
-          b[j] = cv(u.b);
-        }}
+        load_span(cur + (row0 - mh) * DROW + col0 * P + p, a, b);
 #pragma unroll
         for (int mw = 0; mw < MW; ++mw) {{
           const int kw = kw0 + SW * mw;
@@ -374,19 +374,8 @@ extern "C" __global__ void __launch_bounds__(P * TH * SW * S) dws_dgrad(
         }}
       }}
     }}
-    if (ih < H) {{
-      const int iws = iw0 + s * SEGW * SW + q;
-      T* xr = dx + (((long long)n * H + ih) * W + iws) * C + c0 + 2 * p;
-#pragma unroll
-      for (int o = 0; o < SEGW; ++o) {{
-        if (iws + SW * o < W) {{
-          PairT u;
-          u.a = st(acc[o][0]);
-          u.b = st(acc[o][1]);
-          *reinterpret_cast<PairT*>(xr + (long long)SW * o * C) = u;
-        }}
-      }}
-    }}
+    const int iws = iw0 + s * SEGW * SW + q;
+    if (ih < H) store_segment(dx + (((long long)n * H + ih) * W + iws) * C + c0 + 2 * p, acc, iws, SW, W, C);
   }}
 }}
 """

@@ -123,16 +123,18 @@ def _staged_configs(problem: ConvProblem, room: int) -> list:
     (elsewhere it is another's tile again, or a double-buffered one the sweeps did not find best) and the device gives
     the tile's own bytes (a device of 99 KiB a block runs the tiles of 61 to 99 KiB that a configuration of 100
     makes)."""
-    out = []
+    return [DepthwiseConfig(threads=tile.threads, variant=staged_variant(pairs, segw, pipe, smem), rows=rows)
+            for (pairs, rows, segw, pipe, smem), tile in _staged_tiles(problem)
+            if tile.shared <= room and depthwise_nhwc.opts_in_for(tile, smem)]
+
+
+def _staged_tiles(problem: ConvProblem):
+    """``((pairs, rows, segw, pipe, smem in bytes), tile)`` of each of :data:`NHWC_STAGED_CONFIGS` that takes
+    ``problem``."""
     for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS:
         smem = kib * 1024
-        if depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, smem) is not None:
-            continue
-        tile = depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, smem)
-        if tile.shared <= room and depthwise_nhwc.opts_in_for(tile, smem):
-            out.append(DepthwiseConfig(threads=tile.threads, variant=staged_variant(pairs, segw, pipe, smem),
-                                       rows=rows))
-    return out
+        if depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, smem) is None:
+            yield (pairs, rows, segw, pipe, smem), depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, smem)
 
 
 @functools.cache
@@ -157,10 +159,9 @@ def _strided_stageable(problem: ConvProblem) -> bool:
 def _opting_in(problem: ConvProblem) -> bool:
     """Does a staged configuration of more than 48 KiB make ``problem``, at stride 1, a tile that needs more (version
     16's shapes)?"""
-    return all(s == 1 for s in problem.stride) and any(kib * 1024 > depthwise_nhwc.SMEM_LIMIT
-               and depthwise_nhwc.staged_reason(problem, pairs, rows, segw, pipe, kib * 1024) is None
-               and depthwise_nhwc.staged_tile(problem, pairs, rows, segw, pipe, kib * 1024).shared
-               > depthwise_nhwc.SMEM_LIMIT for pairs, rows, segw, pipe, kib in NHWC_STAGED_CONFIGS)
+    limit = depthwise_nhwc.SMEM_LIMIT
+    return all(s == 1 for s in problem.stride) and any(
+        smem > limit and tile.shared > limit for (*_tile_axes, smem), tile in _staged_tiles(problem))
 
 
 def _vectorized(problem: ConvProblem) -> bool:
